@@ -1,0 +1,59 @@
+// NumPy .npy files: read any version (1.0, 2.0, 3.0), byte order and memory
+// order; write version 1.0 (2.0 when the header needs it), little-endian,
+// C order. Arrays are held as raw bytes in C order and native byte order,
+// tagged with their dtype, so that a mask can stay bool and a tensor can be
+// converted to the compute dtype in one place.
+//
+//   mha::NpyArray a = mha::read_npy("query.npy");      // any f2/f4/f8/b1/int
+//   std::vector<float> q(a.size());
+//   mha::convert(a, q.data(), "query.npy");              // f2/f4/f8 -> float
+//   mha::write_npy("out.npy", mha::NpyArray::of(q.data(), {2, 5, 8}));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mha {
+
+enum class DType { f2, f4, f8, b1, i1, i2, i4, i8, u1, u2, u4, u8 };
+
+std::size_t itemsize(DType dtype);
+const char* dtype_name(DType dtype);  // "float32", "bool", "int64", ...
+bool is_float(DType dtype);
+bool is_integer(DType dtype);
+
+struct NpyArray {
+  DType dtype = DType::f4;
+  std::vector<std::size_t> shape;   // empty shape = 0-d array with one element
+  std::vector<unsigned char> data;  // size() * itemsize(dtype) bytes, C order, native order
+
+  std::size_t size() const;  // number of elements
+  std::string describe() const;  // "float32 array of shape (2, 3)"
+
+  // Copies a C-order buffer of float, double, bool, int32 or int64.
+  template <class T>
+  static NpyArray of(const T* values, std::vector<std::size_t> shape);
+};
+
+// Parses the bytes of a whole .npy file. `name` (a path, or "weights.npz:W_q")
+// starts every error message. Throws mha::Error (invalid_input) on anything
+// malformed: bad magic, unknown version, header that is not a dict, missing or
+// extra keys, unsupported dtype (objects, structured, strings, complex),
+// shape/size overflow, data shorter or longer than the header says.
+NpyArray parse_npy(const std::string& bytes, const std::string& name);
+NpyArray read_npy(const std::string& path);
+
+// The bytes of a .npy file holding `array`.
+std::string encode_npy(const NpyArray& array);
+// The header (magic, version, length, dict, padding) for a C-order
+// little-endian array; the data follows it. Used to stream large tensors.
+std::string npy_header(DType dtype, const std::vector<std::size_t>& shape);
+
+// Converts a float array (f2, f4, f8) to T. Integers and bools are refused
+// with a message naming `name`, as is any non-float dtype.
+template <class T>
+void convert(const NpyArray& array, T* out, const std::string& name);
+
+}  // namespace mha

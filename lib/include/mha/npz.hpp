@@ -1,0 +1,22 @@
+// NumPy .npz archives (zip files of .npy members, stored or deflated), as
+// numpy.savez and numpy.savez_compressed write them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mha/npy.hpp"
+
+namespace mha {
+
+// Member names without the ".npy" suffix, mapped to their arrays. Errors name
+// the archive and the member: "weights.npz: member 'W_q.npy': ...".
+std::map<std::string, NpyArray> read_npz(const std::string& path);
+
+// Writes an uncompressed .npz (members "NAME.npy") to `path` directly; callers
+// that need atomicity write to a temporary path (see OutputSet).
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& members);
+
+}  // namespace mha

@@ -1,0 +1,53 @@
+// Writes a run's outputs all-or-nothing. Each file is first written to a
+// temporary file in the destination directory; commit() renames them all to
+// their final names. If anything fails before commit(), or the OutputSet is
+// destroyed without commit(), the temporaries are removed and existing files
+// under the final names are untouched.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "mha/npy.hpp"
+
+namespace mha {
+
+class OutputSet {
+ public:
+  // Creates `dir` (and parents) if missing. Throws mha::Error (runtime) if it
+  // cannot be created or is not a writable directory.
+  explicit OutputSet(std::string dir);
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& filename) const;  // dir/filename
+
+  // Stages `filename` with contents produced by `write` into a stream; a
+  // stream error (disk full, ...) throws mha::Error (runtime) naming the file.
+  void stage(const std::string& filename, const std::function<void(std::ostream&)>& write);
+  void stage_bytes(const std::string& filename, const std::string& bytes);
+  // A C-order float/double tensor as .npy, streamed without an extra copy.
+  template <class T>
+  void stage_npy(const std::string& filename, const T* data, const std::vector<std::size_t>& shape);
+  void stage_npz(const std::string& filename,
+                 const std::vector<std::pair<std::string, NpyArray>>& members);
+
+  // Renames every staged file to its final name (in staging order).
+  void commit();
+  std::vector<std::string> committed() const { return committed_; }
+
+ private:
+  struct Staged {
+    std::string tmp, final_path;
+  };
+  std::string temp_path(const std::string& filename);
+  std::string dir_;
+  std::vector<Staged> staged_;
+  std::vector<std::string> committed_;
+};
+
+}  // namespace mha
