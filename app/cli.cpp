@@ -1,0 +1,154 @@
+#include "cli.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <new>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "mha/config.hpp"
+#include "mha/error.hpp"
+#include "mha/run.hpp"
+
+namespace mha::cli {
+namespace {
+
+constexpr int kExitInvalid = 2;
+constexpr int kExitFailure = 1;
+
+std::string kebab(std::string s) {
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+// Every config key becomes `--key VALUE` (and `--ke-bab VALUE`); bool keys may
+// also be given bare. Values stay text until Config::apply_flag checks them,
+// so flags and files share one set of rules and messages.
+struct RunArgs {
+  std::string config_file;
+  bool print_json = false;
+  std::map<std::string, CLI::Option*> keys;
+  std::map<std::string, std::string> values;
+};
+
+void add_run_command(CLI::App& app, RunArgs& args) {
+  CLI::App* run = app.add_subcommand("run", "Run multi-head attention once and write its outputs");
+  run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
+  run->add_flag("--print-json", args.print_json, "Also print run.json to stdout");
+  for (const auto& key : config_keys()) {
+    std::string names = "--" + std::string(key.name);
+    if (kebab(key.name) != key.name) names += ",--" + kebab(key.name);
+    CLI::Option* opt = run->add_option(names, args.values[key.name], key.help);
+    opt->type_name(key.value_hint);
+    if (key.is_bool) opt->expected(0, 1);
+    args.keys[key.name] = opt;
+  }
+}
+
+Config build_config(const RunArgs& args) {
+  Config config;
+  if (!args.config_file.empty()) config.apply(read_config_file(args.config_file), args.config_file);
+  for (const auto& [name, opt] : args.keys) {
+    if (opt->count() == 0) continue;
+    std::string text = args.values.at(name);
+    // A bare bool flag (`--save_attention`) means true.
+    if (opt->results().empty() || opt->results().front().empty()) text = "true";
+    config.apply_flag(name, text);
+  }
+  return config;
+}
+
+void setup_logging(int verbosity) {
+  auto logger = spdlog::stderr_logger_st("mha");
+  logger->set_pattern("mha: %l: %v");
+  logger->set_level(verbosity > 0 ? spdlog::level::debug
+                    : verbosity < 0 ? spdlog::level::err
+                                    : spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+int do_run(const RunArgs& args) {
+  Config config = build_config(args);
+  spdlog::debug("config: {}", config.to_json().dump());
+  RunResult result = mha::run(config, [](const std::string& w) { spdlog::warn("{}", w); });
+  const auto& r = result.report;
+  for (const auto& path : result.files) spdlog::info("wrote {}", path);
+  spdlog::info("{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
+               r["attention"].get<std::string>(), r["config"]["batch"].get<std::size_t>(),
+               r["config"]["seq_len"].get<std::size_t>(),
+               r["config"]["kv_seq_len"].get<std::size_t>(), r["config"]["h"].get<std::size_t>(),
+               r["config"]["d_k"].get<std::size_t>(), r["config"]["d_v"].get<std::size_t>(),
+               r["timings_ms"]["compute"].get<double>(), r["gflops_per_s"].get<double>());
+  if (args.print_json) std::cout << r.dump(2) << std::endl;
+  return 0;
+}
+
+// CLI11 lists unexpected arguments; name the first and suggest a key.
+std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a.rfind("--", 0) != 0) continue;
+    std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos
+                                                                     : a.find('=') - 2);
+    bool known = name == "config" || name == "print-json" || name == "verbose" ||
+                 name == "quiet" || name == "help" || name == "version";
+    for (const auto& k : config_keys())
+      known = known || name == k.name || name == kebab(k.name);
+    if (known) continue;
+    std::string hint = nearest_key(name);
+    return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");
+  }
+  return e.what();
+}
+
+}  // namespace
+
+int main(const std::vector<std::string>& argv) {
+  CLI::App app{"mha: multi-head attention on the CPU", "mha"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("mha ") + MHA_VERSION);
+  int verbose = 0, quiet = 0;
+  app.add_flag("-v,--verbose", verbose, "Log debug messages");
+  app.add_flag("-q,--quiet", quiet, "Log errors only");
+  RunArgs run_args;
+  add_run_command(app, run_args);
+
+  std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << std::endl;
+    return 0;
+  } catch (const CLI::ExtrasError& e) {
+    std::cerr << "mha: error: " << explain_extras(e, argv) << std::endl;
+    return kExitInvalid;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mha: error: " << e.what() << std::endl;
+    return kExitInvalid;
+  }
+  setup_logging(verbose - quiet);
+
+  try {
+    if (app.got_subcommand("run")) return do_run(run_args);
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("out of memory (try a smaller batch or without save_attention)");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitFailure;
+  }
+  return kExitFailure;
+}
+
+}  // namespace mha::cli

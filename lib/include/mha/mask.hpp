@@ -1,0 +1,42 @@
+// Which keys each query may attend to. Three sources combine:
+//   causal       top-left: query t sees keys s <= t;
+//                bottom-right: s <= t + S - T (the last query sees every key);
+//   mask         a .npy of shape (T,S), (B,T,S) or (B',h',T,S) with B' in {1,B}
+//                and h' in {1,h}; bool (or integer): true/nonzero = may attend;
+//                float: added to the scaled logits (-inf masks);
+//   key_lengths  B lengths: keys s >= key_lengths[b] are padding.
+// A masked logit becomes -inf before the softmax.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mha/config.hpp"
+#include "mha/dims.hpp"
+
+namespace mha {
+
+template <class T>
+struct Mask {
+  Causal causal = Causal::none;
+  std::size_t mask_B = 0, mask_h = 0;  // 0 = no explicit mask; else 1 or B, 1 or h
+  std::vector<unsigned char> allow;    // bool mask (mask_B, mask_h, T, S), 1 = may attend
+  std::vector<T> bias;                 // float mask (mask_B, mask_h, T, S), added to logits
+  std::vector<std::int64_t> key_lengths;  // empty = no padding
+
+  bool empty() const { return causal == Causal::none && mask_B == 0 && key_lengths.empty(); }
+
+  // logits: rows [t0, t1) of head `head` of batch `b`, each of S columns,
+  // row t at logits + (t - t0) * ld. Masked entries become -inf and float
+  // masks are added. The logits are already scaled.
+  void apply(const Dims& dims, std::size_t b, std::size_t head, std::size_t t0, std::size_t t1,
+             T* logits, std::size_t ld) const;
+};
+
+// Builds the mask that `config` describes (reading its .npy files) for `dims`.
+// Errors name the file or key and the expected shape or range.
+template <class T>
+Mask<T> load_mask(const Config& config, const Dims& dims);
+
+}  // namespace mha

@@ -1,0 +1,364 @@
+#include "mha/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/error.hpp"
+
+namespace mha {
+namespace {
+
+using json = nlohmann::json;
+
+// Sizes above 2^30 cannot fit in memory as a tensor anyway; the cap keeps
+// every product of two sizes far from 64-bit overflow.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 30;
+
+const std::vector<ConfigKey> kKeys = {
+    {"h", "INT", "number of heads", false},
+    {"d_model", "INT", "feature size of the query input", false},
+    {"d_k", "INT", "per-head query/key size (default d_model / h)", false},
+    {"d_v", "INT", "per-head value size (default d_k)", false},
+    {"kdim", "INT", "feature size of the key input (default d_model)", false},
+    {"vdim", "INT", "feature size of the value input (default d_model)", false},
+    {"d_out", "INT", "output feature size (default d_model)", false},
+    {"batch", "INT", "batch size B (default: from inputs, else 1)", false},
+    {"seq_len", "INT", "query length T (default: from inputs)", false},
+    {"kv_seq_len", "INT", "key/value length S (default: from inputs, else seq_len)", false},
+    {"use_bias", "BOOL", "projections have biases (default true)", true},
+    {"scale", "FLOAT", "logit scale (default 1/sqrt(d_k))", false},
+    {"dtype", "TYPE", "compute and output precision: float32 or float64", false},
+    {"seed", "INT", "seed for random inputs and weights (default 0)", false},
+    {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
+    {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
+    {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
+    {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
+    {"causal", "MODE", "false, true (top-left) or bottom-right", true},
+    {"mask", "PATH", ".npy mask: bool (true = attend) or float (added to logits)", false},
+    {"key_lengths", "LIST", "B comma-separated ints, or a .npy file", false},
+    {"masked_rows", "POLICY", "fully masked query rows: zero, uniform or nan", false},
+    {"out_dir", "DIR", "output directory (default out)", false},
+    {"save_attention", "BOOL", "write attention.npy", true},
+    {"average_heads", "BOOL", "write attention averaged over heads (B,T,S)", true},
+    {"save_weights", "BOOL", "write weights.npz", true},
+    {"save_inputs", "BOOL", "write the inputs used as .npy", true},
+};
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string json_excerpt(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+std::int64_t get_int(const json& v, const std::string& where, std::int64_t lo, std::int64_t hi) {
+  auto range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.is_number_unsigned()) {
+    auto u = v.get<std::uint64_t>();
+    if (u <= static_cast<std::uint64_t>(hi) && static_cast<std::int64_t>(u) >= lo)
+      return static_cast<std::int64_t>(u);
+    fail_input(where + ": expected an integer in " + range + ", got " + v.dump());
+  }
+  if (v.is_number_integer()) {
+    auto i = v.get<std::int64_t>();
+    if (i >= lo && i <= hi) return i;
+    fail_input(where + ": expected an integer in " + range + ", got " + v.dump());
+  }
+  fail_input(where + ": expected an integer in " + range + ", got " + json_excerpt(v));
+}
+
+bool get_bool(const json& v, const std::string& where) {
+  if (!v.is_boolean()) fail_input(where + ": expected true or false, got " + json_excerpt(v));
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& where, const char* what) {
+  if (!v.is_string() || v.get<std::string>().empty())
+    fail_input(where + ": expected " + what + ", got " + json_excerpt(v));
+  return v.get<std::string>();
+}
+
+template <class Enum, std::size_t N>
+Enum get_enum(const json& v, const std::string& where,
+              const std::pair<const char*, Enum> (&names)[N]) {
+  std::string expected;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (v.is_string() && v.get<std::string>() == names[i].first) return names[i].second;
+    expected += (i ? (i + 1 == N ? " or " : ", ") : "") + quote(names[i].first);
+  }
+  fail_input(where + ": expected " + expected + ", got " + json_excerpt(v));
+}
+
+// Sets one key from a JSON value. `where` names the key and its source.
+void set_key(Config& c, const std::string& key, const json& v, const std::string& where) {
+  auto size = [&](std::optional<std::int64_t>& field) {
+    field = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, kMaxSize));
+  };
+  auto path = [&](std::optional<std::string>& field) {
+    field = v.is_null() ? std::nullopt
+                        : std::optional(get_string(v, where, "a file path (string)"));
+  };
+  auto flag = [&](bool& field, bool dflt) { field = v.is_null() ? dflt : get_bool(v, where); };
+
+  if (key == "h") return size(c.h);
+  if (key == "d_model") return size(c.d_model);
+  if (key == "d_k") return size(c.d_k);
+  if (key == "d_v") return size(c.d_v);
+  if (key == "kdim") return size(c.kdim);
+  if (key == "vdim") return size(c.vdim);
+  if (key == "d_out") return size(c.d_out);
+  if (key == "batch") return size(c.batch);
+  if (key == "seq_len") return size(c.seq_len);
+  if (key == "kv_seq_len") return size(c.kv_seq_len);
+  if (key == "use_bias") return flag(c.use_bias, true);
+  if (key == "scale") {
+    if (v.is_null()) return void(c.scale.reset());
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
+      fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
+    c.scale = v.get<double>();
+    return;
+  }
+  if (key == "dtype") {
+    static const std::pair<const char*, ComputeType> names[] = {
+        {"float32", ComputeType::float32}, {"float64", ComputeType::float64}};
+    c.dtype = v.is_null() ? ComputeType::float32 : get_enum(v, where, names);
+    return;
+  }
+  if (key == "seed") {
+    if (v.is_null()) return void(c.seed = 0);
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+      fail_input(where + ": expected a non-negative integer below 2^64, got " + json_excerpt(v));
+    c.seed = v.get<std::uint64_t>();
+    return;
+  }
+  if (key == "query") return path(c.query);
+  if (key == "key") return path(c.key);
+  if (key == "value") return path(c.value);
+  if (key == "weights") return path(c.weights);
+  if (key == "mask") return path(c.mask);
+  if (key == "causal") {
+    if (v.is_null()) return void(c.causal = Causal::none);
+    if (v.is_boolean()) return void(c.causal = v.get<bool>() ? Causal::top_left : Causal::none);
+    static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
+                                                           {"bottom-right", Causal::bottom_right}};
+    if (!v.is_string())
+      fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
+                 json_excerpt(v));
+    c.causal = get_enum(v, where, names);
+    return;
+  }
+  if (key == "key_lengths") {
+    c.key_lengths.reset();
+    c.key_lengths_file.reset();
+    if (v.is_null()) return;
+    if (v.is_string()) return void(c.key_lengths_file = get_string(v, where, "a .npy path"));
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of integers or a .npy path, got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      lengths.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, kMaxSize));
+    c.key_lengths = std::move(lengths);
+    return;
+  }
+  if (key == "masked_rows") {
+    static const std::pair<const char*, MaskedRows> names[] = {{"zero", MaskedRows::zero},
+                                                               {"uniform", MaskedRows::uniform},
+                                                               {"nan", MaskedRows::nan}};
+    c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
+    return;
+  }
+  if (key == "out_dir") {
+    c.out_dir = v.is_null() ? "out" : get_string(v, where, "a directory path (string)");
+    return;
+  }
+  if (key == "save_attention") return flag(c.save_attention, false);
+  if (key == "average_heads") return flag(c.average_heads, false);
+  if (key == "save_weights") return flag(c.save_weights, false);
+  if (key == "save_inputs") return flag(c.save_inputs, false);
+
+  std::string hint = nearest_key(key);
+  fail_input(where + ": unknown key" + (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Flag text to the JSON value the same key would have in a file.
+json flag_value(const std::string& key, const std::string& text, const std::string& where) {
+  const ConfigKey* spec = nullptr;
+  for (const auto& k : kKeys)
+    if (key == k.name) spec = &k;
+  if (!spec) {
+    std::string hint = nearest_key(key);
+    fail_input(where + ": unknown option" +
+               (hint.empty() ? "" : " (did you mean --" + hint + "?)"));
+  }
+  const std::string hint = spec->value_hint;
+  if (hint == "INT") {
+    // Strict: the whole text is an optionally signed decimal integer.
+    bool digits = !text.empty() && text.find_first_not_of("0123456789", text[0] == '-') ==
+                                       std::string::npos && text != "-";
+    if (!digits) fail_input(where + ": expected an integer, got " + quote(text));
+    try {
+      return json::parse(text);  // big values become unsigned or float and are range-checked
+    } catch (const json::exception&) {
+      fail_input(where + ": expected an integer, got " + quote(text));
+    }
+  }
+  if (hint == "BOOL" || (key == "causal" && (text == "true" || text == "false"))) {
+    if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+    if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+    fail_input(where + ": expected true or false, got " + quote(text));
+  }
+  if (hint == "FLOAT") {
+    std::size_t used = 0;
+    double d = 0;
+    try {
+      d = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty())
+      fail_input(where + ": expected a number, got " + quote(text));
+    return d;
+  }
+  if (key == "key_lengths" && text.find(".npy") == std::string::npos) {
+    json list = json::array();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) list.push_back(flag_value("batch", item, where));
+    return list;
+  }
+  return text;
+}
+
+}  // namespace
+
+void Config::apply(const json& object, const std::string& source) {
+  if (!object.is_object())
+    fail_input(source + ": expected a JSON object of config keys, got " + json_excerpt(object));
+  for (const auto& [key, value] : object.items())
+    set_key(*this, key, value, source + ": key " + quote(key));
+}
+
+void Config::apply_flag(const std::string& key, const std::string& text) {
+  std::string where = "--" + key;
+  set_key(*this, key, flag_value(key, text, where), where);
+}
+
+json Config::to_json() const {
+  auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+  json j;
+  j["h"] = opt(h);
+  j["d_model"] = opt(d_model);
+  j["d_k"] = opt(d_k);
+  j["d_v"] = opt(d_v);
+  j["kdim"] = opt(kdim);
+  j["vdim"] = opt(vdim);
+  j["d_out"] = opt(d_out);
+  j["batch"] = opt(batch);
+  j["seq_len"] = opt(seq_len);
+  j["kv_seq_len"] = opt(kv_seq_len);
+  j["use_bias"] = use_bias;
+  j["scale"] = opt(scale);
+  j["dtype"] = to_string(dtype);
+  j["seed"] = seed;
+  j["query"] = opt(query);
+  j["key"] = opt(key);
+  j["value"] = opt(value);
+  j["weights"] = opt(weights);
+  j["causal"] = causal == Causal::none ? json(false) : json(to_string(causal));
+  j["mask"] = opt(mask);
+  j["key_lengths"] = key_lengths ? json(*key_lengths) : opt(key_lengths_file);
+  j["masked_rows"] = to_string(masked_rows);
+  j["out_dir"] = out_dir;
+  j["save_attention"] = save_attention;
+  j["average_heads"] = average_heads;
+  j["save_weights"] = save_weights;
+  j["save_inputs"] = save_inputs;
+  return j;
+}
+
+json read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open config file");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based; turn it into a line and column a text editor shows.
+    std::size_t line = 1, column = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string what = e.what();
+    auto pos = what.find("syntax error while parsing ");
+    if (pos != std::string::npos) what = what.substr(pos);
+    fail_input(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
+               ": invalid JSON: " + what);
+  }
+}
+
+const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+std::string nearest_key(const std::string& name) {
+  std::string normalized = name;
+  std::replace(normalized.begin(), normalized.end(), '-', '_');
+  std::string best;
+  std::size_t best_distance = std::numeric_limits<std::size_t>::max();
+  for (const auto& k : kKeys) {
+    std::size_t d = edit_distance(normalized, k.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = k.name;
+    }
+  }
+  // Suggest only plausible typos: a third of the name may differ.
+  return best_distance <= std::max<std::size_t>(2, best.size() / 3) ? best : "";
+}
+
+const char* to_string(Causal c) {
+  switch (c) {
+    case Causal::none: return "false";
+    case Causal::top_left: return "top-left";
+    case Causal::bottom_right: return "bottom-right";
+  }
+  return "?";
+}
+
+const char* to_string(MaskedRows m) {
+  switch (m) {
+    case MaskedRows::zero: return "zero";
+    case MaskedRows::uniform: return "uniform";
+    case MaskedRows::nan: return "nan";
+  }
+  return "?";
+}
+
+const char* to_string(ComputeType t) { return t == ComputeType::float32 ? "float32" : "float64"; }
+
+}  // namespace mha

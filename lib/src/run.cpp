@@ -1,0 +1,206 @@
+#include "mha/run.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "mha/attention.hpp"
+#include "mha/error.hpp"
+#include "mha/inputs.hpp"
+#include "mha/mask.hpp"
+#include "mha/output_set.hpp"
+#include "mha/report.hpp"
+#include "mha/weights.hpp"
+
+namespace mha {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::optional<NpyArray> read_optional(const std::optional<std::string>& path) {
+  if (!path) return std::nullopt;
+  return read_npy(*path);
+}
+
+// NaN or Inf in an input would silently poison every output row that sees it.
+template <class T>
+void check_finite(const T* x, std::size_t n, const std::vector<std::size_t>& shape,
+                  const std::string& name) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i])) continue;
+    std::vector<std::size_t> index(shape.size());
+    for (std::size_t k = shape.size(), rest = i; k-- > 0;) {
+      index[k] = rest % shape[k];
+      rest /= shape[k];
+    }
+    fail_input(name + ": non-finite value " + std::to_string(x[i]) + " at index " +
+               shape_str(index) + "; expected finite numbers");
+  }
+}
+
+template <class Tensor>
+void check_finite(const Tensor& t, const std::string& name) {
+  std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
+  check_finite(t.data(), t.size(), shape, name);
+}
+
+nlohmann::json file_source(const std::string& path) { return {{"file", path}}; }
+
+nlohmann::json random_source(const char* distribution, std::uint64_t seed) {
+  return {{"random", distribution}, {"seed", seed}};
+}
+
+nlohmann::json output_entry(const std::vector<std::size_t>& shape, const char* dtype) {
+  return {{"shape", shape}, {"dtype", dtype}};
+}
+
+// Refuses to overwrite an input with an output of the same run.
+void check_not_input(const Config& c, const std::string& out_path) {
+  std::error_code ec;
+  for (const auto* in : {&c.query, &c.key, &c.value, &c.weights, &c.mask, &c.key_lengths_file}) {
+    if (*in && fs::exists(out_path, ec) && fs::equivalent(*in->operator->(), out_path, ec))
+      fail_input(out_path + ": output would overwrite the input '" + **in +
+                 "'; choose another out_dir");
+  }
+}
+
+template <class T>
+RunResult run_typed(const Config& c, const std::function<void(const std::string&)>& warn) {
+  const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
+  auto t_load = Clock::now();
+  RunReport report;
+  report.config = c;
+
+  // Read every file first: their shapes settle the sizes.
+  FileShapes shapes;
+  std::optional<NpyArray> q = read_optional(c.query), k = read_optional(c.key),
+                          v = read_optional(c.value);
+  if (q) shapes.query = q->shape, shapes.query_name = *c.query;
+  if (k) shapes.key = k->shape, shapes.key_name = *c.key;
+  if (v) shapes.value = v->shape, shapes.value_name = *c.value;
+  std::map<std::string, NpyArray> weight_files;
+  if (c.weights) {
+    weight_files = read_weight_arrays(*c.weights);
+    shapes.weights_name = *c.weights;
+    for (const auto& [name, array] : weight_files) shapes.weights[name] = array.shape;
+  }
+  const Dims d = resolve_dims(c, shapes);
+  report.dims = d;
+
+  Inputs<T> in;
+  in.query = make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed);
+  report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
+  q.reset();
+  if (c.query) check_finite(in.query, *c.query);
+  if (!d.key_is_query) {
+    // With files, query+value means the value file is the key too.
+    const auto& key_file = k ? k : v;
+    const auto key_path = c.key ? c.key : c.value;
+    in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed);
+    report.sources["key"] =
+        key_file ? file_source(*key_path) : random_source("uniform[0,1)", c.seed);
+    if (key_file) check_finite(in.key, *key_path);
+  } else {
+    report.sources["key"] = {{"same_as", "query"}};
+  }
+  k.reset();
+  if (!d.value_is_key) {
+    in.value = make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed);
+    report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
+    if (v) check_finite(in.value, *c.value);
+  } else {
+    report.sources["value"] = {{"same_as", d.key_is_query ? "query" : "key"}};
+  }
+  v.reset();
+
+  Weights<T> w;
+  if (c.weights) {
+    w = weights_from_arrays<T>(weight_files, d, c.use_bias, *c.weights);
+    weight_files.clear();
+    for (const auto& [name, array] : weight_arrays(w)) {
+      (void)array;
+      report.sources[name] = file_source(*c.weights + ":" + name);
+    }
+    check_finite(w.W_q, *c.weights + ":W_q");
+    check_finite(w.W_k, *c.weights + ":W_k");
+    check_finite(w.W_v, *c.weights + ":W_v");
+    check_finite(w.W_o, *c.weights + ":W_o");
+    if (w.has_bias()) {
+      check_finite(w.b_q, *c.weights + ":b_q");
+      check_finite(w.b_k, *c.weights + ":b_k");
+      check_finite(w.b_v, *c.weights + ":b_v");
+      check_finite(w.b_o, *c.weights + ":b_o");
+    }
+  } else {
+    w = random_weights<T>(d, c.use_bias, c.seed);
+    for (const auto& name : weight_names(c.use_bias))
+      report.sources[name] = name[0] == 'W' ? random_source("glorot_uniform", c.seed)
+                                            : nlohmann::json{{"zeros", true}};
+  }
+  const Mask<T> mask = load_mask<T>(c, d);
+  report.load_ms = ms_since(t_load);
+
+  if (c.average_heads && !c.save_attention && warn)
+    warn("average_heads has no effect without save_attention");
+  report.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(d.d_k));
+
+  // Outputs: (B, T, d_out) always; (B, h, T, S) or (B, T, S) on request.
+  auto t_compute = Clock::now();
+  xt::xtensor<T, 3> output({d.B, d.T, d.d_out});
+  xt::xtensor<T, 4> attention;
+  xt::xtensor<T, 3> attention_mean;
+  if (c.save_attention && !c.average_heads) attention.resize({d.B, d.h, d.T, d.S});
+  if (c.save_attention && c.average_heads) attention_mean.resize({d.B, d.T, d.S});
+  multi_head_attention<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask,
+                          static_cast<T>(report.scale), c.masked_rows, output.data(),
+                          c.save_attention && !c.average_heads ? attention.data() : nullptr,
+                          c.save_attention && c.average_heads ? attention_mean.data() : nullptr);
+  report.compute_ms = ms_since(t_compute);
+
+  auto t_write = Clock::now();
+  OutputSet out(c.out_dir);
+  auto stage = [&](const std::string& name, const auto& tensor) {
+    check_not_input(c, out.path(name));
+    std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
+    out.stage_npy(name, tensor.data(), shape);
+    report.outputs[name] = output_entry(shape, dtype);
+  };
+  stage("output.npy", output);
+  if (c.save_attention && !c.average_heads) stage("attention.npy", attention);
+  if (c.save_attention && c.average_heads) stage("attention.npy", attention_mean);
+  if (c.save_weights) {
+    check_not_input(c, out.path("weights.npz"));
+    out.stage_npz("weights.npz", weight_arrays(w));
+    report.outputs["weights.npz"] = {{"layout", "native"}, {"dtype", dtype}};
+  }
+  if (c.save_inputs) {
+    stage("query.npy", in.query);
+    if (!d.key_is_query) stage("key.npy", in.key);
+    if (!d.value_is_key) stage("value.npy", in.value);
+  }
+  report.write_ms = ms_since(t_write);
+  report.peak_rss_bytes = peak_rss_bytes();
+
+  RunResult result;
+  result.report = report.to_json();
+  check_not_input(c, out.path("run.json"));
+  out.stage_bytes("run.json", result.report.dump(2) + "\n");
+  out.commit();  // run.json is renamed last: its presence means the run completed
+  result.files = out.committed();
+  return result;
+}
+
+}  // namespace
+
+RunResult run(const Config& config, const std::function<void(const std::string&)>& warn) {
+  if (config.dtype == ComputeType::float64) return run_typed<double>(config, warn);
+  return run_typed<float>(config, warn);
+}
+
+}  // namespace mha
