@@ -36,6 +36,7 @@ struct RunArgs {
 
 void add_run_command(CLI::App& app, RunArgs& args) {
   CLI::App* run = app.add_subcommand("run", "Run multi-head attention once and write its outputs");
+  run->fallthrough();  // -v/-q may follow the subcommand
   run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
   run->add_flag("--print-json", args.print_json, "Also print run.json to stdout");
   for (const auto& key : config_keys()) {
@@ -131,7 +132,7 @@ int main(const std::vector<std::string>& argv) {
     std::cerr << "mha: error: " << explain_extras(e, argv) << std::endl;
     return kExitInvalid;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "mha: error: " << e.what() << std::endl;
+    std::cerr << "mha: error: " << e.what() << " (see mha --help)" << std::endl;
     return kExitInvalid;
   }
   setup_logging(verbose - quiet);

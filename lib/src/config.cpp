@@ -147,11 +147,10 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     if (v.is_boolean()) return void(c.causal = v.get<bool>() ? Causal::top_left : Causal::none);
     static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
                                                            {"bottom-right", Causal::bottom_right}};
-    if (!v.is_string())
-      fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
-                 json_excerpt(v));
-    c.causal = get_enum(v, where, names);
-    return;
+    for (const auto& [name, value] : names)
+      if (v.is_string() && v.get<std::string>() == name) return void(c.causal = value);
+    fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
+               json_excerpt(v));
   }
   if (key == "key_lengths") {
     c.key_lengths.reset();

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs any missing Debian packages and builds mha (Release) in build/.
+#   scripts/setup.sh          what `mha run` needs
+#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy)
+# Runs as root, or through sudo when not root. Nothing is downloaded at build
+# time; every dependency is a Debian 12 package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_tests=OFF
+packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-dev
+          libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev)
+if [[ "${1:-}" == "--test" ]]; then
+  with_tests=ON
+  packages+=(catch2 python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  sudo=""
+  [[ "$(id -u)" -eq 0 ]] || sudo="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=$with_tests >&2
+cmake --build build >&2

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the real `mha` binary: outputs, run.json, flag-over-file
+precedence, reproducibility, and every documented error path with its exit code.
+
+Run by ctest as: /usr/bin/python3 tests/cli/test_cli.py  (MHA_BIN = path to mha,
+MHA_SOURCE_DIR = repository root).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+MHA = os.environ.get("MHA_BIN", "build/bin/mha")
+ROOT = os.environ.get("MHA_SOURCE_DIR", os.getcwd())
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def run(args, cwd=ROOT):
+    p = subprocess.run([MHA] + args, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Case(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mha_cli_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def ok(self, args, cwd=ROOT):
+        rc, out, err = run(args, cwd)
+        self.assertEqual(rc, 0, f"mha {' '.join(args)} failed: {err}")
+        return out, err
+
+    def save(self, name, array):
+        np.save(self.path(name), array)
+        return self.path(name)
+
+    def write_config(self, name, obj_or_text):
+        text = obj_or_text if isinstance(obj_or_text, str) else json.dumps(obj_or_text)
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return self.path(name)
+
+    def expect_error(self, args, code, fragment, out_dir=None):
+        """A failing run: exit code, one stderr line naming the problem, no output files."""
+        out_dir = out_dir or self.path("out")
+        before = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else None
+        contents = {f: read_bytes(os.path.join(out_dir, f)) for f in before or []}
+        rc, out, err = run(args + ["--out_dir", out_dir])
+        self.assertEqual(rc, code, f"exit code for {args}: stderr was {err!r}")
+        lines = err.strip().splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {err!r}")
+        self.assertIn(fragment, lines[0])
+        after = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else None
+        self.assertEqual(before or [], after or [], "a failed run left files behind")
+        for f, data in contents.items():
+            self.assertEqual(read_bytes(os.path.join(out_dir, f)), data, f"a failed run changed {f}")
+        return lines[0]
+
+
+class DefaultConfig(Case):
+    def test_default_config_outputs(self):
+        out = self.path("out")
+        self.ok(["run", "--config", "configs/default.json", "--out_dir", out])
+        o = np.load(os.path.join(out, "output.npy"))
+        a = np.load(os.path.join(out, "attention.npy"))
+        self.assertEqual(o.shape, (64, 5, 512))
+        self.assertEqual(o.dtype, np.float32)
+        self.assertEqual(a.shape, (64, 8, 5, 5))
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+        self.assertTrue(np.isfinite(o).all())
+        report = load_json(os.path.join(out, "run.json"))
+        self.assertEqual(report["status"], "complete")
+        self.assertEqual(report["config"]["h"], 8)
+        self.assertEqual(report["config"]["d_k"], 64)
+        self.assertEqual(report["config"]["d_v"], 64)
+        self.assertAlmostEqual(report["config"]["scale"], 0.125)
+        self.assertEqual(report["outputs"]["output.npy"]["shape"], [64, 5, 512])
+        self.assertEqual(report["outputs"]["attention.npy"]["shape"], [64, 8, 5, 5])
+        self.assertEqual(report["sources"]["query"], {"random": "uniform[0,1)", "seed": 0})
+        self.assertEqual(report["sources"]["key"], {"same_as": "query"})
+        # 4 projections of 320 rows x 512 x 512 plus 2 attention products.
+        flops = 2 * 320 * 512 * 512 * 4 + 2 * 64 * 8 * 5 * 5 * 64 * 2
+        self.assertEqual(report["flops"], flops)
+        for k in ("load", "compute", "write"):
+            self.assertGreaterEqual(report["timings_ms"][k], 0)
+        self.assertGreater(report["peak_rss_bytes"], 0)
+        self.assertIn("version", report["tool"])
+        self.assertEqual(sorted(os.listdir(out)), ["attention.npy", "output.npy", "run.json"])
+
+    def test_print_json_matches_file(self):
+        out = self.path("out")
+        stdout, _ = self.ok(["run", "--config", "configs/default.json", "--out_dir", out,
+                             "--print-json", "-q"])
+        self.assertEqual(json.loads(stdout), load_json(os.path.join(out, "run.json")))
+
+    def test_every_bundled_config_runs(self):
+        for name in sorted(os.listdir(os.path.join(ROOT, "configs"))):
+            out = self.path(name)
+            self.ok(["run", "-q", "--config", os.path.join("configs", name), "--out_dir", out])
+            self.assertTrue(os.path.exists(os.path.join(out, "run.json")), name)
+
+
+class Precedence(Case):
+    def test_flags_override_file(self):
+        cfg = self.write_config("c.json", {"h": 8, "d_model": 64, "seq_len": 4, "batch": 2})
+        out = self.path("out")
+        self.ok(["run", "--config", cfg, "--h", "4", "--seq-len", "3", "--out_dir", out])
+        r = load_json(os.path.join(out, "run.json"))
+        self.assertEqual((r["config"]["h"], r["config"]["seq_len"], r["config"]["batch"]), (4, 3, 2))
+        self.assertEqual(r["config"]["d_k"], 16)
+        self.assertEqual(np.load(os.path.join(out, "output.npy")).shape, (2, 3, 64))
+
+    def test_bare_bool_flag_and_explicit_false(self):
+        out = self.path("out")
+        self.ok(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--save_attention",
+                 "--out_dir", out])
+        self.assertTrue(os.path.exists(os.path.join(out, "attention.npy")))
+        cfg = self.write_config("c.json", {"h": 2, "d_model": 8, "seq_len": 3,
+                                           "save_attention": True})
+        out2 = self.path("out2")
+        self.ok(["run", "--config", cfg, "--save-attention", "false", "--out_dir", out2])
+        self.assertFalse(os.path.exists(os.path.join(out2, "attention.npy")))
+
+
+class Reproducibility(Case):
+    args = ["run", "--h", "3", "--d_model", "12", "--seq_len", "7", "--batch", "2",
+            "--save_attention", "--save_weights", "--save_inputs"]
+
+    def test_same_seed_same_bytes_other_seed_differs(self):
+        a, b, c = self.path("a"), self.path("b"), self.path("c")
+        self.ok(self.args + ["--seed", "5", "--out_dir", a])
+        self.ok(self.args + ["--seed", "5", "--out_dir", b])
+        self.ok(self.args + ["--seed", "6", "--out_dir", c])
+        for f in ("output.npy", "attention.npy", "query.npy"):
+            self.assertEqual(read_bytes(os.path.join(a, f)),
+                             read_bytes(os.path.join(b, f)), f)
+            self.assertNotEqual(read_bytes(os.path.join(a, f)),
+                                read_bytes(os.path.join(c, f)), f)
+
+    def test_saved_inputs_and_weights_reproduce_the_run(self):
+        a, b = self.path("a"), self.path("b")
+        self.ok(self.args + ["--seed", "9", "--out_dir", a])
+        self.ok(["run", "--h", "3", "--query", os.path.join(a, "query.npy"),
+                 "--weights", os.path.join(a, "weights.npz"), "--out_dir", b])
+        np.testing.assert_array_equal(np.load(os.path.join(a, "output.npy")),
+                                      np.load(os.path.join(b, "output.npy")))
+        w = np.load(os.path.join(a, "weights.npz"))
+        self.assertEqual(sorted(w.files), ["W_k", "W_o", "W_q", "W_v", "b_k", "b_o", "b_q", "b_v"])
+        self.assertEqual(w["W_q"].shape, (12, 12))
+        # Glorot-uniform kernels stay inside their limit, biases start at zero.
+        self.assertLessEqual(np.abs(w["W_q"]).max(), np.sqrt(6 / 24))
+        self.assertEqual(np.abs(w["b_q"]).max(), 0)
+        q = np.load(os.path.join(a, "query.npy"))
+        self.assertTrue(((q >= 0) & (q < 1)).all())
+
+    def test_weights_directory_and_float64(self):
+        a, b = self.path("a"), self.path("b")
+        self.ok(self.args + ["--dtype", "float64", "--out_dir", a])
+        wdir = self.path("w")
+        os.makedirs(wdir)
+        with np.load(os.path.join(a, "weights.npz")) as w:
+            for k in w.files:
+                np.save(os.path.join(wdir, k + ".npy"), w[k])
+        self.ok(["run", "--h", "3", "--dtype", "float64", "--query", os.path.join(a, "query.npy"),
+                 "--weights", wdir, "--out_dir", b])
+        o = np.load(os.path.join(b, "output.npy"))
+        self.assertEqual(o.dtype, np.float64)
+        np.testing.assert_array_equal(o, np.load(os.path.join(a, "output.npy")))
+
+
+class Errors(Case):
+    def test_unknown_config_key_suggests(self):
+        cfg = self.write_config("c.json", {"h": 2, "dmodel": 8, "seq_len": 2})
+        line = self.expect_error(["run", "--config", cfg], 2, "unknown key")
+        self.assertIn("d_model", line)
+        self.assertIn("c.json", line)
+
+    def test_unknown_flag_suggests(self):
+        line = self.expect_error(["run", "--h", "2", "--d-modl", "8"], 2, "--d-modl")
+        self.assertIn("did you mean --d_model", line)
+
+    def test_json_syntax_error_has_line_and_column(self):
+        cfg = self.write_config("c.json", '{\n  "h": 2,\n  "d_model": 8 oops\n}\n')
+        self.expect_error(["run", "--config", cfg], 2, "c.json:3:")
+
+    def test_wrong_type_and_range(self):
+        for value, fragment in (('"8"', "expected an integer"), ("8.5", "expected an integer"),
+                                ("true", "expected an integer"), ("0", "[1, 1073741824]"),
+                                ("3000000000", "[1, 1073741824]")):
+            cfg = self.write_config("c.json", '{"h": %s, "d_model": 8, "seq_len": 2}' % value)
+            line = self.expect_error(["run", "--config", cfg], 2, fragment)
+            self.assertIn("'h'", line)
+        self.expect_error(["run", "--h", "two", "--d_model", "8"], 2, "--h: expected an integer")
+        self.expect_error(["run", "--h", "2", "--d_model", "8", "--seq_len", "2",
+                           "--masked_rows", "skip"], 2, "--masked_rows")
+
+    def test_missing_and_inconsistent_hyperparameters(self):
+        self.expect_error(["run", "--d_model", "8", "--seq_len", "2"], 2, "h (number of heads)")
+        self.expect_error(["run", "--h", "3", "--d_model", "8", "--seq_len", "2"], 2,
+                          "not divisible by h = 3")
+        self.expect_error(["run", "--h", "2", "--d_model", "8"], 2, "seq_len is required")
+        q = self.save("q.npy", np.zeros((2, 5, 8), np.float32))
+        line = self.expect_error(["run", "--h", "2", "--query", q, "--seq_len", "4"], 2,
+                                 "seq_len mismatch")
+        self.assertIn("q.npy", line)
+
+    def test_bad_weights(self):
+        w = self.path("w.npz")
+        np.savez(w, W_q=np.zeros((8, 8), np.float32), W_k=np.zeros((8, 8), np.float32),
+                 W_v=np.zeros((8, 8), np.float32), W_o=np.zeros((8, 7), np.float32))
+        self.expect_error(["run", "--h", "2", "--d_model", "8", "--seq_len", "2", "--weights", w,
+                           "--use_bias", "false", "--d_out", "8"], 2, "d_out mismatch")
+        line = self.expect_error(["run", "--h", "2", "--seq_len", "2", "--weights", w], 2,
+                                 "missing bias 'b_q'")
+        self.assertIn("w.npz", line)
+        np.savez(w, W_q=np.zeros((8, 8), np.float32), W_k=np.zeros((8, 9), np.float32),
+                 W_v=np.zeros((8, 8), np.float32), W_o=np.zeros((8, 8), np.float32))
+        self.expect_error(["run", "--h", "2", "--seq_len", "2", "--weights", w,
+                           "--use_bias", "false"], 2, "W_k has shape (8, 9), expected (8, 8)")
+
+    def test_bad_files(self):
+        self.expect_error(["run", "--h", "2", "--query", self.path("nope.npy")], 2, "nope.npy")
+        trunc = self.path("t.npy")
+        np.save(trunc, np.zeros((4, 8), np.float32))
+        data = read_bytes(trunc)
+        with open(trunc, "wb") as f:
+            f.write(data[:-3])
+        self.expect_error(["run", "--h", "2", "--query", trunc], 2, "t.npy")
+        obj = self.path("o.npy")
+        np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        self.expect_error(["run", "--h", "2", "--query", obj], 2, "o.npy")
+        ints = self.save("i.npy", np.zeros((4, 8), np.int64))
+        self.expect_error(["run", "--h", "2", "--query", ints], 2, "expected a float array")
+        nan = np.zeros((4, 8), np.float32)
+        nan[2, 3] = np.nan
+        nanf = self.save("nan.npy", nan)
+        self.expect_error(["run", "--h", "2", "--query", nanf], 2, "(0, 2, 3)")
+
+    def test_bad_mask_and_key_lengths(self):
+        q = self.save("q.npy", np.zeros((2, 5, 8), np.float32))
+        m = self.save("m.npy", np.ones((5, 4), bool))
+        self.expect_error(["run", "--h", "2", "--query", q, "--mask", m], 2, "m.npy")
+        self.expect_error(["run", "--h", "2", "--query", q, "--key_lengths", "5"], 2,
+                          "expected B = 2 key lengths")
+        self.expect_error(["run", "--h", "2", "--query", q, "--key_lengths", "5,6"], 2,
+                          "outside [0, S = 5]")
+
+    def test_output_problems(self):
+        blocker = self.path("file")
+        with open(blocker, "w") as f:
+            f.write("x")
+        rc, _, err = run(["run", "--h", "2", "--d_model", "8", "--seq_len", "2",
+                          "--out_dir", blocker])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("file", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        # An output may not overwrite one of the run's inputs.
+        out = self.path("out")
+        os.makedirs(out)
+        q = os.path.join(out, "output.npy")
+        np.save(q, np.zeros((3, 8), np.float32))
+        self.expect_error(["run", "--h", "2", "--query", q], 2, "would overwrite the input",
+                          out_dir=out)
+
+    def test_failed_run_keeps_previous_outputs(self):
+        out = self.path("out")
+        self.ok(["run", "--h", "2", "--d_model", "8", "--seq_len", "2", "--out_dir", out])
+        self.expect_error(["run", "--h", "3", "--d_model", "8", "--seq_len", "2"], 2,
+                          "not divisible", out_dir=out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

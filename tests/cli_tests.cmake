@@ -1,0 +1,15 @@
+# End-to-end tests: the real binary, driven from Python with NumPy checks.
+# Debian's interpreter is used on purpose: it is the one python3-numpy serves.
+find_program(MHA_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(NOT MHA_PYTHON)
+  message(FATAL_ERROR "tests need /usr/bin/python3 with NumPy (scripts/setup.sh --test installs it)")
+endif()
+
+set(MHA_TEST_ENV "MHA_BIN=$<TARGET_FILE:mha>" "MHA_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
+foreach(group DefaultConfig Precedence Reproducibility Errors)
+  add_test(NAME cli.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
