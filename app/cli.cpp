@@ -5,9 +5,9 @@
 #include <map>
 #include <new>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "mha/config.hpp"
 #include "mha/error.hpp"
@@ -65,7 +65,7 @@ Config build_config(const RunArgs& args) {
 void setup_logging(int verbosity) {
   auto logger = spdlog::stderr_logger_st("mha");
   logger->set_pattern("mha: %l: %v");
-  logger->set_level(verbosity > 0 ? spdlog::level::debug
+  logger->set_level(verbosity > 0   ? spdlog::level::debug
                     : verbosity < 0 ? spdlog::level::err
                                     : spdlog::level::info);
   spdlog::set_default_logger(logger);
@@ -91,12 +91,11 @@ int do_run(const RunArgs& args) {
 std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::string>& args) {
   for (const auto& a : args) {
     if (a.rfind("--", 0) != 0) continue;
-    std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos
-                                                                     : a.find('=') - 2);
-    bool known = name == "config" || name == "print-json" || name == "verbose" ||
-                 name == "quiet" || name == "help" || name == "version";
-    for (const auto& k : config_keys())
-      known = known || name == k.name || name == kebab(k.name);
+    std::string name =
+        a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
+                 name == "help" || name == "version";
+    for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);
     return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");

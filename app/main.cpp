@@ -1,3 +1,5 @@
 #include "cli.hpp"
 
-int main(int argc, char** argv) { return mha::cli::main({argv + 1, argv + argc}); }
+int main(int argc, char** argv) {
+  return mha::cli::main({argv + 1, argv + argc});
+}

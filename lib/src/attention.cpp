@@ -91,10 +91,10 @@ void multi_head_attention(const Dims& d, const T* X_q, const T* X_k, const T* X_
   project(context.data(), d.B * d.T, hdv, w.W_o, w.b_o, output);
 }
 
-#define MHA_INSTANTIATE(T)                                                                     \
-  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,             \
-                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*, \
-                                        T*, T*);                                               \
+#define MHA_INSTANTIATE(T)                                                                        \
+  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,                \
+                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*, T*, \
+                                        T*);                                                      \
   template void softmax_rows<T>(T*, std::size_t, std::size_t, std::size_t, MaskedRows);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)

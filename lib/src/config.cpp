@@ -49,7 +49,9 @@ const std::vector<ConfigKey> kKeys = {
     {"save_inputs", "BOOL", "write the inputs used as .npy", true},
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 std::string json_excerpt(const json& v) {
   std::string s = v.dump();
@@ -101,8 +103,8 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     field = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, kMaxSize));
   };
   auto path = [&](std::optional<std::string>& field) {
-    field = v.is_null() ? std::nullopt
-                        : std::optional(get_string(v, where, "a file path (string)"));
+    field =
+        v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a file path (string)"));
   };
   auto flag = [&](bool& field, bool dflt) { field = v.is_null() ? dflt : get_bool(v, where); };
 
@@ -125,8 +127,8 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     return;
   }
   if (key == "dtype") {
-    static const std::pair<const char*, ComputeType> names[] = {
-        {"float32", ComputeType::float32}, {"float64", ComputeType::float64}};
+    static const std::pair<const char*, ComputeType> names[] = {{"float32", ComputeType::float32},
+                                                                {"float64", ComputeType::float64}};
     c.dtype = v.is_null() ? ComputeType::float32 : get_enum(v, where, names);
     return;
   }
@@ -167,9 +169,8 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     return;
   }
   if (key == "masked_rows") {
-    static const std::pair<const char*, MaskedRows> names[] = {{"zero", MaskedRows::zero},
-                                                               {"uniform", MaskedRows::uniform},
-                                                               {"nan", MaskedRows::nan}};
+    static const std::pair<const char*, MaskedRows> names[] = {
+        {"zero", MaskedRows::zero}, {"uniform", MaskedRows::uniform}, {"nan", MaskedRows::nan}};
     c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
     return;
   }
@@ -183,7 +184,8 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   if (key == "save_inputs") return flag(c.save_inputs, false);
 
   std::string hint = nearest_key(key);
-  fail_input(where + ": unknown key" + (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
+  fail_input(where + ": unknown key" +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -201,6 +203,16 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// An integer flag beyond 64 bits: a float, as a JSON file would give, so the
+// key's own type check reports it.
+json too_big(const std::string& text, const std::string& where) {
+  try {
+    return std::stod(text);
+  } catch (const std::exception&) {
+    fail_input(where + ": expected an integer, got " + quote(text) + " (out of range)");
+  }
+}
+
 // Flag text to the JSON value the same key would have in a file.
 json flag_value(const std::string& key, const std::string& text, const std::string& where) {
   const ConfigKey* spec = nullptr;
@@ -213,20 +225,32 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
   }
   const std::string hint = spec->value_hint;
   if (hint == "INT") {
-    // Strict: the whole text is an optionally signed decimal integer.
-    bool digits = !text.empty() && text.find_first_not_of("0123456789", text[0] == '-') ==
-                                       std::string::npos && text != "-";
-    if (!digits) fail_input(where + ": expected an integer, got " + quote(text));
-    try {
-      return json::parse(text);  // big values become unsigned or float and are range-checked
-    } catch (const json::exception&) {
+    // Strict: the whole text is an optionally signed decimal integer. Values
+    // beyond 64 bits become a float, as in a JSON file, and fail the type check.
+    const bool negative = !text.empty() && text[0] == '-';
+    const std::string digits = text.substr(negative ? 1 : 0);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
       fail_input(where + ": expected an integer, got " + quote(text));
+    std::uint64_t magnitude = 0;
+    for (char ch : digits) {
+      const std::uint64_t digit = static_cast<std::uint64_t>(ch - '0');
+      if (magnitude > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
+        return too_big(text, where);
+      magnitude = magnitude * 10 + digit;
     }
+    if (!negative) return magnitude;
+    if (magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return too_big(text, where);
+    return -static_cast<std::int64_t>(magnitude);
   }
-  if (hint == "BOOL" || (key == "causal" && (text == "true" || text == "false"))) {
+  const bool causal_bool = key == "causal" && text != "top-left" && text != "bottom-right";
+  if (hint == "BOOL" || causal_bool) {
     if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
     if (text == "false" || text == "0" || text == "no" || text == "off") return false;
-    fail_input(where + ": expected true or false, got " + quote(text));
+    fail_input(where +
+               (causal_bool ? ": expected true, false, 'top-left' or 'bottom-right', got "
+                            : ": expected true or false, got ") +
+               quote(text));
   }
   if (hint == "FLOAT") {
     std::size_t used = 0;
@@ -245,6 +269,8 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
     std::stringstream ss(text);
     std::string item;
     while (std::getline(ss, item, ',')) list.push_back(flag_value("batch", item, where));
+    if (!text.empty() && text.back() == ',')
+      fail_input(where + ": expected comma-separated integers, got " + quote(text));
     return list;
   }
   return text;
@@ -322,7 +348,9 @@ json read_config_file(const std::string& path) {
   }
 }
 
-const std::vector<ConfigKey>& config_keys() { return kKeys; }
+const std::vector<ConfigKey>& config_keys() {
+  return kKeys;
+}
 
 std::string nearest_key(const std::string& name) {
   std::string normalized = name;
@@ -342,22 +370,30 @@ std::string nearest_key(const std::string& name) {
 
 const char* to_string(Causal c) {
   switch (c) {
-    case Causal::none: return "false";
-    case Causal::top_left: return "top-left";
-    case Causal::bottom_right: return "bottom-right";
+    case Causal::none:
+      return "false";
+    case Causal::top_left:
+      return "top-left";
+    case Causal::bottom_right:
+      return "bottom-right";
   }
   return "?";
 }
 
 const char* to_string(MaskedRows m) {
   switch (m) {
-    case MaskedRows::zero: return "zero";
-    case MaskedRows::uniform: return "uniform";
-    case MaskedRows::nan: return "nan";
+    case MaskedRows::zero:
+      return "zero";
+    case MaskedRows::uniform:
+      return "uniform";
+    case MaskedRows::nan:
+      return "nan";
   }
   return "?";
 }
 
-const char* to_string(ComputeType t) { return t == ComputeType::float32 ? "float32" : "float64"; }
+const char* to_string(ComputeType t) {
+  return t == ComputeType::float32 ? "float32" : "float64";
+}
 
 }  // namespace mha

@@ -24,8 +24,8 @@ std::optional<std::size_t> agree(const char* key, const std::optional<std::int64
   }
   for (const auto& s : seen) {
     if (value && *value != s.value)
-      fail_input(std::string(key) + " mismatch: " + from + ", but " + s.where + " implies " +
-                 key + " = " + std::to_string(s.value));
+      fail_input(std::string(key) + " mismatch: " + from + ", but " + s.where + " implies " + key +
+                 " = " + std::to_string(s.value));
     if (!value) {
       value = s.value;
       from = s.where + " implies " + key + " = " + std::to_string(s.value);
@@ -55,7 +55,8 @@ std::optional<InputSizes> input_sizes(const std::optional<Shape>& shape, const s
     fail_input(path + ": expected a " + role + " of shape " + dims3 + " or " + dims2 + ", got " +
                shape_str(*shape));
   for (auto d : *shape)
-    if (d == 0) fail_input(path + ": " + role + " has an empty dimension, shape " + shape_str(*shape));
+    if (d == 0)
+      fail_input(path + ": " + role + " has an empty dimension, shape " + shape_str(*shape));
   InputSizes s;
   if (shape->size() == 3) s.B = (*shape)[0];
   s.L = (*shape)[shape->size() - 2];
@@ -80,7 +81,8 @@ std::uint64_t Dims::flops() const {
 
 Dims resolve_dims(const Config& c, const FileShapes& files) {
   if (files.key && !files.value)
-    fail_input("'key' is given without 'value': give both, or only 'value' to use it as the key too");
+    fail_input(
+        "'key' is given without 'value': give both, or only 'value' to use it as the key too");
   if ((files.key || files.value) && !files.query)
     fail_input("'" + std::string(files.key ? "key" : "value") +
                "' is given without 'query': give the query input too");
@@ -130,7 +132,9 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
   for (auto& s : wseen("W_q", 0, "d_model, h*d_k")) dm.push_back(s);
   auto d_model = agree("d_model", c.d_model, dm);
   if (!d_model)
-    fail_input("d_model is required when neither a query file nor weights give it (config key or --d_model)");
+    fail_input(
+        "d_model is required when neither a query file nor weights give it (config key or "
+        "--d_model)");
   d.d_model = *d_model;
 
   std::vector<Seen> kd, vd;
@@ -176,8 +180,8 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
   } else if (const Shape* wv = weight("W_v")) {
     d.d_v = divide((*wv)[1], d.h,
                    files.weights_name + ":W_v of shape " + shape_str(*wv) + " has " +
-                       std::to_string((*wv)[1]) + " columns (h*d_v), not divisible by h = " +
-                       std::to_string(d.h));
+                       std::to_string((*wv)[1]) +
+                       " columns (h*d_v), not divisible by h = " + std::to_string(d.h));
   } else {
     d.d_v = d.d_k;
   }

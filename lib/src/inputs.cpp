@@ -17,10 +17,9 @@ xt::xtensor<T, 3> make_input(const std::optional<NpyArray>& file, const std::str
   return x;
 }
 
-template xt::xtensor<float, 3> make_input<float>(const std::optional<NpyArray>&,
-                                                 const std::string&, const std::string&,
-                                                 std::size_t, std::size_t, std::size_t,
-                                                 std::uint64_t);
+template xt::xtensor<float, 3> make_input<float>(const std::optional<NpyArray>&, const std::string&,
+                                                 const std::string&, std::size_t, std::size_t,
+                                                 std::size_t, std::uint64_t);
 template xt::xtensor<double, 3> make_input<double>(const std::optional<NpyArray>&,
                                                    const std::string&, const std::string&,
                                                    std::size_t, std::size_t, std::size_t,

@@ -8,8 +8,8 @@
 namespace mha {
 
 template <class T>
-void Mask<T>::apply(const Dims& d, std::size_t b, std::size_t head, std::size_t t0,
-                    std::size_t t1, T* logits, std::size_t ld) const {
+void Mask<T>::apply(const Dims& d, std::size_t b, std::size_t head, std::size_t t0, std::size_t t1,
+                    T* logits, std::size_t ld) const {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::size_t S = d.S;
   // Key padding and causality cut each row at a key index; beyond it is -inf.
@@ -93,16 +93,33 @@ Mask<T> load_mask(const Config& c, const Dims& d) {
         std::int64_t v = 0;
         const unsigned char* p = a.data.data() + i * w;
         switch (a.dtype) {
-          case DType::i1: v = *reinterpret_cast<const std::int8_t*>(p); break;
-          case DType::u1: v = *p; break;
-          case DType::i2: v = *reinterpret_cast<const std::int16_t*>(p); break;
-          case DType::u2: v = *reinterpret_cast<const std::uint16_t*>(p); break;
-          case DType::i4: v = *reinterpret_cast<const std::int32_t*>(p); break;
-          case DType::u4: v = *reinterpret_cast<const std::uint32_t*>(p); break;
-          case DType::i8: v = *reinterpret_cast<const std::int64_t*>(p); break;
+          case DType::i1:
+            v = *reinterpret_cast<const std::int8_t*>(p);
+            break;
+          case DType::u1:
+            v = *p;
+            break;
+          case DType::i2:
+            v = *reinterpret_cast<const std::int16_t*>(p);
+            break;
+          case DType::u2:
+            v = *reinterpret_cast<const std::uint16_t*>(p);
+            break;
+          case DType::i4:
+            v = *reinterpret_cast<const std::int32_t*>(p);
+            break;
+          case DType::u4:
+            v = *reinterpret_cast<const std::uint32_t*>(p);
+            break;
+          case DType::i8:
+            v = *reinterpret_cast<const std::int64_t*>(p);
+            break;
           default: {
-            std::uint64_t u = *reinterpret_cast<const std::uint64_t*>(p);
-            v = u > static_cast<std::uint64_t>(d.S) ? -1 : static_cast<std::int64_t>(u);
+            const std::uint64_t u = *reinterpret_cast<const std::uint64_t*>(p);
+            if (u > static_cast<std::uint64_t>(d.S))
+              fail_input(where + ": key length " + std::to_string(u) + " at index " +
+                         std::to_string(i) + " is outside [0, S = " + std::to_string(d.S) + "]");
+            v = static_cast<std::int64_t>(u);
           }
         }
         m.key_lengths.push_back(v);

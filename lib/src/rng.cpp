@@ -47,7 +47,9 @@ void RandomStream::fill_uniform(T* out, std::size_t n, T low, T high) const {
     } else {
       u = uniform_double(i);
     }
-    out[i] = low + width * u;
+    // low + width * u can round up to `high` for the largest u; keep [low, high).
+    const T x = low + width * u;
+    out[i] = x < high ? x : std::nextafter(high, low);
   }
 }
 

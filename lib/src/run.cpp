@@ -50,7 +50,9 @@ void check_finite(const Tensor& t, const std::string& name) {
   check_finite(t.data(), t.size(), shape, name);
 }
 
-nlohmann::json file_source(const std::string& path) { return {{"file", path}}; }
+nlohmann::json file_source(const std::string& path) {
+  return {{"file", path}};
+}
 
 nlohmann::json random_source(const char* distribution, std::uint64_t seed) {
   return {{"random", distribution}, {"seed", seed}};

@@ -73,8 +73,7 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
                                bool use_bias, const std::string& path) {
   if (!use_bias) {
     for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
-      if (arrays.count(b))
-        fail_input(path + ": holds bias '" + b + "' but use_bias is false");
+      if (arrays.count(b)) fail_input(path + ": holds bias '" + b + "' but use_bias is false");
   } else {
     for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
       if (!arrays.count(b))
@@ -137,10 +136,10 @@ std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w)
   return out;
 }
 
-#define MHA_INSTANTIATE(T)                                                                      \
+#define MHA_INSTANTIATE(T)                                                                        \
   template Weights<T> weights_from_arrays<T>(const std::map<std::string, NpyArray>&, const Dims&, \
-                                             bool, const std::string&);                          \
-  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t);                       \
+                                             bool, const std::string&);                           \
+  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t);                        \
   template std::vector<std::pair<std::string, NpyArray>> weight_arrays<T>(const Weights<T>&);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)

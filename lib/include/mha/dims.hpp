@@ -14,16 +14,16 @@
 namespace mha {
 
 struct Dims {
-  std::size_t B = 1;        // batch
-  std::size_t T = 1;        // query length (seq_len)
-  std::size_t S = 1;        // key/value length (kv_seq_len)
-  std::size_t h = 1;        // heads
-  std::size_t d_model = 1;  // query feature size
-  std::size_t d_k = 1;      // per-head query/key size
-  std::size_t d_v = 1;      // per-head value size
-  std::size_t kdim = 1;     // key feature size
-  std::size_t vdim = 1;     // value feature size
-  std::size_t d_out = 1;    // output feature size
+  std::size_t B = 1;         // batch
+  std::size_t T = 1;         // query length (seq_len)
+  std::size_t S = 1;         // key/value length (kv_seq_len)
+  std::size_t h = 1;         // heads
+  std::size_t d_model = 1;   // query feature size
+  std::size_t d_k = 1;       // per-head query/key size
+  std::size_t d_v = 1;       // per-head value size
+  std::size_t kdim = 1;      // key feature size
+  std::size_t vdim = 1;      // value feature size
+  std::size_t d_out = 1;     // output feature size
   bool key_is_query = true;  // self-attention: key (and value) are the query tensor
   bool value_is_key = true;  // value is the key tensor
 
@@ -35,7 +35,7 @@ struct Dims {
 // Shapes of whatever tensors came from files; absent ones are random.
 struct FileShapes {
   std::optional<std::vector<std::size_t>> query, key, value;
-  std::string query_name, key_name, value_name;            // paths, for messages
+  std::string query_name, key_name, value_name;             // paths, for messages
   std::map<std::string, std::vector<std::size_t>> weights;  // "W_q" -> shape
   std::string weights_name;
 };

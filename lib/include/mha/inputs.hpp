@@ -21,9 +21,7 @@ struct Inputs {
   xt::xtensor<T, 3> value;  // (B, S, vdim); empty when dims.value_is_key
 
   const T* key_data(const Dims& d) const { return d.key_is_query ? query.data() : key.data(); }
-  const T* value_data(const Dims& d) const {
-    return d.value_is_key ? key_data(d) : value.data();
-  }
+  const T* value_data(const Dims& d) const { return d.value_is_key ? key_data(d) : value.data(); }
 };
 
 // One input tensor of shape (B, L, F): converted from `file` if given (its

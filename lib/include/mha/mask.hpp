@@ -20,9 +20,9 @@ namespace mha {
 template <class T>
 struct Mask {
   Causal causal = Causal::none;
-  std::size_t mask_B = 0, mask_h = 0;  // 0 = no explicit mask; else 1 or B, 1 or h
-  std::vector<unsigned char> allow;    // bool mask (mask_B, mask_h, T, S), 1 = may attend
-  std::vector<T> bias;                 // float mask (mask_B, mask_h, T, S), added to logits
+  std::size_t mask_B = 0, mask_h = 0;     // 0 = no explicit mask; else 1 or B, 1 or h
+  std::vector<unsigned char> allow;       // bool mask (mask_B, mask_h, T, S), 1 = may attend
+  std::vector<T> bias;                    // float mask (mask_B, mask_h, T, S), added to logits
   std::vector<std::int64_t> key_lengths;  // empty = no padding
 
   bool empty() const { return causal == Causal::none && mask_B == 0 && key_lengths.empty(); }

@@ -29,7 +29,7 @@ struct NpyArray {
   std::vector<std::size_t> shape;   // empty shape = 0-d array with one element
   std::vector<unsigned char> data;  // size() * itemsize(dtype) bytes, C order, native order
 
-  std::size_t size() const;  // number of elements
+  std::size_t size() const;      // number of elements
   std::string describe() const;  // "float32 array of shape (2, 3)"
 
   // Copies a C-order buffer of float, double, bool, int32 or int64.

@@ -17,6 +17,7 @@ std::map<std::string, NpyArray> read_npz(const std::string& path);
 
 // Writes an uncompressed .npz (members "NAME.npy") to `path` directly; callers
 // that need atomicity write to a temporary path (see OutputSet).
-void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& members);
+void write_npz(const std::string& path,
+               const std::vector<std::pair<std::string, NpyArray>>& members);
 
 }  // namespace mha

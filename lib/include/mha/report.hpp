@@ -13,11 +13,11 @@
 namespace mha {
 
 struct RunReport {
-  Config config;                         // as given
-  Dims dims;                             // as resolved
-  double scale = 0;                      // the logit scale used
-  nlohmann::json sources;                // tensor -> {"file": path} | {"random": ..., "seed": n}
-  nlohmann::json outputs;                // file -> {"shape": [...], "dtype": ...}
+  Config config;           // as given
+  Dims dims;               // as resolved
+  double scale = 0;        // the logit scale used
+  nlohmann::json sources;  // tensor -> {"file": path} | {"random": ..., "seed": n}
+  nlohmann::json outputs;  // file -> {"shape": [...], "dtype": ...}
   double load_ms = 0, compute_ms = 0, write_ms = 0;
   std::uint64_t peak_rss_bytes = 0;
 

@@ -1,0 +1,189 @@
+#include "mha/output_set.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+
+#include "mha/error.hpp"
+#include "mha/npz.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mha {
+
+namespace {
+
+std::string errno_str(int err) {
+  return err ? std::strerror(err) : "unknown error";
+}
+
+// Without this a crash right after commit() could leave renamed but empty
+// files behind on some filesystems. Returns errno, or 0.
+int sync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+void remove_quietly(const std::string& path) noexcept {
+  std::error_code ec;
+  fs::remove(path, ec);
+}
+
+// Writing one name twice would silently drop the first version.
+template <class StagedList>
+void check_not_staged(const StagedList& staged, const std::vector<std::string>& committed,
+                      const std::string& final_path) {
+  const bool dup = std::any_of(staged.begin(), staged.end(),
+                               [&](auto& s) { return s.final_path == final_path; }) ||
+                   std::find(committed.begin(), committed.end(), final_path) != committed.end();
+  if (dup) fail_runtime(final_path + ": staged more than once in the same output set");
+}
+
+template <class T>
+constexpr DType float_dtype() {
+  return std::is_same_v<T, float> ? DType::f4 : DType::f8;
+}
+
+}  // namespace
+
+OutputSet::OutputSet(std::string dir) : dir_(dir.empty() ? "." : std::move(dir)) {
+  std::error_code ec;
+  const auto status = fs::status(dir_, ec);
+  if (fs::exists(status) && !fs::is_directory(status))
+    fail_runtime(dir_ + ": output directory exists but is not a directory");
+  if (!fs::exists(status)) {
+    fs::create_directories(dir_, ec);
+    if (ec) fail_runtime(dir_ + ": cannot create output directory: " + ec.message());
+  }
+  if (::access(dir_.c_str(), W_OK | X_OK) != 0)
+    fail_runtime(dir_ + ": output directory is not writable: " + errno_str(errno));
+}
+
+OutputSet::~OutputSet() {
+  for (const auto& s : staged_) remove_quietly(s.tmp);
+}
+
+std::string OutputSet::path(const std::string& filename) const {
+  return (fs::path(dir_) / filename).string();
+}
+
+std::string OutputSet::temp_path(const std::string& filename) {
+  // Shared by all instances so two sets staging the same name in one process
+  // cannot collide; the pid separates concurrent processes.
+  static std::atomic<unsigned long> counter{0};
+  const fs::path final_path = fs::path(path(filename));
+  const std::string base = "." + final_path.filename().string() + ".tmp." +
+                           std::to_string(::getpid()) + "." + std::to_string(counter++);
+  return (final_path.parent_path() / base).string();
+}
+
+void OutputSet::stage(const std::string& filename,
+                      const std::function<void(std::ostream&)>& write) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+
+  staged_.reserve(staged_.size() + 1);  // so that recording it below cannot throw
+  const std::string tmp = temp_path(filename);
+  // Temporary names are predictable, so create the file exclusively first:
+  // in a shared directory nobody can have planted a symlink there for us to
+  // follow, and with the sticky bit nobody can swap the file afterwards.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
+  ::close(fd);
+  try {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail_runtime(final_path + ": cannot open " + tmp + ": " + errno_str(errno));
+    errno = 0;
+    write(out);
+    out.flush();
+    if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
+    out.close();
+    if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
+    if (const int err = sync_path(tmp, O_RDONLY))
+      fail_runtime(final_path + ": fsync failed: " + errno_str(err));
+  } catch (...) {
+    remove_quietly(tmp);
+    throw;
+  }
+  staged_.push_back({tmp, final_path});
+}
+
+void OutputSet::stage_bytes(const std::string& filename, const std::string& bytes) {
+  stage(filename, [&](std::ostream& out) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });
+}
+
+template <class T>
+void OutputSet::stage_npy(const std::string& filename, const T* data,
+                          const std::vector<std::size_t>& shape) {
+  std::size_t n = 1;
+  for (std::size_t d : shape) {
+    if (d != 0 && n > std::numeric_limits<std::size_t>::max() / sizeof(T) / d)
+      fail_runtime(path(filename) + ": array of shape " + shape_str(shape) + " is too large");
+    n *= d;
+  }
+  const std::string header = npy_header(float_dtype<T>(), shape);
+  stage(filename, [&](std::ostream& out) {
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    if (n)
+      out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(T)));
+  });
+}
+
+template void OutputSet::stage_npy<float>(const std::string&, const float*,
+                                          const std::vector<std::size_t>&);
+template void OutputSet::stage_npy<double>(const std::string&, const double*,
+                                           const std::vector<std::size_t>&);
+
+void OutputSet::stage_npz(const std::string& filename,
+                          const std::vector<std::pair<std::string, NpyArray>>& members) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+
+  staged_.reserve(staged_.size() + 1);
+  const std::string tmp = temp_path(filename);
+  try {
+    write_npz(tmp, members);
+    if (const int err = sync_path(tmp, O_RDONLY))
+      fail_runtime(final_path + ": fsync failed: " + errno_str(err));
+  } catch (const Error& e) {
+    remove_quietly(tmp);
+    // Report the file the user asked for, not our temporary name.
+    std::string msg = e.what();
+    if (msg.compare(0, tmp.size(), tmp) == 0) msg = final_path + msg.substr(tmp.size());
+    throw Error(e.kind(), msg);
+  } catch (...) {
+    remove_quietly(tmp);
+    throw;
+  }
+  staged_.push_back({tmp, final_path});
+}
+
+void OutputSet::commit() {
+  while (!staged_.empty()) {
+    const Staged s = staged_.front();
+    std::error_code ec;
+    fs::rename(s.tmp, s.final_path, ec);
+    if (ec)
+      fail_runtime(s.final_path + ": cannot move the finished file into place: " + ec.message());
+    staged_.erase(staged_.begin());
+    committed_.push_back(s.final_path);
+  }
+  // Best effort: the files are already in place, and some filesystems
+  // cannot sync a directory.
+  sync_path(dir_, O_RDONLY | O_DIRECTORY);
+}
+
+}  // namespace mha

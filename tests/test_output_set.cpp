@@ -1,0 +1,239 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mha/error.hpp"
+#include "mha/npz.hpp"
+#include "mha/output_set.hpp"
+
+namespace fs = std::filesystem;
+using mha::NpyArray;
+using mha::OutputSet;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "mha_test_out_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.insert(entry.path().filename().string());
+  return names;
+}
+
+template <class F>
+void require_runtime(F&& f, const std::string& fragment) {
+  INFO("expecting an error containing: " << fragment);
+  REQUIRE_THROWS_WITH(f(), Catch::Contains(fragment));
+  try {
+    f();
+  } catch (const mha::Error& e) {
+    CHECK(e.kind() == mha::ErrorKind::runtime);
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    return;
+  }
+  FAIL("expected mha::Error");
+}
+
+}  // namespace
+
+TEST_CASE("OutputSet files appear only on commit", "[output]") {
+  TempDir tmp;
+  const std::string dir = tmp / "out";
+  const std::vector<float> f = {1, 2, 3, 4, 5, 6};
+  const std::vector<double> d = {0.25, -8};
+  {
+    OutputSet out(dir);
+    CHECK(out.dir() == dir);
+    CHECK(out.path("a.txt") == dir + "/a.txt");
+    out.stage_bytes("report.json", "{\"ok\": true}\n");
+    out.stage("log.txt", [](std::ostream& os) { os << "line 1\nline 2\n"; });
+    out.stage_npy("output.npy", f.data(), {2, 3});
+    out.stage_npy("scores.npy", d.data(), {2});
+    out.stage_npz("all.npz", {{"output", NpyArray::of(f.data(), {3, 2})}});
+
+    // Only hidden temporaries exist until commit.
+    for (const auto& name : listing(dir)) CHECK(name.rfind(".", 0) == 0);
+    CHECK(listing(dir).size() == 5);
+    CHECK_FALSE(fs::exists(dir + "/output.npy"));
+    CHECK(out.committed().empty());
+
+    out.commit();
+    CHECK(out.committed() == std::vector<std::string>{dir + "/report.json", dir + "/log.txt",
+                                                      dir + "/output.npy", dir + "/scores.npy",
+                                                      dir + "/all.npz"});
+  }
+  CHECK(listing(dir) ==
+        std::set<std::string>{"report.json", "log.txt", "output.npy", "scores.npy", "all.npz"});
+  CHECK(read_file(dir + "/report.json") == "{\"ok\": true}\n");
+  CHECK(read_file(dir + "/log.txt") == "line 1\nline 2\n");
+  CHECK(read_file(dir + "/output.npy") == mha::encode_npy(NpyArray::of(f.data(), {2, 3})));
+  const NpyArray scores = mha::read_npy(dir + "/scores.npy");
+  CHECK(scores.dtype == mha::DType::f8);
+  CHECK(scores.data == NpyArray::of(d.data(), {2}).data);
+  const auto all = mha::read_npz(dir + "/all.npz");
+  CHECK(all.at("output").shape == std::vector<std::size_t>{3, 2});
+}
+
+TEST_CASE("OutputSet without commit leaves existing files alone", "[output]") {
+  TempDir tmp;
+  const std::string dir = tmp.path.string();
+  write_file(tmp / "output.npy", "previous run");
+  {
+    OutputSet out(dir);
+    const std::vector<float> f = {1, 2};
+    out.stage_npy("output.npy", f.data(), {2});
+    out.stage_bytes("new.txt", "x");
+    out.stage_npz("w.npz", {});
+    CHECK(listing(tmp.path).size() == 4);
+  }
+  CHECK(listing(tmp.path) == std::set<std::string>{"output.npy"});
+  CHECK(read_file(tmp / "output.npy") == "previous run");
+}
+
+TEST_CASE("OutputSet commit replaces existing files", "[output]") {
+  TempDir tmp;
+  write_file(tmp / "report.json", "old");
+  OutputSet out(tmp.path.string());
+  out.stage_bytes("report.json", "new");
+  out.commit();
+  CHECK(read_file(tmp / "report.json") == "new");
+  CHECK(listing(tmp.path) == std::set<std::string>{"report.json"});
+}
+
+TEST_CASE("OutputSet creates nested directories", "[output]") {
+  TempDir tmp;
+  const std::string dir = tmp / "a/b/c";
+  OutputSet out(dir);
+  CHECK(fs::is_directory(dir));
+  out.stage_bytes("x", "1");
+  out.commit();
+  CHECK(read_file(dir + "/x") == "1");
+}
+
+TEST_CASE("OutputSet refuses unusable directories", "[output]") {
+  TempDir tmp;
+  write_file(tmp / "file", "not a directory");
+  require_runtime([&] { OutputSet out(tmp / "file"); },
+                  tmp / "file" + ": output directory exists but is not a directory");
+  require_runtime([&] { OutputSet out(tmp / "file/sub"); },
+                  tmp / "file/sub" + ": cannot create output directory");
+
+  fs::create_directory(tmp / "ro");
+  fs::permissions(tmp / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  if (::access((tmp / "ro").c_str(), W_OK) == 0) {
+    WARN(
+        "running with permission to write anywhere (root?); skipping the read-only directory "
+        "check");
+  } else {
+    require_runtime([&] { OutputSet out(tmp / "ro"); },
+                    tmp / "ro" + ": output directory is not writable");
+  }
+}
+
+TEST_CASE("OutputSet refuses staging a file twice", "[output]") {
+  TempDir tmp;
+  OutputSet out(tmp.path.string());
+  out.stage_bytes("a.txt", "1");
+  require_runtime([&] { out.stage_bytes("a.txt", "2"); },
+                  tmp / "a.txt" + ": staged more than once");
+  require_runtime([&] { out.stage_npz("a.txt", {}); }, "staged more than once");
+  out.commit();
+  require_runtime([&] { out.stage_bytes("a.txt", "3"); }, "staged more than once");
+  CHECK(read_file(tmp / "a.txt") == "1");
+}
+
+TEST_CASE("OutputSet write failures remove the temporary", "[output]") {
+  TempDir tmp;
+  OutputSet out(tmp.path.string());
+  SECTION("stream error") {
+    require_runtime(
+        [&] {
+          out.stage("out.npy", [](std::ostream& os) {
+            os << "partial";
+            os.setstate(std::ios::badbit);
+          });
+        },
+        tmp / "out.npy" + ": write failed: ");
+  }
+  SECTION("exception from the writer") {
+    REQUIRE_THROWS_AS(out.stage("out.npy", [](std::ostream&) { throw std::logic_error("boom"); }),
+                      std::logic_error);
+  }
+  SECTION("npz error names the final file") {
+    NpyArray bad;
+    bad.shape = {3};  // but no data
+    require_runtime(
+        [&] {
+          out.stage_npz("w.npz", {{"a", bad}});
+        },
+        tmp / "w.npz" + ": member 'a.npy'");
+  }
+  CHECK(listing(tmp.path).empty());
+  out.commit();
+  CHECK(listing(tmp.path).empty());
+}
+
+TEST_CASE("OutputSet commit failure keeps going safely", "[output]") {
+  TempDir tmp;
+  fs::create_directory(tmp / "blocked");
+  write_file(tmp / "blocked/inside", "x");
+  {
+    OutputSet out(tmp.path.string());
+    out.stage_bytes("first.txt", "1");
+    out.stage_bytes("blocked", "2");  // a non-empty directory cannot be replaced by a file
+    out.stage_bytes("third.txt", "3");
+    require_runtime([&] { out.commit(); },
+                    tmp / "blocked" + ": cannot move the finished file into place");
+    CHECK(out.committed() == std::vector<std::string>{tmp / "first.txt"});
+  }
+  CHECK(listing(tmp.path) == std::set<std::string>{"first.txt", "blocked"});
+  CHECK(fs::is_directory(tmp / "blocked"));
+}
+
+TEST_CASE("OutputSet temporaries of two sets do not collide", "[output]") {
+  TempDir tmp;
+  OutputSet a(tmp.path.string());
+  OutputSet b(tmp.path.string());
+  a.stage_bytes("x.txt", "a");
+  b.stage_bytes("x.txt", "b");
+  CHECK(listing(tmp.path).size() == 2);
+  b.commit();
+  CHECK(read_file(tmp / "x.txt") == "b");
+}
