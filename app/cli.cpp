@@ -9,9 +9,12 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "mha/compare.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
+#include "mha/npy.hpp"
 #include "mha/run.hpp"
+#include "mha/weight_formats.hpp"
 
 namespace mha::cli {
 namespace {
@@ -47,6 +50,82 @@ void add_run_command(CLI::App& app, RunArgs& args) {
     if (key.is_bool) opt->expected(0, 1);
     args.keys[key.name] = opt;
   }
+}
+
+struct ConvertArgs {
+  std::string in, out, from = "auto", to;
+  std::size_t h = 0;
+};
+
+void add_weights_command(CLI::App& app, ConvertArgs& args) {
+  CLI::App* weights = app.add_subcommand("weights", "Work with weights files");
+  weights->require_subcommand(1);
+  CLI::App* convert =
+      weights->add_subcommand("convert", "Convert weights between native, torch and keras layouts");
+  convert->fallthrough();
+  convert->add_option("input", args.in, "weights .npz or directory")->required();
+  const std::vector<std::string> layouts{"native", "torch", "keras"};
+  convert->add_option("--to", args.to, "layout to write")
+      ->required()
+      ->check(CLI::IsMember(layouts));
+  convert->add_option("-o,--output", args.out, "output .npz")->required();
+  convert->add_option("--from", args.from, "layout of the input (default: detected)")
+      ->check(CLI::IsMember({"auto", "native", "torch", "keras"}));
+  convert->add_option("--h", args.h, "number of heads (needed to write keras from native/torch)")
+      ->check(CLI::Range(1, 1 << 30));
+}
+
+struct CompareArgs {
+  std::string a, b;
+  double rtol = 1e-5, atol = 1e-8;
+};
+
+void add_compare_command(CLI::App& app, CompareArgs& args) {
+  CLI::App* compare = app.add_subcommand(
+      "compare", "Compare two .npy arrays as numpy.allclose(A, B) does; exit 0 if close, 1 if not");
+  compare->fallthrough();
+  compare->add_option("A", args.a, "array to check")->required();
+  compare->add_option("B", args.b, "reference array")->required();
+  compare->add_option("--rtol", args.rtol, "relative tolerance (default 1e-5)")
+      ->check(CLI::NonNegativeNumber);
+  compare->add_option("--atol", args.atol, "absolute tolerance (default 1e-8)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+WeightsFormat layout(const std::string& name) {
+  if (name == "native") return WeightsFormat::native;
+  if (name == "torch") return WeightsFormat::torch;
+  if (name == "keras") return WeightsFormat::keras;
+  return WeightsFormat::auto_detect;
+}
+
+int do_convert(const ConvertArgs& args) {
+  std::optional<std::size_t> h;
+  if (args.h) h = args.h;
+  WeightsFormat from = convert_weights_file(args.in, layout(args.from), layout(args.to), h, args.out);
+  spdlog::info("wrote {} ({} layout, read {} as {})", args.out, args.to, args.in, to_string(from));
+  return 0;
+}
+
+int do_compare(const CompareArgs& args) {
+  const Comparison c = compare(read_npy(args.a), read_npy(args.b), args.rtol, args.atol, args.a, args.b);
+  if (!c.same_shape) {
+    std::cout << args.a << " and " << args.b << " differ in shape: "
+              << shape_str(read_npy(args.a).shape) << " vs " << shape_str(read_npy(args.b).shape)
+              << "\nallclose: no" << std::endl;
+    return 1;
+  }
+  std::cout << fmt::format("{} vs {}: {} elements, {} outside rtol={:g} atol={:g}\n", args.a,
+                           args.b, c.count, c.mismatches, args.rtol, args.atol);
+  std::cout << fmt::format("max abs diff {:.6g}, max rel diff {:.6g}\n", c.max_abs_diff,
+                           c.max_rel_diff);
+  if (!c.worst_index.empty())
+    std::cout << fmt::format("worst index {}: {:.9g} vs {:.9g}\n", shape_str(c.worst_index),
+                             c.worst_a, c.worst_b);
+  std::cout << fmt::format("NaN: {} in A, {} in B, {} at different positions\n", c.nan_a, c.nan_b,
+                           c.nan_mismatches);
+  std::cout << "allclose: " << (c.close ? "yes" : "no") << std::endl;
+  return c.close ? 0 : 1;
 }
 
 Config build_config(const RunArgs& args) {
@@ -94,6 +173,8 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
     std::string name =
         a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
+                 name == "to" || name == "output" || name == "from" || name == "rtol" ||
+                 name == "atol" ||
                  name == "help" || name == "version";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
@@ -114,6 +195,10 @@ int main(const std::vector<std::string>& argv) {
   app.add_flag("-q,--quiet", quiet, "Log errors only");
   RunArgs run_args;
   add_run_command(app, run_args);
+  ConvertArgs convert_args;
+  add_weights_command(app, convert_args);
+  CompareArgs compare_args;
+  add_compare_command(app, compare_args);
 
   std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
   try {
@@ -138,6 +223,8 @@ int main(const std::vector<std::string>& argv) {
 
   try {
     if (app.got_subcommand("run")) return do_run(run_args);
+    if (app.got_subcommand("weights")) return do_convert(convert_args);
+    if (app.got_subcommand("compare")) return do_compare(compare_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -30,7 +30,7 @@ const std::vector<ConfigKey> kKeys = {
     {"batch", "INT", "batch size B (default: from inputs, else 1)", false},
     {"seq_len", "INT", "query length T (default: from inputs)", false},
     {"kv_seq_len", "INT", "key/value length S (default: from inputs, else seq_len)", false},
-    {"use_bias", "BOOL", "projections have biases (default true)", true},
+    {"use_bias", "BOOL", "projections have biases (default: from weights, else true)", true},
     {"scale", "FLOAT", "logit scale (default 1/sqrt(d_k))", false},
     {"dtype", "TYPE", "compute and output precision: float32 or float64", false},
     {"seed", "INT", "seed for random inputs and weights (default 0)", false},
@@ -38,14 +38,17 @@ const std::vector<ConfigKey> kKeys = {
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
     {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
+    {"weights_format", "LAYOUT", "weights layout: auto, native, torch or keras", false},
     {"causal", "MODE", "false, true (top-left) or bottom-right", true},
     {"mask", "PATH", ".npy mask: bool (true = attend) or float (added to logits)", false},
+    {"mask_true_means", "MEANING", "true in a bool mask means attend (default) or ignore", false},
+    {"key_padding_mask", "PATH", ".npy (B,S): bool true = padding, or float added", false},
     {"key_lengths", "LIST", "B comma-separated ints, or a .npy file", false},
     {"masked_rows", "POLICY", "fully masked query rows: zero, uniform or nan", false},
     {"out_dir", "DIR", "output directory (default out)", false},
     {"save_attention", "BOOL", "write attention.npy", true},
     {"average_heads", "BOOL", "write attention averaged over heads (B,T,S)", true},
-    {"save_weights", "BOOL", "write weights.npz", true},
+    {"save_weights", "LAYOUT", "write weights.npz: true (native), native, torch or keras", true},
     {"save_inputs", "BOOL", "write the inputs used as .npy", true},
 };
 
@@ -118,7 +121,26 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   if (key == "batch") return size(c.batch);
   if (key == "seq_len") return size(c.seq_len);
   if (key == "kv_seq_len") return size(c.kv_seq_len);
-  if (key == "use_bias") return flag(c.use_bias, true);
+  if (key == "use_bias") {
+    c.use_bias = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
+    return;
+  }
+  if (key == "weights_format") {
+    static const std::pair<const char*, WeightsFormat> names[] = {
+        {"auto", WeightsFormat::auto_detect},
+        {"native", WeightsFormat::native},
+        {"torch", WeightsFormat::torch},
+        {"keras", WeightsFormat::keras}};
+    c.weights_format = v.is_null() ? WeightsFormat::auto_detect : get_enum(v, where, names);
+    return;
+  }
+  if (key == "mask_true_means") {
+    static const std::pair<const char*, MaskTrueMeans> names[] = {
+        {"attend", MaskTrueMeans::attend}, {"ignore", MaskTrueMeans::ignore}};
+    c.mask_true_means = v.is_null() ? MaskTrueMeans::attend : get_enum(v, where, names);
+    return;
+  }
+  if (key == "key_padding_mask") return path(c.key_padding_mask);
   if (key == "scale") {
     if (v.is_null()) return void(c.scale.reset());
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
@@ -180,7 +202,24 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   }
   if (key == "save_attention") return flag(c.save_attention, false);
   if (key == "average_heads") return flag(c.average_heads, false);
-  if (key == "save_weights") return flag(c.save_weights, false);
+  if (key == "save_weights") {
+    // false, true (= native), or the layout to write.
+    static const std::pair<const char*, WeightsFormat> names[] = {
+        {"native", WeightsFormat::native},
+        {"torch", WeightsFormat::torch},
+        {"keras", WeightsFormat::keras}};
+    c.save_weights_format = WeightsFormat::native;
+    if (v.is_null() || v.is_boolean()) {
+      c.save_weights = v.is_boolean() && v.get<bool>();
+      return;
+    }
+    if (!v.is_string())
+      fail_input(where + ": expected true, false, 'native', 'torch' or 'keras', got " +
+                 json_excerpt(v));
+    c.save_weights_format = get_enum(v, where, names);
+    c.save_weights = true;
+    return;
+  }
   if (key == "save_inputs") return flag(c.save_inputs, false);
 
   std::string hint = nearest_key(key);
@@ -243,15 +282,16 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
       return too_big(text, where);
     return -static_cast<std::int64_t>(magnitude);
   }
-  const bool causal_bool = key == "causal" && text != "top-left" && text != "bottom-right";
-  if (hint == "BOOL" || causal_bool) {
-    if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
-    if (text == "false" || text == "0" || text == "no" || text == "off") return false;
-    fail_input(where +
-               (causal_bool ? ": expected true, false, 'top-left' or 'bottom-right', got "
-                            : ": expected true or false, got ") +
-               quote(text));
-  }
+  // causal and save_weights take a bool or a word; the bool spellings of
+  // flags (1, yes, on, ...) work for them too.
+  const bool bool_or_word = spec->is_bool && hint != "BOOL";
+  static const char* const kTrue[] = {"true", "1", "yes", "on"};
+  static const char* const kFalse[] = {"false", "0", "no", "off"};
+  for (const char* t : kTrue)
+    if (text == t && (hint == "BOOL" || bool_or_word)) return true;
+  for (const char* f : kFalse)
+    if (text == f && (hint == "BOOL" || bool_or_word)) return false;
+  if (hint == "BOOL") fail_input(where + ": expected true or false, got " + quote(text));
   if (hint == "FLOAT") {
     std::size_t used = 0;
     double d = 0;
@@ -303,7 +343,7 @@ json Config::to_json() const {
   j["batch"] = opt(batch);
   j["seq_len"] = opt(seq_len);
   j["kv_seq_len"] = opt(kv_seq_len);
-  j["use_bias"] = use_bias;
+  j["use_bias"] = opt(use_bias);
   j["scale"] = opt(scale);
   j["dtype"] = to_string(dtype);
   j["seed"] = seed;
@@ -311,14 +351,17 @@ json Config::to_json() const {
   j["key"] = opt(key);
   j["value"] = opt(value);
   j["weights"] = opt(weights);
+  j["weights_format"] = to_string(weights_format);
   j["causal"] = causal == Causal::none ? json(false) : json(to_string(causal));
   j["mask"] = opt(mask);
+  j["mask_true_means"] = to_string(mask_true_means);
+  j["key_padding_mask"] = opt(key_padding_mask);
   j["key_lengths"] = key_lengths ? json(*key_lengths) : opt(key_lengths_file);
   j["masked_rows"] = to_string(masked_rows);
   j["out_dir"] = out_dir;
   j["save_attention"] = save_attention;
   j["average_heads"] = average_heads;
-  j["save_weights"] = save_weights;
+  j["save_weights"] = save_weights ? json(to_string(save_weights_format)) : json(false);
   j["save_inputs"] = save_inputs;
   return j;
 }
@@ -391,6 +434,8 @@ const char* to_string(MaskedRows m) {
   }
   return "?";
 }
+
+const char* to_string(MaskTrueMeans m) { return m == MaskTrueMeans::attend ? "attend" : "ignore"; }
 
 const char* to_string(ComputeType t) {
   return t == ComputeType::float32 ? "float32" : "float64";

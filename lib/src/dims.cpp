@@ -153,8 +153,13 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
   // Heads: h * d_k is fixed by W_q when weights are given.
   const Shape* wq = weight("W_q");
   const std::string wq_where = wq ? files.weights_name + ":W_q of shape " + shape_str(*wq) : "";
-  if (c.h) {
-    d.h = static_cast<std::size_t>(*c.h);
+  std::optional<std::int64_t> h = c.h;
+  if (files.weights_h) {
+    h = static_cast<std::int64_t>(
+        *agree("h", c.h, {{*files.weights_h, files.weights_name + " (its kernels hold h heads)"}}));
+  }
+  if (h) {
+    d.h = static_cast<std::size_t>(*h);
     if (c.d_k) {
       d.d_k = static_cast<std::size_t>(*c.d_k);
     } else if (wq) {
@@ -172,7 +177,8 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
                  wq_where + " has " + std::to_string((*wq)[1]) +
                      " columns (h*d_k), not divisible by d_k = " + std::to_string(d.d_k));
   } else {
-    fail_input("h (number of heads) is required: set it in the config or with --h");
+    fail_input(std::string("h (number of heads) is required: set it in the config or with --h") +
+               (w.empty() ? "" : " (" + files.weights_name + " does not store it)"));
   }
 
   if (c.d_v) {

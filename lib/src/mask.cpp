@@ -27,6 +27,14 @@ void Mask<T>::apply(const Dims& d, std::size_t b, std::size_t head, std::size_t 
       end = t + 1 + S >= d.T ? std::min(end, t + 1 + S - d.T) : 0;
     }
     for (std::size_t s = end; s < S; ++s) row[s] = neg_inf;
+    if (!pad_allow.empty()) {
+      const unsigned char* p = pad_allow.data() + b * S;
+      for (std::size_t s = 0; s < end; ++s)
+        if (!p[s]) row[s] = neg_inf;
+    } else if (!pad_bias.empty()) {
+      const T* p = pad_bias.data() + b * S;
+      for (std::size_t s = 0; s < end; ++s) row[s] += p[s];
+    }
     if (!allow.empty()) {
       const unsigned char* a = allow.data() + mask_offset + t * S;
       for (std::size_t s = 0; s < end; ++s)
@@ -38,8 +46,36 @@ void Mask<T>::apply(const Dims& d, std::size_t b, std::size_t head, std::size_t 
   }
 }
 
+namespace {
+
+// Bool or integer array -> one byte per element, 1 where the element is
+// nonzero (any nonzero byte pattern), flipped when `invert`.
+std::vector<unsigned char> nonzero_bytes(const NpyArray& a, bool invert) {
+  const std::size_t w = itemsize(a.dtype), n = a.size();
+  std::vector<unsigned char> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned char any = 0;
+    for (std::size_t k = 0; k < w; ++k) any |= a.data[i * w + k];
+    out[i] = (any != 0) != invert;
+  }
+  return out;
+}
+
 template <class T>
-Mask<T> load_mask(const Config& c, const Dims& d) {
+void warn_if_zero_one(const std::vector<T>& values, const std::string& path, const char* how,
+                      const std::function<void(const std::string&)>& warn) {
+  if (!warn || values.empty()) return;
+  for (T v : values)
+    if (v != T(0) && v != T(1)) return;
+  warn(path + ": float mask holds only 0 and 1, which are added to the logits and mask nothing; " +
+       how);
+}
+
+}  // namespace
+
+template <class T>
+Mask<T> load_mask(const Config& c, const Dims& d,
+                  const std::function<void(const std::string&)>& warn) {
   Mask<T> m;
   m.causal = c.causal;
   if (c.mask) {
@@ -63,19 +99,32 @@ Mask<T> load_mask(const Config& c, const Dims& d) {
     ok = ok && (m.mask_B == 1 || m.mask_B == d.B) && (m.mask_h == 1 || m.mask_h == d.h);
     if (!ok)
       fail_input(path + ": mask of shape " + shape_str(s) + " does not fit; expected " + expected);
-    const std::size_t n = a.size();
     if (a.dtype == DType::b1 || is_integer(a.dtype)) {
-      // Any nonzero byte pattern of the element means "may attend".
-      const std::size_t w = itemsize(a.dtype);
-      m.allow.resize(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        unsigned char any = 0;
-        for (std::size_t k = 0; k < w; ++k) any |= a.data[i * w + k];
-        m.allow[i] = any != 0;
-      }
+      m.allow = nonzero_bytes(a, c.mask_true_means == MaskTrueMeans::ignore);
     } else {
-      m.bias.resize(n);
+      m.bias.resize(a.size());
       convert(a, m.bias.data(), path);
+      warn_if_zero_one(m.bias, path,
+                       "to mask, pass it as bool (numpy: mask.astype(bool)); true means attend, "
+                       "or ignore with mask_true_means = ignore",
+                       warn);
+    }
+  }
+  if (c.key_padding_mask) {
+    const std::string& path = *c.key_padding_mask;
+    NpyArray a = read_npy(path);
+    const std::vector<std::size_t> expected{d.B, d.S};
+    if (a.shape != expected)
+      fail_input(path + ": key_padding_mask has shape " + shape_str(a.shape) + ", expected (B, S) = " +
+                 shape_str(expected));
+    if (a.dtype == DType::b1 || is_integer(a.dtype)) {
+      m.pad_allow = nonzero_bytes(a, /*invert=*/true);  // true = padding = may not attend
+    } else {
+      m.pad_bias.resize(a.size());
+      convert(a, m.pad_bias.data(), path);
+      warn_if_zero_one(m.pad_bias, path,
+                       "to mark padding, pass it as bool (numpy: mask.astype(bool)), true = padding",
+                       warn);
     }
   }
   if (c.key_lengths || c.key_lengths_file) {
@@ -138,7 +187,9 @@ Mask<T> load_mask(const Config& c, const Dims& d) {
 
 template struct Mask<float>;
 template struct Mask<double>;
-template Mask<float> load_mask<float>(const Config&, const Dims&);
-template Mask<double> load_mask<double>(const Config&, const Dims&);
+template Mask<float> load_mask<float>(const Config&, const Dims&,
+                                      const std::function<void(const std::string&)>&);
+template Mask<double> load_mask<double>(const Config&, const Dims&,
+                                        const std::function<void(const std::string&)>&);
 
 }  // namespace mha

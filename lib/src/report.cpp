@@ -18,6 +18,7 @@ nlohmann::json RunReport::to_json() const {
   config_json["seq_len"] = dims.T;
   config_json["kv_seq_len"] = dims.S;
   config_json["scale"] = scale;
+  config_json["use_bias"] = use_bias;
   const std::uint64_t flops = dims.flops();
   const double gflops = compute_ms > 0 ? static_cast<double>(flops) / (compute_ms * 1e6) : 0.0;
   return {

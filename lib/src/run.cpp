@@ -11,6 +11,7 @@
 #include "mha/mask.hpp"
 #include "mha/output_set.hpp"
 #include "mha/report.hpp"
+#include "mha/weight_formats.hpp"
 #include "mha/weights.hpp"
 
 namespace mha {
@@ -86,14 +87,18 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (q) shapes.query = q->shape, shapes.query_name = *c.query;
   if (k) shapes.key = k->shape, shapes.key_name = *c.key;
   if (v) shapes.value = v->shape, shapes.value_name = *c.value;
-  std::map<std::string, NpyArray> weight_files;
+  NativeWeights weight_files;
   if (c.weights) {
-    weight_files = read_weight_arrays(*c.weights);
+    weight_files = to_native(read_weight_arrays(*c.weights), c.weights_format, *c.weights);
     shapes.weights_name = *c.weights;
-    for (const auto& [name, array] : weight_files) shapes.weights[name] = array.shape;
+    shapes.weights_h = weight_files.h;
+    for (const auto& [name, array] : weight_files.arrays) shapes.weights[name] = array.shape;
   }
+  // Biases: as the weights file has them, unless the config says otherwise.
+  const bool use_bias = c.use_bias.value_or(!c.weights || weight_files.arrays.count("b_q") > 0);
   const Dims d = resolve_dims(c, shapes);
   report.dims = d;
+  report.use_bias = use_bias;
 
   Inputs<T> in;
   in.query = make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed);
@@ -123,12 +128,10 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
 
   Weights<T> w;
   if (c.weights) {
-    w = weights_from_arrays<T>(weight_files, d, c.use_bias, *c.weights);
-    weight_files.clear();
-    for (const auto& [name, array] : weight_arrays(w)) {
-      (void)array;
-      report.sources[name] = file_source(*c.weights + ":" + name);
-    }
+    w = weights_from_arrays<T>(weight_files.arrays, d, use_bias, *c.weights);
+    weight_files.arrays.clear();
+    for (const auto& name : weight_names(use_bias))
+      report.sources[name] = {{"file", *c.weights}, {"layout", to_string(weight_files.format)}};
     check_finite(w.W_q, *c.weights + ":W_q");
     check_finite(w.W_k, *c.weights + ":W_k");
     check_finite(w.W_v, *c.weights + ":W_v");
@@ -140,12 +143,12 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
       check_finite(w.b_o, *c.weights + ":b_o");
     }
   } else {
-    w = random_weights<T>(d, c.use_bias, c.seed);
-    for (const auto& name : weight_names(c.use_bias))
+    w = random_weights<T>(d, use_bias, c.seed);
+    for (const auto& name : weight_names(use_bias))
       report.sources[name] = name[0] == 'W' ? random_source("glorot_uniform", c.seed)
                                             : nlohmann::json{{"zeros", true}};
   }
-  const Mask<T> mask = load_mask<T>(c, d);
+  const Mask<T> mask = load_mask<T>(c, d, warn);
   report.load_ms = ms_since(t_load);
 
   if (c.average_heads && !c.save_attention && warn)
@@ -178,8 +181,12 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (c.save_attention && c.average_heads) stage("attention.npy", attention_mean);
   if (c.save_weights) {
     check_not_input(c, out.path("weights.npz"));
-    out.stage_npz("weights.npz", weight_arrays(w));
-    report.outputs["weights.npz"] = {{"layout", "native"}, {"dtype", dtype}};
+    auto native = weight_arrays(w);
+    out.stage_npz("weights.npz",
+                  from_native({native.begin(), native.end()}, c.save_weights_format, d.h,
+                              out.path("weights.npz")));
+    report.outputs["weights.npz"] = {{"layout", to_string(c.save_weights_format)},
+                                     {"dtype", dtype}};
   }
   if (c.save_inputs) {
     stage("query.npy", in.query);

@@ -18,21 +18,6 @@ const std::vector<std::string>& weight_names(bool use_bias) {
 
 namespace {
 
-std::string list(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
-void check_names(const std::map<std::string, NpyArray>& arrays, const std::string& path) {
-  const auto& known = weight_names(true);
-  for (const auto& [name, array] : arrays) {
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      fail_input(path + ": unknown weight tensor '" + name + "' (expected native names " +
-                 list(known) + ")");
-  }
-}
-
 template <class T, std::size_t N>
 xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
                        const std::array<std::size_t, N>& expected, const char* meaning,
@@ -64,7 +49,6 @@ std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
   } else {
     arrays = read_npz(path);
   }
-  check_names(arrays, path);
   return arrays;
 }
 

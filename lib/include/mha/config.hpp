@@ -15,17 +15,20 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mha/weight_formats.hpp"
+
 namespace mha {
 
 enum class Causal { none, top_left, bottom_right };
 enum class MaskedRows { zero, uniform, nan };
 enum class ComputeType { float32, float64 };
+enum class MaskTrueMeans { attend, ignore };
 
 struct Config {
   // Hyperparameters; unset ones are inferred from files or defaults at run time.
   std::optional<std::int64_t> h, d_model, d_k, d_v, kdim, vdim, d_out;
   std::optional<std::int64_t> batch, seq_len, kv_seq_len;
-  bool use_bias = true;
+  std::optional<bool> use_bias;  // unset: from the weights file, else true
   std::optional<double> scale;
   ComputeType dtype = ComputeType::float32;
   std::uint64_t seed = 0;
@@ -33,10 +36,13 @@ struct Config {
   // Inputs: paths of .npy files (relative to the working directory); unset
   // means random from `seed`.
   std::optional<std::string> query, key, value, weights;
+  WeightsFormat weights_format = WeightsFormat::auto_detect;
 
   // Masking.
   Causal causal = Causal::none;
   std::optional<std::string> mask;
+  MaskTrueMeans mask_true_means = MaskTrueMeans::attend;  // meaning of true in a bool mask
+  std::optional<std::string> key_padding_mask;  // (B, S): bool true = padding, or float added
   std::optional<std::vector<std::int64_t>> key_lengths;  // given inline
   std::optional<std::string> key_lengths_file;           // given as .npy
   MaskedRows masked_rows = MaskedRows::zero;
@@ -46,6 +52,7 @@ struct Config {
   bool save_attention = false;
   bool average_heads = false;
   bool save_weights = false;
+  WeightsFormat save_weights_format = WeightsFormat::native;
   bool save_inputs = false;
 
   // Applies every key of a JSON object; `source` names it in errors
@@ -75,5 +82,6 @@ std::string nearest_key(const std::string& name);
 const char* to_string(Causal c);
 const char* to_string(MaskedRows m);
 const char* to_string(ComputeType t);
+const char* to_string(MaskTrueMeans m);
 
 }  // namespace mha

@@ -36,7 +36,8 @@ struct Dims {
 struct FileShapes {
   std::optional<std::vector<std::size_t>> query, key, value;
   std::string query_name, key_name, value_name;             // paths, for messages
-  std::map<std::string, std::vector<std::size_t>> weights;  // "W_q" -> shape
+  std::map<std::string, std::vector<std::size_t>> weights;  // native "W_q" -> shape
+  std::optional<std::size_t> weights_h;  // when the weights layout stores h (keras)
   std::string weights_name;
 };
 

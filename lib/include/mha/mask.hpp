@@ -4,12 +4,18 @@
 //   mask         a .npy of shape (T,S), (B,T,S) or (B',h',T,S) with B' in {1,B}
 //                and h' in {1,h}; bool (or integer): true/nonzero = may attend;
 //                float: added to the scaled logits (-inf masks);
-//   key_lengths  B lengths: keys s >= key_lengths[b] are padding.
+//   key_lengths  B lengths: keys s >= key_lengths[b] are padding;
+//   key_padding_mask  (B, S): bool true = padding (PyTorch's meaning), or
+//                float added to every query's logit for key s.
+// mask_true_means = ignore flips bool/integer masks (PyTorch's attn_mask);
+// it does not apply to key_padding_mask, whose true always means padding.
 // A masked logit becomes -inf before the softmax.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "mha/config.hpp"
@@ -24,8 +30,13 @@ struct Mask {
   std::vector<unsigned char> allow;       // bool mask (mask_B, mask_h, T, S), 1 = may attend
   std::vector<T> bias;                    // float mask (mask_B, mask_h, T, S), added to logits
   std::vector<std::int64_t> key_lengths;  // empty = no padding
+  std::vector<unsigned char> pad_allow;   // key_padding_mask (B, S) as bool, 1 = may attend
+  std::vector<T> pad_bias;                // key_padding_mask (B, S) as float, added
 
-  bool empty() const { return causal == Causal::none && mask_B == 0 && key_lengths.empty(); }
+  bool empty() const {
+    return causal == Causal::none && mask_B == 0 && key_lengths.empty() && pad_allow.empty() &&
+           pad_bias.empty();
+  }
 
   // logits: rows [t0, t1) of head `head` of batch `b`, each of S columns,
   // row t at logits + (t - t0) * ld. Masked entries become -inf and float
@@ -35,8 +46,11 @@ struct Mask {
 };
 
 // Builds the mask that `config` describes (reading its .npy files) for `dims`.
-// Errors name the file or key and the expected shape or range.
+// Errors name the file or key and the expected shape or range. A float mask
+// holding only 0 and 1 (almost always a bool mask saved as float) is passed
+// to `warn`.
 template <class T>
-Mask<T> load_mask(const Config& config, const Dims& dims);
+Mask<T> load_mask(const Config& config, const Dims& dims,
+                  const std::function<void(const std::string&)>& warn = {});
 
 }  // namespace mha

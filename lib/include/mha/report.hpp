@@ -16,6 +16,7 @@ struct RunReport {
   Config config;           // as given
   Dims dims;               // as resolved
   double scale = 0;        // the logit scale used
+  bool use_bias = true;    // as resolved
   nlohmann::json sources;  // tensor -> {"file": path} | {"random": ..., "seed": n}
   nlohmann::json outputs;  // file -> {"shape": [...], "dtype": ...}
   double load_ms = 0, compute_ms = 0, write_ms = 0;

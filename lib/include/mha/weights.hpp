@@ -31,8 +31,8 @@ struct Weights {
 // The native tensor names, in file order.
 const std::vector<std::string>& weight_names(bool use_bias);
 
-// Reads a native weights file: an .npz archive, or a directory of NAME.npy.
-// Errors name the file; unknown tensor names are refused with the expected list.
+// Reads the arrays of a weights file: an .npz archive, or a directory of
+// NAME.npy. Names are checked when converted (weight_formats.hpp).
 std::map<std::string, NpyArray> read_weight_arrays(const std::string& path);
 
 // Checks every tensor's presence and shape against `dims` and converts to T.
