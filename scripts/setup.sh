@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs any missing Debian packages and builds mha (Release) in build/.
 #   scripts/setup.sh          what `mha run` needs
-#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy)
+#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
 set -euo pipefail
@@ -12,7 +12,7 @@ packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libop
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
-  packages+=(catch2 python3-numpy)
+  packages+=(catch2 python3-numpy python3-torch)
 fi
 
 missing=()
