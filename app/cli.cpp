@@ -102,17 +102,19 @@ WeightsFormat layout(const std::string& name) {
 int do_convert(const ConvertArgs& args) {
   std::optional<std::size_t> h;
   if (args.h) h = args.h;
-  WeightsFormat from = convert_weights_file(args.in, layout(args.from), layout(args.to), h, args.out);
+  WeightsFormat from =
+      convert_weights_file(args.in, layout(args.from), layout(args.to), h, args.out);
   spdlog::info("wrote {} ({} layout, read {} as {})", args.out, args.to, args.in, to_string(from));
   return 0;
 }
 
 int do_compare(const CompareArgs& args) {
-  const Comparison c = compare(read_npy(args.a), read_npy(args.b), args.rtol, args.atol, args.a, args.b);
+  const Comparison c =
+      compare(read_npy(args.a), read_npy(args.b), args.rtol, args.atol, args.a, args.b);
   if (!c.same_shape) {
-    std::cout << args.a << " and " << args.b << " differ in shape: "
-              << shape_str(read_npy(args.a).shape) << " vs " << shape_str(read_npy(args.b).shape)
-              << "\nallclose: no" << std::endl;
+    std::cout << args.a << " and " << args.b
+              << " differ in shape: " << shape_str(read_npy(args.a).shape) << " vs "
+              << shape_str(read_npy(args.b).shape) << "\nallclose: no" << std::endl;
     return 1;
   }
   std::cout << fmt::format("{} vs {}: {} elements, {} outside rtol={:g} atol={:g}\n", args.a,
@@ -174,8 +176,7 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
         a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
                  name == "to" || name == "output" || name == "from" || name == "rtol" ||
-                 name == "atol" ||
-                 name == "help" || name == "version";
+                 name == "atol" || name == "help" || name == "version";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);

@@ -84,6 +84,22 @@ struct Result {
   std::vector<double> attention;  // (B, h, T, S)
 };
 
+// X (rows, in) @ W (in, out) + b (out, or empty for no bias), all row-major:
+// the projections and the output layer.
+inline std::vector<double> affine(const std::vector<double>& X, std::size_t rows, std::size_t in,
+                                  const std::vector<double>& W, const std::vector<double>& b,
+                                  std::size_t out) {
+  std::vector<double> Y(rows * out);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < out; ++j) {
+      double acc = b.empty() ? 0.0 : b[j];
+      for (std::size_t c = 0; c < in; ++c) acc += X[r * in + c] * W[c * out + j];
+      Y[r * out + j] = acc;
+    }
+  }
+  return Y;
+}
+
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim), all row-major.
 inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_q,
                                    const std::vector<double>& X_k, const std::vector<double>& X_v,
@@ -94,31 +110,9 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
   const std::size_t hdk = h * d_k, hdv = h * d_v;
 
   // Projections: Q (B, T, h*d_k), K (B, S, h*d_k), V (B, S, h*d_v).
-  std::vector<double> Q(B * T * hdk), K(B * S * hdk), V(B * S * hdv);
-  for (std::size_t b = 0; b < B; ++b) {
-    for (std::size_t t = 0; t < T; ++t) {
-      for (std::size_t j = 0; j < hdk; ++j) {
-        double acc = p.b_q.empty() ? 0.0 : p.b_q[j];
-        for (std::size_t c = 0; c < z.d_model; ++c)
-          acc += X_q[(b * T + t) * z.d_model + c] * p.W_q[c * hdk + j];
-        Q[(b * T + t) * hdk + j] = acc;
-      }
-    }
-    for (std::size_t s = 0; s < S; ++s) {
-      for (std::size_t j = 0; j < hdk; ++j) {
-        double acc = p.b_k.empty() ? 0.0 : p.b_k[j];
-        for (std::size_t c = 0; c < z.kdim; ++c)
-          acc += X_k[(b * S + s) * z.kdim + c] * p.W_k[c * hdk + j];
-        K[(b * S + s) * hdk + j] = acc;
-      }
-      for (std::size_t j = 0; j < hdv; ++j) {
-        double acc = p.b_v.empty() ? 0.0 : p.b_v[j];
-        for (std::size_t c = 0; c < z.vdim; ++c)
-          acc += X_v[(b * S + s) * z.vdim + c] * p.W_v[c * hdv + j];
-        V[(b * S + s) * hdv + j] = acc;
-      }
-    }
-  }
+  const std::vector<double> Q = affine(X_q, B * T, z.d_model, p.W_q, p.b_q, hdk);
+  const std::vector<double> K = affine(X_k, B * S, z.kdim, p.W_k, p.b_k, hdk);
+  const std::vector<double> V = affine(X_v, B * S, z.vdim, p.W_v, p.b_v, hdv);
 
   Result r;
   r.attention.assign(B * h * T * S, 0.0);
@@ -164,14 +158,7 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
     }
   }
 
-  r.output.assign(B * T * z.d_out, 0.0);
-  for (std::size_t bt = 0; bt < B * T; ++bt) {
-    for (std::size_t o = 0; o < z.d_out; ++o) {
-      double acc = p.b_o.empty() ? 0.0 : p.b_o[o];
-      for (std::size_t j = 0; j < hdv; ++j) acc += context[bt * hdv + j] * p.W_o[j * z.d_out + o];
-      r.output[bt * z.d_out + o] = acc;
-    }
-  }
+  r.output = affine(context, B * T, hdv, p.W_o, p.b_o, z.d_out);
   return r;
 }
 

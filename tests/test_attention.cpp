@@ -2,13 +2,9 @@
 // reference.hpp, for float and double, over odd shapes, every mask form and
 // every masked_rows policy; softmax_rows on its own; resolve_dims and
 // load_mask, including their error messages.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -24,11 +20,12 @@
 #include "mha/rng.hpp"
 #include "mha/weights.hpp"
 #include "reference.hpp"
+#include "test_util.hpp"
 
-namespace fs = std::filesystem;
 using Catch::Contains;
 using mha::Causal;
 using mha::MaskedRows;
+using namespace mha::test;  // test_util.hpp
 
 namespace {
 
@@ -36,46 +33,6 @@ const double kInf = std::numeric_limits<double>::infinity();
 const MaskedRows kPolicies[] = {MaskedRows::zero, MaskedRows::uniform, MaskedRows::nan};
 
 // ---------------------------------------------------------------- helpers
-
-struct TempDir {
-  fs::path path;
-  int counter = 0;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mha_test_attention_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  // Writes `array` as a .npy file with a fresh name and returns its path.
-  std::string write(const mha::NpyArray& array, const std::string& stem = "t") {
-    std::string p = *this / (stem + std::to_string(counter++) + ".npy");
-    std::string bytes = mha::encode_npy(array);
-    std::ofstream out(p, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    REQUIRE(out.good());
-    return p;
-  }
-};
-
-// An mha::Error of kind invalid_input (the message is checked separately
-// with REQUIRE_THROWS_WITH).
-class IsInputError : public Catch::MatcherBase<mha::Error> {
- public:
-  bool match(const mha::Error& e) const override {
-    return e.kind() == mha::ErrorKind::invalid_input && e.exit_code() == 2;
-  }
-  std::string describe() const override { return "is an mha::Error of kind invalid_input"; }
-};
-
-#define REQUIRE_INPUT_ERROR(expr, message_matcher)            \
-  do {                                                        \
-    REQUIRE_THROWS_MATCHES(expr, mha::Error, IsInputError()); \
-    REQUIRE_THROWS_WITH(expr, message_matcher);               \
-  } while (false)
 
 mha::Dims make_dims(std::size_t B, std::size_t T, std::size_t S, std::size_t h, std::size_t d_model,
                     std::size_t d_k, std::size_t d_v, std::size_t kdim, std::size_t vdim,
@@ -368,31 +325,31 @@ std::string write_mask(TempDir& dir, const ref::MaskSpec& m, FileType type) {
     case FileType::boolean: {
       std::unique_ptr<bool[]> v(new bool[n]);
       for (std::size_t i = 0; i < n; ++i) v[i] = m.values[i] != 0;
-      return dir.write(mha::NpyArray::of(v.get(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(v.get(), m.shape), "mask");
     }
     case FileType::int32: {
       std::vector<std::int32_t> v(n);
       for (std::size_t i = 0; i < n; ++i) v[i] = m.values[i] != 0 ? (i % 2 ? 2 : -1) : 0;
-      return dir.write(mha::NpyArray::of(v.data(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(v.data(), m.shape), "mask");
     }
     case FileType::uint8: {
       std::vector<std::uint8_t> v(n);
       for (std::size_t i = 0; i < n; ++i) v[i] = m.values[i] != 0 ? 255 : 0;
-      return dir.write(mha::NpyArray::of(v.data(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(v.data(), m.shape), "mask");
     }
     case FileType::int64: {
       // 256 and 1 << 40 have a zero low byte: every byte must be looked at.
       std::vector<std::int64_t> v(n);
       for (std::size_t i = 0; i < n; ++i)
         v[i] = m.values[i] != 0 ? (i % 2 ? 256 : std::int64_t{1} << 40) : 0;
-      return dir.write(mha::NpyArray::of(v.data(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(v.data(), m.shape), "mask");
     }
     case FileType::float32: {
       std::vector<float> v(m.values.begin(), m.values.end());
-      return dir.write(mha::NpyArray::of(v.data(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(v.data(), m.shape), "mask");
     }
     case FileType::float64:
-      return dir.write(mha::NpyArray::of(m.values.data(), m.shape), "mask");
+      return dir.write_npy(mha::NpyArray::of(m.values.data(), m.shape), "mask");
   }
   return "";
 }
@@ -467,7 +424,7 @@ TEMPLATE_TEST_CASE("multi_head_attention uses the given scale", "[attention]", f
 }
 
 TEMPLATE_TEST_CASE("multi_head_attention with causal masks", "[attention][mask]", float, double) {
-  TempDir dir;
+  TempDir dir("attention");
   for (const Shape& s : kMaskShapes) {
     const Problem pr = make_problem(s.dims(), s.bias, s.sharing, 3);
     for (Causal causal : {Causal::top_left, Causal::bottom_right}) {
@@ -483,7 +440,7 @@ TEMPLATE_TEST_CASE("multi_head_attention with causal masks", "[attention][mask]"
 TEMPLATE_TEST_CASE("causal alignments are top-left and bottom-right", "[attention][mask]", float,
                    double) {
   // Independent of the reference: check which attention weights are zero.
-  TempDir dir;
+  TempDir dir("attention");
   for (auto [T, S] : {std::pair<std::size_t, std::size_t>{3, 5}, {5, 3}, {4, 4}}) {
     const mha::Dims d = make_dims(1, T, S, 1, 4, 4, 4, 4, 4, 4);
     const Problem pr = make_problem(d, true, Sharing::separate, 5);
@@ -514,7 +471,7 @@ TEMPLATE_TEST_CASE("causal alignments are top-left and bottom-right", "[attentio
 
 TEMPLATE_TEST_CASE("multi_head_attention with explicit masks of every form", "[attention][mask]",
                    float, double) {
-  TempDir dir;
+  TempDir dir("attention");
   std::uint64_t seed = 100;
   for (const Shape& s : kMaskShapes) {
     const mha::Dims d = s.dims();
@@ -569,7 +526,7 @@ TEMPLATE_TEST_CASE("a 4-D mask is broadcast exactly as (mask_B, mask_h) says", "
 }
 
 TEMPLATE_TEST_CASE("multi_head_attention with key_lengths", "[attention][mask]", float, double) {
-  TempDir dir;
+  TempDir dir("attention");
   for (const Shape& s : kMaskShapes) {
     const mha::Dims d = s.dims();
     const Problem pr = make_problem(d, s.bias, s.sharing, 6);
@@ -588,7 +545,7 @@ TEMPLATE_TEST_CASE("multi_head_attention with key_lengths", "[attention][mask]",
 
 TEMPLATE_TEST_CASE("causal, explicit mask and key_lengths combine", "[attention][mask]", float,
                    double) {
-  TempDir dir;
+  TempDir dir("attention");
   std::uint64_t seed = 500;
   for (const Shape& s : kMaskShapes) {
     const mha::Dims d = s.dims();
@@ -611,7 +568,7 @@ TEMPLATE_TEST_CASE("fully masked rows follow masked_rows exactly", "[attention][
                    double) {
   // Batch 0 has key_lengths 0 (every row fully masked), batch 1 has all keys,
   // and in batch 1 a 4-D mask hides every key from head 0 at query 1 only.
-  TempDir dir;
+  TempDir dir("attention");
   const mha::Dims d = make_dims(2, 3, 5, 2, 6, 3, 4, 6, 6, 7);
   const Problem pr = make_problem(d, true, Sharing::separate, 12).rounded<TestType>();
   ref::MaskSpec spec;
@@ -994,7 +951,7 @@ TEST_CASE("resolve_dims reports missing and inconsistent sizes", "[attention][di
 // -------------------------------------------------------------- load_mask
 
 TEST_CASE("load_mask normalizes every mask shape", "[attention][mask]") {
-  TempDir dir;
+  TempDir dir("attention");
   const mha::Dims d = make_dims(2, 3, 4, 5, 10, 2, 2, 10, 10, 10);
   struct Case {
     std::vector<std::size_t> shape;
@@ -1037,14 +994,14 @@ TEST_CASE("load_mask normalizes every mask shape", "[attention][mask]") {
 }
 
 TEST_CASE("load_mask reads key_lengths files of any integer type", "[attention][mask]") {
-  TempDir dir;
+  TempDir dir("attention");
   const mha::Dims d = make_dims(2, 3, 4, 1, 4, 4, 4, 4, 4, 4);
   auto raw = [&](mha::DType dtype, std::vector<unsigned char> bytes) {
     mha::NpyArray a;
     a.dtype = dtype;
     a.shape = {2};
     a.data = std::move(bytes);
-    return dir.write(a, "lengths");
+    return dir.write_npy(a, "lengths");
   };
   const std::pair<mha::DType, std::vector<unsigned char>> cases[] = {
       {mha::DType::i1, {4, 0}},
@@ -1062,7 +1019,7 @@ TEST_CASE("load_mask reads key_lengths files of any integer type", "[attention][
 }
 
 TEST_CASE("load_mask errors name the file and the expected shape or range", "[attention][mask]") {
-  TempDir dir;
+  TempDir dir("attention");
   const mha::Dims d = make_dims(2, 5, 7, 3, 9, 3, 3, 9, 9, 9);
   const std::string expected =
       "expected (T, S), (B, T, S) or (B or 1, h or 1, T, S) = (5, 7), (2, 5, 7) or (2, 3, 5, 7)";
@@ -1102,23 +1059,23 @@ TEST_CASE("load_mask errors name the file and the expected shape or range", "[at
   {
     mha::Config c;
     std::int32_t v[] = {-1, 3};
-    c.key_lengths_file = dir.write(mha::NpyArray::of(v, {2}), "lengths");
+    c.key_lengths_file = dir.write_npy(mha::NpyArray::of(v, {2}), "lengths");
     REQUIRE_INPUT_ERROR(mha::load_mask<float>(c, d),
                         Contains(*c.key_lengths_file + ": key length -1 at index 0 is outside"));
     std::int64_t w[] = {1, 2, 3};
-    c.key_lengths_file = dir.write(mha::NpyArray::of(w, {3}), "lengths");
+    c.key_lengths_file = dir.write_npy(mha::NpyArray::of(w, {3}), "lengths");
     REQUIRE_INPUT_ERROR(mha::load_mask<float>(c, d),
                         Contains(*c.key_lengths_file + ": expected B = 2 key lengths, got 3"));
-    c.key_lengths_file = dir.write(mha::NpyArray::of(w, {1, 2}), "lengths");
+    c.key_lengths_file = dir.write_npy(mha::NpyArray::of(w, {1, 2}), "lengths");
     REQUIRE_INPUT_ERROR(
         mha::load_mask<float>(c, d),
         Contains(*c.key_lengths_file + ": expected a 1-D integer array of B = 2 key lengths, got "
                                        "int64 array of shape (1, 2)"));
     float f[] = {1, 2};
-    c.key_lengths_file = dir.write(mha::NpyArray::of(f, {2}), "lengths");
+    c.key_lengths_file = dir.write_npy(mha::NpyArray::of(f, {2}), "lengths");
     REQUIRE_INPUT_ERROR(mha::load_mask<float>(c, d), Contains("got float32 array of shape (2,)"));
     bool b[] = {true, true};
-    c.key_lengths_file = dir.write(mha::NpyArray::of(b, {2}), "lengths");
+    c.key_lengths_file = dir.write_npy(mha::NpyArray::of(b, {2}), "lengths");
     REQUIRE_INPUT_ERROR(mha::load_mask<float>(c, d), Contains("got bool array"));
   }
 }

@@ -1,12 +1,8 @@
 // mha::Config: every key through apply (JSON) and apply_flag (command-line
 // text), null resets, type and range errors with their exact wording,
 // unknown keys with suggestions, layering, to_json, and read_config_file.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -14,8 +10,8 @@
 
 #include "mha/config.hpp"
 #include "mha/error.hpp"
+#include "test_util.hpp"
 
-namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::EndsWith;
 using Catch::Equals;
@@ -25,22 +21,9 @@ using mha::Causal;
 using mha::ComputeType;
 using mha::Config;
 using mha::MaskedRows;
+using namespace mha::test;  // test_util.hpp
 
 namespace {
-
-class IsInputError : public Catch::MatcherBase<mha::Error> {
- public:
-  bool match(const mha::Error& e) const override {
-    return e.kind() == mha::ErrorKind::invalid_input && e.exit_code() == 2;
-  }
-  std::string describe() const override { return "is an mha::Error of kind invalid_input"; }
-};
-
-#define REQUIRE_INPUT_ERROR(expr, message_matcher)            \
-  do {                                                        \
-    REQUIRE_THROWS_MATCHES(expr, mha::Error, IsInputError()); \
-    REQUIRE_THROWS_WITH(expr, message_matcher);               \
-  } while (false)
 
 // Applies {key: value} from "run.json".
 void set(Config& c, const std::string& key, const json& value) {
@@ -90,26 +73,6 @@ std::optional<std::int64_t>& size_field(Config& c, const std::string& key) {
   return c.h;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mha_test_config_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::string p = (path / name).string();
-    std::ofstream out(p, std::ios::binary);
-    out << text;
-    REQUIRE(out.good());
-    return p;
-  }
-};
-
 }  // namespace
 
 TEST_CASE("defaults", "[config]") {
@@ -117,7 +80,10 @@ TEST_CASE("defaults", "[config]") {
   CHECK_FALSE(c.h);
   CHECK_FALSE(c.d_model);
   CHECK_FALSE(c.scale);
-  CHECK(c.use_bias);
+  CHECK_FALSE(c.use_bias);  // unset: follows the weights file, else true
+  CHECK(c.weights_format == mha::WeightsFormat::auto_detect);
+  CHECK(c.mask_true_means == mha::MaskTrueMeans::attend);
+  CHECK_FALSE(c.key_padding_mask);
   CHECK(c.dtype == ComputeType::float32);
   CHECK(c.seed == 0);
   CHECK(c.causal == Causal::none);
@@ -184,10 +150,8 @@ TEST_CASE("boolean keys", "[config]") {
     bool Config::*field;
     bool default_value;
   };
-  for (const Key& k : {Key{"use_bias", &Config::use_bias, true},
-                       Key{"save_attention", &Config::save_attention, false},
+  for (const Key& k : {Key{"save_attention", &Config::save_attention, false},
                        Key{"average_heads", &Config::average_heads, false},
-                       Key{"save_weights", &Config::save_weights, false},
                        Key{"save_inputs", &Config::save_inputs, false}}) {
     INFO("key " << k.name);
     Config c;
@@ -218,6 +182,64 @@ TEST_CASE("boolean keys", "[config]") {
   }
 }
 
+TEST_CASE("use_bias is unset until given", "[config]") {
+  Config c;
+  set(c, "use_bias", false);
+  CHECK(c.use_bias == false);
+  set(c, "use_bias", true);
+  CHECK(c.use_bias == true);
+  set(c, "use_bias", nullptr);
+  CHECK_FALSE(c.use_bias.has_value());
+  c.apply_flag("use_bias", "no");
+  CHECK(c.use_bias == false);
+  CHECK_THAT(error_of("use_bias", 1),
+             Equals("run.json: key 'use_bias': expected true or false, got 1"));
+}
+
+TEST_CASE("save_weights takes a bool or a layout", "[config]") {
+  Config c;
+  set(c, "save_weights", true);
+  CHECK(c.save_weights);
+  CHECK(c.save_weights_format == mha::WeightsFormat::native);
+  set(c, "save_weights", "torch");
+  CHECK(c.save_weights);
+  CHECK(c.save_weights_format == mha::WeightsFormat::torch);
+  set(c, "save_weights", false);
+  CHECK_FALSE(c.save_weights);
+  c.apply_flag("save_weights", "keras");
+  CHECK(c.save_weights);
+  CHECK(c.save_weights_format == mha::WeightsFormat::keras);
+  c.apply_flag("save_weights", "off");
+  CHECK_FALSE(c.save_weights);
+  c.apply_flag("save_weights", "1");
+  CHECK(c.save_weights);
+  CHECK(c.save_weights_format == mha::WeightsFormat::native);
+  CHECK_THAT(error_of("save_weights", 1),
+             Equals("run.json: key 'save_weights': expected true, false, 'native', 'torch' or "
+                    "'keras', got 1"));
+  CHECK_THAT(flag_error_of("save_weights", "onnx"), Contains("'native', 'torch' or 'keras'"));
+  CHECK(c.to_json()["save_weights"] == "native");
+}
+
+TEST_CASE("interop keys: weights_format, mask_true_means, key_padding_mask", "[config]") {
+  Config c;
+  for (const char* f : {"auto", "native", "torch", "keras"}) {
+    set(c, "weights_format", f);
+    CHECK(std::string(mha::to_string(c.weights_format)) == f);
+  }
+  CHECK_THAT(error_of("weights_format", "onnx"),
+             Equals("run.json: key 'weights_format': expected 'auto', 'native', 'torch' or "
+                    "'keras', got \"onnx\""));
+  set(c, "mask_true_means", "ignore");
+  CHECK(c.mask_true_means == mha::MaskTrueMeans::ignore);
+  set(c, "mask_true_means", nullptr);
+  CHECK(c.mask_true_means == mha::MaskTrueMeans::attend);
+  CHECK_THAT(error_of("mask_true_means", "masked"), Contains("'attend' or 'ignore'"));
+  c.apply_flag("key_padding_mask", "pad.npy");
+  CHECK(c.key_padding_mask == "pad.npy");
+  CHECK(c.to_json()["key_padding_mask"] == "pad.npy");
+}
+
 TEST_CASE("scale", "[config]") {
   Config c;
   set(c, "scale", 0.125);
@@ -241,12 +263,11 @@ TEST_CASE("scale", "[config]") {
   CHECK_THAT(flag_error_of("scale", "abc"), Equals("--scale: expected a number, got 'abc'"));
   CHECK_THAT(flag_error_of("scale", "0.5x"), Equals("--scale: expected a number, got '0.5x'"));
   CHECK_THAT(flag_error_of("scale", ""), Equals("--scale: expected a number, got ''"));
-  CHECK_THAT(flag_error_of("scale", "0"),
-             StartsWith("--scale: expected a finite non-zero number, got "));
-  CHECK_THAT(flag_error_of("scale", "inf"),
-             StartsWith("--scale: expected a finite non-zero number, got "));
-  CHECK_THAT(flag_error_of("scale", "nan"),
-             StartsWith("--scale: expected a finite non-zero number, got "));
+  for (const char* text : {"0", "inf", "nan"}) {
+    INFO("text '" << text << "'");
+    CHECK_THAT(flag_error_of("scale", text),
+               StartsWith("--scale: expected a finite non-zero number, got "));
+  }
 }
 
 TEST_CASE("seed", "[config]") {
@@ -356,15 +377,11 @@ TEST_CASE("causal", "[config]") {
   set(c, "causal", nullptr);
   CHECK(c.causal == Causal::none);
 
-  CHECK_THAT(error_of("causal", "bottom_right"),
-             Equals("run.json: key 'causal': expected true, false, 'top-left' or "
-                    "'bottom-right', got \"bottom_right\""));
-  CHECK_THAT(error_of("causal", 1),
-             Equals("run.json: key 'causal': expected true, false, 'top-left' or "
-                    "'bottom-right', got 1"));
-  CHECK_THAT(error_of("causal", json::array()),
-             Equals("run.json: key 'causal': expected true, false, 'top-left' or "
-                    "'bottom-right', got []"));
+  const std::string e =
+      "run.json: key 'causal': expected true, false, 'top-left' or 'bottom-right', got ";
+  CHECK_THAT(error_of("causal", "bottom_right"), Equals(e + "\"bottom_right\""));
+  CHECK_THAT(error_of("causal", 1), Equals(e + "1"));
+  CHECK_THAT(error_of("causal", json::array()), Equals(e + "[]"));
 
   Config f;
   f.apply_flag("causal", "true");
@@ -377,7 +394,7 @@ TEST_CASE("causal", "[config]") {
   CHECK(f.causal == Causal::none);
   CHECK_THAT(flag_error_of("causal", "diagonal"),
              Equals("--causal: expected true, false, 'top-left' or 'bottom-right', got "
-                    "'diagonal'"));
+                    "\"diagonal\""));
   // The boolean spellings of the other bool flags work for causal too.
   f.apply_flag("causal", "yes");
   CHECK(f.causal == Causal::top_left);
@@ -542,17 +559,18 @@ TEST_CASE("to_json lists every key and round-trips through apply", "[config]") {
   CHECK(defaults["key_lengths"].is_null());
 }
 
-TEST_CASE("config_keys: bare-flag keys are the booleans and causal", "[config]") {
+TEST_CASE("config_keys: bare-flag keys are the booleans, causal and save_weights", "[config]") {
   for (const auto& k : mha::config_keys()) {
     INFO("key " << k.name);
     const std::string hint = k.value_hint;
-    CHECK(k.is_bool == (hint == "BOOL" || std::string(k.name) == "causal"));
+    const std::string name = k.name;
+    CHECK(k.is_bool == (hint == "BOOL" || name == "causal" || name == "save_weights"));
     CHECK(std::string(k.help).size() > 0);
   }
 }
 
 TEST_CASE("read_config_file", "[config]") {
-  TempDir dir;
+  TempDir dir("config");
   const std::string good = dir.write("good.json", R"({"h": 2, "causal": "top-left"})");
   const json j = mha::read_config_file(good);
   CHECK(j["h"] == 2);
@@ -583,6 +601,7 @@ TEST_CASE("read_config_file", "[config]") {
   const std::string col = dir.write("col.json", "{\"h\": 2,,}");
   REQUIRE_INPUT_ERROR(mha::read_config_file(col), StartsWith(col + ":1:9: invalid JSON: "));
 
-  REQUIRE_INPUT_ERROR(mha::read_config_file((dir.path / "missing.json").string()),
-                      Equals((dir.path / "missing.json").string() + ": cannot open config file"));
+  const std::string missing = dir / "missing.json";
+  REQUIRE_INPUT_ERROR(mha::read_config_file(missing),
+                      Equals(missing + ": cannot open config file"));
 }

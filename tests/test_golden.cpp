@@ -12,14 +12,10 @@
 // The binary is MHA_BIN_PATH (a compile definition), or $MHA_BIN if set.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/npy.hpp"
+#include "test_util.hpp"
 
 #ifndef MHA_BIN_PATH
 #error "test_golden.cpp needs MHA_BIN_PATH, the path of the built mha binary (compile definition)"
@@ -41,6 +38,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using namespace mha::test;  // test_util.hpp
 
 // Every case directory make_golden.py writes; the last test checks the list is complete.
 const std::vector<std::string> kCases = {"self_bias",          "cross",
@@ -63,36 +61,11 @@ std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
-
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("mha_golden_" + tag + "_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 struct Tensor {
   mha::DType dtype = mha::DType::f8;
@@ -147,11 +120,11 @@ void compare(const std::string& what, const Tensor& got, const Tensor& want, dou
 void run_golden(const std::string& name) {
   const fs::path dir = golden_dir() / name;
   REQUIRE(fs::is_regular_file(dir / "config.json"));
-  const nlohmann::json config = nlohmann::json::parse(read_text(dir / "config.json"));
+  const nlohmann::json config = nlohmann::json::parse(read_file(dir / "config.json"));
   const bool f64 = config.value("dtype", std::string("float32")) == "float64";
   const double tol = f64 ? 1e-12 : 1e-5;
 
-  TempDir tmp(name);
+  TempDir tmp("golden_" + name);
   const fs::path out = tmp.path / "out";
   const std::string command =
       "cd " + sh_quote(MHA_SOURCE_DIR) + " && " + sh_quote(mha_binary()) + " run -q --config " +
@@ -159,10 +132,10 @@ void run_golden(const std::string& name) {
       " --save_attention 2> " + sh_quote((tmp.path / "stderr.txt").string());
   const int status = std::system(command.c_str());
   INFO("command: " << command);
-  INFO("stderr: " << read_text(tmp.path / "stderr.txt"));
+  INFO("stderr: " << read_file(tmp.path / "stderr.txt"));
   REQUIRE(status == 0);
 
-  const nlohmann::json report = nlohmann::json::parse(read_text(out / "run.json"));
+  const nlohmann::json report = nlohmann::json::parse(read_file(out / "run.json"));
   CHECK(report.value("status", std::string()) == "complete");
 
   const Tensor output = load(out / "output.npy");

@@ -1,55 +1,22 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "mha/error.hpp"
 #include "mha/npy.hpp"
+#include "test_util.hpp"
 
-namespace fs = std::filesystem;
 using mha::DType;
 using mha::NpyArray;
+using namespace mha::test;  // test_util.hpp
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mha_test_npy_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A .npy file assembled by hand: the dict is used verbatim, without padding.
 std::string raw_npy(const std::string& dict, const std::string& data, int major = 1) {
@@ -74,36 +41,9 @@ std::string bytes_of(const std::vector<T>& values, bool big_endian = false) {
   return out;
 }
 
-template <class T>
-std::vector<T> values_of(const NpyArray& a) {
-  REQUIRE(a.data.size() == a.size() * sizeof(T));
-  std::vector<T> v(a.size());
-  if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());
-  return v;
-}
-
-// Asserts a one-line invalid_input error containing `fragment`.
-template <class F>
-void require_invalid(F&& f, const std::string& fragment) {
-  INFO("expecting an error containing: " << fragment);
-  REQUIRE_THROWS_WITH(f(), Catch::Contains(fragment));
-  try {
-    f();
-  } catch (const mha::Error& e) {
-    CHECK(e.kind() == mha::ErrorKind::invalid_input);
-    CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    return;
-  }
-  FAIL("expected mha::Error");
-}
-
 std::string dict(const std::string& descr, const std::string& shape, bool fortran = false) {
   return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
          ", 'shape': " + shape + ", }\n";
-}
-
-bool have_numpy() {
-  return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
 }
 
 }  // namespace
@@ -501,7 +441,7 @@ TEST_CASE("npy malformed files are refused", "[npy]") {
 }
 
 TEST_CASE("read_npy reads files and checks sizes before allocating", "[npy]") {
-  TempDir tmp;
+  TempDir tmp("npy");
   const std::vector<float> v = {1, 2, 3, 4, 5, 6};
   write_file(tmp / "a.npy", mha::encode_npy(NpyArray::of(v.data(), {3, 2})));
   const NpyArray a = mha::read_npy(tmp / "a.npy");
@@ -540,7 +480,7 @@ TEST_CASE("npy files interoperate with NumPy", "[npy][numpy]") {
     WARN("/usr/bin/python3 with numpy not found; skipping the NumPy interop test");
     return;
   }
-  TempDir tmp;
+  TempDir tmp("npy");
   const std::string script = tmp / "make.py";
   write_file(script, R"(
 import sys, numpy as np
@@ -561,7 +501,7 @@ for name, a in [('ref_23', np.arange(6, dtype=np.float32).reshape(2, 3)),
                 ('ref_bool', np.array([True]))]:
     np.save(d + '/' + name + '.npy', a)
 )");
-  REQUIRE(std::system(("/usr/bin/python3 " + script + " " + tmp.path.string()).c_str()) == 0);
+  REQUIRE(run_python(script, tmp.path.string()) == 0);
 
   std::vector<float> f(5);
   mha::convert(mha::read_npy(tmp / "f2.npy"), f.data(), "f2.npy");
@@ -600,5 +540,5 @@ a = np.load(sys.argv[1] + '/ours.npy')
 assert a.dtype == np.float64 and a.shape == (2, 2), (a.dtype, a.shape)
 assert (a == np.array([[0.5, -1.0], [3.0, 4.0]])).all(), a
 )");
-  CHECK(std::system(("/usr/bin/python3 " + check + " " + tmp.path.string()).c_str()) == 0);
+  CHECK(run_python(check, tmp.path.string()) == 0);
 }

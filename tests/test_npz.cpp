@@ -1,65 +1,21 @@
-#include <unistd.h>
 #include <zip.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "mha/error.hpp"
 #include "mha/npz.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using mha::DType;
 using mha::NpyArray;
+using namespace mha::test;  // test_util.hpp
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mha_test_npz_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-template <class T>
-std::vector<T> values_of(const NpyArray& a) {
-  REQUIRE(a.data.size() == a.size() * sizeof(T));
-  std::vector<T> v(a.size());
-  if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());
-  return v;
-}
-
-template <class F>
-void require_error(F&& f, const std::string& fragment, mha::ErrorKind kind) {
-  INFO("expecting an error containing: " << fragment);
-  REQUIRE_THROWS_WITH(f(), Catch::Contains(fragment));
-  try {
-    f();
-  } catch (const mha::Error& e) {
-    CHECK(e.kind() == kind);
-    CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    return;
-  }
-  FAIL("expected mha::Error");
-}
 
 // Builds a zip with arbitrary member names and contents, bypassing write_npz.
 void write_zip(const std::string& path,
@@ -75,14 +31,10 @@ void write_zip(const std::string& path,
   REQUIRE(zip_close(za) == 0);
 }
 
-bool have_numpy() {
-  return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
-}
-
 }  // namespace
 
 TEST_CASE("npz write then read back", "[npz]") {
-  TempDir tmp;
+  TempDir tmp("npz");
   const std::vector<float> f = {1, 2, 3, 4, 5, 6};
   const std::vector<double> d = {-0.5};
   const bool mask[4] = {true, false, false, true};
@@ -118,14 +70,14 @@ TEST_CASE("npz write then read back", "[npz]") {
 }
 
 TEST_CASE("npz with no members round trips", "[npz]") {
-  TempDir tmp;
+  TempDir tmp("npz");
   mha::write_npz(tmp / "none.npz", {});
   CHECK(fs::file_size(tmp / "none.npz") == 22);
   CHECK(mha::read_npz(tmp / "none.npz").empty());
 }
 
 TEST_CASE("npz overwrites an existing file", "[npz]") {
-  TempDir tmp;
+  TempDir tmp("npz");
   const std::vector<float> a = {1}, b = {2, 3};
   mha::write_npz(tmp / "x.npz", {{"a", NpyArray::of(a.data(), {1})}});
   mha::write_npz(tmp / "x.npz", {{"b", NpyArray::of(b.data(), {2})}});
@@ -135,7 +87,7 @@ TEST_CASE("npz overwrites an existing file", "[npz]") {
 }
 
 TEST_CASE("npz malformed archives are refused", "[npz]") {
-  TempDir tmp;
+  TempDir tmp("npz");
   const auto input = mha::ErrorKind::invalid_input;
   const std::vector<float> f = {1, 2};
   const std::string good = mha::encode_npy(NpyArray::of(f.data(), {2}));
@@ -169,11 +121,7 @@ TEST_CASE("npz malformed archives are refused", "[npz]") {
 
   // A real archive cut short loses its central directory.
   mha::write_npz(tmp / "full.npz", {{"a", NpyArray::of(f.data(), {2})}});
-  std::string bytes;
-  {
-    std::ifstream in(tmp / "full.npz", std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string bytes = read_file(tmp / "full.npz");
   write_file(tmp / "cut.npz", bytes.substr(0, bytes.size() / 2));
   require_error([&] { mha::read_npz(tmp / "cut.npz"); }, "cut.npz: not a valid .npz (zip) archive",
                 input);
@@ -192,7 +140,7 @@ TEST_CASE("npz malformed archives are refused", "[npz]") {
 }
 
 TEST_CASE("npz write errors are runtime errors naming the path", "[npz]") {
-  TempDir tmp;
+  TempDir tmp("npz");
   const std::vector<float> f = {1};
   const std::string path = tmp / "no/such/dir/out.npz";
   require_error(
@@ -214,7 +162,7 @@ TEST_CASE("npz files interoperate with NumPy", "[npz][numpy]") {
     WARN("/usr/bin/python3 with numpy not found; skipping the NumPy interop test");
     return;
   }
-  TempDir tmp;
+  TempDir tmp("npz");
   const std::string script = tmp / "make.py";
   write_file(script, R"(
 import sys, numpy as np
@@ -231,7 +179,7 @@ np.savez(d + '/plain.npz', **arrays)
 np.savez_compressed(d + '/compressed.npz', **arrays)
 np.savez(d + '/positional.npz', np.ones(3, np.float32), np.zeros(2, np.float32))
 )");
-  REQUIRE(std::system(("/usr/bin/python3 " + script + " " + tmp.path.string()).c_str()) == 0);
+  REQUIRE(run_python(script, tmp.path.string()) == 0);
 
   for (const char* file : {"plain.npz", "compressed.npz"}) {
     INFO(file);
@@ -273,5 +221,5 @@ with np.load(d + '/ours.npz') as z:
 with np.load(d + '/ours_empty.npz') as z:
     assert z.files == []
 )");
-  CHECK(std::system(("/usr/bin/python3 " + check + " " + tmp.path.string()).c_str()) == 0);
+  CHECK(run_python(check, tmp.path.string()) == 0);
 }

@@ -3,52 +3,22 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "mha/error.hpp"
 #include "mha/npz.hpp"
 #include "mha/output_set.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using mha::NpyArray;
 using mha::OutputSet;
+using namespace mha::test;  // test_util.hpp
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mha_test_out_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-  REQUIRE(out.good());
-}
 
 std::set<std::string> listing(const fs::path& dir) {
   std::set<std::string> names;
@@ -57,24 +27,10 @@ std::set<std::string> listing(const fs::path& dir) {
   return names;
 }
 
-template <class F>
-void require_runtime(F&& f, const std::string& fragment) {
-  INFO("expecting an error containing: " << fragment);
-  REQUIRE_THROWS_WITH(f(), Catch::Contains(fragment));
-  try {
-    f();
-  } catch (const mha::Error& e) {
-    CHECK(e.kind() == mha::ErrorKind::runtime);
-    CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    return;
-  }
-  FAIL("expected mha::Error");
-}
-
 }  // namespace
 
 TEST_CASE("OutputSet files appear only on commit", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   const std::string dir = tmp / "out";
   const std::vector<float> f = {1, 2, 3, 4, 5, 6};
   const std::vector<double> d = {0.25, -8};
@@ -112,7 +68,7 @@ TEST_CASE("OutputSet files appear only on commit", "[output]") {
 }
 
 TEST_CASE("OutputSet without commit leaves existing files alone", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   const std::string dir = tmp.path.string();
   write_file(tmp / "output.npy", "previous run");
   {
@@ -128,7 +84,7 @@ TEST_CASE("OutputSet without commit leaves existing files alone", "[output]") {
 }
 
 TEST_CASE("OutputSet commit replaces existing files", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   write_file(tmp / "report.json", "old");
   OutputSet out(tmp.path.string());
   out.stage_bytes("report.json", "new");
@@ -138,7 +94,7 @@ TEST_CASE("OutputSet commit replaces existing files", "[output]") {
 }
 
 TEST_CASE("OutputSet creates nested directories", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   const std::string dir = tmp / "a/b/c";
   OutputSet out(dir);
   CHECK(fs::is_directory(dir));
@@ -148,7 +104,7 @@ TEST_CASE("OutputSet creates nested directories", "[output]") {
 }
 
 TEST_CASE("OutputSet refuses unusable directories", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   write_file(tmp / "file", "not a directory");
   require_runtime([&] { OutputSet out(tmp / "file"); },
                   tmp / "file" + ": output directory exists but is not a directory");
@@ -168,7 +124,7 @@ TEST_CASE("OutputSet refuses unusable directories", "[output]") {
 }
 
 TEST_CASE("OutputSet refuses staging a file twice", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   OutputSet out(tmp.path.string());
   out.stage_bytes("a.txt", "1");
   require_runtime([&] { out.stage_bytes("a.txt", "2"); },
@@ -180,7 +136,7 @@ TEST_CASE("OutputSet refuses staging a file twice", "[output]") {
 }
 
 TEST_CASE("OutputSet write failures remove the temporary", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   OutputSet out(tmp.path.string());
   SECTION("stream error") {
     require_runtime(
@@ -211,7 +167,7 @@ TEST_CASE("OutputSet write failures remove the temporary", "[output]") {
 }
 
 TEST_CASE("OutputSet commit failure keeps going safely", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   fs::create_directory(tmp / "blocked");
   write_file(tmp / "blocked/inside", "x");
   {
@@ -228,7 +184,7 @@ TEST_CASE("OutputSet commit failure keeps going safely", "[output]") {
 }
 
 TEST_CASE("OutputSet temporaries of two sets do not collide", "[output]") {
-  TempDir tmp;
+  TempDir tmp("out");
   OutputSet a(tmp.path.string());
   OutputSet b(tmp.path.string());
   a.stage_bytes("x.txt", "a");

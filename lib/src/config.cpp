@@ -204,10 +204,9 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   if (key == "average_heads") return flag(c.average_heads, false);
   if (key == "save_weights") {
     // false, true (= native), or the layout to write.
-    static const std::pair<const char*, WeightsFormat> names[] = {
-        {"native", WeightsFormat::native},
-        {"torch", WeightsFormat::torch},
-        {"keras", WeightsFormat::keras}};
+    static const std::pair<const char*, WeightsFormat> names[] = {{"native", WeightsFormat::native},
+                                                                  {"torch", WeightsFormat::torch},
+                                                                  {"keras", WeightsFormat::keras}};
     c.save_weights_format = WeightsFormat::native;
     if (v.is_null() || v.is_boolean()) {
       c.save_weights = v.is_boolean() && v.get<bool>();
@@ -435,7 +434,9 @@ const char* to_string(MaskedRows m) {
   return "?";
 }
 
-const char* to_string(MaskTrueMeans m) { return m == MaskTrueMeans::attend ? "attend" : "ignore"; }
+const char* to_string(MaskTrueMeans m) {
+  return m == MaskTrueMeans::attend ? "attend" : "ignore";
+}
 
 const char* to_string(ComputeType t) {
   return t == ComputeType::float32 ? "float32" : "float64";

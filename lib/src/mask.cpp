@@ -97,8 +97,11 @@ Mask<T> load_mask(const Config& c, const Dims& d,
       m.mask_h = s[1];
     }
     ok = ok && (m.mask_B == 1 || m.mask_B == d.B) && (m.mask_h == 1 || m.mask_h == d.h);
+    // PyTorch's 3-D attn_mask is (B*h, T, S); say how to bring it over.
+    const bool torch_3d = s.size() == 3 && d.h > 1 && s[0] == d.B * d.h;
     if (!ok)
-      fail_input(path + ": mask of shape " + shape_str(s) + " does not fit; expected " + expected);
+      fail_input(path + ": mask of shape " + shape_str(s) + " does not fit; expected " + expected +
+                 (torch_3d ? " (a PyTorch (B*h, T, S) mask? reshape it to (B, h, T, S))" : ""));
     if (a.dtype == DType::b1 || is_integer(a.dtype)) {
       m.allow = nonzero_bytes(a, c.mask_true_means == MaskTrueMeans::ignore);
     } else {
@@ -115,16 +118,16 @@ Mask<T> load_mask(const Config& c, const Dims& d,
     NpyArray a = read_npy(path);
     const std::vector<std::size_t> expected{d.B, d.S};
     if (a.shape != expected)
-      fail_input(path + ": key_padding_mask has shape " + shape_str(a.shape) + ", expected (B, S) = " +
-                 shape_str(expected));
+      fail_input(path + ": key_padding_mask has shape " + shape_str(a.shape) +
+                 ", expected (B, S) = " + shape_str(expected));
     if (a.dtype == DType::b1 || is_integer(a.dtype)) {
       m.pad_allow = nonzero_bytes(a, /*invert=*/true);  // true = padding = may not attend
     } else {
       m.pad_bias.resize(a.size());
       convert(a, m.pad_bias.data(), path);
-      warn_if_zero_one(m.pad_bias, path,
-                       "to mark padding, pass it as bool (numpy: mask.astype(bool)), true = padding",
-                       warn);
+      warn_if_zero_one(
+          m.pad_bias, path,
+          "to mark padding, pass it as bool (numpy: mask.astype(bool)), true = padding", warn);
     }
   }
   if (c.key_lengths || c.key_lengths_file) {

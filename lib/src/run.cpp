@@ -182,9 +182,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (c.save_weights) {
     check_not_input(c, out.path("weights.npz"));
     auto native = weight_arrays(w);
-    out.stage_npz("weights.npz",
-                  from_native({native.begin(), native.end()}, c.save_weights_format, d.h,
-                              out.path("weights.npz")));
+    out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
+                                             d.h, out.path("weights.npz")));
     report.outputs["weights.npz"] = {{"layout", to_string(c.save_weights_format)},
                                      {"dtype", dtype}};
   }

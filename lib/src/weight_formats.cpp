@@ -15,15 +15,21 @@ namespace {
 using Arrays = std::map<std::string, NpyArray>;
 using Shape = std::vector<std::size_t>;
 
-const char* const kTorchNames[] = {"in_proj_weight", "in_proj_bias",    "q_proj_weight",
-                                   "k_proj_weight",  "v_proj_weight",   "out_proj.weight",
-                                   "out_proj.bias",  "bias_k",          "bias_v"};
-const char* const kKerasNames[] = {"query/kernel", "query/bias", "key/kernel",
-                                   "key/bias",     "value/kernel", "value/bias",
-                                   "attention_output/kernel", "attention_output/bias"};
+const char* const kTorchNames[] = {"in_proj_weight", "in_proj_bias",  "q_proj_weight",
+                                   "k_proj_weight",  "v_proj_weight", "out_proj.weight",
+                                   "out_proj.bias",  "bias_k",        "bias_v"};
+const char* const kKerasNames[] = {"query/kernel",
+                                   "query/bias",
+                                   "key/kernel",
+                                   "key/bias",
+                                   "value/kernel",
+                                   "value/bias",
+                                   "attention_output/kernel",
+                                   "attention_output/bias"};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "encoder.attn.in_proj_weight" -> "in_proj_weight"; "" if not a torch name.
@@ -110,10 +116,12 @@ NativeWeights torch_to_native(const Arrays& in, const std::string& path) {
   for (const auto& [name, array] : in) {
     std::string n = torch_name(name);
     if (n.empty())
-      fail_input(path + ": unknown tensor '" + name + "' in a PyTorch nn.MultiheadAttention state_dict");
+      fail_input(path + ": unknown tensor '" + name +
+                 "' in a PyTorch nn.MultiheadAttention state_dict");
     if (n == "bias_k" || n == "bias_v")
-      fail_input(path + ": holds '" + name +
-                 "' (nn.MultiheadAttention with add_bias_kv=True), which this tool does not support");
+      fail_input(
+          path + ": holds '" + name +
+          "' (nn.MultiheadAttention with add_bias_kv=True), which this tool does not support");
     if (!a.emplace(n, array).second) fail_input(path + ": two tensors named '" + n + "'");
   }
   NativeWeights out;
@@ -141,8 +149,9 @@ NativeWeights torch_to_native(const Arrays& in, const std::string& path) {
   }
   const bool has_in_bias = a.count("in_proj_bias"), has_out_bias = a.count("out_proj.bias");
   if (has_in_bias != has_out_bias)
-    fail_input(path + ": holds " + (has_in_bias ? "in_proj_bias but not out_proj.bias"
-                                                : "out_proj.bias but not in_proj_bias") +
+    fail_input(path + ": holds " +
+               (has_in_bias ? "in_proj_bias but not out_proj.bias"
+                            : "out_proj.bias but not in_proj_bias") +
                "; expected both (bias=True) or neither (bias=False)");
   if (has_in_bias) {
     const NpyArray& b = need(a, "in_proj_bias", 1, path, "(3E,)");
@@ -172,10 +181,12 @@ NativeWeights keras_to_native(const Arrays& in, const std::string& path) {
   const NpyArray& v = need(a, "value/kernel", 3, path, "(vdim, h, value_dim)");
   const NpyArray& o = need(a, "attention_output/kernel", 3, path, "(h, value_dim, d_out)");
   const std::size_t h = q.shape[1], d_k = q.shape[2], d_v = v.shape[2];
-  expect_shape(k, {k.shape[0], h, d_k}, path, "key/kernel", "(kdim, h, key_dim) with h, key_dim from query/kernel");
+  expect_shape(k, {k.shape[0], h, d_k}, path, "key/kernel",
+               "(kdim, h, key_dim) with h, key_dim from query/kernel");
   expect_shape(o, {h, d_v, o.shape[2]}, path, "attention_output/kernel",
                "(h, value_dim, d_out) with h from query/kernel, value_dim from value/kernel");
-  expect_shape(v, {v.shape[0], h, d_v}, path, "value/kernel", "(vdim, h, value_dim) with h from query/kernel");
+  expect_shape(v, {v.shape[0], h, d_v}, path, "value/kernel",
+               "(vdim, h, value_dim) with h from query/kernel");
   out.h = h;
   out.arrays["W_q"] = reshaped(q, {q.shape[0], h * d_k});
   out.arrays["W_k"] = reshaped(k, {k.shape[0], h * d_k});
@@ -208,10 +219,14 @@ NativeWeights keras_to_native(const Arrays& in, const std::string& path) {
 
 const char* to_string(WeightsFormat f) {
   switch (f) {
-    case WeightsFormat::auto_detect: return "auto";
-    case WeightsFormat::native: return "native";
-    case WeightsFormat::torch: return "torch";
-    case WeightsFormat::keras: return "keras";
+    case WeightsFormat::auto_detect:
+      return "auto";
+    case WeightsFormat::native:
+      return "native";
+    case WeightsFormat::torch:
+      return "torch";
+    case WeightsFormat::keras:
+      return "keras";
   }
   return "?";
 }
@@ -279,7 +294,8 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
       out.emplace_back("k_proj_weight", transposed(W_k));
       out.emplace_back("v_proj_weight", transposed(W_v));
     }
-    if (bias) out.emplace_back("in_proj_bias", concat_rows({&a.at("b_q"), &a.at("b_k"), &a.at("b_v")}));
+    if (bias)
+      out.emplace_back("in_proj_bias", concat_rows({&a.at("b_q"), &a.at("b_k"), &a.at("b_v")}));
     out.emplace_back("out_proj.weight", transposed(W_o));
     if (bias) out.emplace_back("out_proj.bias", a.at("b_o"));
     return out;

@@ -229,7 +229,9 @@ class Errors(Case):
                  W_v=np.zeros((8, 8), np.float32), W_o=np.zeros((8, 7), np.float32))
         self.expect_error(["run", "--h", "2", "--d_model", "8", "--seq_len", "2", "--weights", w,
                            "--use_bias", "false", "--d_out", "8"], 2, "d_out mismatch")
-        line = self.expect_error(["run", "--h", "2", "--seq_len", "2", "--weights", w], 2,
+        # Biases follow the file unless use_bias is given.
+        line = self.expect_error(["run", "--h", "2", "--seq_len", "2", "--weights", w,
+                                  "--use_bias", "true"], 2,
                                  "missing bias 'b_q'")
         self.assertIn("w.npz", line)
         np.savez(w, W_q=np.zeros((8, 8), np.float32), W_k=np.zeros((8, 9), np.float32),

@@ -50,8 +50,8 @@ NativeWeights to_native(const std::map<std::string, NpyArray>& arrays, WeightsFo
 // Throws (invalid_input) when the layer does not fit the layout (torch needs
 // d_model = h*d_k = h*d_v = d_out).
 std::vector<std::pair<std::string, NpyArray>> from_native(
-    const std::map<std::string, NpyArray>& native, WeightsFormat format, std::optional<std::size_t> h,
-    const std::string& what);
+    const std::map<std::string, NpyArray>& native, WeightsFormat format,
+    std::optional<std::size_t> h, const std::string& what);
 
 // `mha weights convert`: reads `in` (.npz or directory) in layout `from`,
 // writes `out` (.npz, atomically) in layout `to`. Returns the layout read.

@@ -1,0 +1,143 @@
+// Helpers shared by the unit tests (one copy each): a self-removing temporary
+// directory, whole-file read and write, assertions on mha::Error
+// (REQUIRE_INPUT_ERROR, require_error and its two shorthands), the elements of
+// an NpyArray as a vector, and running Python for the NumPy interop tests.
+#pragma once
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "mha/error.hpp"
+#include "mha/npy.hpp"
+
+namespace mha::test {
+
+// Writes `bytes` to `path`, replacing what was there.
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+// The whole content of `path` ("" if it cannot be opened).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory <system temp dir>/mha_test_<tag>_XXXXXX, removed with
+// everything in it when the TempDir goes out of scope.
+struct TempDir {
+  std::filesystem::path path;
+
+  explicit TempDir(const std::string& tag) {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / ("mha_test_" + tag + "_XXXXXX")).string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    // A test may have taken away write permission; removal needs it back.
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  // The path of `name` inside the directory.
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+
+  // Writes `bytes` to the file `name` inside the directory and returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::string p = *this / name;
+    write_file(p, bytes);
+    return p;
+  }
+
+  // Writes `array` as a .npy file with a fresh name (stem + a counter) and
+  // returns its path.
+  std::string write_npy(const mha::NpyArray& array, const std::string& stem = "t") {
+    return write(stem + std::to_string(counter_++) + ".npy", mha::encode_npy(array));
+  }
+
+ private:
+  int counter_ = 0;
+};
+
+// An mha::Error of kind invalid_input with exit code 2 (the message is checked
+// separately with REQUIRE_THROWS_WITH).
+class IsInputError : public Catch::MatcherBase<mha::Error> {
+ public:
+  bool match(const mha::Error& e) const override {
+    return e.kind() == mha::ErrorKind::invalid_input && e.exit_code() == 2;
+  }
+  std::string describe() const override { return "is an mha::Error of kind invalid_input"; }
+};
+
+// `expr` throws an input error (IsInputError) whose message matches `message_matcher`.
+#define REQUIRE_INPUT_ERROR(expr, message_matcher)                       \
+  do {                                                                   \
+    REQUIRE_THROWS_MATCHES(expr, mha::Error, mha::test::IsInputError()); \
+    REQUIRE_THROWS_WITH(expr, message_matcher);                          \
+  } while (false)
+
+// f() throws a one-line mha::Error of `kind` whose message contains `fragment`.
+template <class F>
+void require_error(F&& f, const std::string& fragment, mha::ErrorKind kind) {
+  INFO("expecting an error containing: " << fragment);
+  REQUIRE_THROWS_WITH(f(), Catch::Contains(fragment));
+  try {
+    f();
+  } catch (const mha::Error& e) {
+    CHECK(e.kind() == kind);
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    return;
+  }
+  FAIL("expected mha::Error");
+}
+
+// require_error with kind invalid_input.
+template <class F>
+void require_invalid(F&& f, const std::string& fragment) {
+  require_error(f, fragment, mha::ErrorKind::invalid_input);
+}
+
+// require_error with kind runtime.
+template <class F>
+void require_runtime(F&& f, const std::string& fragment) {
+  require_error(f, fragment, mha::ErrorKind::runtime);
+}
+
+// The elements of `a` as T, whose size must be a's item size.
+template <class T>
+std::vector<T> values_of(const mha::NpyArray& a) {
+  REQUIRE(a.data.size() == a.size() * sizeof(T));
+  std::vector<T> v(a.size());
+  if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());
+  return v;
+}
+
+// Whether /usr/bin/python3 can import numpy; the interop tests skip without it.
+inline bool have_numpy() {
+  return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+}
+
+// Runs `/usr/bin/python3 <script> <arg>` and returns std::system's status.
+inline int run_python(const std::string& script, const std::string& arg) {
+  return std::system(("/usr/bin/python3 " + script + " " + arg).c_str());
+}
+
+}  // namespace mha::test
