@@ -4,11 +4,14 @@
 #include <iostream>
 #include <map>
 #include <new>
+#include <sstream>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "mha/attention.hpp"
+#include "mha/bench.hpp"
 #include "mha/compare.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
@@ -90,6 +93,91 @@ void add_compare_command(CLI::App& app, CompareArgs& args) {
       ->check(CLI::NonNegativeNumber);
   compare->add_option("--atol", args.atol, "absolute tolerance (default 1e-8)")
       ->check(CLI::NonNegativeNumber);
+}
+
+struct BenchArgs {
+  std::string config_file, shapes;
+  int threads = 0, repeat = 10;
+  bool json = false;
+};
+
+void add_bench_command(CLI::App& app, BenchArgs& args) {
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Time the attention layer on named shapes against a large sgemm (docs/benchmarks.md)");
+  bench->fallthrough();
+  bench->add_option("--config,-c", args.config_file, "also time the layer a run config describes");
+  bench->add_option("--shapes", args.shapes,
+                    "comma-separated shapes, each NAME or NAME:VARIANT (default: all)");
+  bench->add_option("--threads", args.threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  bench->add_option("--repeat", args.repeat, "timed calls per case (default 10)")
+      ->check(CLI::Range(1, 100000));
+  bench->add_flag("--json", args.json, "print JSON instead of a table");
+}
+
+int do_bench(const BenchArgs& args) {
+  std::vector<BenchShape> shapes;
+  std::vector<std::pair<std::string, std::string>> cases;  // (shape, variant)
+  if (!args.config_file.empty()) {
+    Config c;
+    c.apply(read_config_file(args.config_file), args.config_file);
+    shapes.push_back({"config", resolve_dims(c, FileShapes{})});
+    for (const auto& v : bench_variants()) cases.emplace_back("config", v);
+  }
+  for (const auto& s : bench_shapes()) shapes.push_back(s);
+  std::string list = args.shapes;
+  if (list.empty() && args.config_file.empty())
+    for (const auto& s : bench_shapes()) list += (list.empty() ? "" : ",") + s.name;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    bool known = false;
+    for (const auto& s : shapes) known = known || s.name == name;
+    if (!known) {
+      std::string names;
+      for (const auto& s : bench_shapes()) names += (names.empty() ? "" : ", ") + s.name;
+      throw Error(ErrorKind::invalid_input,
+                  "--shapes: unknown shape '" + name + "' (expected " + names + ")");
+    }
+    if (colon != std::string::npos) {
+      cases.emplace_back(name, item.substr(colon + 1));
+    } else {
+      for (const auto& v : bench_variants()) cases.emplace_back(name, v);
+    }
+  }
+  const int threads = resolve_threads(args.threads);
+  const double sgemm = sgemm_gflops(threads, 5);
+  nlohmann::json results = nlohmann::json::array();
+  if (!args.json)
+    std::cout << fmt::format("sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s)\n", sgemm, threads)
+              << fmt::format("{:<12} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape",
+                             "variant", "ms median", "ms min", "GFLOP/s", "sgemm", "peak RSS");
+  for (const auto& [name, variant] : cases) {
+    const BenchShape& shape =
+        *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
+    const BenchResult r = bench_case(shape, variant, threads, args.repeat, sgemm);
+    const Dims& d = r.dims;
+    results.push_back({{"shape", r.shape},       {"variant", r.variant},
+                       {"B", d.B},               {"T", d.T},
+                       {"S", d.S},               {"d_model", d.d_model},
+                       {"h", d.h},               {"flops", r.flops},
+                       {"ms_median", r.ms_median}, {"ms_min", r.ms_min},
+                       {"gflops", r.gflops},     {"sgemm_fraction", r.sgemm_fraction},
+                       {"peak_rss_bytes", r.peak_rss_bytes}});
+    if (!args.json)
+      std::cout << fmt::format("{:<12} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB\n",
+                               r.shape, r.variant, r.ms_median, r.ms_min, r.gflops,
+                               100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0)
+                << std::flush;
+  }
+  if (args.json) {
+    nlohmann::json out = {{"tool", "mha"},          {"version", MHA_VERSION},
+                          {"threads", threads},     {"repeat", args.repeat},
+                          {"sgemm_gflops", sgemm},  {"results", results}};
+    std::cout << out.dump(2) << std::endl;
+  }
+  return 0;
 }
 
 WeightsFormat layout(const std::string& name) {
@@ -176,7 +264,7 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
         a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
                  name == "to" || name == "output" || name == "from" || name == "rtol" ||
-                 name == "atol" || name == "help" || name == "version";
+                 name == "atol" || name == "shapes" || name == "repeat" || name == "json" || name == "help" || name == "version";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);
@@ -200,6 +288,8 @@ int main(const std::vector<std::string>& argv) {
   add_weights_command(app, convert_args);
   CompareArgs compare_args;
   add_compare_command(app, compare_args);
+  BenchArgs bench_args;
+  add_bench_command(app, bench_args);
 
   std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
   try {
@@ -226,6 +316,7 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("run")) return do_run(run_args);
     if (app.got_subcommand("weights")) return do_convert(convert_args);
     if (app.got_subcommand("compare")) return do_compare(compare_args);
+    if (app.got_subcommand("bench")) return do_bench(bench_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -1,38 +1,446 @@
 #include "mha/attention.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <vector>
 
 #include "mha/blas.hpp"
+#include "mha/vexp.hpp"
 
 namespace mha {
 namespace {
 
-// Y (rows, n) = X (rows, k) W (k, n) + b (n): the bias is broadcast into Y
-// first so that one GEMM with beta = 1 adds the product.
 template <class T>
-void project(const T* X, std::size_t rows, std::size_t k, const xt::xtensor<T, 2>& W,
-             const xt::xtensor<T, 1>& b, T* Y) {
-  const std::size_t n = W.shape()[1];
-  T beta = 0;
-  if (b.size() > 0) {
-    for (std::size_t r = 0; r < rows; ++r) std::copy(b.data(), b.data() + n, Y + r * n);
-    beta = 1;
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// Below this many multiply-adds a GEMM runs on one thread: splitting it costs
+// more in wake-ups than it saves.
+constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
+
+// Y (rows, n; ldy) = X (rows, k; ldx) W (k, n; ldw) + b (n), split by rows over
+// the pool. The bias is broadcast into Y first so one GEMM with beta = 1 adds
+// the product.
+template <class T>
+void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k, const T* W,
+             std::size_t ldw, const T* b, std::size_t n, T* Y, std::size_t ldy, int threads) {
+  const std::size_t work = rows * n * k;
+  const int parts = work < kParallelGemmWork
+                        ? 1
+                        : static_cast<int>(std::min<std::size_t>(threads, (rows + 15) / 16));
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+  for (int p = 0; p < parts; ++p) {
+    const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+    T beta = 0;
+    if (b) {
+      for (std::size_t r = r0; r < r1; ++r) std::copy(b, b + n, Y + r * ldy);
+      beta = 1;
+    }
+    if (r1 > r0) gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta,
+                         Y + r0 * ldy, ldy);
   }
-  gemm<T>(false, false, rows, n, k, T(1), X, k, W.data(), n, beta, Y, n);
+}
+
+// Columns side by side: [A | B | C] for kernels of equal row count, the
+// packed weights of a fused QKV (or KV) projection.
+template <class T>
+std::vector<T> pack_columns(const std::vector<const xt::xtensor<T, 2>*>& parts) {
+  const std::size_t rows = parts[0]->shape()[0];
+  std::size_t width = 0;
+  for (const auto* p : parts) width += p->shape()[1];
+  std::vector<T> packed(rows * width);
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* dst = packed.data() + r * width;
+    for (const auto* p : parts) {
+      const std::size_t n = p->shape()[1];
+      dst = std::copy(p->data() + r * n, p->data() + (r + 1) * n, dst);
+    }
+  }
+  return packed;
+}
+
+template <class T>
+std::vector<T> pack_biases(const std::vector<const xt::xtensor<T, 1>*>& parts) {
+  std::vector<T> packed;
+  for (const auto* p : parts) packed.insert(packed.end(), p->begin(), p->end());
+  return packed;
+}
+
+// The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
+// and leading dimension into one or more shared buffers.
+template <class T>
+struct Projections {
+  std::vector<T> qkv, kv, k, v;
+  const T *Q = nullptr, *K = nullptr, *V = nullptr;
+  std::size_t ldq = 0, ldk = 0, ldv = 0;
+};
+
+template <class T>
+Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
+                              const Weights<T>& w, int threads) {
+  const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v, BT = d.B * d.T, BS = d.B * d.S;
+  const bool bias = w.has_bias();
+  Projections<T> p;
+  if (d.key_is_query && d.value_is_key) {
+    // Self-attention: one GEMM, rows [Q | K | V] of width 2*h*d_k + h*d_v.
+    const std::size_t width = 2 * hdk + hdv;
+    auto W = pack_columns<T>({&w.W_q, &w.W_k, &w.W_v});
+    auto b = bias ? pack_biases<T>({&w.b_q, &w.b_k, &w.b_v}) : std::vector<T>();
+    p.qkv.resize(BT * width);
+    project(X_q, d.d_model, BT, d.d_model, W.data(), width, bias ? b.data() : nullptr, width,
+            p.qkv.data(), width, threads);
+    p.Q = p.qkv.data(), p.K = p.Q + hdk, p.V = p.Q + 2 * hdk;
+    p.ldq = p.ldk = p.ldv = width;
+    return p;
+  }
+  p.qkv.resize(BT * hdk);
+  project(X_q, d.d_model, BT, d.d_model, w.W_q.data(), hdk, bias ? w.b_q.data() : nullptr, hdk,
+          p.qkv.data(), hdk, threads);
+  p.Q = p.qkv.data(), p.ldq = hdk;
+  if (d.value_is_key) {
+    // Key = value input: one GEMM, rows [K | V].
+    const std::size_t width = hdk + hdv;
+    auto W = pack_columns<T>({&w.W_k, &w.W_v});
+    auto b = bias ? pack_biases<T>({&w.b_k, &w.b_v}) : std::vector<T>();
+    p.kv.resize(BS * width);
+    project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width,
+            p.kv.data(), width, threads);
+    p.K = p.kv.data(), p.V = p.K + hdk, p.ldk = p.ldv = width;
+    return p;
+  }
+  p.k.resize(BS * hdk);
+  p.v.resize(BS * hdv);
+  project(X_k, d.kdim, BS, d.kdim, w.W_k.data(), hdk, bias ? w.b_k.data() : nullptr, hdk,
+          p.k.data(), hdk, threads);
+  project(X_v, d.vdim, BS, d.vdim, w.W_v.data(), hdv, bias ? w.b_v.data() : nullptr, hdv,
+          p.v.data(), hdv, threads);
+  p.K = p.k.data(), p.V = p.v.data(), p.ldk = hdk, p.ldv = hdv;
+  return p;
+}
+
+// What one head-block computation needs, shared read-only by all tasks.
+template <class T>
+struct Job {
+  const Dims& d;
+  const Mask<T>& mask;
+  const LayerOptions<T>& opt;
+  const Projections<T>& p;
+  std::size_t block_q, block_k;
+  T* context;  // (B*T, h*d_v): head i's output in columns [i*d_v, (i+1)*d_v)
+
+  const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
+    return p.Q + (b * d.T + t0) * p.ldq + head * d.d_k;
+  }
+  const T* K(std::size_t b, std::size_t head) const { return p.K + b * d.S * p.ldk + head * d.d_k; }
+  const T* V(std::size_t b, std::size_t head) const { return p.V + b * d.S * p.ldv + head * d.d_v; }
+  T* ctx(std::size_t b, std::size_t head, std::size_t t0) const {
+    return context + (b * d.T + t0) * d.h * d.d_v + head * d.d_v;
+  }
+  // Keys at or beyond this index are masked for all of rows [t0, t0 + rows).
+  std::size_t key_end(std::size_t b, std::size_t t0, std::size_t rows) const {
+    return mask.empty() ? d.S : std::min(d.S, mask.key_end(d, b, t0 + rows - 1));
+  }
+  T policy_fill() const {
+    return opt.masked_rows == MaskedRows::zero      ? T(0)
+           : opt.masked_rows == MaskedRows::uniform ? T(1) / static_cast<T>(d.S)
+                                                    : std::numeric_limits<T>::quiet_NaN();
+  }
+};
+
+// The head output of a query row whose keys are all masked: 0, NaN, or under
+// "uniform" the mean of V_i over all S keys.
+template <class T>
+void masked_row_output(const Job<T>& job, std::size_t b, std::size_t head, T* out) {
+  const auto& d = job.d;
+  if (job.opt.masked_rows != MaskedRows::uniform) {
+    std::fill(out, out + d.d_v, job.policy_fill());
+    return;
+  }
+  std::fill(out, out + d.d_v, T(0));
+  const T* V = job.V(b, head);
+  for (std::size_t s = 0; s < d.S; ++s)
+    for (std::size_t c = 0; c < d.d_v; ++c) out[c] += V[s * job.p.ldv + c];
+  for (std::size_t c = 0; c < d.d_v; ++c) out[c] /= static_cast<T>(d.S);
+}
+
+// Fused attention of rows [t0, t0 + rows) of one head over keys [s_begin,
+// s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
+// per row the running max m, running sum l and unnormalized output O
+// (rows, d_v), rescaled by exp(m_old - m_new) as each key block arrives.
+// P (rows, block_k) is scratch.
+template <class T>
+void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m,
+                 T* l) {
+  const auto& d = job.d;
+  const std::size_t Bk = job.block_k;
+  std::fill(m, m + rows, kNegInf<T>);
+  std::fill(l, l + rows, T(0));
+  std::fill(O, O + rows * d.d_v, T(0));
+  const T* Q = job.Q(b, head, t0);
+  const T* K = job.K(b, head);
+  const T* V = job.V(b, head);
+  const std::size_t end = std::min(s_end, job.key_end(b, t0, rows));
+  for (std::size_t s0 = s_begin; s0 < end; s0 += Bk) {
+    const std::size_t n = std::min(Bk, end - s0);
+    // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
+    gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
+            job.p.ldk, T(0), P, Bk);
+    if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* p = P + r * Bk;
+      T block_max = kNegInf<T>;
+      for (std::size_t s = 0; s < n; ++s) block_max = std::max(block_max, p[s]);
+      const T m_new = std::max(m[r], block_max);
+      if (m_new == kNegInf<T>) {  // every key so far masked: contributes nothing
+        std::fill(p, p + n, T(0));
+        continue;
+      }
+      const T alpha = m[r] == kNegInf<T> ? T(0) : std::exp(m[r] - m_new);
+      l[r] = l[r] * alpha + exp_shifted_sum(p, n, m_new);
+      if (alpha != T(1)) {
+        T* o = O + r * d.d_v;
+        for (std::size_t c = 0; c < d.d_v; ++c) o[c] *= alpha;
+      }
+      m[r] = m_new;
+    }
+    // O (rows, d_v) += P V_i[s0:s0+n]
+    gemm<T>(false, false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv, T(1), O,
+            d.d_v);
+  }
+}
+
+// O / l into the context, or the masked-row policy where l = 0.
+template <class T>
+void finish_rows(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, const T* O, const T* l) {
+  const auto& d = job.d;
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* out = job.ctx(b, head, t0 + r);
+    if (l[r] == T(0)) {
+      masked_row_output(job, b, head, out);
+      continue;
+    }
+    const T inv = T(1) / l[r];
+    for (std::size_t c = 0; c < d.d_v; ++c) out[c] = O[r * d.d_v + c] * inv;
+  }
+}
+
+// Exact attention of rows [t0, t0 + rows) of one head: A (rows, S; ld S) is
+// the softmax itself, written in full; the head output goes to the context.
+template <class T>
+void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, T* A) {
+  const auto& d = job.d;
+  const std::size_t S = d.S, end = job.key_end(b, t0, rows);
+  if (end > 0)
+    gemm<T>(false, true, rows, end, d.d_k, job.opt.scale, job.Q(b, head, t0), job.p.ldq,
+            job.K(b, head), job.p.ldk, T(0), A, S);
+  if (!job.mask.empty() && end > 0) job.mask.apply(d, b, head, t0, t0 + rows, 0, end, A, S);
+  std::size_t used = end;  // keys with nonzero weight in some row
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* a = A + r * S;
+    T row_max = kNegInf<T>;
+    for (std::size_t s = 0; s < end; ++s) row_max = std::max(row_max, a[s]);
+    if (row_max == kNegInf<T>) {
+      std::fill(a, a + S, job.policy_fill());
+      used = S;
+      continue;
+    }
+    const T inv = T(1) / exp_shifted_sum(a, end, row_max);
+    for (std::size_t s = 0; s < end; ++s) a[s] *= inv;
+    std::fill(a + end, a + S, T(0));
+  }
+  // context (rows, d_v) = A V_i, over the keys that carry weight
+  if (used > 0)
+    gemm<T>(false, false, rows, d.d_v, used, T(1), A, S, job.V(b, head), job.p.ldv, T(0),
+            job.ctx(b, head, t0), d.h * d.d_v);
+  else
+    for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
+}
+
+// Runs body(task, thread) for task in [0, n) on the pool; the first exception
+// thrown by any task is rethrown after the pool finishes.
+template <class Body>
+void parallel_tasks(std::size_t n, int threads, const Body& body) {
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  const int used = static_cast<int>(std::min<std::size_t>(threads, n));
+#pragma omp parallel num_threads(used) if (used > 1)
+  {
+    const int thread = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (std::size_t task = 0; task < n; ++task) {
+      if (failed.load(std::memory_order_relaxed)) continue;  // no new work after an error
+      try {
+        body(task, thread);
+      } catch (...) {
+#pragma omp critical(mha_task_error)
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
 
+int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+template <class T>
+void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
+                     const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
+  blas_single_threaded();
+  const int threads = resolve_threads(opt.threads);
+  const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads);
+  std::vector<T> context(d.B * d.T * d.h * d.d_v);
+  Job<T> job{d,
+             mask,
+             opt,
+             p,
+             opt.block_q ? opt.block_q : 64,
+             opt.block_k ? opt.block_k : 256,
+             context.data()};
+  const std::size_t Bq = std::min(job.block_q, d.T);
+  const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
+  auto rows_of = [&](std::size_t qb) { return std::min(Bq, d.T - qb * Bq); };
+
+  if (opt.attention == AttentionOutput::none) {
+    // Tasks (b, head, query block, key split); keys are split only when there
+    // are fewer head blocks than threads (decode-shaped work).
+    const std::size_t head_blocks = d.B * d.h * q_blocks;
+    std::size_t splits = 1;
+    if (head_blocks < static_cast<std::size_t>(threads) && d.S >= 2 * job.block_k)
+      splits = std::min<std::size_t>((threads + head_blocks - 1) / head_blocks,
+                                     d.S / job.block_k);
+    const std::size_t span = (d.S + splits - 1) / splits;
+    std::vector<std::vector<T>> scratch(threads);
+    // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
+    std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
+    std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
+    parallel_tasks(head_blocks * splits, threads, [&](std::size_t task, int thread) {
+      const std::size_t split = task % splits, hb = task / splits;
+      const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h,
+                        b = hb / (q_blocks * d.h);
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      auto& s = scratch[thread];
+      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq);
+      T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
+      if (splits > 1) {
+        O = part_O.data() + task * Bq * d.d_v;
+        m = part_m.data() + task * Bq;
+        l = part_l.data() + task * Bq;
+      }
+      flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O,
+                  m, l);
+      if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
+    });
+    if (splits > 1) {
+      // Merge the key splits: rescale each to the common max, then sum.
+      std::vector<T> O(Bq * d.d_v), l(Bq);
+      for (std::size_t hb = 0; hb < head_blocks; ++hb) {
+        const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h,
+                          b = hb / (q_blocks * d.h), rows = rows_of(qb);
+        std::fill(O.begin(), O.end(), T(0));
+        std::fill(l.begin(), l.end(), T(0));
+        for (std::size_t r = 0; r < rows; ++r) {
+          T m = kNegInf<T>;
+          for (std::size_t sp = 0; sp < splits; ++sp)
+            m = std::max(m, part_m[(hb * splits + sp) * Bq + r]);
+          if (m == kNegInf<T>) continue;  // l stays 0: masked-row policy
+          for (std::size_t sp = 0; sp < splits; ++sp) {
+            const std::size_t i = (hb * splits + sp) * Bq + r;
+            if (part_m[i] == kNegInf<T>) continue;
+            const T f = std::exp(part_m[i] - m);
+            l[r] += part_l[i] * f;
+            for (std::size_t c = 0; c < d.d_v; ++c)
+              O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
+          }
+        }
+        finish_rows(job, b, head, qb * Bq, rows, O.data(), l.data());
+      }
+    }
+  } else if (opt.attention == AttentionOutput::per_head) {
+    std::vector<std::vector<T>> scratch(threads);
+    parallel_tasks(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
+      const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
+                        b = task / (q_blocks * d.h);
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      T* A;
+      if (opt.attention_buffer) {
+        A = opt.attention_buffer + ((b * d.h + head) * d.T + t0) * d.S;
+      } else {
+        scratch[thread].resize(Bq * d.S);
+        A = scratch[thread].data();
+      }
+      exact_block(job, b, head, t0, rows, A);
+      if (!opt.attention_buffer && opt.sink) opt.sink(b, head, t0, rows, A);
+    });
+  } else {
+    // Mean over heads: one task per (b, query block) accumulates all heads.
+    std::vector<std::vector<T>> scratch(threads);
+    const T inv_h = T(1) / static_cast<T>(d.h);
+    parallel_tasks(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
+      const std::size_t qb = task % q_blocks, b = task / q_blocks;
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      auto& s = scratch[thread];
+      s.resize((opt.attention_buffer ? 1 : 2) * Bq * d.S);
+      T* A = s.data();
+      T* mean = opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S
+                                     : s.data() + Bq * d.S;
+      std::fill(mean, mean + rows * d.S, T(0));
+      for (std::size_t head = 0; head < d.h; ++head) {
+        exact_block(job, b, head, t0, rows, A);
+        for (std::size_t i = 0; i < rows * d.S; ++i) mean[i] += A[i] * inv_h;
+      }
+      if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
+    });
+  }
+  // output (B*T, d_out) = context W_o + b_o
+  const std::size_t hdv = d.h * d.d_v;
+  project(context.data(), hdv, d.B * d.T, hdv, w.W_o.data(), d.d_out,
+          w.has_bias() ? w.b_o.data() : nullptr, d.d_out, output, d.d_out, threads);
+}
+
+template <class T>
+void multi_head_attention(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
+                          const Weights<T>& w, const Mask<T>& mask, T scale, MaskedRows policy,
+                          T* output, T* attention, T* attention_mean) {
+  LayerOptions<T> opt;
+  opt.scale = scale;
+  opt.masked_rows = policy;
+  if (attention) {
+    opt.attention = AttentionOutput::per_head;
+    opt.attention_buffer = attention;
+  } else if (attention_mean) {
+    opt.attention = AttentionOutput::mean_over_heads;
+    opt.attention_buffer = attention_mean;
+  }
+  attention_layer(d, X_q, X_k, X_v, w, mask, opt, output);
+  if (attention && attention_mean) {
+    // Both asked for: the mean from the per-head weights just written.
+    const std::size_t TS = d.T * d.S;
+    const T inv_h = T(1) / static_cast<T>(d.h);
+    std::fill(attention_mean, attention_mean + d.B * TS, T(0));
+    for (std::size_t b = 0; b < d.B; ++b)
+      for (std::size_t head = 0; head < d.h; ++head)
+        for (std::size_t i = 0; i < TS; ++i)
+          attention_mean[b * TS + i] += attention[(b * d.h + head) * TS + i] * inv_h;
+  }
+}
+
 template <class T>
 void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, MaskedRows policy) {
-  const T neg_inf = -std::numeric_limits<T>::infinity();
   for (std::size_t r = 0; r < rows; ++r) {
     T* row = x + r * ld;
-    T max = neg_inf;
+    T max = kNegInf<T>;
     for (std::size_t c = 0; c < cols; ++c) max = std::max(max, row[c]);
-    if (max == neg_inf) {
+    if (max == kNegInf<T>) {
       // Every key masked: softmax is 0/0 here, so the policy decides.
       T fill = policy == MaskedRows::zero      ? T(0)
                : policy == MaskedRows::uniform ? T(1) / static_cast<T>(cols)
@@ -40,61 +448,17 @@ void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, Mask
       std::fill(row, row + cols, fill);
       continue;
     }
-    T sum = 0;
-    for (std::size_t c = 0; c < cols; ++c) {
-      row[c] = std::exp(row[c] - max);
-      sum += row[c];
-    }
-    const T inv = T(1) / sum;
+    const T inv = T(1) / exp_shifted_sum(row, cols, max);
     for (std::size_t c = 0; c < cols; ++c) row[c] *= inv;
   }
 }
 
-template <class T>
-void multi_head_attention(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
-                          const Weights<T>& w, const Mask<T>& mask, T scale, MaskedRows policy,
-                          T* output, T* attention, T* attention_mean) {
-  const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
-  // Q (B*T, h*d_k), K (B*S, h*d_k), V (B*S, h*d_v): all rows in one GEMM each.
-  std::vector<T> Q(d.B * d.T * hdk), K(d.B * d.S * hdk), V(d.B * d.S * hdv);
-  project(X_q, d.B * d.T, d.d_model, w.W_q, w.b_q, Q.data());
-  project(X_k, d.B * d.S, d.kdim, w.W_k, w.b_k, K.data());
-  project(X_v, d.B * d.S, d.vdim, w.W_v, w.b_v, V.data());
-
-  // context (B*T, h*d_v): head i's output A_i V_i in columns [i*d_v, (i+1)*d_v).
-  std::vector<T> context(d.B * d.T * hdv);
-  std::vector<T> scratch(attention ? 0 : d.T * d.S);
-  if (attention_mean) std::fill(attention_mean, attention_mean + d.B * d.T * d.S, T(0));
-  const T inv_h = T(1) / static_cast<T>(d.h);
-
-  for (std::size_t b = 0; b < d.B; ++b) {
-    for (std::size_t i = 0; i < d.h; ++i) {
-      // Q_i (T, d_k) and K_i (S, d_k) are strided views: leading dimension h*d_k.
-      const T* Q_i = Q.data() + b * d.T * hdk + i * d.d_k;
-      const T* K_i = K.data() + b * d.S * hdk + i * d.d_k;
-      const T* V_i = V.data() + b * d.S * hdv + i * d.d_v;
-      T* A_i = attention ? attention + (b * d.h + i) * d.T * d.S : scratch.data();
-      // A_i (T, S) = scale * Q_i K_i^T, then mask and softmax in place.
-      gemm<T>(false, true, d.T, d.S, d.d_k, scale, Q_i, hdk, K_i, hdk, T(0), A_i, d.S);
-      if (!mask.empty()) mask.apply(d, b, i, 0, d.T, A_i, d.S);
-      softmax_rows(A_i, d.T, d.S, d.S, policy);
-      // context[b, :, i*d_v:(i+1)*d_v] (T, d_v) = A_i V_i
-      gemm<T>(false, false, d.T, d.d_v, d.S, T(1), A_i, d.S, V_i, hdv, T(0),
-              context.data() + b * d.T * hdv + i * d.d_v, hdv);
-      if (attention_mean) {
-        T* mean = attention_mean + b * d.T * d.S;
-        for (std::size_t j = 0; j < d.T * d.S; ++j) mean[j] += A_i[j] * inv_h;
-      }
-    }
-  }
-  // output (B*T, d_out) = context W_o + b_o
-  project(context.data(), d.B * d.T, hdv, w.W_o, w.b_o, output);
-}
-
-#define MHA_INSTANTIATE(T)                                                                        \
-  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,                \
-                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*, T*, \
-                                        T*);                                                      \
+#define MHA_INSTANTIATE(T)                                                                       \
+  template void attention_layer<T>(const Dims&, const T*, const T*, const T*, const Weights<T>&, \
+                                   const Mask<T>&, const LayerOptions<T>&, T*);                 \
+  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,               \
+                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*,   \
+                                        T*, T*);                                                 \
   template void softmax_rows<T>(T*, std::size_t, std::size_t, std::size_t, MaskedRows);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)

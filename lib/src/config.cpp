@@ -34,6 +34,7 @@ const std::vector<ConfigKey> kKeys = {
     {"scale", "FLOAT", "logit scale (default 1/sqrt(d_k))", false},
     {"dtype", "TYPE", "compute and output precision: float32 or float64", false},
     {"seed", "INT", "seed for random inputs and weights (default 0)", false},
+    {"threads", "INT", "worker threads (default 0 = all cores)", false},
     {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
@@ -159,6 +160,10 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
       fail_input(where + ": expected a non-negative integer below 2^64, got " + json_excerpt(v));
     c.seed = v.get<std::uint64_t>();
+    return;
+  }
+  if (key == "threads") {
+    c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
     return;
   }
   if (key == "query") return path(c.query);
@@ -346,6 +351,7 @@ json Config::to_json() const {
   j["scale"] = opt(scale);
   j["dtype"] = to_string(dtype);
   j["seed"] = seed;
+  j["threads"] = threads;
   j["query"] = opt(query);
   j["key"] = opt(key);
   j["value"] = opt(value);

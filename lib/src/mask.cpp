@@ -1,5 +1,6 @@
 #include "mha/mask.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "mha/error.hpp"
@@ -8,40 +9,45 @@
 namespace mha {
 
 template <class T>
+std::size_t Mask<T>::key_end(const Dims& d, std::size_t b, std::size_t t) const {
+  std::size_t end = key_lengths.empty() ? d.S : static_cast<std::size_t>(key_lengths[b]);
+  if (causal == Causal::top_left) {
+    end = std::min(end, t + 1);
+  } else if (causal == Causal::bottom_right) {
+    // s <= t + S - T, i.e. s < t + 1 + S - T (no key at all when T > S + t).
+    end = t + 1 + d.S >= d.T ? std::min(end, t + 1 + d.S - d.T) : 0;
+  }
+  return end;
+}
+
+template <class T>
 void Mask<T>::apply(const Dims& d, std::size_t b, std::size_t head, std::size_t t0, std::size_t t1,
-                    T* logits, std::size_t ld) const {
+                    std::size_t s0, std::size_t s1, T* logits, std::size_t ld) const {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::size_t S = d.S;
-  // Key padding and causality cut each row at a key index; beyond it is -inf.
-  std::size_t pad_end = S;
-  if (!key_lengths.empty()) pad_end = static_cast<std::size_t>(key_lengths[b]);
   const std::size_t mb = mask_B == 1 ? 0 : b, mh = mask_h == 1 ? 0 : head;
   const std::size_t mask_offset = ((mb * mask_h + mh) * d.T) * S;
   for (std::size_t t = t0; t < t1; ++t) {
-    T* row = logits + (t - t0) * ld;
-    std::size_t end = pad_end;
-    if (causal == Causal::top_left) {
-      end = std::min(end, t + 1);
-    } else if (causal == Causal::bottom_right) {
-      // s <= t + S - T, i.e. s < t + 1 + S - T (none when T > S + t).
-      end = t + 1 + S >= d.T ? std::min(end, t + 1 + S - d.T) : 0;
-    }
-    for (std::size_t s = end; s < S; ++s) row[s] = neg_inf;
+    // row[s - s0] is the logit of key s.
+    T* row = logits + (t - t0) * ld - s0;
+    // Key padding and causality cut each row at a key index; beyond it is -inf.
+    const std::size_t end = std::clamp(key_end(d, b, t), s0, s1);
+    for (std::size_t s = end; s < s1; ++s) row[s] = neg_inf;
     if (!pad_allow.empty()) {
       const unsigned char* p = pad_allow.data() + b * S;
-      for (std::size_t s = 0; s < end; ++s)
+      for (std::size_t s = s0; s < end; ++s)
         if (!p[s]) row[s] = neg_inf;
     } else if (!pad_bias.empty()) {
       const T* p = pad_bias.data() + b * S;
-      for (std::size_t s = 0; s < end; ++s) row[s] += p[s];
+      for (std::size_t s = s0; s < end; ++s) row[s] += p[s];
     }
     if (!allow.empty()) {
       const unsigned char* a = allow.data() + mask_offset + t * S;
-      for (std::size_t s = 0; s < end; ++s)
+      for (std::size_t s = s0; s < end; ++s)
         if (!a[s]) row[s] = neg_inf;
     } else if (!bias.empty()) {
       const T* m = bias.data() + mask_offset + t * S;
-      for (std::size_t s = 0; s < end; ++s) row[s] += m[s];
+      for (std::size_t s = s0; s < end; ++s) row[s] += m[s];
     }
   }
 }

@@ -71,8 +71,66 @@ OutputSet::OutputSet(std::string dir) : dir_(dir.empty() ? "." : std::move(dir))
 }
 
 OutputSet::~OutputSet() {
-  for (const auto& s : staged_) remove_quietly(s.tmp);
+  for (const auto& s : staged_) {
+    if (s.stream && s.stream->fd_ >= 0) ::close(s.stream->fd_);
+    remove_quietly(s.tmp);
+  }
 }
+
+const OutputSet::NpyStream& OutputSet::stage_npy_stream(const std::string& filename, DType dtype,
+                                                        const std::vector<std::size_t>& shape) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+  const std::string header = npy_header(dtype, shape);
+  std::size_t bytes = itemsize(dtype);
+  for (std::size_t d : shape) {
+    if (d != 0 && bytes > std::numeric_limits<std::size_t>::max() / d)
+      fail_runtime(final_path + ": array of shape " + shape_str(shape) + " is too large");
+    bytes *= d;
+  }
+  staged_.reserve(staged_.size() + 1);
+  auto stream = std::make_shared<NpyStream>();
+  const std::string tmp = temp_path(filename);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    remove_quietly(tmp);
+    fail_runtime(final_path + ": " + what + ": " + errno_str(err));
+  };
+  if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
+    fail("write failed", errno ? errno : ENOSPC);
+  const off_t total = static_cast<off_t>(header.size() + bytes);
+  // Reserve the blocks now; filesystems without fallocate get a sized file.
+  int err = ::posix_fallocate(fd, 0, total);
+  if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, total) == 0 ? 0 : errno;
+  if (err) fail("cannot reserve " + std::to_string(total) + " bytes", err);
+  stream->fd_ = fd;
+  stream->data_start_ = header.size();
+  stream->itemsize_ = itemsize(dtype);
+  stream->name_ = final_path;
+  staged_.push_back({tmp, final_path, stream});
+  return *stream;
+}
+
+template <class T>
+void OutputSet::NpyStream::write_elements(std::size_t offset, const T* data,
+                                          std::size_t count) const {
+  const char* p = reinterpret_cast<const char*>(data);
+  std::size_t left = count * sizeof(T);
+  off_t at = static_cast<off_t>(data_start_ + offset * itemsize_);
+  while (left > 0) {
+    const ssize_t n = ::pwrite(fd_, p, left, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_runtime(name_ + ": write failed: " + errno_str(n < 0 ? errno : ENOSPC));
+    p += n, at += n, left -= static_cast<std::size_t>(n);
+  }
+}
+
+template void OutputSet::NpyStream::write_elements<float>(std::size_t, const float*,
+                                                          std::size_t) const;
+template void OutputSet::NpyStream::write_elements<double>(std::size_t, const double*,
+                                                           std::size_t) const;
 
 std::string OutputSet::path(const std::string& filename) const {
   return (fs::path(dir_) / filename).string();
@@ -116,7 +174,7 @@ void OutputSet::stage(const std::string& filename,
     remove_quietly(tmp);
     throw;
   }
-  staged_.push_back({tmp, final_path});
+  staged_.push_back({tmp, final_path, nullptr});
 }
 
 void OutputSet::stage_bytes(const std::string& filename, const std::string& bytes) {
@@ -168,12 +226,20 @@ void OutputSet::stage_npz(const std::string& filename,
     remove_quietly(tmp);
     throw;
   }
-  staged_.push_back({tmp, final_path});
+  staged_.push_back({tmp, final_path, nullptr});
 }
 
 void OutputSet::commit() {
   while (!staged_.empty()) {
     const Staged s = staged_.front();
+    if (s.stream && s.stream->fd_ >= 0) {
+      const int fd = s.stream->fd_;
+      s.stream->fd_ = -1;
+      const bool ok = ::fdatasync(fd) == 0 || errno == EINVAL;
+      const int err = errno;
+      if (::close(fd) != 0 || !ok)
+        fail_runtime(s.final_path + ": write failed: " + errno_str(ok ? errno : err));
+    }
     std::error_code ec;
     fs::rename(s.tmp, s.final_path, ec);
     if (ec)

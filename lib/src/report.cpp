@@ -19,6 +19,7 @@ nlohmann::json RunReport::to_json() const {
   config_json["kv_seq_len"] = dims.S;
   config_json["scale"] = scale;
   config_json["use_bias"] = use_bias;
+  config_json["threads"] = threads;
   const std::uint64_t flops = dims.flops();
   const double gflops = compute_ms > 0 ? static_cast<double>(flops) / (compute_ms * 1e6) : 0.0;
   return {

@@ -79,6 +79,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   auto t_load = Clock::now();
   RunReport report;
   report.config = c;
+  report.threads = resolve_threads(c.threads);
 
   // Read every file first: their shapes settle the sizes.
   FileShapes shapes;
@@ -155,32 +156,47 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     warn("average_heads has no effect without save_attention");
   report.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(d.d_k));
 
-  // Outputs: (B, T, d_out) always; (B, h, T, S) or (B, T, S) on request.
-  auto t_compute = Clock::now();
-  xt::xtensor<T, 3> output({d.B, d.T, d.d_out});
-  xt::xtensor<T, 4> attention;
-  xt::xtensor<T, 3> attention_mean;
-  if (c.save_attention && !c.average_heads) attention.resize({d.B, d.h, d.T, d.S});
-  if (c.save_attention && c.average_heads) attention_mean.resize({d.B, d.T, d.S});
-  multi_head_attention<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask,
-                          static_cast<T>(report.scale), c.masked_rows, output.data(),
-                          c.save_attention && !c.average_heads ? attention.data() : nullptr,
-                          c.save_attention && c.average_heads ? attention_mean.data() : nullptr);
-  report.compute_ms = ms_since(t_compute);
-
-  auto t_write = Clock::now();
+  // Outputs go to temporaries first; attention streams to its file block by
+  // block as the kernel produces it, so it is never held in memory whole.
   OutputSet out(c.out_dir);
-  auto stage = [&](const std::string& name, const auto& tensor) {
+  for (const char* name : {"output.npy", "attention.npy", "weights.npz", "query.npy", "key.npy",
+                           "value.npy", "run.json"})
     check_not_input(c, out.path(name));
+  auto stage = [&](const std::string& name, const auto& tensor) {
     std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
     out.stage_npy(name, tensor.data(), shape);
     report.outputs[name] = output_entry(shape, dtype);
   };
+  LayerOptions<T> options;
+  options.scale = static_cast<T>(report.scale);
+  options.masked_rows = c.masked_rows;
+  options.threads = c.threads;
+  if (c.save_attention) {
+    const bool mean = c.average_heads;
+    const std::vector<std::size_t> shape =
+        mean ? std::vector<std::size_t>{d.B, d.T, d.S} : std::vector<std::size_t>{d.B, d.h, d.T, d.S};
+    const auto& stream =
+        out.stage_npy_stream("attention.npy", sizeof(T) == 4 ? DType::f4 : DType::f8, shape);
+    report.outputs["attention.npy"] = output_entry(shape, dtype);
+    options.attention = mean ? AttentionOutput::mean_over_heads : AttentionOutput::per_head;
+    // Row t0 of head `head` of batch b starts at element ((b*h + head)*T + t0)*S
+    // of (B,h,T,S), or (b*T + t0)*S of the mean (B,T,S).
+    const std::size_t heads = mean ? 1 : d.h;
+    options.sink = [&stream, &d, heads](std::size_t b, std::size_t head, std::size_t t0,
+                                        std::size_t rows, const T* block) {
+      stream.write_elements(((b * heads + head) * d.T + t0) * d.S, block, rows * d.S);
+    };
+  }
+
+  auto t_compute = Clock::now();
+  xt::xtensor<T, 3> output({d.B, d.T, d.d_out});
+  attention_layer<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask, options,
+                     output.data());
+  report.compute_ms = ms_since(t_compute);
+
+  auto t_write = Clock::now();
   stage("output.npy", output);
-  if (c.save_attention && !c.average_heads) stage("attention.npy", attention);
-  if (c.save_attention && c.average_heads) stage("attention.npy", attention_mean);
   if (c.save_weights) {
-    check_not_input(c, out.path("weights.npz"));
     auto native = weight_arrays(w);
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
                                              d.h, out.path("weights.npz")));
@@ -197,7 +213,6 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
 
   RunResult result;
   result.report = report.to_json();
-  check_not_input(c, out.path("run.json"));
   out.stage_bytes("run.json", result.report.dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.files = out.committed();

@@ -159,10 +159,17 @@ class Reproducibility(Case):
     def test_saved_inputs_and_weights_reproduce_the_run(self):
         a, b = self.path("a"), self.path("b")
         self.ok(self.args + ["--seed", "9", "--out_dir", a])
-        self.ok(["run", "--h", "3", "--query", os.path.join(a, "query.npy"),
+        # The same path (attention saved) gives the same bits.
+        self.ok(["run", "--h", "3", "--query", os.path.join(a, "query.npy"), "--save_attention",
                  "--weights", os.path.join(a, "weights.npz"), "--out_dir", b])
         np.testing.assert_array_equal(np.load(os.path.join(a, "output.npy")),
                                       np.load(os.path.join(b, "output.npy")))
+        # Without attention the fused kernel sums in another order: equal to 1e-5.
+        f = self.path("fused")
+        self.ok(["run", "--h", "3", "--query", os.path.join(a, "query.npy"),
+                 "--weights", os.path.join(a, "weights.npz"), "--out_dir", f])
+        np.testing.assert_allclose(np.load(os.path.join(f, "output.npy")),
+                                   np.load(os.path.join(a, "output.npy")), rtol=1e-5, atol=1e-6)
         w = np.load(os.path.join(a, "weights.npz"))
         self.assertEqual(sorted(w.files), ["W_k", "W_o", "W_q", "W_v", "b_k", "b_o", "b_q", "b_v"])
         self.assertEqual(w["W_q"].shape, (12, 12))
@@ -181,7 +188,7 @@ class Reproducibility(Case):
             for k in w.files:
                 np.save(os.path.join(wdir, k + ".npy"), w[k])
         self.ok(["run", "--h", "3", "--dtype", "float64", "--query", os.path.join(a, "query.npy"),
-                 "--weights", wdir, "--out_dir", b])
+                 "--weights", wdir, "--save_attention", "--out_dir", b])
         o = np.load(os.path.join(b, "output.npy"))
         self.assertEqual(o.dtype, np.float64)
         np.testing.assert_array_equal(o, np.load(os.path.join(a, "output.npy")))

@@ -3,7 +3,23 @@
 //   A_i = softmax(scale * Q_i K_i^T + M)                        M: mask, 0 or -inf
 //   output = concat_i(A_i V_i) W_o + b_o
 // scale is 1/sqrt(d_k) with the per-head d_k, not the total width h*d_k.
+//
+// Work plan: the projections are whole GEMMs over all B*T (B*S) rows, one
+// fused QKV GEMM for self-attention (one KV GEMM when value = key); each
+// head's Q_i, K_i, V_i is then addressed in place by offset and leading
+// dimension. Attention runs as tasks over (batch, head, query block) on one
+// OpenMP pool, with BLAS single-threaded inside each task:
+//   - attention not requested: a fused kernel with online softmax over key
+//     blocks (memory O(T*d) plus per-thread scratch, never O(T*S)); key blocks
+//     that causality or key_lengths mask entirely are skipped; with fewer tasks
+//     than threads (decode: T = 1, long S) the keys are split across threads;
+//   - attention requested: the exact path computes each (query block, S) slab
+//     of A_i straight into the caller's buffer, or hands it to a sink that can
+//     stream it to disk, so nothing larger than a slab per thread is held.
 #pragma once
+
+#include <cstddef>
+#include <functional>
 
 #include "mha/config.hpp"
 #include "mha/dims.hpp"
@@ -12,12 +28,41 @@
 
 namespace mha {
 
+enum class AttentionOutput { none, per_head, mean_over_heads };
+
+// Receives attention rows [t0, t0 + rows) of head `head` (0 for the mean over
+// heads) of batch b: a C-order (rows, S) block. Called from worker threads,
+// possibly concurrently for different blocks; blocks arrive in no fixed order.
+template <class T>
+using AttentionSink = std::function<void(std::size_t b, std::size_t head, std::size_t t0,
+                                         std::size_t rows, const T* block)>;
+
+template <class T>
+struct LayerOptions {
+  T scale = 1;
+  MaskedRows masked_rows = MaskedRows::zero;
+  int threads = 0;  // 0: all the OpenMP pool has (OMP_NUM_THREADS, else all cores)
+  AttentionOutput attention = AttentionOutput::none;
+  // Where attention goes when requested: straight into `attention_buffer`
+  // ((B,h,T,S) or (B,T,S)) if set, else to `sink`.
+  T* attention_buffer = nullptr;
+  AttentionSink<T> sink;
+  // Block sizes (0: defaults chosen for the cache sizes of current CPUs).
+  std::size_t block_q = 0, block_k = 0;
+};
+
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;
-// X_k and X_v may alias X_q (self-attention).
-// output (B, T, d_out); attention (B, h, T, S) or null; attention_mean
-// (B, T, S) = attention averaged over heads, or null.
-// A query row whose keys are all masked gets `masked_rows`: zero (weights and
-// head output 0), uniform (1/S over all keys) or nan.
+// X_k and X_v may alias X_q (self-attention, per dims.key_is_query).
+// output (B, T, d_out). A query row whose keys are all masked gets
+// `masked_rows`: zero (weights and head output 0), uniform (1/S over all
+// keys) or nan.
+template <class T>
+void attention_layer(const Dims& dims, const T* X_q, const T* X_k, const T* X_v,
+                     const Weights<T>& weights, const Mask<T>& mask, const LayerOptions<T>& options,
+                     T* output);
+
+// The same, with attention (B, h, T, S) and/or its mean over heads (B, T, S)
+// written to the given buffers when not null. Single call, default blocks.
 template <class T>
 void multi_head_attention(const Dims& dims, const T* X_q, const T* X_k, const T* X_v,
                           const Weights<T>& weights, const Mask<T>& mask, T scale,
@@ -27,5 +72,8 @@ void multi_head_attention(const Dims& dims, const T* X_q, const T* X_k, const T*
 // place; a row of only -inf gets the masked_rows policy.
 template <class T>
 void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, MaskedRows masked_rows);
+
+// Threads attention_layer uses for `threads` (0 = all available).
+int resolve_threads(int threads);
 
 }  // namespace mha

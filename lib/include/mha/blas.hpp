@@ -13,4 +13,8 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
+// Makes every GEMM single-threaded: the kernel runs its own OpenMP pool and
+// calls BLAS from inside it (BLAS threads on top of it halve the speed).
+void blas_single_threaded();
+
 }  // namespace mha

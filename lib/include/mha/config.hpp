@@ -32,6 +32,7 @@ struct Config {
   std::optional<double> scale;
   ComputeType dtype = ComputeType::float32;
   std::uint64_t seed = 0;
+  int threads = 0;  // worker threads; 0 = all cores (or OMP_NUM_THREADS)
 
   // Inputs: paths of .npy files (relative to the working directory); unset
   // means random from `seed`.

@@ -38,11 +38,19 @@ struct Mask {
            pad_bias.empty();
   }
 
-  // logits: rows [t0, t1) of head `head` of batch `b`, each of S columns,
-  // row t at logits + (t - t0) * ld. Masked entries become -inf and float
-  // masks are added. The logits are already scaled.
+  // logits: rows [t0, t1) and key columns [s0, s1) of head `head` of batch
+  // `b`; the logit of (t, s) is at logits[(t - t0) * ld + (s - s0)]. Masked
+  // entries become -inf and float masks are added. The logits are already scaled.
   void apply(const Dims& dims, std::size_t b, std::size_t head, std::size_t t0, std::size_t t1,
-             T* logits, std::size_t ld) const;
+             std::size_t s0, std::size_t s1, T* logits, std::size_t ld) const;
+  void apply(const Dims& dims, std::size_t b, std::size_t head, std::size_t t0, std::size_t t1,
+             T* logits, std::size_t ld) const {
+    apply(dims, b, head, t0, t1, 0, dims.S, logits, ld);
+  }
+
+  // Keys s >= key_end(b, t) are masked for query t by causality and key
+  // padding (key_lengths); the fused kernel skips such key blocks.
+  std::size_t key_end(const Dims& dims, std::size_t b, std::size_t t) const;
 };
 
 // Builds the mask that `config` describes (reading its .npy files) for `dims`.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,13 +37,33 @@ class OutputSet {
   void stage_npz(const std::string& filename,
                  const std::vector<std::pair<std::string, NpyArray>>& members);
 
-  // Renames every staged file to its final name (in staging order).
+  // A staged .npy (C order, little-endian) whose data arrives later, in any
+  // order and from any thread: the header is written and the file's full size
+  // reserved now (so a full disk fails here, before any compute), and
+  // write_elements() puts elements at their flat offset with pwrite.
+  class NpyStream {
+   public:
+    template <class T>
+    void write_elements(std::size_t offset, const T* data, std::size_t count) const;
+
+   private:
+    friend class OutputSet;
+    int fd_ = -1;
+    std::size_t data_start_ = 0, itemsize_ = 0;
+    std::string name_;
+  };
+  const NpyStream& stage_npy_stream(const std::string& filename, DType dtype,
+                                    const std::vector<std::size_t>& shape);
+
+  // Renames every staged file to its final name (in staging order); streams
+  // are synced and closed first.
   void commit();
   std::vector<std::string> committed() const { return committed_; }
 
  private:
   struct Staged {
     std::string tmp, final_path;
+    std::shared_ptr<NpyStream> stream;  // open file of a stage_npy_stream, else null
   };
   std::string temp_path(const std::string& filename);
   std::string dir_;

@@ -17,6 +17,7 @@ struct RunReport {
   Dims dims;               // as resolved
   double scale = 0;        // the logit scale used
   bool use_bias = true;    // as resolved
+  int threads = 1;         // worker threads used
   nlohmann::json sources;  // tensor -> {"file": path} | {"random": ..., "seed": n}
   nlohmann::json outputs;  // file -> {"shape": [...], "dtype": ...}
   double load_ms = 0, compute_ms = 0, write_ms = 0;

@@ -1,0 +1,45 @@
+// `mha bench`: warm, repeated, in-process timings of the attention layer on
+// named shapes, next to a large sgemm measured in the same run so results
+// read as a fraction of what this machine's BLAS reaches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mha/dims.hpp"
+
+namespace mha {
+
+struct BenchShape {
+  std::string name;
+  Dims dims;  // self-attention unless dims.key_is_query is false
+};
+
+// tutorial, bert-s128, bert-s512, long-4k, decode-4k (see docs/benchmarks.md).
+const std::vector<BenchShape>& bench_shapes();
+
+// Variants: "plain" (no attention weights), "weights" (per-head attention
+// (B,h,T,S) computed into memory), "causal" (bottom-right causal mask).
+const std::vector<std::string>& bench_variants();
+
+struct BenchResult {
+  std::string shape, variant;
+  Dims dims;
+  std::uint64_t flops = 0;
+  double ms_median = 0, ms_min = 0;
+  double gflops = 0;          // flops / median time
+  double sgemm_fraction = 0;  // gflops / sgemm_gflops
+  std::uint64_t peak_rss_bytes = 0;  // of the process so far (cumulative)
+};
+
+// GFLOP/s of a 2048^3 float32 GEMM split by rows over `threads` workers,
+// each calling single-threaded BLAS, as the kernel does (median of `repeat`).
+double sgemm_gflops(int threads, int repeat);
+
+// Times attention_layer<float> on `shape` in `variant`: 2 warm-up calls, then
+// `repeat` timed ones.
+BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads,
+                       int repeat, double sgemm_gflops);
+
+}  // namespace mha
