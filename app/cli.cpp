@@ -98,6 +98,7 @@ void add_compare_command(CLI::App& app, CompareArgs& args) {
 struct BenchArgs {
   std::string config_file, shapes;
   int threads = 0, repeat = 10;
+  std::size_t block_q = 0, block_k = 0;
   bool json = false;
 };
 
@@ -113,6 +114,10 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
   bench->add_option("--repeat", args.repeat, "timed calls per case (default 10)")
       ->check(CLI::Range(1, 100000));
   bench->add_flag("--json", args.json, "print JSON instead of a table");
+  bench->add_option("--block-q", args.block_q, "query rows per kernel block (default: kernel's)")
+      ->check(CLI::Range(1, 1 << 20));
+  bench->add_option("--block-k", args.block_k, "keys per kernel block (default: kernel's)")
+      ->check(CLI::Range(1, 1 << 20));
 }
 
 int do_bench(const BenchArgs& args) {
@@ -156,7 +161,7 @@ int do_bench(const BenchArgs& args) {
   for (const auto& [name, variant] : cases) {
     const BenchShape& shape =
         *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
-    const BenchResult r = bench_case(shape, variant, threads, args.repeat, sgemm);
+    const BenchResult r = bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k);
     const Dims& d = r.dims;
     results.push_back({{"shape", r.shape},       {"variant", r.variant},
                        {"B", d.B},               {"T", d.T},

@@ -87,7 +87,7 @@ double sgemm_gflops(int threads, int repeat) {
 }
 
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads,
-                       int repeat, double sgemm) {
+                       int repeat, double sgemm, std::size_t block_q, std::size_t block_k) {
   const Dims& d = shape.dims;
   if (std::find(bench_variants().begin(), bench_variants().end(), variant) ==
       bench_variants().end())
@@ -101,6 +101,8 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
   LayerOptions<float> opt;
   opt.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
   opt.threads = threads;
+  opt.block_q = block_q;
+  opt.block_k = block_k;
   std::vector<float> attention, output(d.B * d.T * d.d_out);
   if (variant == "weights") {
     attention.resize(d.B * d.h * d.T * d.S);

@@ -1,6 +1,7 @@
 #include "mha/mask.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "mha/error.hpp"
@@ -67,6 +68,16 @@ std::vector<unsigned char> nonzero_bytes(const NpyArray& a, bool invert) {
   return out;
 }
 
+// A float mask may hold -inf (masked) but not NaN or +inf, which would turn
+// whole rows into NaN.
+template <class T>
+void check_float_mask(const std::vector<T>& values, const std::string& path) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (std::isnan(values[i]) || values[i] == std::numeric_limits<T>::infinity())
+      fail_input(path + ": float mask holds " + std::to_string(values[i]) + " at flat index " +
+                 std::to_string(i) + "; expected finite values or -inf");
+}
+
 template <class T>
 void warn_if_zero_one(const std::vector<T>& values, const std::string& path, const char* how,
                       const std::function<void(const std::string&)>& warn) {
@@ -113,6 +124,7 @@ Mask<T> load_mask(const Config& c, const Dims& d,
     } else {
       m.bias.resize(a.size());
       convert(a, m.bias.data(), path);
+      check_float_mask(m.bias, path);
       warn_if_zero_one(m.bias, path,
                        "to mask, pass it as bool (numpy: mask.astype(bool)); true means attend, "
                        "or ignore with mask_true_means = ignore",
@@ -131,6 +143,7 @@ Mask<T> load_mask(const Config& c, const Dims& d,
     } else {
       m.pad_bias.resize(a.size());
       convert(a, m.pad_bias.data(), path);
+      check_float_mask(m.pad_bias, path);
       warn_if_zero_one(
           m.pad_bias, path,
           "to mark padding, pass it as bool (numpy: mask.astype(bool)), true = padding", warn);

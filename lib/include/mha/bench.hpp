@@ -39,7 +39,9 @@ double sgemm_gflops(int threads, int repeat);
 
 // Times attention_layer<float> on `shape` in `variant`: 2 warm-up calls, then
 // `repeat` timed ones.
+// block_q, block_k: kernel block sizes (0 = the kernel's defaults).
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads,
-                       int repeat, double sgemm_gflops);
+                       int repeat, double sgemm_gflops, std::size_t block_q = 0,
+                       std::size_t block_k = 0);
 
 }  // namespace mha
