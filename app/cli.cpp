@@ -104,7 +104,8 @@ struct BenchArgs {
 
 void add_bench_command(CLI::App& app, BenchArgs& args) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "Time the attention layer on named shapes against a large sgemm (docs/benchmarks.md)");
+      "bench",
+      "Time the attention layer on named shapes against a large sgemm (docs/benchmarks.md)");
   bench->fallthrough();
   bench->add_option("--config,-c", args.config_file, "also time the layer a run config describes");
   bench->add_option("--shapes", args.shapes,
@@ -156,19 +157,26 @@ int do_bench(const BenchArgs& args) {
   nlohmann::json results = nlohmann::json::array();
   if (!args.json)
     std::cout << fmt::format("sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s)\n", sgemm, threads)
-              << fmt::format("{:<12} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape",
-                             "variant", "ms median", "ms min", "GFLOP/s", "sgemm", "peak RSS");
+              << fmt::format("{:<12} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape", "variant",
+                             "ms median", "ms min", "GFLOP/s", "sgemm", "peak RSS");
   for (const auto& [name, variant] : cases) {
     const BenchShape& shape =
         *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
-    const BenchResult r = bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k);
+    const BenchResult r =
+        bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k);
     const Dims& d = r.dims;
-    results.push_back({{"shape", r.shape},       {"variant", r.variant},
-                       {"B", d.B},               {"T", d.T},
-                       {"S", d.S},               {"d_model", d.d_model},
-                       {"h", d.h},               {"flops", r.flops},
-                       {"ms_median", r.ms_median}, {"ms_min", r.ms_min},
-                       {"gflops", r.gflops},     {"sgemm_fraction", r.sgemm_fraction},
+    results.push_back({{"shape", r.shape},
+                       {"variant", r.variant},
+                       {"B", d.B},
+                       {"T", d.T},
+                       {"S", d.S},
+                       {"d_model", d.d_model},
+                       {"h", d.h},
+                       {"flops", r.flops},
+                       {"ms_median", r.ms_median},
+                       {"ms_min", r.ms_min},
+                       {"gflops", r.gflops},
+                       {"sgemm_fraction", r.sgemm_fraction},
                        {"peak_rss_bytes", r.peak_rss_bytes}});
     if (!args.json)
       std::cout << fmt::format("{:<12} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB\n",
@@ -177,9 +185,8 @@ int do_bench(const BenchArgs& args) {
                 << std::flush;
   }
   if (args.json) {
-    nlohmann::json out = {{"tool", "mha"},          {"version", MHA_VERSION},
-                          {"threads", threads},     {"repeat", args.repeat},
-                          {"sgemm_gflops", sgemm},  {"results", results}};
+    nlohmann::json out = {{"tool", "mha"},         {"version", MHA_VERSION}, {"threads", threads},
+                          {"repeat", args.repeat}, {"sgemm_gflops", sgemm},  {"results", results}};
     std::cout << out.dump(2) << std::endl;
   }
   return 0;
@@ -269,7 +276,8 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
         a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
                  name == "to" || name == "output" || name == "from" || name == "rtol" ||
-                 name == "atol" || name == "shapes" || name == "repeat" || name == "json" || name == "help" || name == "version";
+                 name == "atol" || name == "shapes" || name == "repeat" || name == "json" ||
+                 name == "help" || name == "version";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);

@@ -253,7 +253,8 @@ void expect_equal(const std::string& what, const std::vector<T>& got, const std:
 }
 
 // The kernel against the reference: output, attention and attention_mean,
-// and the output is the same whether or not attention / mean are requested.
+// and the exact path's output is the same whether attention, its mean or both
+// are requested.
 template <class T>
 ref::Result check_against_reference(const Problem& problem, const ref::MaskSpec& spec,
                                     const mha::Mask<T>& mask, double scale, MaskedRows policy) {
@@ -273,9 +274,10 @@ ref::Result check_against_reference(const Problem& problem, const ref::MaskSpec&
   expect_close("attention", full.attention, want.attention);
   expect_close("attention_mean", full.mean, ref::mean_over_heads(z, want.attention));
 
-  // attention null: the kernel uses its own scratch; nothing may change.
+  // attention null: the fused online-softmax kernel, which sums in another
+  // order, so it is held to the reference rather than to the exact path's bits.
   KernelRun<T> bare = run_kernel<T>(pr, mask, scale, policy, false, false);
-  expect_equal("output without attention buffers", bare.output, full.output);
+  expect_close("output without attention buffers", bare.output, want.output);
   KernelRun<T> mean_only = run_kernel<T>(pr, mask, scale, policy, false, true);
   expect_equal("output with only attention_mean", mean_only.output, full.output);
   expect_equal("attention_mean without attention", mean_only.mean, full.mean);
@@ -621,8 +623,9 @@ TEMPLATE_TEST_CASE("fully masked rows follow masked_rows exactly", "[attention][
     check_against_reference<TestType>(pr, spec, mask, default_scale(d), MaskedRows::zero);
     Problem changed = pr;
     for (std::size_t j = 0; j < d.d_v * d_out; ++j) changed.p.W_o[j] *= 4;  // exact in T
+    // Same path as `run` (attention requested), so equal rows are equal bits.
     auto other =
-        run_kernel<TestType>(changed, mask, default_scale(d), MaskedRows::zero, false, false);
+        run_kernel<TestType>(changed, mask, default_scale(d), MaskedRows::zero, true, true);
     std::size_t same_row_1 = 0, same_row_0 = 0;
     for (std::size_t o = 0; o < d_out; ++o) {
       same_row_1 += other.output[(1 * T + 1) * d_out + o] == run.output[(1 * T + 1) * d_out + o];

@@ -54,8 +54,8 @@ void close_to(const std::vector<T>& got, const std::vector<double>& want, double
 template <class T>
 void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block_q,
                 std::size_t block_k) {
-  CAPTURE(c.B, c.T, c.S, c.h, c.d_k, c.d_v, static_cast<int>(c.causal), c.key_lengths,
-          c.bool_mask, c.float_mask, static_cast<int>(policy), threads, block_q, block_k);
+  CAPTURE(c.B, c.T, c.S, c.h, c.d_k, c.d_v, static_cast<int>(c.causal), c.key_lengths, c.bool_mask,
+          c.float_mask, static_cast<int>(policy), threads, block_q, block_k);
   mha::Dims d;
   d.B = c.B, d.T = c.T, d.S = c.S, d.h = c.h, d.d_k = c.d_k, d.d_v = c.d_v;
   d.d_model = 6, d.kdim = 5, d.vdim = 4, d.d_out = 7;
@@ -63,8 +63,8 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
 
   // Inputs and weights, rounded to T so the reference sees the same values.
-  auto X_q = draw(d.B * d.T * d.d_model, "X_q", -1, 1), X_k = draw(d.B * d.S * d.kdim, "X_k", -1, 1),
-       X_v = draw(d.B * d.S * d.vdim, "X_v", -1, 1);
+  auto X_q = draw(d.B * d.T * d.d_model, "X_q", -1, 1),
+       X_k = draw(d.B * d.S * d.kdim, "X_k", -1, 1), X_v = draw(d.B * d.S * d.vdim, "X_v", -1, 1);
   ref::Params p{draw(d.d_model * hdk, "W_q", -1, 1), draw(hdk, "b_q", -1, 1),
                 draw(d.kdim * hdk, "W_k", -1, 1),    draw(hdk, "b_k", -1, 1),
                 draw(d.vdim * hdv, "W_v", -1, 1),    draw(hdv, "b_v", -1, 1),
@@ -73,7 +73,8 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
     for (double& x : *v) x = static_cast<double>(static_cast<T>(x));
 
   mha::Weights<T> w;
-  auto fill2 = [](xt::xtensor<T, 2>& t, std::size_t r, std::size_t cols, const std::vector<double>& v) {
+  auto fill2 = [](xt::xtensor<T, 2>& t, std::size_t r, std::size_t cols,
+                  const std::vector<double>& v) {
     t.resize({r, cols});
     std::copy(v.begin(), v.end(), t.begin());
   };
@@ -133,7 +134,8 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
   std::vector<T> exact(fused.size()), streamed(d.B * d.h * d.T * d.S, T(-7));
   std::mutex m;
   opt.attention = AttentionOutput::per_head;
-  opt.sink = [&](std::size_t b, std::size_t head, std::size_t t0, std::size_t rows, const T* block) {
+  opt.sink = [&](std::size_t b, std::size_t head, std::size_t t0, std::size_t rows,
+                 const T* block) {
     std::lock_guard<std::mutex> lock(m);
     std::copy(block, block + rows * d.S, streamed.begin() + ((b * d.h + head) * d.T + t0) * d.S);
   };

@@ -57,8 +57,9 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k, const
       for (std::size_t r = r0; r < r1; ++r) std::copy(b, b + n, Y + r * ldy);
       beta = 1;
     }
-    if (r1 > r0) gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta,
-                         Y + r0 * ldy, ldy);
+    if (r1 > r0)
+      gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta, Y + r0 * ldy,
+              ldy);
   }
 }
 
@@ -102,7 +103,9 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v, BT = d.B * d.T, BS = d.B * d.S;
   const bool bias = w.has_bias();
   Projections<T> p;
-  if (d.key_is_query && d.value_is_key) {
+  // Sharing is read off the pointers, so a caller passing one tensor three
+  // times gets the fused GEMM whatever its Dims flags say.
+  if (X_k == X_q && X_v == X_q) {
     // Self-attention: one GEMM, rows [Q | K | V] of width 2*h*d_k + h*d_v.
     const std::size_t width = 2 * hdk + hdv;
     auto W = pack_columns<T>({&w.W_q, &w.W_k, &w.W_v});
@@ -118,14 +121,14 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   project(X_q, d.d_model, BT, d.d_model, w.W_q.data(), hdk, bias ? w.b_q.data() : nullptr, hdk,
           p.qkv.data(), hdk, threads);
   p.Q = p.qkv.data(), p.ldq = hdk;
-  if (d.value_is_key) {
+  if (X_v == X_k) {
     // Key = value input: one GEMM, rows [K | V].
     const std::size_t width = hdk + hdv;
     auto W = pack_columns<T>({&w.W_k, &w.W_v});
     auto b = bias ? pack_biases<T>({&w.b_k, &w.b_v}) : std::vector<T>();
     p.kv.resize(BS * width);
-    project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width,
-            p.kv.data(), width, threads);
+    project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width, p.kv.data(),
+            width, threads);
     p.K = p.kv.data(), p.V = p.K + hdk, p.ldk = p.ldv = width;
     return p;
   }
@@ -191,8 +194,7 @@ void masked_row_output(const Job<T>& job, std::size_t b, std::size_t head, T* ou
 // P (rows, block_k) is scratch.
 template <class T>
 void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
-                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m,
-                 T* l) {
+                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l) {
   const auto& d = job.d;
   const std::size_t Bk = job.block_k;
   std::fill(m, m + rows, kNegInf<T>);
@@ -205,8 +207,8 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   for (std::size_t s0 = s_begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
-    gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
-            job.p.ldk, T(0), P, Bk);
+    gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk, job.p.ldk,
+            T(0), P, Bk);
     if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
     for (std::size_t r = 0; r < rows; ++r) {
       T* p = P + r * Bk;
@@ -304,7 +306,9 @@ void parallel_tasks(std::size_t n, int threads, const Body& body) {
 
 }  // namespace
 
-int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : omp_get_max_threads();
+}
 
 template <class T>
 void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
@@ -335,8 +339,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     const std::size_t head_blocks = d.B * d.h * q_blocks;
     std::size_t splits = 1;
     if (head_blocks < static_cast<std::size_t>(threads) && d.S >= 2 * job.block_k)
-      splits = std::min<std::size_t>((threads + head_blocks - 1) / head_blocks,
-                                     d.S / job.block_k);
+      splits = std::min<std::size_t>((threads + head_blocks - 1) / head_blocks, d.S / job.block_k);
     const std::size_t span = (d.S + splits - 1) / splits;
     std::vector<std::vector<T>> scratch(threads);
     // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
@@ -344,8 +347,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
     parallel_tasks(head_blocks * splits, threads, [&](std::size_t task, int thread) {
       const std::size_t split = task % splits, hb = task / splits;
-      const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h,
-                        b = hb / (q_blocks * d.h);
+      const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
       auto& s = scratch[thread];
       s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq);
@@ -355,8 +357,8 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
         m = part_m.data() + task * Bq;
         l = part_l.data() + task * Bq;
       }
-      flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O,
-                  m, l);
+      flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m,
+                  l);
       if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
     });
     if (splits > 1) {
@@ -377,8 +379,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
             if (part_m[i] == kNegInf<T>) continue;
             const T f = std::exp(part_m[i] - m);
             l[r] += part_l[i] * f;
-            for (std::size_t c = 0; c < d.d_v; ++c)
-              O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
+            for (std::size_t c = 0; c < d.d_v; ++c) O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
           }
         }
         finish_rows(job, b, head, qb * Bq, rows, O.data(), l.data());
@@ -410,8 +411,8 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       auto& s = scratch[thread];
       s.resize((opt.attention_buffer ? 1 : 2) * Bq * d.S);
       T* A = s.data();
-      T* mean = opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S
-                                     : s.data() + Bq * d.S;
+      T* mean =
+          opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S : s.data() + Bq * d.S;
       std::fill(mean, mean + rows * d.S, T(0));
       for (std::size_t head = 0; head < d.h; ++head) {
         exact_block(job, b, head, t0, rows, A);
@@ -471,12 +472,12 @@ void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, Mask
   }
 }
 
-#define MHA_INSTANTIATE(T)                                                                       \
-  template void attention_layer<T>(const Dims&, const T*, const T*, const T*, const Weights<T>&, \
-                                   const Mask<T>&, const LayerOptions<T>&, T*);                 \
-  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,               \
-                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*,   \
-                                        T*, T*);                                                 \
+#define MHA_INSTANTIATE(T)                                                                        \
+  template void attention_layer<T>(const Dims&, const T*, const T*, const T*, const Weights<T>&,  \
+                                   const Mask<T>&, const LayerOptions<T>&, T*);                   \
+  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,                \
+                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*, T*, \
+                                        T*);                                                      \
   template void softmax_rows<T>(T*, std::size_t, std::size_t, std::size_t, MaskedRows);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)

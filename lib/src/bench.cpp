@@ -86,14 +86,15 @@ double sgemm_gflops(int threads, int repeat) {
   return 2.0 * n * n * n / (median(ms) * 1e6);
 }
 
-BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads,
-                       int repeat, double sgemm, std::size_t block_q, std::size_t block_k) {
+BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
+                       double sgemm, std::size_t block_q, std::size_t block_k) {
   const Dims& d = shape.dims;
   if (std::find(bench_variants().begin(), bench_variants().end(), variant) ==
       bench_variants().end())
     fail_input("unknown bench variant '" + variant + "' (expected plain, weights or causal)");
   std::vector<float> X_q = uniform(d.B * d.T * d.d_model, "query");
-  std::vector<float> X_kv = d.key_is_query ? std::vector<float>() : uniform(d.B * d.S * d.kdim, "key");
+  std::vector<float> X_kv =
+      d.key_is_query ? std::vector<float>() : uniform(d.B * d.S * d.kdim, "key");
   const float* kv = d.key_is_query ? X_q.data() : X_kv.data();
   Weights<float> w = random_weights<float>(d, /*use_bias=*/true, 0);
   Mask<float> mask;

@@ -173,8 +173,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   options.threads = c.threads;
   if (c.save_attention) {
     const bool mean = c.average_heads;
-    const std::vector<std::size_t> shape =
-        mean ? std::vector<std::size_t>{d.B, d.T, d.S} : std::vector<std::size_t>{d.B, d.h, d.T, d.S};
+    const std::vector<std::size_t> shape = mean ? std::vector<std::size_t>{d.B, d.T, d.S}
+                                                : std::vector<std::size_t>{d.B, d.h, d.T, d.S};
     const auto& stream =
         out.stage_npy_stream("attention.npy", sizeof(T) == 4 ? DType::f4 : DType::f8, shape);
     report.outputs["attention.npy"] = output_entry(shape, dtype);

@@ -52,7 +52,8 @@ struct LayerOptions {
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;
-// X_k and X_v may alias X_q (self-attention, per dims.key_is_query).
+// X_k and X_v may be the same pointer as X_q (self-attention: one fused QKV
+// GEMM) and X_v the same as X_k (one KV GEMM).
 // output (B, T, d_out). A query row whose keys are all masked gets
 // `masked_rows`: zero (weights and head output 0), uniform (1/S over all
 // keys) or nan.

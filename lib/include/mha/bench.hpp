@@ -28,8 +28,8 @@ struct BenchResult {
   Dims dims;
   std::uint64_t flops = 0;
   double ms_median = 0, ms_min = 0;
-  double gflops = 0;          // flops / median time
-  double sgemm_fraction = 0;  // gflops / sgemm_gflops
+  double gflops = 0;                 // flops / median time
+  double sgemm_fraction = 0;         // gflops / sgemm_gflops
   std::uint64_t peak_rss_bytes = 0;  // of the process so far (cumulative)
 };
 
@@ -40,8 +40,7 @@ double sgemm_gflops(int threads, int repeat);
 // Times attention_layer<float> on `shape` in `variant`: 2 warm-up calls, then
 // `repeat` timed ones.
 // block_q, block_k: kernel block sizes (0 = the kernel's defaults).
-BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads,
-                       int repeat, double sgemm_gflops, std::size_t block_q = 0,
-                       std::size_t block_k = 0);
+BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
+                       double sgemm_gflops, std::size_t block_q = 0, std::size_t block_k = 0);
 
 }  // namespace mha
