@@ -194,6 +194,38 @@ class Reproducibility(Case):
         np.testing.assert_array_equal(o, np.load(os.path.join(a, "output.npy")))
 
 
+class Bench(Case):
+    def test_bench_json_smoke(self):
+        """Not a timing test: the command runs and reports what docs/benchmarks.md describes."""
+        out, _ = self.ok(["bench", "--shapes", "tutorial:plain,decode-4k:causal", "--repeat", "1",
+                          "--threads", "2", "--json"])
+        r = json.loads(out)
+        self.assertEqual(r["threads"], 2)
+        self.assertGreater(r["sgemm_gflops"], 0)
+        self.assertEqual([(x["shape"], x["variant"]) for x in r["results"]],
+                         [("tutorial", "plain"), ("decode-4k", "causal")])
+        tut = r["results"][0]
+        self.assertEqual((tut["B"], tut["T"], tut["S"], tut["d_model"], tut["h"]), (64, 5, 5, 512, 8))
+        self.assertEqual(tut["flops"], 2 * 64 * (5 * 512 * 512 * 4 + 8 * 5 * 5 * 128))
+        self.assertGreater(tut["ms_median"], 0)
+        self.assertLessEqual(tut["ms_min"], tut["ms_median"])
+
+    def test_bench_bad_shape(self):
+        rc, _, err = run(["bench", "--shapes", "huge"])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown shape 'huge'", err)
+
+    def test_threads_do_not_change_results_beyond_rounding(self):
+        a, b = self.path("a"), self.path("b")
+        args = ["run", "--h", "4", "--d_model", "32", "--seq_len", "300", "--batch", "3",
+                "--causal", "--key_lengths", "300,17,0"]
+        self.ok(args + ["--threads", "1", "--out_dir", a])
+        self.ok(args + ["--threads", "2", "--out_dir", b])
+        np.testing.assert_allclose(np.load(os.path.join(a, "output.npy")),
+                                   np.load(os.path.join(b, "output.npy")), rtol=1e-5, atol=1e-6)
+        self.assertEqual(load_json(os.path.join(b, "run.json"))["config"]["threads"], 2)
+
+
 class Errors(Case):
     def test_unknown_config_key_suggests(self):
         cfg = self.write_config("c.json", {"h": 2, "dmodel": 8, "seq_len": 2})
