@@ -1,6 +1,7 @@
 #include "mha/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -371,12 +372,35 @@ json Config::to_json() const {
   return j;
 }
 
-json read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open config file");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+json parse_config_text(const std::string& text, const std::string& source) {
+  // Refuse configs over 16 MiB: a config is a few hundred bytes, and the
+  // limit keeps a hostile file from costing gigabytes of parse tree.
+  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+  if (text.size() > kMaxConfigBytes)
+    fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
+               std::to_string(kMaxConfigBytes));
+  // Duplicate keys would silently keep the last value; track the keys of each
+  // open object and refuse a repeat.
+  std::vector<std::vector<std::string>> open_objects;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !open_objects.empty()) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
+      auto& keys = open_objects.back();
+      const std::string key = parsed.get<std::string>();
+      if (duplicate.empty() && std::find(keys.begin(), keys.end(), key) != keys.end())
+        duplicate = key;
+      keys.push_back(key);
+    }
+    return true;
+  };
+  json result;
   try {
-    return json::parse(text);
+    // Comments (// and /* */) are allowed: configs are written by hand.
+    result = json::parse(text, on_event, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     // e.byte is 1-based; turn it into a line and column a text editor shows.
     std::size_t line = 1, column = 1;
@@ -391,9 +415,29 @@ json read_config_file(const std::string& path) {
     std::string what = e.what();
     auto pos = what.find("syntax error while parsing ");
     if (pos != std::string::npos) what = what.substr(pos);
-    fail_input(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
-               ": invalid JSON: " + what);
+    // A '}' or ']' right after a comma: say so, it is the usual slip.
+    std::size_t at = std::min<std::size_t>(e.byte, text.size());
+    while (at > 1 && std::isspace(static_cast<unsigned char>(text[at - 2]))) --at;
+    const bool trailing_comma = e.byte >= 2 && e.byte <= text.size() &&
+                                (text[e.byte - 1] == '}' || text[e.byte - 1] == ']') && at >= 2 &&
+                                text[at - 2] == ',';
+    fail_input(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
+               ": invalid JSON: " + what +
+               (trailing_comma ? " (JSON allows no comma before a closing bracket)" : ""));
+  } catch (const json::exception& e) {
+    fail_input(source + ": invalid JSON: " + e.what());
   }
+  if (!duplicate.empty())
+    fail_input(source + ": duplicate key '" + duplicate + "'; each key may appear once");
+  return result;
+}
+
+json read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open config file");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail_input(path + ": cannot read config file");
+  return parse_config_text(text, path);
 }
 
 const std::vector<ConfigKey>& config_keys() {

@@ -66,8 +66,11 @@ struct Config {
   nlohmann::json to_json() const;
 };
 
-// Parses a JSON config file. Syntax errors name the file, line and column.
+// Parses a JSON config file. Syntax errors name the file, line and column;
+// duplicate keys are refused; // and /* */ comments are allowed.
 nlohmann::json read_config_file(const std::string& path);
+// The same for text already in memory; `source` names it in errors.
+nlohmann::json parse_config_text(const std::string& text, const std::string& source);
 
 struct ConfigKey {
   const char* name;
