@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/error.hpp"
+#include "mha/memory.hpp"
 
 namespace mha {
 namespace {
@@ -36,6 +37,8 @@ const std::vector<ConfigKey> kKeys = {
     {"dtype", "TYPE", "compute and output precision: float32 or float64", false},
     {"seed", "INT", "seed for random inputs and weights (default 0)", false},
     {"threads", "INT", "worker threads (default 0 = all cores)", false},
+    {"max_memory", "SIZE", "refuse runs needing more (default 80% of RAM), e.g. 8GiB", false},
+    {"allow_nonfinite", "BOOL", "accept NaN/Inf in inputs and weights", true},
     {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
@@ -167,6 +170,19 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
     return;
   }
+  if (key == "max_memory") {
+    if (v.is_null()) return void(c.max_memory.reset());
+    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() > 0)) {
+      c.max_memory = v.get<std::uint64_t>();
+      return;
+    }
+    if (!v.is_string())
+      fail_input(where + ": expected a size such as \"8GiB\" or a number of bytes, got " +
+                 json_excerpt(v));
+    c.max_memory = parse_byte_size(v.get<std::string>(), where);
+    return;
+  }
+  if (key == "allow_nonfinite") return flag(c.allow_nonfinite, false);
   if (key == "query") return path(c.query);
   if (key == "key") return path(c.key);
   if (key == "value") return path(c.value);
@@ -353,6 +369,8 @@ json Config::to_json() const {
   j["dtype"] = to_string(dtype);
   j["seed"] = seed;
   j["threads"] = threads;
+  j["max_memory"] = opt(max_memory);
+  j["allow_nonfinite"] = allow_nonfinite;
   j["query"] = opt(query);
   j["key"] = opt(key);
   j["value"] = opt(value);

@@ -9,6 +9,7 @@
 #include "mha/error.hpp"
 #include "mha/inputs.hpp"
 #include "mha/mask.hpp"
+#include "mha/memory.hpp"
 #include "mha/output_set.hpp"
 #include "mha/report.hpp"
 #include "mha/weight_formats.hpp"
@@ -29,7 +30,8 @@ std::optional<NpyArray> read_optional(const std::optional<std::string>& path) {
   return read_npy(*path);
 }
 
-// NaN or Inf in an input would silently poison every output row that sees it.
+// NaN or Inf in an input would silently poison every output row that sees it;
+// refused unless allow_nonfinite says the caller wants exactly that.
 template <class T>
 void check_finite(const T* x, std::size_t n, const std::vector<std::size_t>& shape,
                   const std::string& name) {
@@ -41,7 +43,7 @@ void check_finite(const T* x, std::size_t n, const std::vector<std::size_t>& sha
       rest /= shape[k];
     }
     fail_input(name + ": non-finite value " + std::to_string(x[i]) + " at index " +
-               shape_str(index) + "; expected finite numbers");
+               shape_str(index) + "; expected finite numbers (allow_nonfinite accepts them)");
   }
 }
 
@@ -77,6 +79,9 @@ template <class T>
 RunResult run_typed(const Config& c, const std::function<void(const std::string&)>& warn) {
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
   auto t_load = Clock::now();
+  auto finite = [&](const auto& tensor, const std::string& name) {
+    if (!c.allow_nonfinite) check_finite(tensor, name);
+  };
   RunReport report;
   report.config = c;
   report.threads = resolve_threads(c.threads);
@@ -99,13 +104,21 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   const bool use_bias = c.use_bias.value_or(!c.weights || weight_files.arrays.count("b_q") > 0);
   const Dims d = resolve_dims(c, shapes);
   report.dims = d;
+  // Refuse before the big allocations, with the numbers.
+  const MemoryEstimate need =
+      estimate_memory(d, sizeof(T), c.save_attention, resolve_threads(c.threads));
+  const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
+  if (need.total() > static_cast<double>(limit))
+    fail_input("this run needs about " + need.describe() + " but max_memory is " +
+               format_bytes(static_cast<double>(limit)) +
+               "; reduce batch or seq_len, use float32, or raise max_memory");
   report.use_bias = use_bias;
 
   Inputs<T> in;
   in.query = make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed);
   report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
   q.reset();
-  if (c.query) check_finite(in.query, *c.query);
+  if (c.query) finite(in.query, *c.query);
   if (!d.key_is_query) {
     // With files, query+value means the value file is the key too.
     const auto& key_file = k ? k : v;
@@ -113,7 +126,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed);
     report.sources["key"] =
         key_file ? file_source(*key_path) : random_source("uniform[0,1)", c.seed);
-    if (key_file) check_finite(in.key, *key_path);
+    if (key_file) finite(in.key, *key_path);
   } else {
     report.sources["key"] = {{"same_as", "query"}};
   }
@@ -121,7 +134,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (!d.value_is_key) {
     in.value = make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed);
     report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
-    if (v) check_finite(in.value, *c.value);
+    if (v) finite(in.value, *c.value);
   } else {
     report.sources["value"] = {{"same_as", d.key_is_query ? "query" : "key"}};
   }
@@ -133,15 +146,15 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     weight_files.arrays.clear();
     for (const auto& name : weight_names(use_bias))
       report.sources[name] = {{"file", *c.weights}, {"layout", to_string(weight_files.format)}};
-    check_finite(w.W_q, *c.weights + ":W_q");
-    check_finite(w.W_k, *c.weights + ":W_k");
-    check_finite(w.W_v, *c.weights + ":W_v");
-    check_finite(w.W_o, *c.weights + ":W_o");
+    finite(w.W_q, *c.weights + ":W_q");
+    finite(w.W_k, *c.weights + ":W_k");
+    finite(w.W_v, *c.weights + ":W_v");
+    finite(w.W_o, *c.weights + ":W_o");
     if (w.has_bias()) {
-      check_finite(w.b_q, *c.weights + ":b_q");
-      check_finite(w.b_k, *c.weights + ":b_k");
-      check_finite(w.b_v, *c.weights + ":b_v");
-      check_finite(w.b_o, *c.weights + ":b_o");
+      finite(w.b_q, *c.weights + ":b_q");
+      finite(w.b_k, *c.weights + ":b_k");
+      finite(w.b_v, *c.weights + ":b_v");
+      finite(w.b_o, *c.weights + ":b_o");
     }
   } else {
     w = random_weights<T>(d, use_bias, c.seed);

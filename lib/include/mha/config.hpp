@@ -33,6 +33,8 @@ struct Config {
   ComputeType dtype = ComputeType::float32;
   std::uint64_t seed = 0;
   int threads = 0;  // worker threads; 0 = all cores (or OMP_NUM_THREADS)
+  std::optional<std::uint64_t> max_memory;  // bytes; unset: 80% of physical memory
+  bool allow_nonfinite = false;             // accept NaN/Inf in inputs and weights
 
   // Inputs: paths of .npy files (relative to the working directory); unset
   // means random from `seed`.
