@@ -16,6 +16,7 @@
 #include "mha/config.hpp"
 #include "mha/error.hpp"
 #include "mha/npy.hpp"
+#include "mha/output_set.hpp"
 #include "mha/run.hpp"
 #include "mha/weight_formats.hpp"
 
@@ -289,6 +290,7 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
 }  // namespace
 
 int main(const std::vector<std::string>& argv) {
+  remove_temporaries_on_signal();
   CLI::App app{"mha: multi-head attention on the CPU", "mha"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("mha ") + MHA_VERSION);

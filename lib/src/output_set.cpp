@@ -1,6 +1,7 @@
 #include "mha/output_set.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,42 @@ namespace mha {
 
 namespace {
 
+// Temporaries alive in this process, readable from a signal handler: fixed
+// slots, lock-free atomics, no allocation. A path that does not fit is simply
+// not cleaned up by a signal (it still is by the destructor).
+constexpr int kTempSlots = 256;
+constexpr std::size_t kTempPathMax = 4096;
+char g_temp_paths[kTempSlots][kTempPathMax];
+std::atomic<int> g_temp_state[kTempSlots];  // 0 free, 1 being written, 2 live
+
+void register_temp(const std::string& path) {
+  if (path.size() >= kTempPathMax) return;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (g_temp_state[i].compare_exchange_strong(expected, 1)) {
+      std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+      g_temp_state[i].store(2, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void unregister_temp(const std::string& path) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_state[i].load(std::memory_order_acquire) == 2 &&
+        std::strcmp(g_temp_paths[i], path.c_str()) == 0) {
+      g_temp_state[i].store(0, std::memory_order_release);
+      return;
+    }
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_state[i].load(std::memory_order_acquire) == 2) ::unlink(g_temp_paths[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 std::string errno_str(int err) {
   return err ? std::strerror(err) : "unknown error";
 }
@@ -36,6 +73,7 @@ int sync_path(const std::string& path, int flags) {
 }
 
 void remove_quietly(const std::string& path) noexcept {
+  unregister_temp(path);
   std::error_code ec;
   fs::remove(path, ec);
 }
@@ -143,7 +181,9 @@ std::string OutputSet::temp_path(const std::string& filename) {
   const fs::path final_path = fs::path(path(filename));
   const std::string base = "." + final_path.filename().string() + ".tmp." +
                            std::to_string(::getpid()) + "." + std::to_string(counter++);
-  return (final_path.parent_path() / base).string();
+  std::string tmp = (final_path.parent_path() / base).string();
+  register_temp(tmp);
+  return tmp;
 }
 
 void OutputSet::stage(const std::string& filename,
@@ -244,12 +284,23 @@ void OutputSet::commit() {
     fs::rename(s.tmp, s.final_path, ec);
     if (ec)
       fail_runtime(s.final_path + ": cannot move the finished file into place: " + ec.message());
+    unregister_temp(s.tmp);
     staged_.erase(staged_.begin());
     committed_.push_back(s.final_path);
   }
   // Best effort: the files are already in place, and some filesystems
   // cannot sync a directory.
   sync_path(dir_, O_RDONLY | O_DIRECTORY);
+}
+
+void remove_temporaries_on_signal() {
+  struct sigaction action {};
+  action.sa_handler = remove_temporaries_and_die;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
+  // Past a file size limit (ulimit -f) a write then fails with EFBIG and is
+  // reported, instead of the process dying with no word.
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace mha

@@ -226,6 +226,63 @@ class Bench(Case):
         self.assertEqual(load_json(os.path.join(b, "run.json"))["config"]["threads"], 2)
 
 
+class CrashSafety(Case):
+    # A run that writes a 128 MiB attention file, killed at random points.
+    args = ["run", "-q", "--h", "8", "--d_model", "256", "--seq_len", "2048", "--save_attention"]
+    shapes = {"output.npy": (1, 2048, 256), "attention.npy": (1, 8, 2048, 2048)}
+
+    def check_complete(self, out):
+        """Every file under its final name is whole: it loads, with the shape run.json states."""
+        for name in os.listdir(out):
+            if name.startswith("."):
+                continue  # temporaries (left only by SIGKILL, which cannot be caught)
+            path = os.path.join(out, name)
+            if name == "run.json":
+                self.assertEqual(load_json(path)["status"], "complete")
+            else:
+                a = np.load(path, mmap_mode="r")
+                self.assertEqual(a.shape, self.shapes[name], name)
+                self.assertTrue(np.isfinite(a[-1]).all(), name)  # the last row was written
+
+    def test_sigkill_at_random_points_leaves_only_whole_files(self):
+        import random
+        import signal
+        import time
+        out = self.path("out")
+        self.ok(self.args + ["--seed", "0", "--out_dir", out])
+        start = time.monotonic()
+        self.ok(self.args + ["--seed", "0", "--out_dir", self.path("timing")])
+        duration = time.monotonic() - start
+        rng = random.Random(1234)
+        for i in range(8):
+            p = subprocess.Popen([MHA] + self.args + ["--seed", str(i + 1), "--out_dir", out],
+                                 stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0, 1.2 * duration))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            self.check_complete(out)
+        for name in os.listdir(out):  # SIGKILL's leftovers are recognisably temporary
+            if name.startswith("."):
+                self.assertIn(".tmp.", name)
+
+    def test_sigterm_and_sigint_remove_temporaries(self):
+        import signal
+        import time
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            out = self.path("out_%d" % sig)
+            p = subprocess.Popen([MHA] + self.args + ["--out_dir", out], stderr=subprocess.DEVNULL)
+            # Wait until the attention file is being written, then interrupt.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                    os.path.isdir(out) and any(n.startswith(".") for n in os.listdir(out))):
+                time.sleep(0.005)
+            p.send_signal(sig)
+            rc = p.wait()
+            self.assertIn(rc, (-sig, 0))  # 0 if it finished first
+            if rc != 0:
+                self.assertEqual(os.listdir(out), [])
+
+
 class Errors(Case):
     def test_unknown_config_key_suggests(self):
         cfg = self.write_config("c.json", {"h": 2, "dmodel": 8, "seq_len": 2})

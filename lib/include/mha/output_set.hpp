@@ -71,4 +71,11 @@ class OutputSet {
   std::vector<std::string> committed_;
 };
 
+// For applications: on SIGINT, SIGTERM or SIGHUP remove every temporary an
+// OutputSet of this process has open, then die of the signal as usual; and
+// ignore SIGXFSZ so that exceeding a file size limit is a reported write error.
+// (SIGKILL cannot be caught: its temporaries stay, under names that start with
+// '.' and contain ".tmp.", and no final name ever holds a partial file.)
+void remove_temporaries_on_signal();
+
 }  // namespace mha
