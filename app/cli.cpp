@@ -236,9 +236,14 @@ Config build_config(const RunArgs& args) {
   if (!args.config_file.empty()) config.apply(read_config_file(args.config_file), args.config_file);
   for (const auto& [name, opt] : args.keys) {
     if (opt->count() == 0) continue;
-    std::string text = args.values.at(name);
-    // A bare bool flag (`--save_attention`) means true.
-    if (opt->results().empty() || opt->results().front().empty()) text = "true";
+    std::string text = opt->results().empty() ? std::string() : opt->results().front();
+    // A bare bool flag (`--save_attention`) means true; other keys need a value.
+    const bool is_bool =
+        std::any_of(config_keys().begin(), config_keys().end(),
+                    [&](const ConfigKey& k) { return k.is_bool && name == k.name; });
+    if (is_bool && (opt->results().empty() || text.empty())) text = "true";
+    if (opt->results().empty() && !is_bool)
+      throw Error(ErrorKind::invalid_input, "--" + name + ": expected a value");
     config.apply_flag(name, text);
   }
   return config;
@@ -284,7 +289,8 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
     std::string hint = nearest_key(name);
     return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");
   }
-  return e.what();
+  // A stray value: usually the option before it took no value, or one too many.
+  return std::string(e.what()) + " (is an option before it missing its value?)";
 }
 
 }  // namespace

@@ -35,6 +35,15 @@ T row_max(const T* x, std::size_t n) {
   return m;
 }
 
+// A row whose maximum is -inf is either fully masked or holds NaN (which
+// row_max skips); NaN must stay NaN, not become the masked-row policy.
+template <class T>
+bool has_nan(const T* x, std::size_t n) {
+  for (std::size_t s = 0; s < n; ++s)
+    if (std::isnan(x[s])) return true;
+  return false;
+}
+
 // Below this many multiply-adds a GEMM runs on one thread: splitting it costs
 // more in wake-ups than it saves.
 constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
@@ -214,6 +223,7 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
       T* p = P + r * Bk;
       const T m_new = std::max(m[r], row_max(p, n));
       if (m_new == kNegInf<T>) {  // every key so far masked: contributes nothing
+        if (has_nan(p, n)) l[r] = std::numeric_limits<T>::quiet_NaN();  // NaN in, NaN out
         std::fill(p, p + n, T(0));
         continue;
       }
@@ -263,7 +273,8 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     T* a = A + r * S;
     const T a_max = row_max(a, end);
     if (a_max == kNegInf<T>) {
-      std::fill(a, a + S, job.policy_fill());
+      const bool nan = has_nan(a, end);
+      std::fill(a, a + S, nan ? std::numeric_limits<T>::quiet_NaN() : job.policy_fill());
       used = S;
       continue;
     }

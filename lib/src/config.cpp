@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -323,6 +324,8 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
     }
     if (used != text.size() || text.empty())
       fail_input(where + ": expected a number, got " + quote(text));
+    if (!std::isfinite(d))
+      fail_input(where + ": expected a finite non-zero number, got " + quote(text));
     return d;
   }
   if (key == "key_lengths" && text.find(".npy") == std::string::npos) {
@@ -451,6 +454,9 @@ json parse_config_text(const std::string& text, const std::string& source) {
 }
 
 json read_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail_input(path + ": is a directory; expected a JSON config file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input(path + ": cannot open config file");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -35,15 +35,15 @@ MemoryEstimate estimate_memory(const Dims& d, std::size_t itemsize, bool save_at
   if (!d.key_is_query) in += B * S * d.kdim;
   if (!d.value_is_key) in += B * S * d.vdim;
   m.inputs = in * (w + 8);
-  m.weights = (d.d_model * hdk + d.kdim * hdk + d.vdim * hdv + hdv * d.d_out + 2 * hdk + hdv +
-               d.d_out) *
-              (2 * w + 8);  // kernels, a packed QKV copy, file images
+  m.weights =
+      (d.d_model * hdk + d.kdim * hdk + d.vdim * hdv + hdv * d.d_out + 2 * hdk + hdv + d.d_out) *
+      (2 * w + 8);  // kernels, a packed QKV copy, file images
   m.projections = (B * T * hdk + B * S * (hdk + hdv) + B * T * hdv) * w;
   m.output = B * T * d.d_out * w;
   // Fused: (512 x 512) logits and (512 x d_v) partial output per thread;
   // exact: (128 x S) slabs, twice for the mean over heads.
-  const double per_thread = save_attention ? 2 * 128 * S + 128 * d.d_v
-                                           : 512.0 * 512 + 512.0 * d.d_v + 1024;
+  const double per_thread =
+      save_attention ? 2 * 128 * S + 128 * d.d_v : 512.0 * 512 + 512.0 * d.d_v + 1024;
   m.scratch = per_thread * threads * w;
   return m;
 }
@@ -61,16 +61,26 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& where)
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
   double scale = 0;
-  const std::pair<const char*, double> units[] = {
-      {"", 1},         {"B", 1},         {"K", 1e3},      {"KB", 1e3},      {"KiB", 1024.0},
-      {"M", 1e6},      {"MB", 1e6},      {"MiB", 1048576.0}, {"G", 1e9},    {"GB", 1e9},
-      {"GiB", 1073741824.0}, {"T", 1e12}, {"TB", 1e12},    {"TiB", 1099511627776.0}};
+  const std::pair<const char*, double> units[] = {{"", 1},
+                                                  {"B", 1},
+                                                  {"K", 1e3},
+                                                  {"KB", 1e3},
+                                                  {"KiB", 1024.0},
+                                                  {"M", 1e6},
+                                                  {"MB", 1e6},
+                                                  {"MiB", 1048576.0},
+                                                  {"G", 1e9},
+                                                  {"GB", 1e9},
+                                                  {"GiB", 1073741824.0},
+                                                  {"T", 1e12},
+                                                  {"TB", 1e12},
+                                                  {"TiB", 1099511627776.0}};
   for (const auto& [name, factor] : units)
     if (unit == name) scale = factor;
   const double bytes = value * scale;
   if (end == begin || scale == 0 || !std::isfinite(bytes) || bytes < 1 || bytes > 9.2e18)
-    fail_input(where + ": expected a size such as 512MiB, 8GiB or a number of bytes, got '" +
-               text + "'");
+    fail_input(where + ": expected a size such as 512MiB, 8GiB or a number of bytes, got '" + text +
+               "'");
   return static_cast<std::uint64_t>(bytes);
 }
 

@@ -206,6 +206,17 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   attention_layer<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask, options,
                      output.data());
   report.compute_ms = ms_since(t_compute);
+  // Finite inputs can still overflow the compute dtype (logits beyond 3.4e38
+  // in float32); say so rather than write NaN where no policy asked for it.
+  if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan) {
+    for (std::size_t i = 0; i < output.size(); ++i)
+      if (!std::isfinite(output.data()[i]))
+        fail_input("output element " + std::to_string(i) +
+                   " is not finite: the inputs or "
+                   "weights overflow " +
+                   std::string(dtype) +
+                   " (logits beyond its range); use dtype float64 or smaller values");
+  }
 
   auto t_write = Clock::now();
   stage("output.npy", output);
