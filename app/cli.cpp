@@ -328,7 +328,11 @@ int main(const std::vector<std::string>& argv) {
     std::cerr << "mha: error: " << explain_extras(e, argv) << std::endl;
     return kExitInvalid;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "mha: error: " << e.what() << " (see mha --help)" << std::endl;
+    std::string what = e.what();
+    // CLI11 words a repeated option as a count; say what happened.
+    const auto repeated = what.find(": At Most 1 required but received");
+    if (repeated != std::string::npos) what = what.substr(0, repeated) + ": given more than once";
+    std::cerr << "mha: error: " << what << " (see mha --help)" << std::endl;
     return kExitInvalid;
   }
   setup_logging(verbose - quiet);

@@ -446,7 +446,11 @@ json parse_config_text(const std::string& text, const std::string& source) {
                ": invalid JSON: " + what +
                (trailing_comma ? " (JSON allows no comma before a closing bracket)" : ""));
   } catch (const json::exception& e) {
-    fail_input(source + ": invalid JSON: " + e.what());
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'": drop the tag.
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);
+    fail_input(source + ": invalid JSON: " + what);
   }
   if (!duplicate.empty())
     fail_input(source + ": duplicate key '" + duplicate + "'; each key may appear once");

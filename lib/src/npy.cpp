@@ -94,6 +94,26 @@ std::string printable(char c) {
   return buf;
 }
 
+// A string from the file, quoted in a message: bytes outside printable ASCII
+// become \xNN so that a hostile header cannot break the message into lines
+// or send escape sequences to a terminal. Long strings are cut.
+std::string escaped(const std::string& s) {
+  constexpr std::size_t kMaxShown = 64;
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+    const char c = s[i];
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  if (s.size() > kMaxShown) out += "...";
+  return out;
+}
+
 // What the header says, before any data is looked at.
 struct Header {
   DType dtype = DType::f4;
@@ -107,11 +127,11 @@ struct Header {
 // Kinds that can never be supported get a hint so users know what to fix.
 DType parse_descr(const std::string& descr, bool& big_endian, const std::string& name) {
   auto refuse = [&](const std::string& why) -> DType {
-    fail_input(name + ": unsupported dtype '" + descr + "'" + why +
+    fail_input(name + ": unsupported dtype '" + escaped(descr) + "'" + why +
                "; expected float16/32/64, bool or an integer type");
   };
   if (descr == "O" || (descr.size() == 2 && descr[1] == 'O'))
-    fail_input(name + ": dtype '" + descr +
+    fail_input(name + ": dtype '" + escaped(descr) +
                "' holds pickled Python objects, which are not supported");
   if (descr.size() < 3) return refuse("");
   const char order = descr[0];
@@ -163,7 +183,7 @@ class HeaderParser {
         fail("expected a quoted key or '}', found " + found());
       const std::string key = parse_string();
       skip_ws();
-      expect(':', "':' after key '" + key + "'");
+      expect(':', "':' after key '" + escaped(key) + "'");
       skip_ws();
       if (key == "descr") {
         mark(seen_descr, key);
@@ -175,7 +195,8 @@ class HeaderParser {
         mark(seen_shape, key);
         h.shape = parse_shape();
       } else {
-        fail("unexpected key '" + key + "' (expected only 'descr', 'fortran_order' and 'shape')");
+        fail("unexpected key '" + escaped(key) +
+             "' (expected only 'descr', 'fortran_order' and 'shape')");
       }
       skip_ws();
       if (accept('}')) break;
@@ -207,7 +228,7 @@ class HeaderParser {
     if (!accept(c)) fail("expected " + what + ", found " + found());
   }
   void mark(bool& seen, const std::string& key) {
-    if (seen) fail("duplicate key '" + key + "'");
+    if (seen) fail("duplicate key '" + escaped(key) + "'");
     seen = true;
   }
 
@@ -246,6 +267,11 @@ class HeaderParser {
   }
 
   bool parse_bool(const std::string& key) {
+    if (!at_end() && (*p_ == '\'' || *p_ == '"')) {
+      const std::string quote = found();
+      fail("expected True or False as the value of '" + key + "', found " + quote +
+           " (the string '" + escaped(parse_string()) + "', not the bare word)");
+    }
     const std::string w = parse_word();
     if (w == "True") return true;
     if (w == "False") return false;
@@ -255,6 +281,11 @@ class HeaderParser {
 
   std::size_t parse_dim() {
     const std::string bad = "expected a non-negative integer in 'shape', found ";
+    if (!at_end() && *p_ == '-') {
+      const char* start = p_++;
+      while (!at_end() && std::isalnum(static_cast<unsigned char>(*p_))) ++p_;
+      fail(bad + "'-' (negative dimension " + escaped(std::string(start, p_)) + ")");
+    }
     if (at_end() || !std::isdigit(static_cast<unsigned char>(*p_))) fail(bad + found());
     const char* start = p_;
     std::size_t v = 0;
@@ -262,7 +293,7 @@ class HeaderParser {
       const std::size_t digit = static_cast<std::size_t>(*p_ - '0');
       if (v > (std::numeric_limits<std::size_t>::max() - digit) / 10) {
         while (!at_end() && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
-        fail("dimension " + std::string(start, p_) + " in 'shape' is too large");
+        fail("dimension " + escaped(std::string(start, p_)) + " in 'shape' is too large");
       }
       v = v * 10 + digit;
       ++p_;
@@ -272,7 +303,7 @@ class HeaderParser {
     };
     if (!at_end() && in_token(*p_)) {
       while (!at_end() && in_token(*p_)) ++p_;
-      fail(bad + "'" + std::string(start, p_) + "'");
+      fail(bad + "'" + escaped(std::string(start, p_)) + "'");
     }
     return v;
   }
@@ -326,7 +357,8 @@ std::size_t parse_preamble(const unsigned char* p, std::size_t avail, std::uint6
   for (std::size_t i = 0; i < len_bytes; ++i) len |= std::uint64_t{p[8 + i]} << (8 * i);
   if (len > kMaxHeaderLen)
     fail_input(name + ": header length " + std::to_string(len) + " exceeds the " +
-               std::to_string(kMaxHeaderLen) + "-byte limit");
+               std::to_string(kMaxHeaderLen) + "-byte limit (" +
+               std::to_string(kMaxHeaderLen >> 20) + " MiB) for a .npy header");
   if (offset + len > file_size)
     fail_input(name + ": header length " + std::to_string(len) + " exceeds the file size (" +
                std::to_string(file_size) + " bytes)");

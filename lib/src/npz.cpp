@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <set>
 
 #include "mha/error.hpp"
 
@@ -16,10 +18,15 @@ namespace mha {
 
 namespace {
 
-// A member is held in memory whole before parsing, so its size is capped to
-// keep a hostile or corrupt archive from exhausting memory. 4 GiB is far above
-// any tensor this tool runs on, and is also where plain zip sizes end.
+// Members are held in memory whole before parsing, so the sizes the archive
+// declares are capped to keep a hostile or corrupt archive (a zip bomb) from
+// exhausting memory: 4 GiB per member, which is far above any tensor this tool
+// runs on and also where plain zip sizes end, and 4 GiB for all members
+// together. Both are checked on the declared sizes before anything is
+// inflated, and reading stops as soon as a member yields more than it
+// declared. Keep in step with the comment in npz.hpp.
 constexpr std::uint64_t kMaxMemberBytes = std::uint64_t{4} << 30;
+constexpr std::uint64_t kMaxTotalBytes = std::uint64_t{4} << 30;
 constexpr std::size_t kChunk = std::size_t{1} << 20;
 const std::string kSuffix = ".npy";
 
@@ -33,6 +40,30 @@ struct ZipFileClose {
 };
 using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
 
+bool is_control(char c) {
+  return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+}
+
+// A member name from the archive, quoted in a message: control bytes become
+// \xNN so that a hostile name cannot break the message into lines or send
+// escape sequences to a terminal. Long names are cut.
+std::string escaped(const std::string& s) {
+  constexpr std::size_t kMaxShown = 128;
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+    const char c = s[i];
+    if (!is_control(c)) {
+      out += c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  if (s.size() > kMaxShown) out += "...";
+  return out;
+}
+
 std::string zip_code_str(int code) {
   zip_error_t error;
   zip_error_init_with_code(&error, code);
@@ -41,15 +72,35 @@ std::string zip_code_str(int code) {
   return s;
 }
 
-std::string read_member(zip_t* za, zip_uint64_t index, const std::string& what) {
+// "4294967296 bytes (4 GiB)": limits are stated in both units.
+std::string bytes_str(std::uint64_t n) {
+  std::string s = std::to_string(n) + " bytes";
+  if (n >= (std::uint64_t{1} << 30) && n % (std::uint64_t{1} << 30) == 0)
+    s += " (" + std::to_string(n >> 30) + " GiB)";
+  return s;
+}
+
+// The directory entry of one member, checked before anything is read: its
+// declared size against the per-member cap, and whether libzip can decode it.
+zip_stat_t stat_member(zip_t* za, zip_uint64_t index, const std::string& what) {
   zip_stat_t st;
   zip_stat_init(&st);
   if (zip_stat_index(za, index, 0, &st) != 0)
     fail_input(what + ": cannot read its directory entry: " + zip_strerror(za));
   if (!(st.valid & ZIP_STAT_SIZE)) fail_input(what + ": the archive does not record its size");
   if (st.size > kMaxMemberBytes)
-    fail_input(what + ": uncompressed size " + std::to_string(st.size) + " bytes exceeds the " +
-               std::to_string(kMaxMemberBytes) + "-byte limit");
+    fail_input(what + ": declares an uncompressed size of " + std::to_string(st.size) +
+               " bytes, over the limit of " + bytes_str(kMaxMemberBytes) + " per member");
+  if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
+    fail_input(what + ": is encrypted; expected a plain .npz as numpy.savez writes it");
+  if ((st.valid & ZIP_STAT_COMP_METHOD) && !zip_compression_method_supported(st.comp_method, 0))
+    fail_input(what + ": compression method " + std::to_string(st.comp_method) +
+               " is not supported; expected stored or deflated members");
+  return st;
+}
+
+std::string read_member(zip_t* za, zip_uint64_t index, const zip_stat_t& st,
+                        const std::string& what) {
   ZipFilePtr file(zip_fopen_index(za, index, 0));
   if (!file) fail_input(what + ": cannot open: " + zip_strerror(za));
 
@@ -161,10 +212,22 @@ std::map<std::string, NpyArray> read_npz(const std::string& path) {
     if (code == ZIP_ER_NOENT) fail_input(path + ": no such file");
     if (code == ZIP_ER_OPEN || code == ZIP_ER_READ)
       fail_input(path + ": cannot open: " + zip_code_str(code));
+    // libzip says "File already exists" for two members of the same name.
+    if (code == ZIP_ER_EXISTS)
+      fail_input(path + ": not a valid .npz (zip) archive: two members have the same name");
     fail_input(path + ": not a valid .npz (zip) archive: " + zip_code_str(code));
   }
 
-  std::map<std::string, NpyArray> arrays;
+  // First every directory entry: names, declared sizes and their total, so
+  // that an archive over the limits is refused before anything is inflated.
+  struct Entry {
+    zip_uint64_t index;
+    std::string key, what;
+    zip_stat_t st;
+  };
+  std::vector<Entry> entries;
+  std::set<std::string> keys;
+  std::uint64_t total = 0;
   const zip_int64_t count = zip_get_num_entries(za.get(), 0);
   for (zip_int64_t i = 0; i < count; ++i) {
     const auto index = static_cast<zip_uint64_t>(i);
@@ -173,14 +236,32 @@ std::map<std::string, NpyArray> read_npz(const std::string& path) {
       fail_input(path + ": cannot read the name of member " + std::to_string(i) + ": " +
                  zip_strerror(za.get()));
     const std::string member = raw_name;
-    const std::string what = path + ": member '" + member + "'";
+    const std::string what = path + ": member '" + escaped(member) + "'";
     if (member.size() < kSuffix.size() ||
         member.compare(member.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
       fail_input(what + ": expected only .npy members in a .npz archive");
+    // Names become tensor names in later messages, which must stay one line.
+    if (std::any_of(member.begin(), member.end(), is_control))
+      fail_input(what + ": the name holds control characters; expected a tensor name such as " +
+                 "'W_q.npy'");
     const std::string key = member.substr(0, member.size() - kSuffix.size());
-    if (arrays.count(key)) fail_input(what + ": the archive holds it more than once");
-    const std::string bytes = read_member(za.get(), index, what);
-    arrays.emplace(key, parse_npy(bytes, path + ":" + key));
+    if (!keys.insert(key).second) fail_input(what + ": the archive holds it more than once");
+    const zip_stat_t st = stat_member(za.get(), index, what);
+    // Each size is at most kMaxMemberBytes, so the sum cannot wrap before
+    // it passes the limit.
+    total += st.size;
+    if (total > kMaxTotalBytes)
+      fail_input(path + ": members declare " + std::to_string(total) +
+                 " bytes uncompressed by member '" + escaped(member) + "', over the limit of " +
+                 bytes_str(kMaxTotalBytes) +
+                 " for a whole .npz (save large weights as a directory of .npy files)");
+    entries.push_back({index, key, what, st});
+  }
+
+  std::map<std::string, NpyArray> arrays;
+  for (const auto& e : entries) {
+    const std::string bytes = read_member(za.get(), e.index, e.st, e.what);
+    arrays.emplace(e.key, parse_npy(bytes, path + ":" + e.key));
   }
   return arrays;
 }

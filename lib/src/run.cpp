@@ -43,7 +43,11 @@ void check_finite(const T* x, std::size_t n, const std::vector<std::size_t>& sha
       rest /= shape[k];
     }
     fail_input(name + ": non-finite value " + std::to_string(x[i]) + " at index " +
-               shape_str(index) + "; expected finite numbers (allow_nonfinite accepts them)");
+               shape_str(index) + "; expected finite numbers (allow_nonfinite accepts them" +
+               (std::isinf(x[i]) && sizeof(T) == 4
+                    ? "; a value beyond float32's range, +-3.4e38, also reads as inf: "
+                      "dtype float64 keeps it)"
+                    : ")"));
   }
 }
 
@@ -172,9 +176,12 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   // Outputs go to temporaries first; attention streams to its file block by
   // block as the kernel produces it, so it is never held in memory whole.
   OutputSet out(c.out_dir);
-  for (const char* name : {"output.npy", "attention.npy", "weights.npz", "query.npy", "key.npy",
-                           "value.npy", "run.json"})
-    check_not_input(c, out.path(name));
+  // Only the files this run will write may not be inputs.
+  std::vector<std::string> outputs = {"output.npy", "run.json"};
+  if (c.save_attention) outputs.push_back("attention.npy");
+  if (c.save_weights) outputs.push_back("weights.npz");
+  if (c.save_inputs) outputs.insert(outputs.end(), {"query.npy", "key.npy", "value.npy"});
+  for (const auto& name : outputs) check_not_input(c, out.path(name));
   auto stage = [&](const std::string& name, const auto& tensor) {
     std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
     out.stage_npy(name, tensor.data(), shape);
@@ -214,8 +221,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
         fail_input("output element " + std::to_string(i) +
                    " is not finite: the inputs or "
                    "weights overflow " +
-                   std::string(dtype) +
-                   " (logits beyond its range); use dtype float64 or smaller values");
+                   std::string(dtype) + " (logits beyond its range); " +
+                   (sizeof(T) == 4 ? "use dtype float64 or smaller values" : "use smaller values"));
   }
 
   auto t_write = Clock::now();

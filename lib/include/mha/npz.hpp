@@ -13,6 +13,10 @@ namespace mha {
 
 // Member names without the ".npy" suffix, mapped to their arrays. Errors name
 // the archive and the member: "weights.npz: member 'W_q.npy': ...".
+// Limits, checked on the sizes the archive declares before anything is
+// inflated: 4 GiB uncompressed per member and 4 GiB for all members together
+// (a directory of .npy files has no such limit); encrypted members and
+// compression methods other than stored and deflated are refused.
 std::map<std::string, NpyArray> read_npz(const std::string& path);
 
 // Writes an uncompressed .npz (members "NAME.npy") to `path` directly; callers
