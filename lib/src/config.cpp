@@ -400,6 +400,29 @@ json parse_config_text(const std::string& text, const std::string& source) {
   if (text.size() > kMaxConfigBytes)
     fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
                std::to_string(kMaxConfigBytes));
+  // Nesting is refused past a small depth before parsing: a config is two
+  // levels deep, and the parser recurses, so thousands of '[' would
+  // overflow the stack.
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (ch == '\\')
+        ++i;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxDepth)
+        fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +
+                   " levels deep; a config is an object of plain values");
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
   // Duplicate keys would silently keep the last value; track the keys of each
   // open object and refuse a repeat.
   std::vector<std::vector<std::string>> open_objects;

@@ -51,23 +51,47 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_round_trip(whole);
 
   if (!parsed.is_object()) return 0;
-  for (const auto& [key, value] : parsed.items()) {
+  // Values are moved, not copied, and only flat ones are dumped: copying and
+  // dumping recurse, and a deeply nested value must only ever reach the
+  // library's own code (see the deep-nesting regression input).
+  for (auto it = parsed.begin(); it != parsed.end(); ++it) {
+    const std::string key = it.key();
+    json& value = it.value();
+
+    std::string flag_text;
+    bool as_flag = true;
+    if (value.is_string()) {
+      flag_text = value.get<std::string>();
+    } else if (value.is_primitive()) {
+      flag_text = value.dump();
+    } else if (value.is_array()) {
+      // The flag spelling of a list: key_lengths takes "3,5,2".
+      for (std::size_t i = 0; i < value.size() && as_flag; ++i) {
+        as_flag = value[i].is_primitive();
+        if (as_flag) flag_text += (i ? "," : "") + value[i].dump();
+      }
+    } else {
+      as_flag = false;
+    }
+    if (as_flag) {
+      mha::Config flag;
+      try {
+        flag.apply_flag(key, flag_text);
+      } catch (const mha::Error& e) {
+        FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
+      }
+      check_round_trip(flag);
+    }
+
+    json single = json::object();
+    single[key] = std::move(value);
     mha::Config one;
     try {
-      one.apply(json::object({{key, value}}), "fuzz.json");
+      one.apply(single, "fuzz.json");
     } catch (const mha::Error& e) {
       FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
     }
     check_round_trip(one);
-
-    mha::Config flag;
-    const std::string flag_text = value.is_string() ? value.get<std::string>() : value.dump();
-    try {
-      flag.apply_flag(key, flag_text);
-    } catch (const mha::Error& e) {
-      FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
-    }
-    check_round_trip(flag);
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -65,8 +66,21 @@ void on_fatal_signal(int sig) {
   write_stderr(" while running input: ");
   write_stderr(g_current);
   write_stderr("\n");
-  signal(sig, SIG_DFL);
-  raise(sig);
+  raise(sig);  // SA_RESETHAND restored the default action
+}
+
+// On an alternate stack, so that a stack overflow is reported too.
+void install_signal_handlers() {
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) sigaction(sig, &sa, nullptr);
 }
 
 void on_terminate() {
@@ -161,6 +175,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s DIR_OR_FILE...\n", argv[0]);
     return 2;
   }
+  std::set_terminate(on_terminate);
+  install_signal_handlers();
+
   std::vector<std::filesystem::path> files;
   for (int i = 1; i < argc; ++i)
     if (!collect(argv[i], files)) return 1;
@@ -168,9 +185,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fuzz replay: no inputs found\n");
     return 1;
   }
-
-  std::set_terminate(on_terminate);
-  for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) signal(sig, on_fatal_signal);
 
   const auto start = std::chrono::steady_clock::now();
   std::size_t total_bytes = 0;
