@@ -415,6 +415,13 @@ json parse_config_text(const std::string& text, const std::string& source) {
         in_string = false;
     } else if (ch == '"') {
       in_string = true;
+    } else if (ch == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);  // comment to the end of the line
+      if (i == std::string::npos) break;
+    } else if (ch == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = text.find("*/", i + 2);  // comment to its end
+      if (i == std::string::npos) break;
+      ++i;
     } else if (ch == '[' || ch == '{') {
       if (++depth > kMaxDepth)
         fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +

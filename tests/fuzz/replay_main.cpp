@@ -44,6 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 #if defined(__SANITIZE_ADDRESS__)
 #define MHA_REPLAY_ASAN 1
 #endif
+#ifdef MHA_REPLAY_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace {
 
@@ -69,18 +72,32 @@ void on_fatal_signal(int sig) {
   raise(sig);  // SA_RESETHAND restored the default action
 }
 
+[[maybe_unused]] void on_death() {
+  write_stderr("\nfuzz replay: sanitizer error while running input: ");
+  write_stderr(g_current);
+  write_stderr("\n");
+}
+
 // On an alternate stack, so that a stack overflow is reported too.
 void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+#ifdef MHA_REPLAY_ASAN
+  // ASan reports SEGV (stack overflows included), BUS, FPE and ILL itself,
+  // better than we could, on its own alternate stack; it just has to name
+  // the input too.
+  __sanitizer_set_death_callback(+[] { on_death(); });
+  sigaction(SIGABRT, &sa, nullptr);
+#else
   static std::vector<char> alt_stack(1 << 16);
   stack_t ss{};
   ss.ss_sp = alt_stack.data();
   ss.ss_size = alt_stack.size();
   sigaltstack(&ss, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
-  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
   for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) sigaction(sig, &sa, nullptr);
+#endif
 }
 
 void on_terminate() {
