@@ -400,41 +400,19 @@ json parse_config_text(const std::string& text, const std::string& source) {
   if (text.size() > kMaxConfigBytes)
     fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
                std::to_string(kMaxConfigBytes));
-  // Nesting is refused past a small depth before parsing: a config is two
-  // levels deep, and the parser recurses, so thousands of '[' would
-  // overflow the stack.
+  // Nesting is refused past a small depth as the parser reaches it: a config
+  // is two levels deep, and printing or copying a deeply nested value would
+  // recurse once per level and overflow the stack.
   constexpr int kMaxDepth = 64;
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (in_string) {
-      if (ch == '\\')
-        ++i;
-      else if (ch == '"')
-        in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-      i = text.find('\n', i);  // comment to the end of the line
-      if (i == std::string::npos) break;
-    } else if (ch == '/' && i + 1 < text.size() && text[i + 1] == '*') {
-      i = text.find("*/", i + 2);  // comment to its end
-      if (i == std::string::npos) break;
-      ++i;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > kMaxDepth)
-        fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +
-                   " levels deep; a config is an object of plain values");
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
   // Duplicate keys would silently keep the last value; track the keys of each
   // open object and refuse a repeat.
   std::vector<std::vector<std::string>> open_objects;
   std::string duplicate;
-  json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxDepth)
+      fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +
+                 " levels deep; a config is an object of plain values");
     if (event == json::parse_event_t::object_start) {
       open_objects.emplace_back();
     } else if (event == json::parse_event_t::object_end && !open_objects.empty()) {
