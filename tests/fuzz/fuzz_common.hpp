@@ -18,13 +18,12 @@
 #include "mha/npy.hpp"
 
 // Not assert(): it must stay on in Release builds.
-#define FUZZ_CHECK(cond)                                                               \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                             \
-      std::abort();                                                                    \
-    }                                                                                  \
+#define FUZZ_CHECK(cond)                                                                     \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace mha_fuzz {

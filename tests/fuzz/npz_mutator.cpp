@@ -24,14 +24,13 @@
 #include <string>
 #include <vector>
 
-extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size,
-                                        std::size_t max_size);
+extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
 
 namespace {
 
 struct Member {
   std::string name;
-  std::string data;  // uncompressed
+  std::string data;          // uncompressed
   std::uint16_t method = 0;  // 0 stored, 8 deflated
   std::uint16_t flags = 0;   // only bit 11 (UTF-8 name) is kept
 };

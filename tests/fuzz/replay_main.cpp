@@ -162,18 +162,22 @@ void* checked_alloc(std::size_t size, std::size_t align) {
     write_stderr(msg);
     std::abort();  // the SIGABRT handler names the input
   }
-  void* p = align <= alignof(std::max_align_t)
-                ? std::malloc(size ? size : 1)
-                : std::aligned_alloc(align, (std::max<std::size_t>(size, 1) + align - 1) / align *
-                                                align);
+  void* p =
+      align <= alignof(std::max_align_t)
+          ? std::malloc(size ? size : 1)
+          : std::aligned_alloc(align, (std::max<std::size_t>(size, 1) + align - 1) / align * align);
   if (!p) throw std::bad_alloc();
   return p;
 }
 }  // namespace
 
 // libstdc++'s operator delete (all forms) calls free(), which matches.
-void* operator new(std::size_t size) { return checked_alloc(size, 0); }
-void* operator new[](std::size_t size) { return checked_alloc(size, 0); }
+void* operator new(std::size_t size) {
+  return checked_alloc(size, 0);
+}
+void* operator new[](std::size_t size) {
+  return checked_alloc(size, 0);
+}
 void* operator new(std::size_t size, std::align_val_t al) {
   return checked_alloc(size, static_cast<std::size_t>(al));
 }
@@ -223,7 +227,7 @@ int main(int argc, char** argv) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("fuzz replay: %zu inputs, %zu bytes, %.2f s, all passed\n", files.size(),
-              total_bytes, seconds);
+  std::printf("fuzz replay: %zu inputs, %zu bytes, %.2f s, all passed\n", files.size(), total_bytes,
+              seconds);
   return 0;
 }

@@ -32,7 +32,7 @@ struct Config {
   std::optional<double> scale;
   ComputeType dtype = ComputeType::float32;
   std::uint64_t seed = 0;
-  int threads = 0;  // worker threads; 0 = all cores (or OMP_NUM_THREADS)
+  int threads = 0;                          // worker threads; 0 = all cores (or OMP_NUM_THREADS)
   std::optional<std::uint64_t> max_memory;  // bytes; unset: 80% of physical memory
   bool allow_nonfinite = false;             // accept NaN/Inf in inputs and weights
 
