@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mha/blas.hpp"
+#include "mha/error.hpp"
 #include "mha/vexp.hpp"
 
 namespace mha {
@@ -159,7 +160,8 @@ struct Job {
   const LayerOptions<T>& opt;
   const Projections<T>& p;
   std::size_t block_q, block_k;
-  T* context;  // (B*T, h*d_v): head i's output in columns [i*d_v, (i+1)*d_v)
+  T* context;                   // (B*T, h*d_v): head i's output in columns [i*d_v, (i+1)*d_v)
+  std::atomic<bool>* overflow;  // set when a row's logits overflowed T (see all_masked)
 
   const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
     return p.Q + (b * d.T + t0) * p.ldq + head * d.d_k;
@@ -179,6 +181,20 @@ struct Job {
                                                     : std::numeric_limits<T>::quiet_NaN();
   }
 };
+
+// True when the mask itself hides every key from query row t. A row whose
+// logits are all -inf although the mask leaves some key visible has
+// overflowed T (|scale q.k| beyond 3.4e38 in float32): that is not a masked
+// row, so it gets NaN and the job's overflow flag instead of the policy.
+// Costs O(S), only on rows with no visible key.
+template <class T>
+bool all_masked(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t) {
+  const auto& d = job.d;
+  if (job.mask.empty()) return false;
+  std::vector<T> row(d.S, T(0));
+  job.mask.apply(d, b, head, t, t + 1, 0, d.S, row.data(), d.S);
+  return row_max(row.data(), d.S) == kNegInf<T>;
+}
 
 // The head output of a query row whose keys are all masked: 0, NaN, or under
 // "uniform" the mean of V_i over all S keys.
@@ -249,7 +265,12 @@ void finish_rows(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   for (std::size_t r = 0; r < rows; ++r) {
     T* out = job.ctx(b, head, t0 + r);
     if (l[r] == T(0)) {
-      masked_row_output(job, b, head, out);
+      if (all_masked(job, b, head, t0 + r)) {
+        masked_row_output(job, b, head, out);
+      } else {
+        job.overflow->store(true, std::memory_order_relaxed);
+        std::fill(out, out + d.d_v, std::numeric_limits<T>::quiet_NaN());
+      }
       continue;
     }
     const T inv = T(1) / l[r];
@@ -273,7 +294,11 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     T* a = A + r * S;
     const T a_max = row_max(a, end);
     if (a_max == kNegInf<T>) {
-      const bool nan = has_nan(a, end);
+      bool nan = has_nan(a, end);
+      if (!nan && !all_masked(job, b, head, t0 + r)) {
+        job.overflow->store(true, std::memory_order_relaxed);
+        nan = true;
+      }
       std::fill(a, a + S, nan ? std::numeric_limits<T>::quiet_NaN() : job.policy_fill());
       used = S;
       continue;
@@ -333,13 +358,15 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
   const bool fused = opt.attention == AttentionOutput::none;
   const std::size_t default_q = fused ? 512 : 128;
+  std::atomic<bool> overflow{false};
   Job<T> job{d,
              mask,
              opt,
              p,
              opt.block_q ? opt.block_q : default_q,
              opt.block_k ? opt.block_k : 512,
-             context.data()};
+             context.data(),
+             &overflow};
   const std::size_t Bq = std::min(job.block_q, d.T);
   const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
   auto rows_of = [&](std::size_t qb) { return std::min(Bq, d.T - qb * Bq); };
@@ -432,6 +459,13 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
     });
   }
+  if (overflow && !opt.allow_nonfinite)
+    fail_input(std::string("the attention logits overflow ") +
+               (sizeof(T) == 4 ? "float32" : "float64") +
+               " (|scale * q.k| beyond its range) for some query rows; " +
+               (sizeof(T) == 4 ? "use dtype float64 or smaller inputs or weights"
+                               : "use smaller inputs or weights") +
+               " (allow_nonfinite writes NaN for those rows instead)");
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
   project(context.data(), hdv, d.B * d.T, hdv, w.W_o.data(), d.d_out,

@@ -424,6 +424,9 @@ add("q_logits_1e4.npy", np_save((70 * signs)[None].astype("<f4")))
 add("q_logits_1e4_f64.npy", np_save((70 * signs)[None].astype("<f8")))
 # Entries of +-1e19 are finite, but their float32 logits (2e38 x 4 / 2) are not.
 add("q_overflow.npy", np_save((1e19 * signs)[None].astype("<f4")))
+# Every entry 1e20: with seed 0's random weights some heads' logits are all
+# -inf in float32, which once passed for fully masked rows (zeros, exit 0).
+add("q_1e20.npy", np_save(np.full((1, T, D), 1e20, dtype="<f4")))
 # One row of the mask is all false: fully masked under every policy.
 m = np.ones((T, T), dtype=bool)
 m[1, :] = False

@@ -49,6 +49,10 @@ struct LayerOptions {
   AttentionSink<T> sink;
   // Block sizes (0: defaults chosen for the cache sizes of current CPUs).
   std::size_t block_q = 0, block_k = 0;
+  // Logits that overflow T make their query rows NaN; without this flag the
+  // call throws mha::Error (invalid_input) instead, after the attention sink
+  // may already have seen some blocks.
+  bool allow_nonfinite = false;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;
