@@ -19,6 +19,7 @@
 #include "mha/output_set.hpp"
 #include "mha/run.hpp"
 #include "mha/weight_formats.hpp"
+#include "sweep_command.hpp"
 
 namespace mha::cli {
 namespace {
@@ -283,7 +284,9 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
     bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
                  name == "to" || name == "output" || name == "from" || name == "rtol" ||
                  name == "atol" || name == "shapes" || name == "repeat" || name == "json" ||
-                 name == "help" || name == "version";
+                 name == "help" || name == "version" || name == "jobs" || name == "shard" ||
+                 name == "resume" || name == "dry-run" || name == "collect" ||
+                 name == "skip-invalid";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);
@@ -311,6 +314,8 @@ int main(const std::vector<std::string>& argv) {
   add_compare_command(app, compare_args);
   BenchArgs bench_args;
   add_bench_command(app, bench_args);
+  SweepArgs sweep_args;
+  add_sweep_command(app, sweep_args);
 
   std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
   try {
@@ -342,6 +347,7 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("weights")) return do_convert(convert_args);
     if (app.got_subcommand("compare")) return do_compare(compare_args);
     if (app.got_subcommand("bench")) return do_bench(bench_args);
+    if (app.got_subcommand("sweep")) return do_sweep(sweep_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

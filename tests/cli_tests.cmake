@@ -13,3 +13,12 @@ foreach(group DefaultConfig Precedence Reproducibility Bench CrashSafety Errors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 endforeach()
+
+# `mha sweep` end to end: one ctest test per TestCase class of test_sweep.py, so that they run in
+# parallel. Signals and Resume kill processes on purpose; TIMEOUT catches a hang.
+foreach(group Expansion Shards Concurrency Resume Signals Validity Jobs Results SweepFileErrors)
+  add_test(NAME cli.sweep.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_sweep.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.sweep.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 300)
+endforeach()

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "mha/attention.hpp"
+#include "mha/attention_stats.hpp"
 #include "mha/error.hpp"
 #include "mha/inputs.hpp"
 #include "mha/mask.hpp"
@@ -188,9 +189,11 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     report.outputs[name] = output_entry(shape, dtype);
   };
   LayerOptions<T> options;
+  std::optional<AttentionStats> stats;  // of every block the sink sees
   options.scale = static_cast<T>(report.scale);
   options.masked_rows = c.masked_rows;
   options.threads = c.threads;
+  options.allow_nonfinite = c.allow_nonfinite;
   if (c.save_attention) {
     const bool mean = c.average_heads;
     const std::vector<std::size_t> shape = mean ? std::vector<std::size_t>{d.B, d.T, d.S}
@@ -202,9 +205,11 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     // Row t0 of head `head` of batch b starts at element ((b*h + head)*T + t0)*S
     // of (B,h,T,S), or (b*T + t0)*S of the mean (B,T,S).
     const std::size_t heads = mean ? 1 : d.h;
-    options.sink = [&stream, &d, heads](std::size_t b, std::size_t head, std::size_t t0,
-                                        std::size_t rows, const T* block) {
+    AttentionStats& st = stats.emplace(heads, d.T, d.S);
+    options.sink = [&stream, &st, &d, heads](std::size_t b, std::size_t head, std::size_t t0,
+                                             std::size_t rows, const T* block) {
       stream.write_elements(((b * heads + head) * d.T + t0) * d.S, block, rows * d.S);
+      st.add_rows(head, t0, rows, block);
     };
   }
 
@@ -225,8 +230,15 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
                    (sizeof(T) == 4 ? "use dtype float64 or smaller values" : "use smaller values"));
   }
 
+  if (stats) {
+    report.attention_stats = stats->to_json();
+    if (c.average_heads) report.attention_stats["averaged_over_heads"] = true;
+  }
+
   auto t_write = Clock::now();
   stage("output.npy", output);
+  report.output_stats = npy_stats(
+      output.data(), std::vector<std::size_t>(output.shape().begin(), output.shape().end()));
   if (c.save_weights) {
     auto native = weight_arrays(w);
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,

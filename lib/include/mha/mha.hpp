@@ -25,6 +25,7 @@
 #pragma once
 
 #include "mha/attention.hpp"
+#include "mha/attention_stats.hpp"
 #include "mha/config.hpp"
 #include "mha/dims.hpp"
 #include "mha/error.hpp"

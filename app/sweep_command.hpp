@@ -1,0 +1,27 @@
+// `mha sweep FILE`: runs every config of a sweep file (lib/include/mha/sweep.hpp)
+// as its own `mha run` child process, N at a time, one shard of a cluster job.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace mha::cli {
+
+struct SweepArgs {
+  std::string file, shard, out_dir;
+  int jobs = 1;
+  bool resume = false, dry_run = false, collect = false, skip_invalid = false;
+  bool shard_given = false;  // --shard "" is an error, not "no shard"
+};
+
+void add_sweep_command(CLI::App& app, SweepArgs& args);
+
+// Exit codes: 0 every run of this shard succeeded (or was already done), 1 a
+// run failed, 2 bad sweep file, flags or invalid runs, 130/143/129 stopped by
+// SIGINT/SIGTERM/SIGHUP.
+int do_sweep(const SweepArgs& args);
+
+}  // namespace mha::cli

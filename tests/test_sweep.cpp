@@ -1,0 +1,290 @@
+// mha::Sweep: grid expansion (product order, zip groups, names and templates),
+// sweep-file errors, validation of every run before anything runs, shard
+// partitioning (flags and Slurm variables), resume's notion of a finished
+// run, result rows and their CSV. The binary's scheduling, signals and
+// concurrent shards are tested end to end in tests/cli/test_sweep.py.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/config.hpp"
+#include "mha/error.hpp"
+#include "mha/npy.hpp"
+#include "mha/sweep.hpp"
+#include "test_util.hpp"
+
+using json = nlohmann::json;
+using mha::parse_sweep;
+using mha::Shard;
+using mha::Sweep;
+using namespace mha::test;  // test_util.hpp
+
+namespace {
+
+std::vector<std::string> names(const Sweep& s) {
+  std::vector<std::string> out;
+  for (const auto& r : s.runs) out.push_back(r.name);
+  return out;
+}
+
+Sweep parse(const std::string& text) {
+  return parse_sweep(text, "sweeps/s.json", std::string("outdir"));
+}
+
+}  // namespace
+
+TEST_CASE("sweep grid: the last key varies fastest and keys keep file order") {
+  // "seq_len" sorts before "h" alphabetically; file order must win.
+  const Sweep s = parse(R"({"base": {"d_model": 8},
+                            "grid": {"seq_len": [4, 8], "h": [1, 2, 4]}})");
+  REQUIRE(s.runs.size() == 6);
+  CHECK(s.swept_keys == std::vector<std::string>{"seq_len", "h"});
+  CHECK(s.axis_sizes == std::vector<std::size_t>{2, 3});
+  CHECK(names(s) == std::vector<std::string>{"seq_len=4_h=1", "seq_len=4_h=2", "seq_len=4_h=4",
+                                             "seq_len=8_h=1", "seq_len=8_h=2", "seq_len=8_h=4"});
+  for (std::size_t i = 0; i < s.runs.size(); ++i) {
+    const auto& r = s.runs[i];
+    CHECK(r.index == i);
+    CHECK(r.config["seq_len"] == json(i < 3 ? 4 : 8));
+    CHECK(r.config["h"] == json(std::vector<int>{1, 2, 4}[i % 3]));
+    CHECK(r.config["d_model"] == 8);  // from base
+    CHECK(r.config["out_dir"] == "outdir/" + r.name);
+    CHECK(r.dir == "outdir/" + r.name);
+  }
+}
+
+TEST_CASE("sweep zip: lists advance together as one axis after the grid") {
+  const Sweep s = parse(R"({"grid": {"h": [1, 2]},
+                            "zip": {"seq_len": [16, 64, 256], "batch": [8, 4, 1]}})");
+  REQUIRE(s.runs.size() == 6);
+  CHECK(s.axis_sizes == std::vector<std::size_t>{2, 3});
+  CHECK(s.runs[0].name == "h=1_seq_len=16_batch=8");
+  CHECK(s.runs[4].name == "h=2_seq_len=64_batch=4");
+  for (const auto& r : s.runs) {
+    const int T = r.values["seq_len"], B = r.values["batch"];
+    CHECK(T * B == (T == 16 ? 128 : T == 64 ? 256 : 256));  // pairs stay together
+  }
+  // Several zip groups: a list of objects, each its own axis.
+  const Sweep two = parse(R"({"zip": [{"seed": [0, 1], "h": [1, 2]}, {"seq_len": [4, 8, 16]}]})");
+  CHECK(two.runs.size() == 6);
+  CHECK(two.runs[5].name == "seed=1_h=2_seq_len=16");
+}
+
+TEST_CASE("sweep names: templates and value spelling and sanitizing") {
+  const Sweep s = parse(R"({"base": {"d_model": 32},
+                            "grid": {"h": [2, 4], "causal": [false, "bottom-right"],
+                                     "key_lengths": [[3, 2]], "query": ["data/x y.npy"]},
+                            "name": "{index}_h{h}_{causal}_d{d_model}"})");
+  CHECK(s.runs[0].name == "0_h2_false_d32");
+  CHECK(s.runs[1].name == "1_h2_bottom-right_d32");
+  // Default names: lists joined with ',', path separators and spaces replaced.
+  const Sweep d = parse(R"({"grid": {"key_lengths": [[3, 2]], "query": ["data/x y.npy"],
+                                     "scale": [0.125]}})");
+  CHECK(d.runs[0].name == "key_lengths=3,2_query=data-x-y.npy_scale=0.125");
+  // No swept key at all: a single run named "run".
+  CHECK(names(parse(R"({"base": {"h": 2}})")) == std::vector<std::string>{"run"});
+  // A name that would be hidden or climb out of out_dir is made safe.
+  CHECK(parse(R"({"grid": {"h": [1]}, "name": "../{h}"})").runs[0].name == "run..-1");
+}
+
+TEST_CASE("sweep out_dir: flag before the file before base before out/sweeps/STEM") {
+  const std::string text = R"({"base": {"out_dir": "b"}, "out_dir": "top", "grid": {"h": [1]}})";
+  CHECK(parse_sweep(text, "x/s.json", std::string("flag")).out_dir == "flag");
+  CHECK(parse_sweep(text, "x/s.json").out_dir == "top");
+  CHECK(parse_sweep(R"({"base": {"out_dir": "b"}})", "x/s.json").out_dir == "b");
+  CHECK(parse_sweep(R"({"grid": {"h": [1]}})", "x/my_sweep.json").out_dir == "out/sweeps/my_sweep");
+}
+
+TEST_CASE("sweep file errors name the file and the key") {
+  auto bad = [](const std::string& text, const std::string& fragment) {
+    INFO(text);
+    require_invalid([&] { parse(text); }, fragment);
+    require_invalid([&] { parse(text); }, "sweeps/s.json");
+  };
+  bad(R"([1, 2])", "expected a JSON object");
+  bad(R"({"grid": {"h": [1]}, "h": 2})", "unknown key 'h'; expected base, grid");
+  bad(R"({"grid": {"h": [1]}, "h": 2})", "go inside \"base\"");
+  bad(R"({"base": {"hh": 2}})", "'hh'");
+  bad(R"({"base": {"h": "two"}})", "base: key 'h'");
+  bad(R"({"grid": {"hx": [1]}})", "unknown config key 'hx' (did you mean 'h'?)");
+  bad(R"({"grid": {"h": []}})", "grid: 'h': expected a non-empty list");
+  bad(R"({"grid": {"h": 4}})", "expected a non-empty list of values, got 4");
+  bad(R"({"grid": ["h"]})", "\"grid\" must be an object");
+  bad(R"({"grid": {"out_dir": ["a", "b"]}})", "'out_dir' cannot be swept");
+  bad(R"({"zip": {"h": [1, 2], "seed": [0]}})", "'seed' has 1 values but 'h' has 2");
+  bad(R"({"grid": {"h": [1, 2]}, "zip": {"h": [1, 2]}})", "'h' is swept more than once");
+  bad(R"({"zip": [{"h": [1]}, {"h": [2]}]})", "zip[1]: 'h' is swept more than once");
+  bad(R"({"grid": {"h": [1, 2]}, "name": "x{hh}"})", "unknown placeholder {hh}");
+  bad(R"({"grid": {"h": [1, 2]}, "name": "x{h"})", "'{' without '}'");
+  bad(R"({"grid": {"h": [1, 2], "seed": [0, 1]}, "name": "h{h}"})",
+      "runs 0 and 1 both get the name 'h1'");
+  bad(R"({"name": 3})", "\"name\" must be a non-empty string");
+  bad(R"({"grid": {"h": [1, 2],}})", "JSON allows no comma");
+  bad(R"({"grid": {"h": [1], "h": [2]}})", "duplicate key 'h'");
+  // 10^7 runs: refused before anything is expanded.
+  const std::string ten = "[0,1,2,3,4,5,6,7,8,9]";
+  bad(R"({"grid": {"h": )" + ten + R"(, "seed": )" + ten + R"(, "batch": )" + ten +
+          R"(, "seq_len": )" + ten + R"(, "d_k": )" + ten + R"(, "d_v": )" + ten + R"(, "kdim": )" +
+          ten + "}}",
+      "more than 1000000 runs");
+}
+
+TEST_CASE("sweep validate_sweep: every invalid run is found before anything runs") {
+  TempDir dir("sweep_validate");
+  std::vector<float> q(2 * 5 * 16, 0.5f);
+  const std::string query = dir.write_npy(mha::NpyArray::of(q.data(), {2, 5, 16}), "query");
+  Sweep s = parse_sweep(R"({"base": {"query": ")" + query + R"("},
+                            "grid": {"h": [2, 3], "d_model": [16, 32]}})",
+                        dir / "s.json", dir / "out");
+  REQUIRE(s.runs.size() == 4);
+  CHECK(mha::validate_sweep(s) == 3);
+  CHECK_FALSE(s.runs[0].invalid);  // h=2, d_model=16
+  REQUIRE(s.runs[1].invalid);      // the file has d_model 16
+  CHECK_THAT(*s.runs[1].invalid, Catch::Contains("d_model mismatch"));
+  CHECK_THAT(*s.runs[2].invalid, Catch::Contains("not divisible by h = 3"));
+  // Missing files, bad masks and memory limits are found too, per run.
+  Sweep m = parse_sweep(R"({"base": {"h": 2, "d_model": 8, "seq_len": 4},
+                            "grid": {"mask": [null, "nowhere.npy"], "max_memory": [null, 1000]}})",
+                        dir / "m.json", dir / "out");
+  CHECK(mha::validate_sweep(m) == 3);
+  CHECK_FALSE(m.runs[0].invalid);
+  CHECK_THAT(*m.runs[1].invalid, Catch::Contains("max_memory"));
+  CHECK_THAT(*m.runs[2].invalid, Catch::Contains("nowhere.npy"));
+  // Nothing was written.
+  CHECK_FALSE(std::filesystem::exists(dir / "out"));
+}
+
+TEST_CASE("sweep shards: I/N partitions the runs with each run exactly once") {
+  const Sweep s = parse(R"({"grid": {"h": [1, 2, 3, 4, 5], "seed": [0, 1, 2]}})");
+  for (std::size_t n : {1, 2, 4, 7, 15, 16}) {
+    std::map<std::size_t, int> seen;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Shard shard = mha::parse_shard(std::to_string(i) + "/" + std::to_string(n), "--shard");
+      for (const auto& r : s.runs)
+        if (shard.contains(r.index)) ++seen[r.index];
+    }
+    CHECK(seen.size() == s.runs.size());
+    for (const auto& [index, count] : seen) CHECK(count == 1);
+  }
+  CHECK(mha::parse_shard("3/8", "--shard").str() == "3/8");
+  for (const char* text : {"8/8", "1/0", "x/2", "1", "-1/2", "1/2/3", "", "/2", "1/"})
+    require_invalid([&] { mha::parse_shard(text, "--shard"); }, "--shard: expected I/N");
+}
+
+namespace {
+std::map<std::string, std::string> g_env;
+const char* fake_getenv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+}  // namespace
+
+TEST_CASE("sweep shards: from Slurm array variables") {
+  g_env = {};
+  CHECK_FALSE(mha::shard_from_slurm(fake_getenv));
+  g_env = {{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "8"}};
+  CHECK(mha::shard_from_slurm(fake_getenv)->str() == "3/8");
+  // --array=1-8: ids start at SLURM_ARRAY_TASK_MIN.
+  g_env = {
+      {"SLURM_ARRAY_TASK_ID", "8"}, {"SLURM_ARRAY_TASK_COUNT", "8"}, {"SLURM_ARRAY_TASK_MIN", "1"}};
+  CHECK(mha::shard_from_slurm(fake_getenv)->str() == "7/8");
+  g_env = {{"SLURM_ARRAY_TASK_ID", "9"}, {"SLURM_ARRAY_TASK_COUNT", "8"}};
+  require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "SLURM_ARRAY_TASK_ID");
+  g_env = {{"SLURM_ARRAY_TASK_ID", "x"}, {"SLURM_ARRAY_TASK_COUNT", "8"}};
+  require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "expected integers");
+}
+
+TEST_CASE("sweep run_is_complete: a finished run.json of the same config") {
+  TempDir dir("sweep_complete");
+  Sweep s = parse_sweep(R"({"base": {"d_model": 8, "seq_len": 3}, "grid": {"h": [2]}})",
+                        dir / "s.json", dir / "out");
+  const auto& run = s.runs[0];
+  CHECK_FALSE(mha::run_is_complete(run));  // nothing there
+  std::filesystem::create_directories(run.dir);
+  json report = {{"status", "complete"},
+                 {"config",
+                  {{"h", 2},
+                   {"d_model", 8},
+                   {"seq_len", 3},
+                   {"threads", 7},
+                   {"seed", 0},
+                   {"out_dir", "elsewhere"},
+                   {"dtype", "float32"}}}};
+  // Every non-null key of the planned config must match; complete the report from it.
+  mha::Config planned;
+  planned.apply(run.config, "x");
+  const json planned_json = planned.to_json();
+  for (const auto& [k, v] : planned_json.items())
+    if (!report["config"].contains(k)) report["config"][k] = v;
+  write_file(run.dir + "/run.json", report.dump());
+  CHECK(mha::run_is_complete(run));  // threads and out_dir may differ
+  report["config"]["seed"] = 1;
+  write_file(run.dir + "/run.json", report.dump());
+  CHECK_FALSE(mha::run_is_complete(run));  // another seed: another result
+  report["config"]["seed"] = 0;
+  report["status"] = "running";
+  write_file(run.dir + "/run.json", report.dump());
+  CHECK_FALSE(mha::run_is_complete(run));
+  write_file(run.dir + "/run.json", report.dump().substr(0, 20));  // cut short
+  CHECK_FALSE(mha::run_is_complete(run));
+}
+
+TEST_CASE("sweep result rows and CSV") {
+  const Sweep s = parse(R"({"grid": {"h": [2], "key_lengths": [[3, 1]]}})");
+  const json report = {{"config", {{"h", 2}, {"d_k", 4}, {"seq_len", 3}, {"causal", false}}},
+                       {"flops", 100},
+                       {"timings_ms", {{"load", 1.5}, {"compute", 2.5}, {"write", 0.5}}},
+                       {"gflops_per_s", 0.04},
+                       {"output_stats", {{"crc32", "0a1b2c3d"}, {"mean", 0.25}}},
+                       {"attention_stats",
+                        {{"mean", {{"entropy", 0.7}, {"causal", true}}},
+                         {"heads", {{{"entropy", 0.5}}, {{"entropy", 0.9}}}}}}};
+  const auto row = mha::result_row(s, s.runs[0], report, {{"wall_ms", 12.0}});
+  CHECK(row["index"] == 0);
+  CHECK(row["status"] == "ok");
+  CHECK(row["key_lengths"].dump() == "[3,1]");
+  CHECK(row["compute_ms"] == 2.5);
+  CHECK(row["output_crc32"] == "0a1b2c3d");
+  CHECK(row["attention_entropy"] == 0.7);
+  CHECK(row["attention_causal"] == true);
+  CHECK(row["attention_entropy_per_head"].dump() == "[0.5,0.9]");
+  CHECK(row["wall_ms"] == 12.0);
+  // No attention computed: no attention columns.
+  json plain = report;
+  plain.erase("attention_stats");
+  CHECK_FALSE(mha::result_row(s, s.runs[0], plain, {}).contains("attention_entropy"));
+
+  const auto failed = mha::failed_row(s, s.runs[0], 2, "bad \"mask\", shape (2, 3)", {});
+  const std::string csv = mha::results_csv({failed, row});
+  const auto header = csv.substr(0, csv.find('\n'));
+  // Measured columns first (from the ok row), then the failure's own.
+  CHECK(header.rfind("index,name,status,h,key_lengths,", 0) == 0);
+  CHECK(header.find("compute_ms") < header.find("exit_code"));
+  CHECK_THAT(csv, Catch::Contains("\"bad \"\"mask\"\", shape (2, 3)\""));  // RFC 4180 quoting
+  CHECK_THAT(csv, Catch::Contains("\"[3,1]\""));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
+}
+
+TEST_CASE("sweep append_row: one line per row and collect keeps the newest") {
+  TempDir dir("sweep_collect");
+  Sweep s = parse_sweep(R"({"grid": {"h": [1, 2, 4]}})", dir / "s.json", dir / "out");
+  const Shard shard = mha::parse_shard("0/1", "--shard");
+  const std::string path = mha::shard_results_path(s, shard);
+  CHECK(path == dir / "out/results/shard-0-of-1.jsonl");
+  mha::append_row(path, mha::failed_row(s, s.runs[1], 1, "first try", {{"finished_at", "1"}}));
+  mha::append_row(path, mha::failed_row(s, s.runs[1], 1, "second try", {{"finished_at", "2"}}));
+  // A line cut short by a killed process is skipped, not fatal.
+  std::ofstream(path, std::ios::app) << "{\"index\": 0, \"na";
+  const auto summary = mha::collect_results(s);
+  CHECK(summary.ok == 0);
+  CHECK(summary.failed == 1);
+  CHECK(summary.missing == 2);
+  const std::string jsonl = read_file(dir / "out/results.jsonl");
+  CHECK_THAT(jsonl, Catch::Contains("second try"));
+  CHECK_THAT(jsonl, !Catch::Contains("first try"));
+  CHECK(std::count(jsonl.begin(), jsonl.end(), '\n') == 1);
+}
