@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -20,12 +21,14 @@ namespace ref {
 struct Sizes {
   std::size_t B = 1, T = 1, S = 1, h = 1;
   std::size_t d_model = 1, d_k = 1, d_v = 1, kdim = 1, vdim = 1, d_out = 1;
+  std::size_t kv_heads = 0;  // key/value heads; 0 = h
+  std::size_t kvh() const { return kv_heads ? kv_heads : h; }
 };
 
 // Projection weights, row-major (x @ W):
 //   W_q (d_model, h*d_k)  b_q (h*d_k) or empty
-//   W_k (kdim,    h*d_k)  b_k (h*d_k) or empty
-//   W_v (vdim,    h*d_v)  b_v (h*d_v) or empty
+//   W_k (kdim,    kvh*d_k)  b_k (kvh*d_k) or empty   (kvh = kv_heads, h unless GQA)
+//   W_v (vdim,    kvh*d_v)  b_v (kvh*d_v) or empty
 //   W_o (h*d_v,   d_out)  b_o (d_out) or empty
 struct Params {
   std::vector<double> W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o;
@@ -38,12 +41,63 @@ struct Params {
 //                shape = none. is_float: values are added to the scaled
 //                logits; else nonzero = may attend.
 //   key_lengths  B lengths, keys s >= key_lengths[b] hidden; empty = none
+// and the variants that reshape the logits:
+//   window       keys with |t' - s| < window only (t' = t + S - T under
+//                bottom-right causality, else t); 0 = none
+//   alibi        adds -m_head * |t' - s|, m from the ALiBi paper's recipe
+//   bias_shape/bias_values  a float bias broadcast (NumPy rules) to (B,h,T,S)
+//   softcap      logits <- c tanh(logits / c) on the scaled logits, before
+//                any mask or bias; 0 = none
 struct MaskSpec {
   mha::Causal causal = mha::Causal::none;
   std::vector<std::size_t> shape;
   std::vector<double> values;
   bool is_float = false;
   std::vector<std::int64_t> key_lengths;
+  std::size_t window = 0;
+  bool alibi = false;
+  std::vector<std::size_t> bias_shape;
+  std::vector<double> bias_values;
+  double softcap = 0;
+
+  long long aligned(const Sizes& z, std::size_t t) const {
+    return static_cast<long long>(t) +
+           (causal == mha::Causal::bottom_right
+                ? static_cast<long long>(z.S) - static_cast<long long>(z.T)
+                : 0);
+  }
+
+  // ALiBi slopes (Press et al.): 2^(-8i/n) for n a power of two; otherwise
+  // those of the power of two below h, then every other slope of twice it.
+  static std::vector<double> alibi_slopes(std::size_t h) {
+    auto pow2 = [](std::size_t n) {
+      std::vector<double> m(n);
+      const double start = std::pow(2.0, -8.0 / static_cast<double>(n));
+      for (std::size_t i = 0; i < n; ++i) m[i] = std::pow(start, static_cast<double>(i + 1));
+      return m;
+    };
+    std::size_t closest = 1;
+    while (closest * 2 <= h) closest *= 2;
+    std::vector<double> m = pow2(closest);
+    const std::vector<double> more = pow2(2 * closest);
+    for (std::size_t i = 0; m.size() < h; i += 2) m.push_back(more[i]);
+    return m;
+  }
+
+  // The broadcast bias entry for (b, head, t, s).
+  double position_bias(const Sizes& z, std::size_t b, std::size_t head, std::size_t t,
+                       std::size_t s) const {
+    if (bias_shape.empty()) return 0.0;
+    const std::size_t idx[4] = {b, head, t, s}, full[4] = {z.B, z.h, z.T, z.S};
+    std::size_t flat = 0;
+    const std::size_t r = bias_shape.size();
+    for (std::size_t k = 0; k < r; ++k) {
+      const std::size_t axis = 4 - r + k, n = bias_shape[k];
+      if (n != 1 && n != full[axis]) throw std::logic_error("bias does not broadcast");
+      flat = flat * n + (n == 1 ? 0 : idx[axis]);
+    }
+    return bias_values[flat];
+  }
 
   // The explicit mask entry that applies to (b, head, t, s).
   double entry(const Sizes& z, std::size_t b, std::size_t head, std::size_t t,
@@ -70,12 +124,19 @@ struct MaskSpec {
         ss > tt + static_cast<long long>(z.S) - static_cast<long long>(z.T))
       return false;
     if (!key_lengths.empty() && ss >= key_lengths[b]) return false;
+    if (window > 0 && std::llabs(aligned(z, t) - ss) >= static_cast<long long>(window))
+      return false;
     if (!shape.empty() && !is_float && entry(z, b, head, t, s) == 0.0) return false;
     return true;
   }
 
+  // Everything added to the (soft-capped) logit of an allowed key.
   double bias(const Sizes& z, std::size_t b, std::size_t head, std::size_t t, std::size_t s) const {
-    return !shape.empty() && is_float ? entry(z, b, head, t, s) : 0.0;
+    double sum = !shape.empty() && is_float ? entry(z, b, head, t, s) : 0.0;
+    if (alibi)
+      sum -= alibi_slopes(z.h)[head] *
+             static_cast<double>(std::llabs(aligned(z, t) - static_cast<long long>(s)));
+    return sum + position_bias(z, b, head, t, s);
   }
 };
 
@@ -108,11 +169,12 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
   const double inf = std::numeric_limits<double>::infinity();
   const std::size_t B = z.B, T = z.T, S = z.S, h = z.h, d_k = z.d_k, d_v = z.d_v;
   const std::size_t hdk = h * d_k, hdv = h * d_v;
+  const std::size_t kvh = z.kvh(), kdk = kvh * d_k, kdv = kvh * d_v;
 
-  // Projections: Q (B, T, h*d_k), K (B, S, h*d_k), V (B, S, h*d_v).
+  // Projections: Q (B, T, h*d_k), K (B, S, kvh*d_k), V (B, S, kvh*d_v).
   const std::vector<double> Q = affine(X_q, B * T, z.d_model, p.W_q, p.b_q, hdk);
-  const std::vector<double> K = affine(X_k, B * S, z.kdim, p.W_k, p.b_k, hdk);
-  const std::vector<double> V = affine(X_v, B * S, z.vdim, p.W_v, p.b_v, hdv);
+  const std::vector<double> K = affine(X_k, B * S, z.kdim, p.W_k, p.b_k, kdk);
+  const std::vector<double> V = affine(X_v, B * S, z.vdim, p.W_v, p.b_v, kdv);
 
   Result r;
   r.attention.assign(B * h * T * S, 0.0);
@@ -120,6 +182,7 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
   std::vector<double> logits(S);
   for (std::size_t b = 0; b < B; ++b) {
     for (std::size_t i = 0; i < h; ++i) {
+      const std::size_t j = i / (h / kvh);  // the key/value head query head i reads
       for (std::size_t t = 0; t < T; ++t) {
         double* att = &r.attention[((b * h + i) * T + t) * S];
         // logits[s] = scale * q . k + mask, -inf where the key is hidden
@@ -131,8 +194,10 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
           }
           double dot = 0.0;
           for (std::size_t e = 0; e < d_k; ++e)
-            dot += Q[(b * T + t) * hdk + i * d_k + e] * K[(b * S + s) * hdk + i * d_k + e];
-          logits[s] = scale * dot + mask.bias(z, b, i, t, s);
+            dot += Q[(b * T + t) * hdk + i * d_k + e] * K[(b * S + s) * kdk + j * d_k + e];
+          double logit = scale * dot;
+          if (mask.softcap > 0) logit = mask.softcap * std::tanh(logit / mask.softcap);
+          logits[s] = logit + mask.bias(z, b, i, t, s);
           if (logits[s] > max) max = logits[s];
         }
         if (max == -inf) {
@@ -151,7 +216,7 @@ inline Result multi_head_attention(const Sizes& z, const std::vector<double>& X_
         }
         for (std::size_t e = 0; e < d_v; ++e) {
           double acc = 0.0;
-          for (std::size_t s = 0; s < S; ++s) acc += att[s] * V[(b * S + s) * hdv + i * d_v + e];
+          for (std::size_t s = 0; s < S; ++s) acc += att[s] * V[(b * S + s) * kdv + j * d_v + e];
           context[(b * T + t) * hdv + i * d_v + e] = acc;
         }
       }

@@ -23,6 +23,11 @@ struct Case {
   std::size_t B, T, S, h, d_k, d_v;
   Causal causal;
   bool key_lengths, bool_mask, float_mask;
+  // Variants: grouped-query heads, sliding window, ALiBi, a broadcast float
+  // bias of shape (h, 1, S) and soft-capping.
+  std::size_t kv_heads = 0, window = 0;
+  bool alibi = false, position_bias = false;
+  double softcap = 0;
 };
 
 std::vector<double> draw(std::size_t n, const char* name, double lo, double hi) {
@@ -56,18 +61,21 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
                 std::size_t block_k) {
   CAPTURE(c.B, c.T, c.S, c.h, c.d_k, c.d_v, static_cast<int>(c.causal), c.key_lengths, c.bool_mask,
           c.float_mask, static_cast<int>(policy), threads, block_q, block_k);
+  CAPTURE(c.kv_heads, c.window, c.alibi, c.position_bias, c.softcap);
   mha::Dims d;
   d.B = c.B, d.T = c.T, d.S = c.S, d.h = c.h, d.d_k = c.d_k, d.d_v = c.d_v;
   d.d_model = 6, d.kdim = 5, d.vdim = 4, d.d_out = 7;
+  d.kv_heads = c.kv_heads;
   d.key_is_query = d.value_is_key = false;
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
 
   // Inputs and weights, rounded to T so the reference sees the same values.
   auto X_q = draw(d.B * d.T * d.d_model, "X_q", -1, 1),
        X_k = draw(d.B * d.S * d.kdim, "X_k", -1, 1), X_v = draw(d.B * d.S * d.vdim, "X_v", -1, 1);
   ref::Params p{draw(d.d_model * hdk, "W_q", -1, 1), draw(hdk, "b_q", -1, 1),
-                draw(d.kdim * hdk, "W_k", -1, 1),    draw(hdk, "b_k", -1, 1),
-                draw(d.vdim * hdv, "W_v", -1, 1),    draw(hdv, "b_v", -1, 1),
+                draw(d.kdim * kdk, "W_k", -1, 1),    draw(kdk, "b_k", -1, 1),
+                draw(d.vdim * kdv, "W_v", -1, 1),    draw(kdv, "b_v", -1, 1),
                 draw(hdv * d.d_out, "W_o", -1, 1),   draw(d.d_out, "b_o", -1, 1)};
   for (auto* v : {&X_q, &X_k, &X_v, &p.W_q, &p.b_q, &p.W_k, &p.b_k, &p.W_v, &p.b_v, &p.W_o, &p.b_o})
     for (double& x : *v) x = static_cast<double>(static_cast<T>(x));
@@ -82,8 +90,8 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
     t.resize({v.size()});
     std::copy(v.begin(), v.end(), t.begin());
   };
-  fill2(w.W_q, d.d_model, hdk, p.W_q), fill2(w.W_k, d.kdim, hdk, p.W_k);
-  fill2(w.W_v, d.vdim, hdv, p.W_v), fill2(w.W_o, hdv, d.d_out, p.W_o);
+  fill2(w.W_q, d.d_model, hdk, p.W_q), fill2(w.W_k, d.kdim, kdk, p.W_k);
+  fill2(w.W_v, d.vdim, kdv, p.W_v), fill2(w.W_o, hdv, d.d_out, p.W_o);
   fill1(w.b_q, p.b_q), fill1(w.b_k, p.b_k), fill1(w.b_v, p.b_v), fill1(w.b_o, p.b_o);
 
   // The same mask for the kernel and the reference: a per-head 4-D bool mask
@@ -113,7 +121,22 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
     mask.bias = cast<T>(spec.values);
   }
 
-  ref::Sizes z{d.B, d.T, d.S, d.h, d.d_model, d.d_k, d.d_v, d.kdim, d.vdim, d.d_out};
+  spec.window = mask.window = c.window;
+  spec.alibi = c.alibi;
+  if (c.alibi)
+    for (double m : mha::alibi_slopes(d.h)) mask.alibi_slopes.push_back(static_cast<T>(m));
+  if (c.position_bias) {
+    // (h, 1, S): per head and key, broadcast over batch and queries.
+    spec.bias_shape = {d.h, 1, d.S};
+    spec.bias_values = draw(d.h * d.S, "position_bias", -3, 3);
+    for (double& v : spec.bias_values) v = static_cast<double>(static_cast<T>(v));
+    mask.position_bias = cast<T>(spec.bias_values);
+    mask.bias_strides[0] = 0, mask.bias_strides[1] = d.S, mask.bias_strides[2] = 0;
+    mask.bias_strides[3] = 1;
+  }
+  spec.softcap = c.softcap;
+
+  ref::Sizes z{d.B, d.T, d.S, d.h, d.d_model, d.d_k, d.d_v, d.kdim, d.vdim, d.d_out, c.kv_heads};
   const double scale = 1 / std::sqrt(static_cast<double>(d.d_k));
   const auto want = ref::multi_head_attention(z, X_q, X_k, X_v, p, spec, scale, policy);
   const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
@@ -121,6 +144,7 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
   const auto xq = cast<T>(X_q), xk = cast<T>(X_k), xv = cast<T>(X_v);
   mha::LayerOptions<T> opt;
   opt.scale = static_cast<T>(scale);
+  opt.softcap = static_cast<T>(c.softcap);
   opt.masked_rows = policy;
   opt.threads = threads;
   opt.block_q = block_q;
@@ -163,6 +187,19 @@ const Case kCases[] = {
     {2, 11, 19, 3, 2, 4, Causal::none, true, true, false},
     {1, 1, 41, 2, 4, 4, Causal::none, false, false, false},  // decode: keys split
     {1, 1, 41, 1, 4, 4, Causal::bottom_right, true, false, true},
+    // Variants   kv_heads window alibi  bias   softcap
+    {2, 13, 17, 4, 4, 5, Causal::none, false, false, false, 2},                 // GQA
+    {2, 13, 17, 3, 4, 5, Causal::top_left, true, false, false, 1},              // MQA
+    {1, 1, 41, 4, 4, 4, Causal::none, false, false, false, 2},                  // GQA decode
+    {2, 19, 19, 2, 3, 3, Causal::none, false, false, false, 0, 4},              // window
+    {2, 19, 19, 2, 3, 3, Causal::top_left, true, false, false, 0, 5},           // causal window
+    {2, 23, 9, 2, 5, 3, Causal::bottom_right, false, false, true, 0, 3},        // aligned window
+    {2, 13, 17, 3, 4, 5, Causal::none, false, false, false, 0, 0, true},        // ALiBi, h = 3
+    {2, 17, 17, 4, 4, 4, Causal::top_left, false, false, false, 2, 6, true},    // ALiBi+window+GQA
+    {2, 13, 17, 3, 4, 5, Causal::none, false, true, false, 0, 0, false, true},  // bias + bool mask
+    {1, 1, 41, 2, 4, 4, Causal::none, false, false, false, 0, 0, false, true},  // bias, decode
+    {2, 13, 17, 3, 4, 5, Causal::none, false, false, false, 0, 0, false, false, 0.5},  // softcap
+    {2, 17, 11, 4, 3, 2, Causal::top_left, true, false, true, 2, 0, true, true, 2.0},  // all
 };
 
 }  // namespace

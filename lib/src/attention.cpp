@@ -110,20 +110,22 @@ struct Projections {
 template <class T>
 Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
                               const Weights<T>& w, int threads) {
-  const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v, BT = d.B * d.T, BS = d.B * d.S;
+  // Q has h heads; K and V have kv_heads (= h unless grouped-query).
+  const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const bool bias = w.has_bias();
   Projections<T> p;
   // Sharing is read off the pointers, so a caller passing one tensor three
   // times gets the fused GEMM whatever its Dims flags say.
   if (X_k == X_q && X_v == X_q) {
-    // Self-attention: one GEMM, rows [Q | K | V] of width 2*h*d_k + h*d_v.
-    const std::size_t width = 2 * hdk + hdv;
+    // Self-attention: one GEMM, rows [Q | K | V] of width (h + kv_heads)*d_k + kv_heads*d_v.
+    const std::size_t width = hdk + kdk + kdv;
     auto W = pack_columns<T>({&w.W_q, &w.W_k, &w.W_v});
     auto b = bias ? pack_biases<T>({&w.b_q, &w.b_k, &w.b_v}) : std::vector<T>();
     p.qkv.resize(BT * width);
     project(X_q, d.d_model, BT, d.d_model, W.data(), width, bias ? b.data() : nullptr, width,
             p.qkv.data(), width, threads);
-    p.Q = p.qkv.data(), p.K = p.Q + hdk, p.V = p.Q + 2 * hdk;
+    p.Q = p.qkv.data(), p.K = p.Q + hdk, p.V = p.K + kdk;
     p.ldq = p.ldk = p.ldv = width;
     return p;
   }
@@ -133,22 +135,22 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   p.Q = p.qkv.data(), p.ldq = hdk;
   if (X_v == X_k) {
     // Key = value input: one GEMM, rows [K | V].
-    const std::size_t width = hdk + hdv;
+    const std::size_t width = kdk + kdv;
     auto W = pack_columns<T>({&w.W_k, &w.W_v});
     auto b = bias ? pack_biases<T>({&w.b_k, &w.b_v}) : std::vector<T>();
     p.kv.resize(BS * width);
     project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width, p.kv.data(),
             width, threads);
-    p.K = p.kv.data(), p.V = p.K + hdk, p.ldk = p.ldv = width;
+    p.K = p.kv.data(), p.V = p.K + kdk, p.ldk = p.ldv = width;
     return p;
   }
-  p.k.resize(BS * hdk);
-  p.v.resize(BS * hdv);
-  project(X_k, d.kdim, BS, d.kdim, w.W_k.data(), hdk, bias ? w.b_k.data() : nullptr, hdk,
-          p.k.data(), hdk, threads);
-  project(X_v, d.vdim, BS, d.vdim, w.W_v.data(), hdv, bias ? w.b_v.data() : nullptr, hdv,
-          p.v.data(), hdv, threads);
-  p.K = p.k.data(), p.V = p.v.data(), p.ldk = hdk, p.ldv = hdv;
+  p.k.resize(BS * kdk);
+  p.v.resize(BS * kdv);
+  project(X_k, d.kdim, BS, d.kdim, w.W_k.data(), kdk, bias ? w.b_k.data() : nullptr, kdk,
+          p.k.data(), kdk, threads);
+  project(X_v, d.vdim, BS, d.vdim, w.W_v.data(), kdv, bias ? w.b_v.data() : nullptr, kdv,
+          p.v.data(), kdv, threads);
+  p.K = p.k.data(), p.V = p.v.data(), p.ldk = kdk, p.ldv = kdv;
   return p;
 }
 
@@ -166,8 +168,13 @@ struct Job {
   const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
     return p.Q + (b * d.T + t0) * p.ldq + head * d.d_k;
   }
-  const T* K(std::size_t b, std::size_t head) const { return p.K + b * d.S * p.ldk + head * d.d_k; }
-  const T* V(std::size_t b, std::size_t head) const { return p.V + b * d.S * p.ldv + head * d.d_v; }
+  // Query head `head` reads key/value head head / group (grouped-query attention).
+  const T* K(std::size_t b, std::size_t head) const {
+    return p.K + b * d.S * p.ldk + head / d.group() * d.d_k;
+  }
+  const T* V(std::size_t b, std::size_t head) const {
+    return p.V + b * d.S * p.ldv + head / d.group() * d.d_v;
+  }
   T* ctx(std::size_t b, std::size_t head, std::size_t t0) const {
     return context + (b * d.T + t0) * d.h * d.d_v + head * d.d_v;
   }
@@ -181,6 +188,36 @@ struct Job {
                                                     : std::numeric_limits<T>::quiet_NaN();
   }
 };
+
+// Soft-capping (Gemma 2, ONNX Attention): x <- c tanh(x / c) on rows of n
+// logits at P + r * ld, before any mask or bias. tanh(y) = sign(y) (1 - e) /
+// (1 + e) with e = exp(-2|y|) from the vectorized exp; below |y| = 1/4, where
+// that form cancels, an odd Taylor polynomial (error < 2e-8 relative there,
+// below float32's rounding). float64 calls std::tanh. `scratch` holds n values.
+template <class T>
+void softcap_rows(T* P, std::size_t rows, std::size_t n, std::size_t ld, T c, T* scratch) {
+  if constexpr (sizeof(T) == 8) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t s = 0; s < n; ++s) P[r * ld + s] = c * std::tanh(P[r * ld + s] / c);
+    return;
+  }
+  const T inv_c = T(1) / c;
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* x = P + r * ld;
+    for (std::size_t s = 0; s < n; ++s) scratch[s] = T(-2) * std::abs(x[s] * inv_c);
+    exp_shifted_sum(scratch, n, T(0));  // scratch = exp(-2|y|)
+    for (std::size_t s = 0; s < n; ++s) {
+      const T y = x[s] * inv_c, a = std::abs(y), y2 = y * y;
+      const T far = (T(1) - scratch[s]) / (T(1) + scratch[s]);
+      // tanh(y) = y - y^3/3 + 2y^5/15 - 17y^7/315 + 62y^9/2835 - ...
+      const T near =
+          a *
+          (T(1) + y2 * (T(-1) / 3 + y2 * (T(2) / 15 + y2 * (T(-17) / 315 + y2 * (T(62) / 2835)))));
+      const T t = a < T(0.25) ? near : far;
+      x[s] = c * (y < 0 ? -t : t);
+    }
+  }
+}
 
 // True when the mask itself hides every key from query row t. A row whose
 // logits are all -inf although the mask leaves some key visible has
@@ -216,10 +253,11 @@ void masked_row_output(const Job<T>& job, std::size_t b, std::size_t head, T* ou
 // s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
 // per row the running max m, running sum l and unnormalized output O
 // (rows, d_v), rescaled by exp(m_old - m_new) as each key block arrives.
-// P (rows, block_k) is scratch.
+// P (rows, block_k) and X (block_k) are scratch.
 template <class T>
 void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
-                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l) {
+                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l,
+                 T* X) {
   const auto& d = job.d;
   const std::size_t Bk = job.block_k;
   std::fill(m, m + rows, kNegInf<T>);
@@ -229,11 +267,14 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   const T* K = job.K(b, head);
   const T* V = job.V(b, head);
   const std::size_t end = std::min(s_end, job.key_end(b, t0, rows));
-  for (std::size_t s0 = s_begin; s0 < end; s0 += Bk) {
+  // A window hides the keys before key_begin of the block's first row.
+  const std::size_t begin = std::max(s_begin, job.mask.key_begin(d, t0));
+  for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
     gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk, job.p.ldk,
             T(0), P, Bk);
+    if (job.opt.softcap > 0) softcap_rows(P, rows, n, Bk, job.opt.softcap, X);
     if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
     for (std::size_t r = 0; r < rows; ++r) {
       T* p = P + r * Bk;
@@ -288,6 +329,10 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   if (end > 0)
     gemm<T>(false, true, rows, end, d.d_k, job.opt.scale, job.Q(b, head, t0), job.p.ldq,
             job.K(b, head), job.p.ldk, T(0), A, S);
+  if (job.opt.softcap > 0 && end > 0) {
+    std::vector<T> scratch(end);
+    softcap_rows(A, rows, end, S, job.opt.softcap, scratch.data());
+  }
   if (!job.mask.empty() && end > 0) job.mask.apply(d, b, head, t0, t0 + rows, 0, end, A, S);
   std::size_t used = end;  // keys with nonzero weight in some row
   for (std::size_t r = 0; r < rows; ++r) {
@@ -388,15 +433,16 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
       auto& s = scratch[thread];
-      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq);
+      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq + job.block_k);
       T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
+      T* X = l + Bq;  // (block_k) softcap scratch
       if (splits > 1) {
         O = part_O.data() + task * Bq * d.d_v;
         m = part_m.data() + task * Bq;
         l = part_l.data() + task * Bq;
       }
       flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m,
-                  l);
+                  l, X);
       if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
     });
     if (splits > 1) {

@@ -71,6 +71,11 @@ const std::vector<std::string>& bench_variants() {
   return variants;
 }
 
+const std::vector<std::string>& extra_bench_variants() {
+  static const std::vector<std::string> variants = {"gqa", "window", "alibi", "softcap"};
+  return variants;
+}
+
 double sgemm_gflops(int threads, int repeat) {
   blas_single_threaded();
   const std::size_t n = 2048;
@@ -88,10 +93,15 @@ double sgemm_gflops(int threads, int repeat) {
 
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
                        double sgemm, std::size_t block_q, std::size_t block_k) {
-  const Dims& d = shape.dims;
+  Dims d = shape.dims;
+  const auto& extra = extra_bench_variants();
   if (std::find(bench_variants().begin(), bench_variants().end(), variant) ==
-      bench_variants().end())
-    fail_input("unknown bench variant '" + variant + "' (expected plain, weights or causal)");
+          bench_variants().end() &&
+      std::find(extra.begin(), extra.end(), variant) == extra.end())
+    fail_input("unknown bench variant '" + variant +
+               "' (expected plain, weights, causal, gqa, window, alibi or softcap)");
+  // Grouped-query: a quarter as many key/value heads (Llama 2 70B's ratio is 1/8).
+  if (variant == "gqa") d.kv_heads = d.h % 4 == 0 ? d.h / 4 : 1;
   std::vector<float> X_q = uniform(d.B * d.T * d.d_model, "query");
   std::vector<float> X_kv =
       d.key_is_query ? std::vector<float>() : uniform(d.B * d.S * d.kdim, "key");
@@ -99,8 +109,18 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
   Weights<float> w = random_weights<float>(d, /*use_bias=*/true, 0);
   Mask<float> mask;
   if (variant == "causal") mask.causal = Causal::bottom_right;
+  if (variant == "window") {
+    // A causal sliding window of 256 keys, as in Mistral-style local layers.
+    mask.causal = Causal::bottom_right;
+    mask.window = 256;
+  }
+  if (variant == "alibi") {
+    mask.causal = Causal::bottom_right;
+    for (double m : alibi_slopes(d.h)) mask.alibi_slopes.push_back(static_cast<float>(m));
+  }
   LayerOptions<float> opt;
   opt.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
+  if (variant == "softcap") opt.softcap = 50.f;  // Gemma 2's attention soft-cap
   opt.threads = threads;
   opt.block_q = block_q;
   opt.block_k = block_k;

@@ -56,6 +56,15 @@ const std::vector<ConfigKey> kKeys = {
     {"average_heads", "BOOL", "write attention averaged over heads (B,T,S)", true},
     {"save_weights", "LAYOUT", "write weights.npz: true (native), native, torch or keras", true},
     {"save_inputs", "BOOL", "write the inputs used as .npy", true},
+    // Attention variants (README, "Attention variants").
+    {"kv_heads", "INT", "key/value heads for grouped-query attention (default h; 1 = MQA)", false},
+    {"window", "INT", "sliding window: keys within this distance of the query (default none)",
+     false},
+    {"alibi", "BOOL", "ALiBi position bias: -slope_i * |t - s| added to head i's logits", true},
+    {"bias", "PATH", ".npy float bias broadcastable to (B,h,T,S), added to the logits", false},
+    {"softcap", "FLOAT", "logits <- softcap * tanh(logits / softcap) before masking", false},
+    {"attention_axes", "LIST", "axes of an N-D query to attend over (Keras), e.g. 2,3", false},
+    {"output_dtype", "TYPE", "dtype of written tensors: float16, float32 or float64", false},
 };
 
 std::string quote(const std::string& s) {
@@ -155,9 +164,41 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     return;
   }
   if (key == "dtype") {
-    static const std::pair<const char*, ComputeType> names[] = {{"float32", ComputeType::float32},
-                                                                {"float64", ComputeType::float64}};
+    static const std::pair<const char*, ComputeType> names[] = {
+        {"float32", ComputeType::float32},
+        {"float64", ComputeType::float64},
+        {"bfloat16", ComputeType::bfloat16}};
     c.dtype = v.is_null() ? ComputeType::float32 : get_enum(v, where, names);
+    return;
+  }
+  if (key == "output_dtype") {
+    static const std::pair<const char*, OutputType> names[] = {{"float16", OutputType::float16},
+                                                               {"float32", OutputType::float32},
+                                                               {"float64", OutputType::float64}};
+    c.output_dtype = v.is_null() ? std::nullopt : std::optional(get_enum(v, where, names));
+    return;
+  }
+  if (key == "kv_heads") return size(c.kv_heads);
+  if (key == "window") return size(c.window);
+  if (key == "alibi") return flag(c.alibi, false);
+  if (key == "bias") return path(c.bias);
+  if (key == "softcap") {
+    if (v.is_null()) return void(c.softcap.reset());
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
+      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
+    c.softcap = v.get<double>();
+    return;
+  }
+  if (key == "attention_axes") {
+    c.attention_axes.reset();
+    if (v.is_null()) return;
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of axis indices such as [2, 3], got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> axes;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      axes.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", -64, 64));
+    c.attention_axes = std::move(axes);
     return;
   }
   if (key == "seed") {
@@ -328,6 +369,15 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
       fail_input(where + ": expected a finite non-zero number, got " + quote(text));
     return d;
   }
+  if (key == "attention_axes") {
+    json list = json::array();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) list.push_back(flag_value("seed", item, where));
+    if (text.empty() || text.back() == ',')
+      fail_input(where + ": expected comma-separated axis indices such as 2,3, got " + quote(text));
+    return list;
+  }
   if (key == "key_lengths" && text.find(".npy") == std::string::npos) {
     json list = json::array();
     std::stringstream ss(text);
@@ -390,6 +440,13 @@ json Config::to_json() const {
   j["average_heads"] = average_heads;
   j["save_weights"] = save_weights ? json(to_string(save_weights_format)) : json(false);
   j["save_inputs"] = save_inputs;
+  j["kv_heads"] = opt(kv_heads);
+  j["window"] = opt(window);
+  j["alibi"] = alibi;
+  j["bias"] = opt(bias);
+  j["softcap"] = opt(softcap);
+  j["attention_axes"] = opt(attention_axes);
+  j["output_dtype"] = output_dtype ? json(to_string(*output_dtype)) : json(nullptr);
   return j;
 }
 
@@ -525,7 +582,11 @@ const char* to_string(MaskTrueMeans m) {
 }
 
 const char* to_string(ComputeType t) {
-  return t == ComputeType::float32 ? "float32" : "float64";
+  return t == ComputeType::float32 ? "float32" : t == ComputeType::float64 ? "float64" : "bfloat16";
+}
+
+const char* to_string(OutputType t) {
+  return t == OutputType::float16 ? "float16" : t == OutputType::float32 ? "float32" : "float64";
 }
 
 }  // namespace mha

@@ -71,8 +71,8 @@ std::uint64_t Dims::flops() const {
   const std::uint64_t bt = B * T, bs = B * S;
   std::uint64_t f = 0;
   f += 2 * bt * d_model * h * d_k;  // Q = X_q W_q
-  f += 2 * bs * kdim * h * d_k;     // K = X_k W_k
-  f += 2 * bs * vdim * h * d_v;     // V = X_v W_v
+  f += 2 * bs * kdim * kv() * d_k;  // K = X_k W_k
+  f += 2 * bs * vdim * kv() * d_v;  // V = X_v W_v
   f += 2 * B * h * T * S * d_k;     // Q_i K_i^T
   f += 2 * B * h * T * S * d_v;     // A_i V_i
   f += 2 * bt * h * d_v * d_out;    // concat W_o
@@ -181,13 +181,30 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
                (w.empty() ? "" : " (" + files.weights_name + " does not store it)"));
   }
 
+  // Key/value heads: kv_heads * d_k is fixed by W_k when weights are given.
+  const Shape* wk = weight("W_k");
+  if (c.kv_heads) {
+    d.kv_heads = static_cast<std::size_t>(*c.kv_heads);
+  } else if (wk && (*wk)[1] < d.h * d.d_k && (*wk)[1] % d.d_k == 0 &&
+             d.h % ((*wk)[1] / d.d_k) == 0 && (*wk)[1] > 0) {
+    // Fewer key columns than h*d_k, in whole heads that divide h: grouped-query
+    // weights. Any other width is left to the shape check, which names it.
+    d.kv_heads = (*wk)[1] / d.d_k;
+  } else {
+    d.kv_heads = d.h;
+  }
+  if (d.kv_heads == 0 || d.h % d.kv_heads != 0)
+    fail_input("kv_heads = " + std::to_string(d.kv_heads) + " does not divide h = " +
+               std::to_string(d.h) + (c.kv_heads ? "" : " (from " + files.weights_name + ":W_k)") +
+               "; expected a divisor of h (h for multi-head, 1 for multi-query attention)");
+  const std::string heads_v = d.kv_heads == d.h ? "h" : "kv_heads";
   if (c.d_v) {
     d.d_v = static_cast<std::size_t>(*c.d_v);
   } else if (const Shape* wv = weight("W_v")) {
-    d.d_v = divide((*wv)[1], d.h,
+    d.d_v = divide((*wv)[1], d.kv_heads,
                    files.weights_name + ":W_v of shape " + shape_str(*wv) + " has " +
-                       std::to_string((*wv)[1]) +
-                       " columns (h*d_v), not divisible by h = " + std::to_string(d.h));
+                       std::to_string((*wv)[1]) + " columns (" + heads_v +
+                       "*d_v), not divisible by " + heads_v + " = " + std::to_string(d.kv_heads));
   } else {
     d.d_v = d.d_k;
   }

@@ -29,6 +29,7 @@ MemoryEstimate estimate_memory(const Dims& d, std::size_t itemsize, bool save_at
   const double w = static_cast<double>(itemsize);
   const double B = d.B, T = d.T, S = d.S, h = d.h;
   const double hdk = h * d.d_k, hdv = h * d.d_v;
+  const double kdk = static_cast<double>(d.kv() * d.d_k), kdv = static_cast<double>(d.kv() * d.d_v);
   MemoryEstimate m;
   // Files are read whole (up to 8 bytes per element) before conversion.
   double in = B * T * d.d_model;
@@ -36,9 +37,9 @@ MemoryEstimate estimate_memory(const Dims& d, std::size_t itemsize, bool save_at
   if (!d.value_is_key) in += B * S * d.vdim;
   m.inputs = in * (w + 8);
   m.weights =
-      (d.d_model * hdk + d.kdim * hdk + d.vdim * hdv + hdv * d.d_out + 2 * hdk + hdv + d.d_out) *
+      (d.d_model * hdk + d.kdim * kdk + d.vdim * kdv + hdv * d.d_out + hdk + kdk + kdv + d.d_out) *
       (2 * w + 8);  // kernels, a packed QKV copy, file images
-  m.projections = (B * T * hdk + B * S * (hdk + hdv) + B * T * hdv) * w;
+  m.projections = (B * T * hdk + B * S * (kdk + kdv) + B * T * hdv) * w;
   m.output = B * T * d.d_out * w;
   // Fused: (512 x 512) logits and (512 x d_v) partial output per thread;
   // exact: (128 x S) slabs, twice for the mean over heads.

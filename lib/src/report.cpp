@@ -35,6 +35,7 @@ nlohmann::json RunReport::to_json() const {
   config_json["d_model"] = dims.d_model;
   config_json["d_k"] = dims.d_k;
   config_json["d_v"] = dims.d_v;
+  config_json["kv_heads"] = dims.kv();
   config_json["kdim"] = dims.kdim;
   config_json["vdim"] = dims.vdim;
   config_json["d_out"] = dims.d_out;

@@ -109,6 +109,10 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   const bool use_bias = c.use_bias.value_or(!c.weights || weight_files.arrays.count("b_q") > 0);
   const Dims d = resolve_dims(c, shapes);
   report.dims = d;
+  if (c.save_weights && c.save_weights_format != WeightsFormat::native && d.kv() != d.h)
+    fail_input(std::string("save_weights: grouped-query weights (kv_heads = ") +
+               std::to_string(d.kv()) + " < h = " + std::to_string(d.h) + ") have no " +
+               to_string(c.save_weights_format) + " layout; use save_weights: native");
   // Refuse before the big allocations, with the numbers.
   const MemoryEstimate need =
       estimate_memory(d, sizeof(T), c.save_attention, resolve_threads(c.threads));
@@ -194,6 +198,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   options.masked_rows = c.masked_rows;
   options.threads = c.threads;
   options.allow_nonfinite = c.allow_nonfinite;
+  options.softcap = static_cast<T>(c.softcap.value_or(0.0));
   if (c.save_attention) {
     const bool mean = c.average_heads;
     const std::vector<std::size_t> shape = mean ? std::vector<std::size_t>{d.B, d.T, d.S}

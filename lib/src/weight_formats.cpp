@@ -280,6 +280,14 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
     for (const auto& n : weight_names(bias)) out.emplace_back(n, a.at(n));
     return out;
   }
+  // Grouped-query weights (kv_heads < h) have fewer K columns than Q columns;
+  // neither framework layer stores them.
+  if (W_k.shape[1] != W_q.shape[1])
+    fail_input(what + ": grouped-query weights (W_k " + shape_str(W_k.shape) + " has fewer " +
+               "columns than W_q " + shape_str(W_q.shape) + ") have no " +
+               (format == WeightsFormat::torch ? "PyTorch nn.MultiheadAttention"
+                                               : "Keras MultiHeadAttention") +
+               " layout; keep them native");
   if (format == WeightsFormat::torch) {
     const std::size_t E = W_q.shape[1];
     if (W_q.shape[0] != E || W_v.shape[1] != E || W_o.shape[0] != E || W_o.shape[1] != E)

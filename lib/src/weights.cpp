@@ -20,7 +20,7 @@ namespace {
 
 template <class T, std::size_t N>
 xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
-                       const std::array<std::size_t, N>& expected, const char* meaning,
+                       const std::array<std::size_t, N>& expected, const std::string& meaning,
                        const std::string& path) {
   auto it = arrays.find(name);
   if (it == arrays.end()) fail_input(path + ": missing weight tensor '" + name + "'");
@@ -66,14 +66,17 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
   }
   Weights<T> w;
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
+  // Grouped-query attention: kv_heads key/value heads instead of h.
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
+  const std::string kv = d.kv() == d.h ? "h" : "kv_heads";
   w.W_q = take<T, 2>(arrays, "W_q", {d.d_model, hdk}, "(d_model, h*d_k)", path);
-  w.W_k = take<T, 2>(arrays, "W_k", {d.kdim, hdk}, "(kdim, h*d_k)", path);
-  w.W_v = take<T, 2>(arrays, "W_v", {d.vdim, hdv}, "(vdim, h*d_v)", path);
+  w.W_k = take<T, 2>(arrays, "W_k", {d.kdim, kdk}, "(kdim, " + kv + "*d_k)", path);
+  w.W_v = take<T, 2>(arrays, "W_v", {d.vdim, kdv}, "(vdim, " + kv + "*d_v)", path);
   w.W_o = take<T, 2>(arrays, "W_o", {hdv, d.d_out}, "(h*d_v, d_out)", path);
   if (use_bias) {
     w.b_q = take<T, 1>(arrays, "b_q", {hdk}, "(h*d_k,)", path);
-    w.b_k = take<T, 1>(arrays, "b_k", {hdk}, "(h*d_k,)", path);
-    w.b_v = take<T, 1>(arrays, "b_v", {hdv}, "(h*d_v,)", path);
+    w.b_k = take<T, 1>(arrays, "b_k", {kdk}, "(" + kv + "*d_k,)", path);
+    w.b_v = take<T, 1>(arrays, "b_v", {kdv}, "(" + kv + "*d_v,)", path);
     w.b_o = take<T, 1>(arrays, "b_o", {d.d_out}, "(d_out,)", path);
   }
   return w;
@@ -88,15 +91,16 @@ Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed) {
     return k;
   };
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   Weights<T> w;
   w.W_q = kernel("W_q", d.d_model, hdk);
-  w.W_k = kernel("W_k", d.kdim, hdk);
-  w.W_v = kernel("W_v", d.vdim, hdv);
+  w.W_k = kernel("W_k", d.kdim, kdk);
+  w.W_v = kernel("W_v", d.vdim, kdv);
   w.W_o = kernel("W_o", hdv, d.d_out);
   if (use_bias) {
     w.b_q = xt::zeros<T>({hdk});
-    w.b_k = xt::zeros<T>({hdk});
-    w.b_v = xt::zeros<T>({hdv});
+    w.b_k = xt::zeros<T>({kdk});
+    w.b_v = xt::zeros<T>({kdv});
     w.b_o = xt::zeros<T>({d.d_out});
   }
   return w;

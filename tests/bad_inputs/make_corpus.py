@@ -427,6 +427,11 @@ add("q_overflow.npy", np_save((1e19 * signs)[None].astype("<f4")))
 # Every entry 1e20: with seed 0's random weights some heads' logits are all
 # -inf in float32, which once passed for fully masked rows (zeros, exit 0).
 add("q_1e20.npy", np_save(np.full((1, T, D), 1e20, dtype="<f4")))
+# Position biases for the variant cases: heads on the wrong axis, an integer
+# array, and +inf.
+add("bias_bad_shape.npy", np_save(np.zeros((T, 2, T), dtype="<f4")))
+add("bias_int.npy", np_save(np.zeros((T, T), dtype="<i4")))
+add("bias_inf.npy", np_save(np.where(np.eye(T, dtype=bool), np.inf, 0.0).astype("<f4")))
 # One row of the mask is all false: fully masked under every policy.
 m = np.ones((T, T), dtype=bool)
 m[1, :] = False

@@ -40,6 +40,7 @@ using AttentionSink = std::function<void(std::size_t b, std::size_t head, std::s
 template <class T>
 struct LayerOptions {
   T scale = 1;
+  T softcap = 0;  // > 0: logits <- softcap * tanh(logits / softcap), before the mask
   MaskedRows masked_rows = MaskedRows::zero;
   int threads = 0;  // 0: all the OpenMP pool has (OMP_NUM_THREADS, else all cores)
   AttentionOutput attention = AttentionOutput::none;

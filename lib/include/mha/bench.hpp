@@ -22,6 +22,11 @@ const std::vector<BenchShape>& bench_shapes();
 // Variants: "plain" (no attention weights), "weights" (per-head attention
 // (B,h,T,S) computed into memory), "causal" (bottom-right causal mask).
 const std::vector<std::string>& bench_variants();
+// Variants run only when named (--shapes long-4k:gqa): "gqa" (h/4 key/value
+// heads, or 1), "window" (bottom-right causal, window 256), "alibi" (ALiBi,
+// bottom-right causal), "softcap" (soft-cap 50). FLOPs are always counted
+// for the dense layer, so masked variants show more GFLOP/s than they do.
+const std::vector<std::string>& extra_bench_variants();
 
 struct BenchResult {
   std::string shape, variant;

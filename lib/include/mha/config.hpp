@@ -21,7 +21,10 @@ namespace mha {
 
 enum class Causal { none, top_left, bottom_right };
 enum class MaskedRows { zero, uniform, nan };
-enum class ComputeType { float32, float64 };
+// bfloat16: the GEMMs take bfloat16 operands (OpenBLAS sbgemm) and
+// accumulate in float32; everything else is float32.
+enum class ComputeType { float32, float64, bfloat16 };
+enum class OutputType { float16, float32, float64 };
 enum class MaskTrueMeans { attend, ignore };
 
 struct Config {
@@ -57,6 +60,15 @@ struct Config {
   bool save_weights = false;
   WeightsFormat save_weights_format = WeightsFormat::native;
   bool save_inputs = false;
+  std::optional<OutputType> output_dtype;  // unset: the compute dtype (float32 for bfloat16)
+
+  // Attention variants.
+  std::optional<std::int64_t> kv_heads;  // grouped-query attention; unset: h
+  std::optional<std::int64_t> window;    // sliding window width; unset: none
+  bool alibi = false;                    // ALiBi position bias
+  std::optional<std::string> bias;       // .npy added to the logits, broadcast to (B,h,T,S)
+  std::optional<double> softcap;         // logits <- c * tanh(logits / c)
+  std::optional<std::vector<std::int64_t>> attention_axes;  // Keras attention_axes (N-D inputs)
 
   // Applies every key of a JSON object; `source` names it in errors
   // ("configs/x.json"). Unknown keys are errors that suggest the nearest key.
@@ -88,6 +100,7 @@ std::string nearest_key(const std::string& name);
 const char* to_string(Causal c);
 const char* to_string(MaskedRows m);
 const char* to_string(ComputeType t);
+const char* to_string(OutputType t);
 const char* to_string(MaskTrueMeans m);
 
 }  // namespace mha
