@@ -270,6 +270,14 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
 }  // namespace
 
 RunResult run(const Config& config, const std::function<void(const std::string&)>& warn) {
+  // Parsed, but not computed yet: refuse rather than silently run float32 or
+  // ignore the axes. (Remove each line as its feature lands.)
+  if (config.dtype == ComputeType::bfloat16)
+    fail_input("dtype bfloat16 is not supported by this build yet; use float32");
+  if (config.output_dtype)
+    fail_input("output_dtype is not supported by this build yet; outputs use the compute dtype");
+  if (config.attention_axes)
+    fail_input("attention_axes is not supported by this build yet; give 3-D inputs");
   if (config.dtype == ComputeType::float64) return run_typed<double>(config, warn);
   return run_typed<float>(config, warn);
 }
