@@ -137,18 +137,6 @@ std::vector<double> random_maps(std::size_t B, std::size_t heads, std::size_t T,
   return a;
 }
 
-std::string mha_binary() {
-  const char* env = std::getenv("MHA_BIN");
-  return env && *env ? std::string(env) : std::string(MHA_BIN_PATH);
-}
-
-// Single-quoted for /bin/sh.
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 std::vector<double> doubles_of(const mha::NpyArray& a, const std::string& name) {
   std::vector<double> v(a.size());
   mha::convert<double>(a, v.data(), name);

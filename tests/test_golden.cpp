@@ -49,18 +49,6 @@ fs::path golden_dir() {
   return fs::path(MHA_TEST_DATA) / "golden";
 }
 
-std::string mha_binary() {
-  const char* env = std::getenv("MHA_BIN");
-  return env && *env ? std::string(env) : std::string(MHA_BIN_PATH);
-}
-
-// Single-quoted for /bin/sh.
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

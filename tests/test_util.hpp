@@ -21,6 +21,21 @@
 
 namespace mha::test {
 
+#ifdef MHA_BIN_PATH
+// The binary under test: $MHA_BIN, else the one this build made.
+inline std::string mha_binary() {
+  const char* env = std::getenv("MHA_BIN");
+  return env && *env ? std::string(env) : std::string(MHA_BIN_PATH);
+}
+#endif
+
+// Single-quoted for /bin/sh.
+inline std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 // Writes `bytes` to `path`, replacing what was there.
 inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -27,6 +27,8 @@ import zlib
 
 import numpy as np
 
+from test_cli import load_json, read_bytes  # noqa: E402  (same directory)
+
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 ROOT = os.environ.get("MHA_SOURCE_DIR", os.getcwd())
 CORES = len(os.sched_getaffinity(0))
@@ -55,16 +57,6 @@ def run(args, cwd=ROOT, env=None, timeout=DEADLINE, preexec_fn=None):
     p = subprocess.run([MHA] + args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                        env=env or base_env(), preexec_fn=preexec_fn)
     return p.returncode, p.stdout, p.stderr
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def read_jsonl(path):
