@@ -5,13 +5,16 @@
 #include <map>
 #include <new>
 #include <sstream>
+#include <tuple>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "inspect_command.hpp"
 #include "mha/attention.hpp"
 #include "mha/bench.hpp"
+#include "mha/blas.hpp"
 #include "mha/compare.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
@@ -19,6 +22,7 @@
 #include "mha/output_set.hpp"
 #include "mha/run.hpp"
 #include "mha/weight_formats.hpp"
+#include "plot_command.hpp"
 #include "sweep_command.hpp"
 
 namespace mha::cli {
@@ -98,7 +102,7 @@ void add_compare_command(CLI::App& app, CompareArgs& args) {
 }
 
 struct BenchArgs {
-  std::string config_file, shapes;
+  std::string config_file, shapes, dtypes = "float32";
   int threads = 0, repeat = 10;
   std::size_t block_q = 0, block_k = 0;
   bool json = false;
@@ -116,6 +120,9 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
       ->check(CLI::Range(0, 1024));
   bench->add_option("--repeat", args.repeat, "timed calls per case (default 10)")
       ->check(CLI::Range(1, 100000));
+  bench->add_option("--dtype", args.dtypes,
+                    "float32, bfloat16 (bfloat16 GEMM operands) or both, comma-separated: each "
+                    "case runs in each (default float32)");
   bench->add_flag("--json", args.json, "print JSON instead of a table");
   bench->add_option("--block-q", args.block_q, "query rows per kernel block (default: kernel's)")
       ->check(CLI::Range(1, 1 << 20));
@@ -154,21 +161,41 @@ int do_bench(const BenchArgs& args) {
       for (const auto& v : bench_variants()) cases.emplace_back(name, v);
     }
   }
+  std::vector<bool> bf16s;  // per --dtype entry: bfloat16 GEMM operands
+  std::stringstream dtype_list(args.dtypes);
+  for (std::string item; std::getline(dtype_list, item, ',');) {
+    if (item != "float32" && item != "bfloat16")
+      throw Error(ErrorKind::invalid_input,
+                  "--dtype: unknown dtype '" + item + "' (expected float32 or bfloat16)");
+    bf16s.push_back(item == "bfloat16");
+  }
+  if (bf16s.empty()) throw Error(ErrorKind::invalid_input, "--dtype: expected float32 or bfloat16");
+  const bool any_bf16 = std::find(bf16s.begin(), bf16s.end(), true) != bf16s.end();
   const int threads = resolve_threads(args.threads);
   const double sgemm = sgemm_gflops(threads, 5);
+  const double bf16_gemm = any_bf16 ? bf16_gemm_gflops(threads, 5) : 0.0;
   nlohmann::json results = nlohmann::json::array();
-  if (!args.json)
-    std::cout << fmt::format("sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s)\n", sgemm, threads)
-              << fmt::format("{:<12} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape", "variant",
-                             "ms median", "ms min", "GFLOP/s", "sgemm", "peak RSS");
-  for (const auto& [name, variant] : cases) {
+  if (!args.json) {
+    std::cout << fmt::format("sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s)\n", sgemm, threads);
+    if (any_bf16)
+      std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
+                               bf16_gemm);
+    std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape",
+                             "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm",
+                             "peak RSS");
+  }
+  std::vector<std::tuple<std::string, std::string, bool>> runs;  // each case in each dtype
+  for (const auto& [name, variant] : cases)
+    for (const bool bf16 : bf16s) runs.emplace_back(name, variant, bf16);
+  for (const auto& [name, variant, bf16] : runs) {
     const BenchShape& shape =
         *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
     const BenchResult r =
-        bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k);
+        bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k, bf16);
     const Dims& d = r.dims;
     results.push_back({{"shape", r.shape},
                        {"variant", r.variant},
+                       {"dtype", r.dtype},
                        {"B", d.B},
                        {"T", d.T},
                        {"S", d.S},
@@ -181,14 +208,20 @@ int do_bench(const BenchArgs& args) {
                        {"sgemm_fraction", r.sgemm_fraction},
                        {"peak_rss_bytes", r.peak_rss_bytes}});
     if (!args.json)
-      std::cout << fmt::format("{:<12} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB\n",
-                               r.shape, r.variant, r.ms_median, r.ms_min, r.gflops,
-                               100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0)
+      std::cout << fmt::format(
+                       "{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} "
+                       "MiB\n",
+                       r.shape, r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops,
+                       100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0)
                 << std::flush;
   }
   if (args.json) {
     nlohmann::json out = {{"tool", "mha"},         {"version", MHA_VERSION}, {"threads", threads},
                           {"repeat", args.repeat}, {"sgemm_gflops", sgemm},  {"results", results}};
+    if (any_bf16) {
+      out["bf16_gemm_gflops"] = bf16_gemm;
+      out["bf16_gemm_backend"] = bf16_gemm_backend();
+    }
     std::cout << out.dump(2) << std::endl;
   }
   return 0;
@@ -265,6 +298,15 @@ int do_run(const RunArgs& args) {
   RunResult result = mha::run(config, [](const std::string& w) { spdlog::warn("{}", w); });
   const auto& r = result.report;
   for (const auto& path : result.files) spdlog::info("wrote {}", path);
+  if (r["outputs"].contains("attention.png")) {
+    const auto& png = r["outputs"]["attention.png"];
+    const auto f = png["downsample"].get<std::size_t>();
+    if (f > 1)
+      spdlog::info("attention.png: batch 0 downsampled {}x{} to {}x{} cells by block {}",
+                   r["config"]["seq_len"].get<std::size_t>(),
+                   r["config"]["kv_seq_len"].get<std::size_t>(), png["cells"][0].get<std::size_t>(),
+                   png["cells"][1].get<std::size_t>(), png["reduce"].get<std::string>());
+  }
   spdlog::info("{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
                r["attention"].get<std::string>(), r["config"]["batch"].get<std::size_t>(),
                r["config"]["seq_len"].get<std::size_t>(),
@@ -286,7 +328,9 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
                  name == "atol" || name == "shapes" || name == "repeat" || name == "json" ||
                  name == "help" || name == "version" || name == "jobs" || name == "shard" ||
                  name == "resume" || name == "dry-run" || name == "collect" ||
-                 name == "skip-invalid";
+                 name == "skip-invalid" || name == "attention" || name == "no-attention" ||
+                 name == "heads-axis" || name == "heads" || name == "average" || name == "labels" ||
+                 name == "key-labels" || name == "cell" || name == "reduce" || name == "max-cells";
     for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
     if (known) continue;
     std::string hint = nearest_key(name);
@@ -316,6 +360,10 @@ int main(const std::vector<std::string>& argv) {
   add_bench_command(app, bench_args);
   SweepArgs sweep_args;
   add_sweep_command(app, sweep_args);
+  InspectArgs inspect_args;
+  add_inspect_command(app, inspect_args);
+  PlotArgs plot_args;
+  add_plot_command(app, plot_args);
 
   std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
   try {
@@ -348,6 +396,8 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("compare")) return do_compare(compare_args);
     if (app.got_subcommand("bench")) return do_bench(bench_args);
     if (app.got_subcommand("sweep")) return do_sweep(sweep_args);
+    if (app.got_subcommand("inspect")) return do_inspect(inspect_args);
+    if (app.got_subcommand("plot")) return do_plot(plot_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

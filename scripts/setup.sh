@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 with_tests=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-dev
-          libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev)
+          libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
+          libpng-dev libfreetype-dev fonts-dejavu-core)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   packages+=(catch2 python3-numpy python3-torch parallel)

@@ -22,3 +22,29 @@ foreach(group Expansion Shards Concurrency Resume Signals Validity Jobs Results 
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.sweep.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 300)
 endforeach()
+
+# `mha inspect` end to end: NumPy-written files, run's attention.npy against run.json, a real
+# PyTorch attention map, the text report and errors; one ctest test per TestCase class.
+foreach(group NumpyFiles RunAttention Torch TextReport Errors)
+  add_test(NAME cli.inspect.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_inspect.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.inspect.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
+
+# Reduced precision end to end (output_dtype, dtype bfloat16, in run, sweep and bench).
+foreach(group Float16Output Bfloat16 PrecisionSweep PrecisionBench)
+  add_test(NAME cli.precision.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_precision.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.precision.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 300)
+endforeach()
+
+# Attention plots end to end: `mha run --plot`, `mha plot` on NumPy and PyTorch files (PNGs
+# decoded with the standard library), and its errors; one ctest test per TestCase class.
+foreach(group RunPlot PlotCommand PlotErrors)
+  add_test(NAME cli.plot.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plot.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.plot.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()

@@ -54,7 +54,8 @@ constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
 // the product.
 template <class T>
 void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k, const T* W,
-             std::size_t ldw, const T* b, std::size_t n, T* Y, std::size_t ldy, int threads) {
+             std::size_t ldw, const T* b, std::size_t n, T* Y, std::size_t ldy, int threads,
+             bool bf16) {
   const std::size_t work = rows * n * k;
   const int parts = work < kParallelGemmWork
                         ? 1
@@ -68,8 +69,8 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k, const
       beta = 1;
     }
     if (r1 > r0)
-      gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta, Y + r0 * ldy,
-              ldy);
+      gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta, Y + r0 * ldy, ldy,
+              bf16);
   }
 }
 
@@ -109,7 +110,7 @@ struct Projections {
 
 template <class T>
 Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
-                              const Weights<T>& w, int threads) {
+                              const Weights<T>& w, int threads, bool bf16) {
   // Q has h heads; K and V have kv_heads (= h unless grouped-query).
   const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
   const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
@@ -124,14 +125,14 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
     auto b = bias ? pack_biases<T>({&w.b_q, &w.b_k, &w.b_v}) : std::vector<T>();
     p.qkv.resize(BT * width);
     project(X_q, d.d_model, BT, d.d_model, W.data(), width, bias ? b.data() : nullptr, width,
-            p.qkv.data(), width, threads);
+            p.qkv.data(), width, threads, bf16);
     p.Q = p.qkv.data(), p.K = p.Q + hdk, p.V = p.K + kdk;
     p.ldq = p.ldk = p.ldv = width;
     return p;
   }
   p.qkv.resize(BT * hdk);
   project(X_q, d.d_model, BT, d.d_model, w.W_q.data(), hdk, bias ? w.b_q.data() : nullptr, hdk,
-          p.qkv.data(), hdk, threads);
+          p.qkv.data(), hdk, threads, bf16);
   p.Q = p.qkv.data(), p.ldq = hdk;
   if (X_v == X_k) {
     // Key = value input: one GEMM, rows [K | V].
@@ -140,16 +141,16 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
     auto b = bias ? pack_biases<T>({&w.b_k, &w.b_v}) : std::vector<T>();
     p.kv.resize(BS * width);
     project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width, p.kv.data(),
-            width, threads);
+            width, threads, bf16);
     p.K = p.kv.data(), p.V = p.K + kdk, p.ldk = p.ldv = width;
     return p;
   }
   p.k.resize(BS * kdk);
   p.v.resize(BS * kdv);
   project(X_k, d.kdim, BS, d.kdim, w.W_k.data(), kdk, bias ? w.b_k.data() : nullptr, kdk,
-          p.k.data(), kdk, threads);
+          p.k.data(), kdk, threads, bf16);
   project(X_v, d.vdim, BS, d.vdim, w.W_v.data(), kdv, bias ? w.b_v.data() : nullptr, kdv,
-          p.v.data(), kdv, threads);
+          p.v.data(), kdv, threads, bf16);
   p.K = p.k.data(), p.V = p.v.data(), p.ldk = kdk, p.ldv = kdv;
   return p;
 }
@@ -273,7 +274,7 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
     gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk, job.p.ldk,
-            T(0), P, Bk);
+            T(0), P, Bk, job.opt.bf16_gemm);
     if (job.opt.softcap > 0) softcap_rows(P, rows, n, Bk, job.opt.softcap, X);
     if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -294,7 +295,7 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     }
     // O (rows, d_v) += P V_i[s0:s0+n]
     gemm<T>(false, false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv, T(1), O,
-            d.d_v);
+            d.d_v, job.opt.bf16_gemm);
   }
 }
 
@@ -328,7 +329,7 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   const std::size_t S = d.S, end = job.key_end(b, t0, rows);
   if (end > 0)
     gemm<T>(false, true, rows, end, d.d_k, job.opt.scale, job.Q(b, head, t0), job.p.ldq,
-            job.K(b, head), job.p.ldk, T(0), A, S);
+            job.K(b, head), job.p.ldk, T(0), A, S, job.opt.bf16_gemm);
   if (job.opt.softcap > 0 && end > 0) {
     std::vector<T> scratch(end);
     softcap_rows(A, rows, end, S, job.opt.softcap, scratch.data());
@@ -355,7 +356,7 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   // context (rows, d_v) = A V_i, over the keys that carry weight
   if (used > 0)
     gemm<T>(false, false, rows, d.d_v, used, T(1), A, S, job.V(b, head), job.p.ldv, T(0),
-            job.ctx(b, head, t0), d.h * d.d_v);
+            job.ctx(b, head, t0), d.h * d.d_v, job.opt.bf16_gemm);
   else
     for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
 }
@@ -395,8 +396,12 @@ template <class T>
 void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
                      const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
   blas_single_threaded();
+  if (opt.bf16_gemm) {  // checked here: nothing may throw inside the OpenMP regions below
+    if (sizeof(T) != 4) fail_input("bfloat16 GEMMs are a float32 option (dtype bfloat16)");
+    bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
+  }
   const int threads = resolve_threads(opt.threads);
-  const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads);
+  const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
   std::vector<T> context(d.B * d.T * d.h * d.d_v);
   // Default blocks, measured with `mha bench --block-q --block-k` on Zen 4:
   // the fused kernel is fastest with large square blocks (fewer BLAS packing
@@ -515,7 +520,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
   project(context.data(), hdv, d.B * d.T, hdv, w.W_o.data(), d.d_out,
-          w.has_bias() ? w.b_o.data() : nullptr, d.d_out, output, d.d_out, threads);
+          w.has_bias() ? w.b_o.data() : nullptr, d.d_out, output, d.d_out, threads, opt.bf16_gemm);
 }
 
 template <class T>

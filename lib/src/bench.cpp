@@ -76,7 +76,9 @@ const std::vector<std::string>& extra_bench_variants() {
   return variants;
 }
 
-double sgemm_gflops(int threads, int repeat) {
+namespace {
+
+double gemm_gflops(int threads, int repeat, bool bf16) {
   blas_single_threaded();
   const std::size_t n = 2048;
   std::vector<float> A = uniform(n * n, "A"), B = uniform(n * n, "B"), C(n * n);
@@ -85,14 +87,25 @@ double sgemm_gflops(int threads, int repeat) {
     for (int p = 0; p < threads; ++p) {
       const std::size_t r0 = n * p / threads, r1 = n * (p + 1) / threads;
       gemm<float>(false, false, r1 - r0, n, n, 1.f, A.data() + r0 * n, n, B.data(), n, 0.f,
-                  C.data() + r0 * n, n);
+                  C.data() + r0 * n, n, bf16);
     }
   });
   return 2.0 * n * n * n / (median(ms) * 1e6);
 }
 
+}  // namespace
+
+double sgemm_gflops(int threads, int repeat) {
+  return gemm_gflops(threads, repeat, false);
+}
+
+double bf16_gemm_gflops(int threads, int repeat) {
+  bf16_gemm_backend();  // may throw (MHA_BF16_GEMM), not inside the pool
+  return gemm_gflops(threads, repeat, true);
+}
+
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
-                       double sgemm, std::size_t block_q, std::size_t block_k) {
+                       double sgemm, std::size_t block_q, std::size_t block_k, bool bf16) {
   Dims d = shape.dims;
   const auto& extra = extra_bench_variants();
   if (std::find(bench_variants().begin(), bench_variants().end(), variant) ==
@@ -124,6 +137,7 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
   opt.threads = threads;
   opt.block_q = block_q;
   opt.block_k = block_k;
+  opt.bf16_gemm = bf16;
   std::vector<float> attention, output(d.B * d.T * d.d_out);
   if (variant == "weights") {
     attention.resize(d.B * d.h * d.T * d.S);
@@ -136,6 +150,7 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
   BenchResult r;
   r.shape = shape.name;
   r.variant = variant;
+  r.dtype = bf16 ? "bfloat16" : "float32";
   r.dims = d;
   r.flops = d.flops();
   r.ms_median = median(ms);

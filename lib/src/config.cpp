@@ -35,7 +35,8 @@ const std::vector<ConfigKey> kKeys = {
     {"kv_seq_len", "INT", "key/value length S (default: from inputs, else seq_len)", false},
     {"use_bias", "BOOL", "projections have biases (default: from weights, else true)", true},
     {"scale", "FLOAT", "logit scale (default 1/sqrt(d_k))", false},
-    {"dtype", "TYPE", "compute and output precision: float32 or float64", false},
+    {"dtype", "TYPE", "compute precision: float32, float64 or bfloat16 (bfloat16 GEMM operands)",
+     false},
     {"seed", "INT", "seed for random inputs and weights (default 0)", false},
     {"threads", "INT", "worker threads (default 0 = all cores)", false},
     {"max_memory", "SIZE", "refuse runs needing more (default 80% of RAM), e.g. 8GiB", false},
@@ -54,6 +55,7 @@ const std::vector<ConfigKey> kKeys = {
     {"out_dir", "DIR", "output directory (default out)", false},
     {"save_attention", "BOOL", "write attention.npy", true},
     {"average_heads", "BOOL", "write attention averaged over heads (B,T,S)", true},
+    {"plot", "BOOL", "write attention.png: batch 0's attention maps as heatmaps", true},
     {"save_weights", "LAYOUT", "write weights.npz: true (native), native, torch or keras", true},
     {"save_inputs", "BOOL", "write the inputs used as .npy", true},
     // Attention variants (README, "Attention variants").
@@ -64,7 +66,8 @@ const std::vector<ConfigKey> kKeys = {
     {"bias", "PATH", ".npy float bias broadcastable to (B,h,T,S), added to the logits", false},
     {"softcap", "FLOAT", "logits <- softcap * tanh(logits / softcap) before masking", false},
     {"attention_axes", "LIST", "axes of an N-D query to attend over (Keras), e.g. 2,3", false},
-    {"output_dtype", "TYPE", "dtype of written tensors: float16, float32 or float64", false},
+    {"output_dtype", "TYPE",
+     "dtype of written tensors: float16, float32 or float64 (default: the compute dtype)", false},
 };
 
 std::string quote(const std::string& s) {
@@ -266,6 +269,7 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   }
   if (key == "save_attention") return flag(c.save_attention, false);
   if (key == "average_heads") return flag(c.average_heads, false);
+  if (key == "plot") return flag(c.plot, false);
   if (key == "save_weights") {
     // false, true (= native), or the layout to write.
     static const std::pair<const char*, WeightsFormat> names[] = {{"native", WeightsFormat::native},
@@ -438,6 +442,7 @@ json Config::to_json() const {
   j["out_dir"] = out_dir;
   j["save_attention"] = save_attention;
   j["average_heads"] = average_heads;
+  j["plot"] = plot;
   j["save_weights"] = save_weights ? json(to_string(save_weights_format)) : json(false);
   j["save_inputs"] = save_inputs;
   j["kv_heads"] = opt(kv_heads);

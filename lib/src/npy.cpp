@@ -116,10 +116,13 @@ std::string escaped(const std::string& s) {
 
 // What the header says, before any data is looked at.
 struct Header {
+  unsigned major = 1, minor = 0;
+  std::string descr;  // as written, once parse_descr accepted it
   DType dtype = DType::f4;
   bool big_endian = false;
   bool fortran_order = false;
   std::vector<std::size_t> shape;
+  std::size_t data_offset = 0;  // magic, version, length and dict
   std::size_t data_bytes = 0;
 };
 
@@ -264,6 +267,7 @@ class HeaderParser {
       fail("expected a string as the value of 'descr', found " + found());
     const std::string descr = parse_string();
     h.dtype = parse_descr(descr, h.big_endian, name_);
+    h.descr = descr;
   }
 
   bool parse_bool(const std::string& key) {
@@ -338,7 +342,7 @@ class HeaderParser {
 // Reads the fixed-size preamble (magic, version, header length) from the
 // first bytes of a file of `file_size` bytes. Returns the offset of the dict.
 std::size_t parse_preamble(const unsigned char* p, std::size_t avail, std::uint64_t file_size,
-                           const std::string& name, std::size_t& header_len) {
+                           const std::string& name, std::size_t& header_len, Header& h) {
   const auto too_short = [&]() {
     fail_input(name + ": file is " + std::to_string(file_size) +
                " bytes, too short for a .npy header");
@@ -350,6 +354,8 @@ std::size_t parse_preamble(const unsigned char* p, std::size_t avail, std::uint6
   if (minor != 0 || major < 1 || major > 3)
     fail_input(name + ": unsupported .npy format version " + std::to_string(major) + "." +
                std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
+  h.major = major;
+  h.minor = minor;
   const std::size_t len_bytes = major == 1 ? 2 : 4;
   const std::size_t offset = 8 + len_bytes;
   if (avail < offset) too_short();
@@ -431,6 +437,24 @@ char order_char(DType dtype) {
   return host_is_big_endian() ? '>' : '<';
 }
 
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DType::f4;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::f8;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DType::b1;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DType::i4;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DType::i8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DType::u1;
+}
+
+}  // namespace
+
 float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exp = (h >> 10) & 0x1f;
@@ -449,24 +473,6 @@ float half_to_float(std::uint16_t h) {
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
-
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>)
-    return DType::f4;
-  else if constexpr (std::is_same_v<T, double>)
-    return DType::f8;
-  else if constexpr (std::is_same_v<T, bool>)
-    return DType::b1;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return DType::i4;
-  else if constexpr (std::is_same_v<T, std::int64_t>)
-    return DType::i8;
-  else if constexpr (std::is_same_v<T, std::uint8_t>)
-    return DType::u1;
-}
-
-}  // namespace
 
 std::size_t itemsize(DType dtype) {
   return info(dtype).size;
@@ -516,27 +522,31 @@ template NpyArray NpyArray::of<std::int32_t>(const std::int32_t*, std::vector<st
 template NpyArray NpyArray::of<std::int64_t>(const std::int64_t*, std::vector<std::size_t>);
 template NpyArray NpyArray::of<std::uint8_t>(const std::uint8_t*, std::vector<std::size_t>);
 
-// parse_npy and read_npy share every check; read_npy only differs in reading
-// the header before deciding whether the body is worth reading.
-NpyArray parse_npy(const std::string& bytes, const std::string& name) {
+namespace {
+
+// Everything parse_npy checks before it copies the data: preamble, dict,
+// size overflow and the data size against the bytes that follow the header.
+Header parse_header(const std::string& bytes, const std::string& name) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   Header h;
   std::size_t header_len = 0;
-  const std::size_t offset = parse_preamble(p, bytes.size(), bytes.size(), name, header_len);
+  const std::size_t offset = parse_preamble(p, bytes.size(), bytes.size(), name, header_len, h);
   const char* dict = bytes.data() + offset;
   HeaderParser(dict, dict + header_len, name).parse(h);
   finish_header(h, name);
-  const std::size_t data_offset = offset + header_len;
-  check_data_size(h, bytes.size() - data_offset, name);
-  std::vector<unsigned char> raw(p + data_offset, p + bytes.size());
-  return finish_array(h, std::move(raw));
+  h.data_offset = offset + header_len;
+  check_data_size(h, bytes.size() - h.data_offset, name);
+  return h;
 }
 
-NpyArray read_npy(const std::string& path) {
+// Opens `path` and makes every check read_npy makes before reading the data,
+// reading only the header, so that a header that claims a huge array cannot
+// make us allocate it. `in` is left open at the first data byte.
+Header read_header(const std::string& path, std::ifstream& in) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     fail_input(path + ": is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) fail_input(path + ": cannot open: " + errno_str(errno));
   // Pipes and other unseekable inputs fail here: the size must be known up
   // front to check the header against it.
@@ -546,29 +556,73 @@ NpyArray read_npy(const std::string& path) {
   if (end < 0 || !in) fail_input(path + ": cannot determine the file size");
   const auto file_size = static_cast<std::uint64_t>(end);
 
-  // Only the header is read before the sizes are checked, so a header that
-  // claims a huge array cannot make us allocate it.
   unsigned char pre[12] = {};
   in.read(reinterpret_cast<char*>(pre), sizeof pre);
   const auto got = static_cast<std::size_t>(in.gcount());
   in.clear();
   Header h;
   std::size_t header_len = 0;
-  const std::size_t offset = parse_preamble(pre, got, file_size, path, header_len);
+  const std::size_t offset = parse_preamble(pre, got, file_size, path, header_len, h);
   std::string dict(header_len, '\0');
   in.seekg(static_cast<std::streamoff>(offset));
   if (!in.read(dict.data(), static_cast<std::streamsize>(header_len)))
     fail_input(path + ": cannot read the .npy header: " + errno_str(errno));
   HeaderParser(dict.data(), dict.data() + dict.size(), path).parse(h);
   finish_header(h, path);
-  check_data_size(h, file_size - (offset + header_len), path);
+  h.data_offset = offset + header_len;
+  check_data_size(h, file_size - h.data_offset, path);
+  return h;
+}
 
+NpyHeaderInfo info_of(Header h) {
+  NpyHeaderInfo info;
+  info.major = static_cast<int>(h.major);
+  info.minor = static_cast<int>(h.minor);
+  info.descr = std::move(h.descr);
+  info.dtype = h.dtype;
+  info.big_endian = h.big_endian;
+  info.fortran_order = h.fortran_order;
+  info.shape = std::move(h.shape);
+  info.header_bytes = h.data_offset;
+  info.data_bytes = h.data_bytes;
+  return info;
+}
+
+}  // namespace
+
+// parse_npy and read_npy share every check; read_npy only differs in reading
+// the header before deciding whether the body is worth reading.
+NpyArray parse_npy(const std::string& bytes, const std::string& name) {
+  Header h = parse_header(bytes, name);
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::vector<unsigned char> raw(p + h.data_offset, p + bytes.size());
+  return finish_array(h, std::move(raw));
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in;
+  Header h = read_header(path, in);
   std::vector<unsigned char> raw(h.data_bytes);
   if (!raw.empty() &&
       !in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
     fail_input(path + ": read only " + std::to_string(in.gcount()) + " of " +
                std::to_string(raw.size()) + " data bytes (was the file truncated while reading?)");
   return finish_array(h, std::move(raw));
+}
+
+std::size_t NpyHeaderInfo::size() const {
+  std::size_t n = 1;
+  for (std::size_t d : shape) n *= d;
+  return n;
+}
+
+NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name) {
+  return info_of(parse_header(bytes, name));
+}
+
+NpyHeaderInfo read_npy_header(const std::string& path) {
+  std::ifstream in;
+  return info_of(read_header(path, in));
 }
 
 std::string npy_header(DType dtype, const std::vector<std::size_t>& shape) {

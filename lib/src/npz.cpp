@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <set>
@@ -197,7 +198,9 @@ void write_empty_zip(const std::string& path) {
 
 }  // namespace
 
-std::map<std::string, NpyArray> read_npz(const std::string& path) {
+void for_each_npz_member(
+    const std::string& path,
+    const std::function<void(const std::string& key, const std::string& bytes)>& f) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail_input(path + ": no such file");
   if (std::filesystem::is_directory(path, ec))
@@ -258,11 +261,14 @@ std::map<std::string, NpyArray> read_npz(const std::string& path) {
     entries.push_back({index, key, what, st});
   }
 
+  for (const auto& e : entries) f(e.key, read_member(za.get(), e.index, e.st, e.what));
+}
+
+std::map<std::string, NpyArray> read_npz(const std::string& path) {
   std::map<std::string, NpyArray> arrays;
-  for (const auto& e : entries) {
-    const std::string bytes = read_member(za.get(), e.index, e.st, e.what);
-    arrays.emplace(e.key, parse_npy(bytes, path + ":" + e.key));
-  }
+  for_each_npz_member(path, [&](const std::string& key, const std::string& bytes) {
+    arrays.emplace(key, parse_npy(bytes, path + ":" + key));
+  });
   return arrays;
 }
 

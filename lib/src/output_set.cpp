@@ -15,6 +15,7 @@
 
 #include "mha/error.hpp"
 #include "mha/npz.hpp"
+#include "mha/precision.hpp"
 
 namespace fs = std::filesystem;
 
@@ -86,11 +87,6 @@ void check_not_staged(const StagedList& staged, const std::vector<std::string>& 
                                [&](auto& s) { return s.final_path == final_path; }) ||
                    std::find(committed.begin(), committed.end(), final_path) != committed.end();
   if (dup) fail_runtime(final_path + ": staged more than once in the same output set");
-}
-
-template <class T>
-constexpr DType float_dtype() {
-  return std::is_same_v<T, float> ? DType::f4 : DType::f8;
 }
 
 }  // namespace
@@ -169,6 +165,8 @@ template void OutputSet::NpyStream::write_elements<float>(std::size_t, const flo
                                                           std::size_t) const;
 template void OutputSet::NpyStream::write_elements<double>(std::size_t, const double*,
                                                            std::size_t) const;
+template void OutputSet::NpyStream::write_elements<float16>(std::size_t, const float16*,
+                                                            std::size_t) const;
 
 std::string OutputSet::path(const std::string& filename) const {
   return (fs::path(dir_) / filename).string();
@@ -232,7 +230,7 @@ void OutputSet::stage_npy(const std::string& filename, const T* data,
       fail_runtime(path(filename) + ": array of shape " + shape_str(shape) + " is too large");
     n *= d;
   }
-  const std::string header = npy_header(float_dtype<T>(), shape);
+  const std::string header = npy_header(npy_dtype<T>(), shape);
   stage(filename, [&](std::ostream& out) {
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     if (n)
@@ -244,6 +242,8 @@ template void OutputSet::stage_npy<float>(const std::string&, const float*,
                                           const std::vector<std::size_t>&);
 template void OutputSet::stage_npy<double>(const std::string&, const double*,
                                            const std::vector<std::size_t>&);
+template void OutputSet::stage_npy<float16>(const std::string&, const float16*,
+                                            const std::vector<std::size_t>&);
 
 void OutputSet::stage_npz(const std::string& filename,
                           const std::vector<std::pair<std::string, NpyArray>>& members) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "mha/npy.hpp"
+#include "mha/precision.hpp"
 
 namespace mha {
 namespace {
@@ -70,7 +71,7 @@ template <class T>
 nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   std::size_t n = 1;
   for (std::size_t d : shape) n *= d;
-  const std::string header = npy_header(std::is_same_v<T, float> ? DType::f4 : DType::f8, shape);
+  const std::string header = npy_header(npy_dtype<T>(), shape);
   unsigned long crc = crc32_update(::crc32(0L, Z_NULL, 0), header.data(), header.size());
   crc = crc32_update(crc, data, n * sizeof(T));
   char hex[9];
@@ -79,7 +80,7 @@ nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   double sum = 0, lo = INFINITY, hi = -INFINITY;
   bool nan = false;
   for (std::size_t i = 0; i < n; ++i) {
-    const double x = data[i];
+    const double x = to_double(data[i]);
     nan |= std::isnan(x);
     sum += x;
     lo = std::min(lo, x);
@@ -87,7 +88,10 @@ nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   }
   const double mean = n ? sum / static_cast<double>(n) : NAN;
   double squares = 0;
-  for (std::size_t i = 0; i < n; ++i) squares += (data[i] - mean) * (data[i] - mean);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double dev = to_double(data[i]) - mean;
+    squares += dev * dev;
+  }
   const double std_dev = n ? std::sqrt(squares / static_cast<double>(n)) : NAN;
   if (nan || !n) lo = hi = NAN;  // as NumPy's min and max
   return {{"crc32", hex},
@@ -99,6 +103,7 @@ nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
 
 template nlohmann::json npy_stats<float>(const float*, const std::vector<std::size_t>&);
 template nlohmann::json npy_stats<double>(const double*, const std::vector<std::size_t>&);
+template nlohmann::json npy_stats<float16>(const float16*, const std::vector<std::size_t>&);
 
 std::uint64_t peak_rss_bytes() {
   struct rusage usage {};

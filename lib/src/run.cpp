@@ -5,13 +5,20 @@
 #include <filesystem>
 #include <optional>
 
+#include <xtensor/xarray.hpp>
+
 #include "mha/attention.hpp"
+#include "mha/attention_axes.hpp"
 #include "mha/attention_stats.hpp"
+#include "mha/blas.hpp"
 #include "mha/error.hpp"
+#include "mha/heatmap.hpp"
 #include "mha/inputs.hpp"
 #include "mha/mask.hpp"
 #include "mha/memory.hpp"
 #include "mha/output_set.hpp"
+#include "mha/png.hpp"
+#include "mha/precision.hpp"
 #include "mha/report.hpp"
 #include "mha/weight_formats.hpp"
 #include "mha/weights.hpp"
@@ -58,6 +65,15 @@ void check_finite(const Tensor& t, const std::string& name) {
   check_finite(t.data(), t.size(), shape, name);
 }
 
+// A (B', L, F) tensor of an attention_axes run in its N-D layout `nd`.
+template <class T, class Tensor>
+xt::xarray<T> unflatten(const AttentionAxes& axes, const Tensor& flat,
+                        const std::vector<std::size_t>& nd) {
+  xt::xarray<T> x = xt::xarray<T>::from_shape(nd);
+  axes.scatter(flat.data(), nd, x.data());
+  return x;
+}
+
 nlohmann::json file_source(const std::string& path) {
   return {{"file", path}};
 }
@@ -83,6 +99,10 @@ void check_not_input(const Config& c, const std::string& out_path) {
 template <class T>
 RunResult run_typed(const Config& c, const std::function<void(const std::string&)>& warn) {
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
+  // Tensors are written in output_dtype, rounded from T (weights.npz aside).
+  const OutputType out_type =
+      c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
+  const char* out_dtype = to_string(out_type);
   auto t_load = Clock::now();
   auto finite = [&](const auto& tensor, const std::string& name) {
     if (!c.allow_nonfinite) check_finite(tensor, name);
@@ -98,6 +118,10 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (q) shapes.query = q->shape, shapes.query_name = *c.query;
   if (k) shapes.key = k->shape, shapes.key_name = *c.key;
   if (v) shapes.value = v->shape, shapes.value_name = *c.value;
+  // attention_axes: N-D inputs run as (B', L, F), every other axis a batch axis.
+  const AttentionAxes axes = plan_attention_axes(c, shapes);
+  for (auto* file : {&q, &k, &v})
+    if (*file) **file = axes.gather(std::move(**file));
   NativeWeights weight_files;
   if (c.weights) {
     weight_files = to_native(read_weight_arrays(*c.weights), c.weights_format, *c.weights);
@@ -115,7 +139,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
                to_string(c.save_weights_format) + " layout; use save_weights: native");
   // Refuse before the big allocations, with the numbers.
   const MemoryEstimate need =
-      estimate_memory(d, sizeof(T), c.save_attention, resolve_threads(c.threads));
+      estimate_memory(d, sizeof(T), c.save_attention || c.plot, resolve_threads(c.threads));
   const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
   if (need.total() > static_cast<double>(limit))
     fail_input("this run needs about " + need.describe() + " but max_memory is " +
@@ -127,7 +151,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   in.query = make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed);
   report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
   q.reset();
-  if (c.query) finite(in.query, *c.query);
+  if (c.query) finite(in.query, axes.label(*c.query));
   if (!d.key_is_query) {
     // With files, query+value means the value file is the key too.
     const auto& key_file = k ? k : v;
@@ -135,7 +159,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed);
     report.sources["key"] =
         key_file ? file_source(*key_path) : random_source("uniform[0,1)", c.seed);
-    if (key_file) finite(in.key, *key_path);
+    if (key_file) finite(in.key, axes.label(*key_path));
   } else {
     report.sources["key"] = {{"same_as", "query"}};
   }
@@ -143,7 +167,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   if (!d.value_is_key) {
     in.value = make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed);
     report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
-    if (v) finite(in.value, *c.value);
+    if (v) finite(in.value, axes.label(*c.value));
   } else {
     report.sources["value"] = {{"same_as", d.key_is_query ? "query" : "key"}};
   }
@@ -174,8 +198,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   const Mask<T> mask = load_mask<T>(c, d, warn);
   report.load_ms = ms_since(t_load);
 
-  if (c.average_heads && !c.save_attention && warn)
-    warn("average_heads has no effect without save_attention");
+  if (c.average_heads && !c.save_attention && !c.plot && warn)
+    warn("average_heads has no effect without save_attention or plot");
   report.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(d.d_k));
 
   // Outputs go to temporaries first; attention streams to its file block by
@@ -184,42 +208,64 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   // Only the files this run will write may not be inputs.
   std::vector<std::string> outputs = {"output.npy", "run.json"};
   if (c.save_attention) outputs.push_back("attention.npy");
+  if (c.plot) outputs.push_back("attention.png");
   if (c.save_weights) outputs.push_back("weights.npz");
   if (c.save_inputs) outputs.insert(outputs.end(), {"query.npy", "key.npy", "value.npy"});
   for (const auto& name : outputs) check_not_input(c, out.path(name));
-  auto stage = [&](const std::string& name, const auto& tensor) {
+  // `stats`, if given, gets npy_stats of the file as written.
+  auto stage = [&](const std::string& name, const auto& tensor, nlohmann::json* stats = nullptr) {
     std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
-    out.stage_npy(name, tensor.data(), shape);
-    report.outputs[name] = output_entry(shape, dtype);
+    with_output_dtype(tensor.data(), tensor.size(), shape, out_type, out.path(name),
+                      c.allow_nonfinite, [&](const auto* values) {
+                        out.stage_npy(name, values, shape);
+                        if (stats) *stats = npy_stats(values, shape);
+                      });
+    report.outputs[name] = output_entry(shape, out_dtype);
   };
   LayerOptions<T> options;
-  std::optional<AttentionStats> stats;  // of every block the sink sees
+  std::optional<AttentionStats> stats;    // of every block the sink sees
+  std::optional<AttentionPanels> panels;  // batch 0's maps, downsampled, for attention.png
   options.scale = static_cast<T>(report.scale);
   options.masked_rows = c.masked_rows;
   options.threads = c.threads;
   options.allow_nonfinite = c.allow_nonfinite;
   options.softcap = static_cast<T>(c.softcap.value_or(0.0));
-  if (c.save_attention) {
+  options.bf16_gemm = c.dtype == ComputeType::bfloat16;
+  // The exact path feeds attention.npy (save_attention) and attention.png's
+  // panels (plot) block by block; neither holds a whole map.
+  if (c.save_attention || c.plot) {
     const bool mean = c.average_heads;
-    const std::vector<std::size_t> shape = mean ? std::vector<std::size_t>{d.B, d.T, d.S}
-                                                : std::vector<std::size_t>{d.B, d.h, d.T, d.S};
-    const auto& stream =
-        out.stage_npy_stream("attention.npy", sizeof(T) == 4 ? DType::f4 : DType::f8, shape);
-    report.outputs["attention.npy"] = output_entry(shape, dtype);
+    const OutputSet::NpyStream* stream = nullptr;
+    if (c.save_attention) {
+      // Under attention_axes, Keras' (B, non-attention axes..., h, query axes...,
+      // key axes...): a reshape of (B', h, T, S), so the offsets below hold.
+      const std::vector<std::size_t> shape = axes.attention_shape(d, mean);
+      stream = &out.stage_npy_stream("attention.npy", npy_dtype(out_type), shape);
+      report.outputs["attention.npy"] = output_entry(shape, out_dtype);
+    }
     options.attention = mean ? AttentionOutput::mean_over_heads : AttentionOutput::per_head;
     // Row t0 of head `head` of batch b starts at element ((b*h + head)*T + t0)*S
     // of (B,h,T,S), or (b*T + t0)*S of the mean (B,T,S).
     const std::size_t heads = mean ? 1 : d.h;
     AttentionStats& st = stats.emplace(heads, d.T, d.S);
-    options.sink = [&stream, &st, &d, heads](std::size_t b, std::size_t head, std::size_t t0,
-                                             std::size_t rows, const T* block) {
-      stream.write_elements(((b * heads + head) * d.T + t0) * d.S, block, rows * d.S);
+    AttentionPanels* plotted =
+        c.plot ? &panels.emplace(heads, d.T, d.S, default_max_cells(heads)) : nullptr;
+    options.sink = [stream, &st, plotted, &d, heads, out_type](std::size_t b, std::size_t head,
+                                                               std::size_t t0, std::size_t rows,
+                                                               const T* block) {
+      const std::size_t offset = ((b * heads + head) * d.T + t0) * d.S, count = rows * d.S;
+      // Weights lie in [0, 1] or are NaN: no output_dtype overflows on them.
+      if (stream)
+        with_output_dtype(
+            block, count, {rows, d.S}, out_type, "attention.npy", true,
+            [&](const auto* values) { stream->write_elements(offset, values, count); });
       st.add_rows(head, t0, rows, block);
+      if (plotted && b == 0) plotted->add_rows(head, t0, rows, block);
     };
   }
 
   auto t_compute = Clock::now();
-  xt::xtensor<T, 3> output({d.B, d.T, d.d_out});
+  xt::xarray<T> output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
   attention_layer<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask, options,
                      output.data());
   report.compute_ms = ms_since(t_compute);
@@ -235,15 +281,36 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
                    (sizeof(T) == 4 ? "use dtype float64 or smaller values" : "use smaller values"));
   }
 
+  if (axes.active()) output = unflatten<T>(axes, output, axes.query_shape(d.d_out));
+
   if (stats) {
     report.attention_stats = stats->to_json();
     if (c.average_heads) report.attention_stats["averaged_over_heads"] = true;
   }
 
   auto t_write = Clock::now();
-  stage("output.npy", output);
-  report.output_stats = npy_stats(
-      output.data(), std::vector<std::size_t>(output.shape().begin(), output.shape().end()));
+  stage("output.npy", output, &report.output_stats);
+  if (panels) {
+    std::vector<std::string> titles;
+    if (c.average_heads) titles.push_back("mean over " + std::to_string(d.h) + " heads");
+    for (std::size_t i = 0; titles.size() < panels->panels(); ++i)
+      titles.push_back("head " + std::to_string(i));
+    const PlotOptions plot_options;  // batch 0, linear colors, block max
+    const Plot plot =
+        render_attention(*panels, titles, plot_options, "batch 0 of " + std::to_string(d.B));
+    const std::string path = out.path("attention.png");
+    out.stage("attention.png", [&](std::ostream& os) { write_png(os, plot.image, path); });
+    report.outputs["attention.png"] = {{"width", plot.image.width()},
+                                       {"height", plot.image.height()},
+                                       {"batch", 0},
+                                       {"panels", panels->panels()},
+                                       {"cells", {panels->rows(), panels->cols()}},
+                                       {"cell_px", {plot.cell_w, plot.cell_h}},
+                                       {"downsample", panels->factor()},
+                                       {"reduce", to_string(panels->reduce())},
+                                       {"color_scale", to_string(plot_options.scale)},
+                                       {"color_range", {plot.lo, plot.hi}}};
+  }
   if (c.save_weights) {
     auto native = weight_arrays(w);
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
@@ -251,7 +318,11 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     report.outputs["weights.npz"] = {{"layout", to_string(c.save_weights_format)},
                                      {"dtype", dtype}};
   }
-  if (c.save_inputs) {
+  if (c.save_inputs && axes.active()) {  // in the files' own N-D layouts
+    stage("query.npy", unflatten<T>(axes, in.query, axes.query_shape(d.d_model)));
+    if (!d.key_is_query) stage("key.npy", unflatten<T>(axes, in.key, axes.key_shape(d.kdim)));
+    if (!d.value_is_key) stage("value.npy", unflatten<T>(axes, in.value, axes.key_shape(d.vdim)));
+  } else if (c.save_inputs) {
     stage("query.npy", in.query);
     if (!d.key_is_query) stage("key.npy", in.key);
     if (!d.value_is_key) stage("value.npy", in.value);
@@ -261,6 +332,11 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
 
   RunResult result;
   result.report = report.to_json();
+  if (axes.active())  // dims are of the flattened run: B' = batch, T = seq_len, S = kv_seq_len
+    result.report["attention_axes"] = {{"axes", axes.axes()},
+                                       {"query_shape", axes.query_shape(d.d_model)},
+                                       {"key_shape", axes.key_shape(d.kdim)}};
+  if (options.bf16_gemm) result.report["bf16_gemm"] = bf16_gemm_backend();
   out.stage_bytes("run.json", result.report.dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.files = out.committed();
@@ -270,16 +346,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
 }  // namespace
 
 RunResult run(const Config& config, const std::function<void(const std::string&)>& warn) {
-  // Parsed, but not computed yet: refuse rather than silently run float32 or
-  // ignore the axes. (Remove each line as its feature lands.)
-  if (config.dtype == ComputeType::bfloat16)
-    fail_input("dtype bfloat16 is not supported by this build yet; use float32");
-  if (config.output_dtype)
-    fail_input("output_dtype is not supported by this build yet; outputs use the compute dtype");
-  if (config.attention_axes)
-    fail_input("attention_axes is not supported by this build yet; give 3-D inputs");
   if (config.dtype == ComputeType::float64) return run_typed<double>(config, warn);
-  return run_typed<float>(config, warn);
+  return run_typed<float>(config, warn);  // float32, or bfloat16 GEMMs within float32
 }
 
 }  // namespace mha

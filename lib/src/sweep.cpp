@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "mha/attention_axes.hpp"
 #include "mha/config.hpp"
 #include "mha/dims.hpp"
 #include "mha/error.hpp"
@@ -199,9 +200,10 @@ void preflight(const Config& c, FileCache& cache) {
     for (const auto& [name, array] : native->arrays) shapes.weights[name] = array.shape;
   }
   const bool use_bias = c.use_bias.value_or(!native || native->arrays.count("b_q") > 0);
+  plan_attention_axes(c, shapes);  // N-D inputs: shapes become the flattened ones
   const Dims d = resolve_dims(c, shapes);
   const std::size_t item = c.dtype == ComputeType::float64 ? 8 : 4;
-  const MemoryEstimate need = estimate_memory(d, item, c.save_attention, 1);
+  const MemoryEstimate need = estimate_memory(d, item, c.save_attention || c.plot, 1);
   const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
   if (need.total() > static_cast<double>(limit))
     fail_input("this run needs about " + need.describe() + " but max_memory is " +

@@ -54,6 +54,10 @@ struct LayerOptions {
   // call throws mha::Error (invalid_input) instead, after the attention sink
   // may already have seen some blocks.
   bool allow_nonfinite = false;
+  // float only (dtype bfloat16): every GEMM takes bfloat16-rounded operands
+  // and sums in float32 (see gemm in blas.hpp); softmax, masks and biases
+  // stay float32.
+  bool bf16_gemm = false;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

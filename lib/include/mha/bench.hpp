@@ -30,6 +30,7 @@ const std::vector<std::string>& extra_bench_variants();
 
 struct BenchResult {
   std::string shape, variant;
+  std::string dtype = "float32";  // or "bfloat16": bfloat16 GEMM operands
   Dims dims;
   std::uint64_t flops = 0;
   double ms_median = 0, ms_min = 0;
@@ -41,11 +42,17 @@ struct BenchResult {
 // GFLOP/s of a 2048^3 float32 GEMM split by rows over `threads` workers,
 // each calling single-threaded BLAS, as the kernel does (median of `repeat`).
 double sgemm_gflops(int threads, int repeat);
+// The same 2048^3 GEMM with bfloat16 operands (gemm(..., bf16 = true) in
+// blas.hpp: rounding included, by sbgemm or sgemm as bf16_gemm_backend() says).
+double bf16_gemm_gflops(int threads, int repeat);
 
 // Times attention_layer<float> on `shape` in `variant`: 2 warm-up calls, then
 // `repeat` timed ones.
 // block_q, block_k: kernel block sizes (0 = the kernel's defaults).
+// bf16: every GEMM with bfloat16 operands (dtype bfloat16); sgemm_fraction
+// still compares with the float32 sgemm.
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
-                       double sgemm_gflops, std::size_t block_q = 0, std::size_t block_k = 0);
+                       double sgemm_gflops, std::size_t block_q = 0, std::size_t block_k = 0,
+                       bool bf16 = false);
 
 }  // namespace mha

@@ -57,6 +57,7 @@ struct Config {
   std::string out_dir = "out";
   bool save_attention = false;
   bool average_heads = false;
+  bool plot = false;  // attention.png: batch 0's maps (their mean with average_heads)
   bool save_weights = false;
   WeightsFormat save_weights_format = WeightsFormat::native;
   bool save_inputs = false;

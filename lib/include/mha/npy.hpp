@@ -45,6 +45,28 @@ struct NpyArray {
 NpyArray parse_npy(const std::string& bytes, const std::string& name);
 NpyArray read_npy(const std::string& path);
 
+// What a .npy header says, as written, for tools that report it or stream the
+// data themselves (mha inspect). The data are data_bytes bytes at offset
+// header_bytes, in the file's byte order and memory order; the file holds
+// exactly that many bytes after the header.
+struct NpyHeaderInfo {
+  int major = 1, minor = 0;  // format version: 1.0, 2.0 or 3.0
+  std::string descr;         // as the file spells it: "<f4", ">f8", "|b1", "=i8"
+  DType dtype = DType::f4;
+  bool big_endian = false;         // the data's byte order ('=' is the host's)
+  bool fortran_order = false;      // column-major data
+  std::vector<std::size_t> shape;  // empty shape = 0-d array with one element
+  std::size_t header_bytes = 0;    // magic, version, length and dict: the data's offset
+  std::size_t data_bytes = 0;      // size() * itemsize(dtype)
+
+  std::size_t size() const;  // number of elements
+};
+
+// The header alone, with every check, cap and message of parse_npy and
+// read_npy (the data's size included), without reading or allocating the data.
+NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name);
+NpyHeaderInfo read_npy_header(const std::string& path);
+
 // The bytes of a .npy file holding `array`.
 std::string encode_npy(const NpyArray& array);
 // The header (magic, version, length, dict, padding) for a C-order
@@ -55,5 +77,8 @@ std::string npy_header(DType dtype, const std::vector<std::size_t>& shape);
 // with a message naming `name`, as is any non-float dtype.
 template <class T>
 void convert(const NpyArray& array, T* out, const std::string& name);
+
+// An IEEE binary16 value (float16's bits, native order) as float, exactly.
+float half_to_float(std::uint16_t bits);
 
 }  // namespace mha

@@ -2,6 +2,7 @@
 // numpy.savez and numpy.savez_compressed write them.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -18,6 +19,13 @@ namespace mha {
 // (a directory of .npy files has no such limit); encrypted members and
 // compression methods other than stored and deflated are refused.
 std::map<std::string, NpyArray> read_npz(const std::string& path);
+
+// The members' .npy bytes, unparsed, one at a time in archive order, after
+// the same checks and with the same limits as read_npz (which parses them
+// with parse_npy(bytes, "path:key")). `key` is the name without ".npy".
+void for_each_npz_member(
+    const std::string& path,
+    const std::function<void(const std::string& key, const std::string& bytes)>& f);
 
 // Writes an uncompressed .npz (members "NAME.npy") to `path` directly; callers
 // that need atomicity write to a temporary path (see OutputSet).

@@ -31,7 +31,8 @@ class OutputSet {
   // stream error (disk full, ...) throws mha::Error (runtime) naming the file.
   void stage(const std::string& filename, const std::function<void(std::ostream&)>& write);
   void stage_bytes(const std::string& filename, const std::string& bytes);
-  // A C-order float/double tensor as .npy, streamed without an extra copy.
+  // A C-order float16 (mha::float16, precision.hpp), float or double tensor
+  // as .npy, streamed without an extra copy.
   template <class T>
   void stage_npy(const std::string& filename, const T* data, const std::vector<std::size_t>& shape);
   void stage_npz(const std::string& filename,

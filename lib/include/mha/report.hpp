@@ -22,14 +22,15 @@ struct RunReport {
   nlohmann::json outputs;  // file -> {"shape": [...], "dtype": ...}
   double load_ms = 0, compute_ms = 0, write_ms = 0;
   std::uint64_t peak_rss_bytes = 0;
-  nlohmann::json attention_stats;  // AttentionStats::to_json() with save_attention, else null
+  nlohmann::json attention_stats;  // AttentionStats::to_json() with save_attention or plot
   nlohmann::json output_stats;     // npy_stats() of output.npy, else null
 
   nlohmann::json to_json() const;  // null members left out
 };
 
 // What lets a reader trust a written tensor without the tool: for the .npy
-// file OutputSet::stage_npy writes from `data` (C order, `shape`),
+// file OutputSet::stage_npy writes from `data` (C order, `shape`; T float16,
+// float or double, the dtype as written),
 //   {"crc32": "89abcdef", "mean": m, "std": s, "min": lo, "max": hi}
 // crc32 is zlib's (Python: zlib.crc32(open(path, "rb").read())) over the whole
 // file, header then data, in 8 lowercase hex digits; mean and std (ddof 0, as

@@ -1,0 +1,217 @@
+#include "plot_command.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "mha/error.hpp"
+#include "mha/heatmap.hpp"
+#include "mha/npy.hpp"
+#include "mha/output_set.hpp"
+#include "mha/png.hpp"
+
+namespace mha::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Elements [offset, offset + count) of a float array as V (float16 and
+// float32 as float, float64 as double, or anything as double).
+template <class V>
+void load(const NpyArray& a, std::size_t offset, std::size_t count, V* out) {
+  const unsigned char* p = a.data.data() + offset * itemsize(a.dtype);
+  if (a.dtype == DType::f2) {
+    for (std::size_t k = 0; k < count; ++k) {
+      std::uint16_t bits;
+      std::memcpy(&bits, p + 2 * k, 2);
+      out[k] = static_cast<V>(half_to_float(bits));
+    }
+  } else if (a.dtype == DType::f4) {
+    for (std::size_t k = 0; k < count; ++k) {
+      float x;
+      std::memcpy(&x, p + 4 * k, 4);
+      out[k] = static_cast<V>(x);
+    }
+  } else {
+    for (std::size_t k = 0; k < count; ++k) {
+      double x;
+      std::memcpy(&x, p + 8 * k, 8);
+      out[k] = static_cast<V>(x);
+    }
+  }
+}
+
+// "all", or comma-separated indices below h, each once.
+std::vector<std::size_t> parse_heads(const std::string& text, std::size_t h, bool has_heads,
+                                     const std::string& file, const std::string& shape) {
+  std::vector<std::size_t> heads;
+  if (text == "all") {
+    for (std::size_t i = 0; i < h; ++i) heads.push_back(i);
+    return heads;
+  }
+  if (!has_heads)
+    fail_input("--heads " + text + ": " + file + " has no heads axis (shape " + shape +
+               "); expected a (B, h, T, S) array");
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty() || item.size() > 9 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
+      fail_input("--heads '" + text +
+                 "': expected all or comma-separated head indices such as 0,3,5");
+    const std::size_t i = std::stoul(item);
+    if (i >= h)
+      fail_input("--heads " + text + ": head " + item + " is out of range; " + file +
+                 " has h = " + std::to_string(h) + " heads (shape " + shape + "), indices 0 to " +
+                 std::to_string(h - 1));
+    if (std::find(heads.begin(), heads.end(), i) != heads.end())
+      fail_input("--heads " + text + ": head " + item + " is listed twice");
+    heads.push_back(i);
+  }
+  if (heads.empty() || text.back() == ',')
+    fail_input("--heads '" + text +
+               "': expected all or comma-separated head indices such as 0,3,5");
+  return heads;
+}
+
+}  // namespace
+
+void add_plot_command(CLI::App& app, PlotArgs& args) {
+  CLI::App* plot = app.add_subcommand(
+      "plot", "Draw the attention maps of a .npy file as a PNG: one heatmap per head");
+  plot->fallthrough();
+  plot->add_option("file", args.file, "attention .npy: (B, h, T, S), (B, T, S) or (T, S)")
+      ->required();
+  plot->add_option("-o,--output", args.output, "PNG to write (default: FILE with .png)");
+  plot->add_option("--batch", args.batch, "batch element to plot (default 0)");
+  plot->add_option("--heads", args.heads, "heads to plot: all (default) or a list such as 0,3,5");
+  plot->add_flag("--average", args.average, "one panel: the mean over the (selected) heads");
+  plot->add_option("--scale", args.scale, "color scale: linear (default, from 0) or log")
+      ->check(CLI::IsMember({"linear", "log"}));
+  plot->add_option("--labels", args.labels,
+                   "token labels, one per line: T of them (and the keys' too when S = T)");
+  plot->add_option("--key-labels", args.key_labels, "key token labels, one per line: S of them");
+  plot->add_option("--cell", args.cell, "pixels per cell side (default: from the map's size)")
+      ->check(CLI::Range(1, 64));
+  plot->add_option("--reduce", args.reduce,
+                   "how large maps are downsampled: block max (default) or mean")
+      ->check(CLI::IsMember({"max", "mean"}));
+  plot->add_option("--max-cells", args.max_cells,
+                   "cells per panel side at most before downsampling (default 512)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{8192}));
+}
+
+int do_plot(const PlotArgs& args) {
+  const NpyArray a = read_npy(args.file);
+  const std::string shape = shape_str(a.shape);
+  if (!is_float(a.dtype))
+    fail_input(args.file + ": " + a.describe() +
+               "; expected attention weights of dtype float16, float32 or float64");
+  const std::size_t rank = a.shape.size();
+  if (rank < 2 || rank > 4)
+    fail_input(args.file + ": shape " + shape +
+               "; expected attention weights (B, h, T, S), (B, T, S) or (T, S)");
+  const std::size_t B = rank >= 3 ? a.shape[0] : 1, h = rank == 4 ? a.shape[1] : 1;
+  const std::size_t T = a.shape[rank - 2], S = a.shape[rank - 1];
+  if (B == 0 || h == 0 || T == 0 || S == 0)
+    fail_input(args.file + ": shape " + shape + " is empty; expected at least one weight");
+  if (args.batch >= B)
+    fail_input("--batch " + std::to_string(args.batch) + ": " + args.file +
+               (rank == 2 ? " is a single (T, S) map, batch 0"
+                          : " holds B = " + std::to_string(B) + " batch elements (shape " + shape +
+                                "), indices 0 to " + std::to_string(B - 1)));
+  PlotOptions options;
+  options.batch = args.batch;
+  options.heads = parse_heads(args.heads, h, rank == 4, args.file, shape);
+  options.average = args.average;
+  options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
+  options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
+  options.cell = args.cell;
+  const std::string queries = "T = " + std::to_string(T) + " query positions";
+  const std::string keys = "S = " + std::to_string(S) + " key positions";
+  if (!args.labels.empty()) options.query_labels = read_labels(args.labels, T, queries);
+  if (!args.key_labels.empty()) {
+    options.key_labels = read_labels(args.key_labels, S, keys);
+  } else if (!args.labels.empty()) {
+    if (S != T)
+      fail_input("--labels " + args.labels + ": the map has " + queries + " but " + keys +
+                 "; give the keys' labels with --key-labels");
+    options.key_labels = options.query_labels;
+  }
+
+  const std::string out_path =
+      !args.output.empty() ? args.output : fs::path(args.file).replace_extension(".png").string();
+  std::error_code ec;
+  if (fs::exists(out_path, ec) && fs::equivalent(out_path, args.file, ec))
+    fail_input(out_path + ": the plot would overwrite its input; choose another -o");
+  const fs::path out_file(out_path);
+  if (out_file.filename().empty() || fs::is_directory(out_file, ec))
+    fail_input("-o " + out_path + ": expected a file name for the PNG, not a directory");
+
+  // Panels: the chosen heads, or their mean as one.
+  const bool mean = options.average && rank == 4;
+  const std::size_t n = mean ? 1 : options.heads.size();
+  options.max_cells = args.max_cells ? args.max_cells : default_max_cells(n);
+  AttentionPanels panels(n, T, S, options.max_cells, options.reduce);
+  // Row chunks keep the converted copy small whatever the file's size.
+  const std::size_t chunk = std::max<std::size_t>(1, (std::size_t{1} << 20) / S);
+  std::vector<double> rows, sum;
+  auto at = [&](std::size_t head, std::size_t t) { return ((args.batch * h + head) * T + t) * S; };
+  for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
+    const std::size_t count = std::min(chunk, T - t0);
+    rows.resize(count * S);
+    if (mean) {
+      sum.assign(count * S, 0.0);
+      for (std::size_t head : options.heads) {
+        load(a, at(head, t0), count * S, rows.data());
+        for (std::size_t k = 0; k < rows.size(); ++k) sum[k] += rows[k];
+      }
+      for (double& x : sum) x /= static_cast<double>(options.heads.size());
+      panels.add_rows(0, t0, count, sum.data());
+      continue;
+    }
+    for (std::size_t p = 0; p < n; ++p) {
+      load(a, at(options.heads[p], t0), count * S, rows.data());
+      panels.add_rows(p, t0, count, rows.data());
+    }
+  }
+
+  std::vector<std::string> titles;
+  if (rank == 2) {
+    titles = {"attention"};
+  } else if (rank == 3) {
+    titles = {"mean over heads"};
+  } else if (mean) {
+    titles = {"mean over " + std::to_string(options.heads.size()) + " heads"};
+  } else {
+    for (std::size_t i : options.heads) titles.push_back("head " + std::to_string(i));
+  }
+  const std::string name = fs::path(args.file).filename().string();
+  const std::string subject = rank == 2 ? name : name + ", batch " + std::to_string(args.batch);
+  const Plot plot = render_attention(panels, titles, options, subject);
+
+  OutputSet out(out_file.has_parent_path() ? out_file.parent_path().string() : ".");
+  const std::string filename = out_file.filename().string();
+  out.stage(filename, [&](std::ostream& os) { write_png(os, plot.image, out_path); });
+  out.commit();
+  for (const auto& note : plot.notes) spdlog::warn("{}", note);
+  const std::string cell = plot.cell_w == plot.cell_h
+                               ? std::to_string(plot.cell_w)
+                               : std::to_string(plot.cell_w) + "x" + std::to_string(plot.cell_h);
+  spdlog::info(
+      "wrote {} ({}x{} px: {} panel(s) of {}x{} cells at {} px; color {}, {:.3g} to {:.3g})",
+      out_path, plot.image.width(), plot.image.height(), n, panels.rows(), panels.cols(), cell,
+      to_string(options.scale), plot.lo, plot.hi);
+  if (panels.factor() > 1)
+    spdlog::info("downsampled {}x{} to {}x{} cells by block {} ({}x{} weights per cell)", T, S,
+                 panels.rows(), panels.cols(), to_string(options.reduce), panels.factor(),
+                 panels.factor());
+  return 0;
+}
+
+}  // namespace mha::cli
