@@ -448,6 +448,19 @@ TEST_CASE("inspect: attention statistics of hand-computed maps", "[inspect]") {
     CHECK(r4.attention->stats->head(0).rows == 6);  // a diagonal and a uniform map
     CHECK(r4.attention->stats->head(0).to_json() == r4.attention->stats->head(1).to_json());
   }
+  SECTION("more heads than an attention array may have") {
+    // An empty array may claim any shape; a header alone must not allocate per-head sums.
+    const std::vector<double> none;
+    const std::string p = dir.write_npy(NpyArray::of(none.data(), {1, 100000, 0, 3}));
+    CHECK(!mha::inspect_npy(p, {}).attention);
+    InspectOptions on;
+    on.attention = InspectOptions::Attention::on;
+    require_invalid([&] { mha::inspect_npy(p, on); },
+                    "100000 heads on axis 1 of the float64 array of shape (1, 100000, 0, 3) are "
+                    "too many to inspect as attention (at most 65536");
+    on.heads_axis = 0;  // (h, B, T, S): one head
+    CHECK(mha::inspect_npy(p, on).attention->stats->heads() == 1);
+  }
   SECTION("heads_axis that is not a leading axis") {
     const std::string p = dir.write_npy(NpyArray::of(kUniform.data(), {3, 3}));
     InspectOptions o;

@@ -26,8 +26,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kValueTolerance = 1e-6;
 constexpr double kSumTolerance = 1e-3;
 // An attention row is held whole, whatever the chunk size; longer rows than
-// this (64 MiB of float) are not taken for attention.
+// this (64 MiB of float32) are not taken for attention.
 constexpr std::size_t kMaxRowKeys = std::size_t{1} << 24;
+// AttentionStats keeps sums per head (a few hundred bytes each), and a header
+// can claim any number of heads over no data at all (fuzz_npy found it).
+constexpr std::size_t kMaxHeads = std::size_t{1} << 16;
 
 bool host_is_big_endian() {
   const std::uint16_t one = 1;
@@ -454,6 +457,15 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
                    std::to_string(kMaxRowKeys) + ")");
       candidate = false;
     }
+    if (axis && h.shape[*axis] > kMaxHeads) {
+      if (forced)
+        fail_input(name + ": " + std::to_string(h.shape[*axis]) + " heads on axis " +
+                   std::to_string(*axis) + " of the " + what +
+                   " are too many to inspect as attention (at most " + std::to_string(kMaxHeads) +
+                   "; see --heads-axis)");
+      candidate = false;
+    }
+    if (h.size() == 0) candidate = false;  // no row to detect it from
     if (forced || candidate) {
       info.emplace();
       info->detected_by = forced ? detected_by : "rows";
