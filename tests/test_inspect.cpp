@@ -31,34 +31,6 @@ namespace {
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-// A .npy file assembled by hand: the dict is used verbatim, without padding.
-std::string raw_npy(const std::string& dict, const std::string& data, int major = 1) {
-  std::string out("\x93NUMPY", 6);
-  out += static_cast<char>(major);
-  out += '\0';
-  const std::size_t len_bytes = major == 1 ? 2 : 4;
-  for (std::size_t i = 0; i < len_bytes; ++i)
-    out += static_cast<char>((dict.size() >> (8 * i)) & 0xff);
-  return out + dict + data;
-}
-
-template <class T>
-std::string bytes_of(const std::vector<T>& values, bool big_endian = false) {
-  std::string out;
-  for (const T& v : values) {
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    if (big_endian) std::reverse(b, b + sizeof(T));  // tests run on little-endian hosts
-    out.append(b, sizeof(T));
-  }
-  return out;
-}
-
-std::string dict(const std::string& descr, const std::string& shape, bool fortran = false) {
-  return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
-         ", 'shape': " + shape + ", }\n";
-}
-
 InspectOptions with_chunk(std::size_t bytes) {
   InspectOptions o;
   o.chunk_bytes = bytes;

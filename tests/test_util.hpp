@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,37 @@ inline std::string sh_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+// Hand-made .npy files (test_npy.cpp, test_inspect.cpp): raw_npy puts the
+// magic, version and length before `dict`, used verbatim without padding;
+// bytes_of lays values out in either byte order; dict writes a header dict.
+// A .npy file assembled by hand: the dict is used verbatim, without padding.
+inline std::string raw_npy(const std::string& dict, const std::string& data, int major = 1) {
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(major);
+  out += '\0';
+  const std::size_t len_bytes = major == 1 ? 2 : 4;
+  for (std::size_t i = 0; i < len_bytes; ++i)
+    out += static_cast<char>((dict.size() >> (8 * i)) & 0xff);
+  return out + dict + data;
+}
+
+template <class T>
+std::string bytes_of(const std::vector<T>& values, bool big_endian = false) {
+  std::string out;
+  for (const T& v : values) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    if (big_endian) std::reverse(b, b + sizeof(T));  // tests run on little-endian hosts
+    out.append(b, sizeof(T));
+  }
+  return out;
+}
+
+inline std::string dict(const std::string& descr, const std::string& shape, bool fortran = false) {
+  return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+         ", 'shape': " + shape + ", }\n";
 }
 
 // Writes `bytes` to `path`, replacing what was there.
