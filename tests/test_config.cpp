@@ -300,8 +300,10 @@ TEST_CASE("enumerations: dtype and masked_rows", "[config]") {
   CHECK(c.dtype == ComputeType::float32);
   c.apply_flag("dtype", "float64");
   CHECK(c.dtype == ComputeType::float64);
-  CHECK_THAT(error_of("dtype", "float16"),
-             Equals("run.json: key 'dtype': expected 'float32', 'float64' or 'bfloat16', got \"float16\""));
+  CHECK_THAT(
+      error_of("dtype", "float16"),
+      Equals(
+          "run.json: key 'dtype': expected 'float32', 'float64' or 'bfloat16', got \"float16\""));
   CHECK_THAT(error_of("dtype", 32),
              Equals("run.json: key 'dtype': expected 'float32', 'float64' or 'bfloat16', got 32"));
   CHECK_THAT(flag_error_of("dtype", "double"),
