@@ -81,24 +81,26 @@ void gemm_bf16(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, fl
   const auto ld = [](std::size_t cols) {
     return static_cast<blasint>(std::max<std::size_t>(1, cols));
   };
-  if (SbgemmFn sbgemm = sbgemm_or_null()) {
-    thread_local std::vector<std::uint16_t> a, b;
+  // op(A) and op(B) rounded into per-thread scratch of element type Out.
+  auto rounded = [&](auto out_tag) {
+    using Out = decltype(out_tag);
+    thread_local std::vector<Out> a, b;
     a.resize(a_rows * a_cols);
     b.resize(b_rows * b_cols);
     round_matrix(A, a_rows, a_cols, lda, a.data());
     round_matrix(B, b_rows, b_cols, ldb, b.data());
+    return std::pair<const Out*, const Out*>(a.data(), b.data());
+  };
+  if (SbgemmFn sbgemm = sbgemm_or_null()) {
+    const auto [a, b] = rounded(std::uint16_t{});
     sbgemm(CblasRowMajor, op(ta), op(tb), static_cast<int>(m), static_cast<int>(n),
-           static_cast<int>(k), alpha, a.data(), ld(a_cols), b.data(), ld(b_cols), beta, C,
+           static_cast<int>(k), alpha, a, ld(a_cols), b, ld(b_cols), beta, C,
            static_cast<int>(ldc));
     return;
   }
-  thread_local std::vector<float> a, b;
-  a.resize(a_rows * a_cols);
-  b.resize(b_rows * b_cols);
-  round_matrix(A, a_rows, a_cols, lda, a.data());
-  round_matrix(B, b_rows, b_cols, ldb, b.data());
+  const auto [a, b] = rounded(float{});
   cblas_sgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a.data(), ld(a_cols), b.data(), ld(b_cols), beta, C,
+              static_cast<blasint>(k), alpha, a, ld(a_cols), b, ld(b_cols), beta, C,
               static_cast<blasint>(ldc));
 }
 

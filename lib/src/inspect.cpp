@@ -32,13 +32,6 @@ constexpr std::size_t kMaxRowKeys = std::size_t{1} << 24;
 // can claim any number of heads over no data at all (fuzz_npy found it).
 constexpr std::size_t kMaxHeads = std::size_t{1} << 16;
 
-bool host_is_big_endian() {
-  const std::uint16_t one = 1;
-  unsigned char first;
-  std::memcpy(&first, &one, 1);
-  return first == 0;
-}
-
 nlohmann::json number_or_null(double x) {
   return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x);
 }

@@ -53,15 +53,6 @@ const DTypeInfo& info(DType dtype) {
   return kDTypes[static_cast<std::size_t>(dtype)];
 }
 
-// Arrays are held in the host's byte order, so files are converted to it and
-// '=' in a descr (the writer's native order) is taken to be ours.
-bool host_is_big_endian() {
-  const std::uint16_t one = 1;
-  unsigned char first;
-  std::memcpy(&first, &one, 1);
-  return first == 0;
-}
-
 // A stream can fail without an OS error, leaving errno at 0.
 std::string errno_str(int err) {
   return err ? std::strerror(err) : "unknown error";
@@ -454,6 +445,15 @@ constexpr DType dtype_of() {
 }
 
 }  // namespace
+
+// Arrays are held in the host's byte order, so files are converted to it and
+// '=' in a descr (the writer's native order) is taken to be ours.
+bool host_is_big_endian() {
+  const std::uint16_t one = 1;
+  unsigned char first;
+  std::memcpy(&first, &one, 1);
+  return first == 0;
+}
 
 float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;

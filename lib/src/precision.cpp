@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "mha/error.hpp"
+#include "mha/npy.hpp"
 
 namespace mha {
 namespace {
@@ -67,15 +68,7 @@ float16 to_float16(double x) {
 }
 
 double to_double(float16 f) {
-  const unsigned exp = (f.bits >> 10) & 0x1fu, mant = f.bits & 0x3ffu;
-  double x;
-  if (exp == 0)
-    x = std::ldexp(static_cast<double>(mant), -24);
-  else if (exp == 31)
-    x = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else
-    x = std::ldexp(static_cast<double>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return f.bits & 0x8000u ? -x : x;
+  return half_to_float(f.bits);  // every float16 is exact in float
 }
 
 template <class U, class T>

@@ -125,6 +125,36 @@ class Harness:
         return 0
 
 
+def case_filter(args, names):
+    """--list and --only of a cross-check: prints the names and returns None for
+    --list; exits on an unknown --only name; else returns want(name)."""
+    if args.list:
+        print("\n".join(names))
+        return None
+    if args.only:
+        unknown = [n for n in args.only if n not in names]
+        if unknown:
+            sys.exit(f"error: unknown case(s) {unknown}; --list shows them")
+    return lambda n: not args.only or n in args.only
+
+
+def save_inputs(mode, d, query, key, value):
+    """Saves the inputs a case's mode uses into d and returns the mha flags:
+    "q" query only (self-attention), "kv" query and value (key = value),
+    "qkv" all three."""
+    p = lambda f: os.path.join(d, f)  # noqa: E731
+    np.save(p("query.npy"), query)
+    args = ["--query", p("query.npy")]
+    if mode == "kv":
+        np.save(p("value.npy"), value)
+        args += ["--value", p("value.npy")]
+    elif mode == "qkv":
+        np.save(p("key.npy"), key)
+        np.save(p("value.npy"), value)
+        args += ["--key", p("key.npy"), "--value", p("value.npy")]
+    return args
+
+
 def indent(text, pad="    "):
     return "\n".join(pad + line for line in str(text).splitlines())
 

@@ -40,7 +40,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Failure, Harness, save_npz  # noqa: E402
+from common import Failure, Harness, case_filter, save_inputs, save_npz  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -184,17 +184,7 @@ def build_case(c, seed):
 
 
 def input_args(c, d, data):
-    p = lambda f: os.path.join(d, f)  # noqa: E731
-    np.save(p("query.npy"), data["query"])
-    args = ["--query", p("query.npy")]
-    if c["mode"] == "kv":
-        np.save(p("value.npy"), data["value"])
-        args += ["--value", p("value.npy")]
-    elif c["mode"] == "qkv":
-        np.save(p("key.npy"), data["key"])
-        np.save(p("value.npy"), data["value"])
-        args += ["--key", p("key.npy"), "--value", p("value.npy")]
-    return args
+    return save_inputs(c["mode"], d, data["query"], data["key"], data["value"])
 
 
 def check_case(hx, c, seed):
@@ -391,14 +381,9 @@ def main():
     a = ap.parse_args()
     extra = ["rank3_axis_1_bit_identical", "single_axis_variants", "sweep_over_axes"]
     names = [c["name"] for c in CASES] + extra + ["bad_" + b[0] for b in BAD]
-    if a.list:
-        print("\n".join(names))
+    want = case_filter(a, names)
+    if want is None:
         return 0
-    if a.only:
-        unknown = [n for n in a.only if n not in names]
-        if unknown:
-            sys.exit(f"error: unknown case(s) {unknown}; --list shows them")
-    want = lambda n: not a.only or n in a.only  # noqa: E731
 
     start = time.time()
     hx = Harness(a.binary, keep=a.keep, verbose=a.verbose, prefix="mha_keras_axes_")

@@ -41,7 +41,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Failure, Harness, check_same_arrays, load_npz, save_npz  # noqa: E402
+from common import (Failure, Harness, case_filter, check_same_arrays,  # noqa: E402
+                    load_npz, save_inputs, save_npz)
 
 import numpy as np  # noqa: E402
 
@@ -215,17 +216,7 @@ def save_keras_weights(c, d, w):
 
 
 def input_args(c, d, data):
-    p = lambda f: os.path.join(d, f)  # noqa: E731
-    np.save(p("query.npy"), data["query"])
-    args = ["--query", p("query.npy")]
-    if c["mode"] == "kv":
-        np.save(p("value.npy"), data["value"])
-        args += ["--value", p("value.npy")]
-    elif c["mode"] == "qkv":
-        np.save(p("key.npy"), data["key"])
-        np.save(p("value.npy"), data["value"])
-        args += ["--key", p("key.npy"), "--value", p("value.npy")]
-    return args
+    return save_inputs(c["mode"], d, data["query"], data["key"], data["value"])
 
 
 def check_case(hx, c, seed, via_native=False):
@@ -357,14 +348,9 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     names = [c["name"] for c in CASES] + [c["name"] for c in ROUNDTRIP]
-    if a.list:
-        print("\n".join(names))
+    want = case_filter(a, names)
+    if want is None:
         return 0
-    if a.only:
-        unknown = [n for n in a.only if n not in names]
-        if unknown:
-            sys.exit(f"error: unknown case(s) {unknown}; --list shows them")
-    want = lambda n: not a.only or n in a.only  # noqa: E731
 
     start = time.time()
     hx = Harness(a.binary, keep=a.keep, verbose=a.verbose, prefix="mha_keras_",

@@ -49,7 +49,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (Failure, Harness, check_same_arrays, load_npz, save_npz)  # noqa: E402
+from common import (Failure, Harness, case_filter, check_same_arrays,  # noqa: E402
+                    load_npz, save_inputs, save_npz)
 
 import numpy as np  # noqa: E402
 
@@ -278,16 +279,7 @@ def build_case(c, seed):
 # ---------------------------------------------------------------- mha side
 
 def input_args(c, d, data):
-    np.save(os.path.join(d, "query.npy"), data["q"])
-    args = ["--query", os.path.join(d, "query.npy")]
-    if c["mode"] == "kv":
-        np.save(os.path.join(d, "value.npy"), data["v"])
-        args += ["--value", os.path.join(d, "value.npy")]
-    elif c["mode"] == "qkv":
-        np.save(os.path.join(d, "key.npy"), data["k"])
-        np.save(os.path.join(d, "value.npy"), data["v"])
-        args += ["--key", os.path.join(d, "key.npy"), "--value", os.path.join(d, "value.npy")]
-    return args
+    return save_inputs(c["mode"], d, data["q"], data.get("k"), data.get("v"))
 
 
 def mask_args_interop(c, d, data):
@@ -513,14 +505,9 @@ def main():
 
     extra = ["bias_kv_refused", "compare_verdicts"] + [r[0] for r in ROUNDTRIP]
     names = [c["name"] for c in CASES] + extra
-    if a.list:
-        print("\n".join(names))
+    want = case_filter(a, names)
+    if want is None:
         return 0
-    if a.only:
-        unknown = [n for n in a.only if n not in names]
-        if unknown:
-            sys.exit(f"error: unknown case(s) {unknown}; --list shows them")
-    want = lambda n: not a.only or n in a.only  # noqa: E731
 
     start = time.time()
     hx = Harness(a.binary, keep=a.keep, verbose=a.verbose, prefix="mha_torch_",

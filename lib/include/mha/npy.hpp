@@ -81,4 +81,7 @@ void convert(const NpyArray& array, T* out, const std::string& name);
 // An IEEE binary16 value (float16's bits, native order) as float, exactly.
 float half_to_float(std::uint16_t bits);
 
+// True on a big-endian host (arrays are held in the host's byte order).
+bool host_is_big_endian();
+
 }  // namespace mha
