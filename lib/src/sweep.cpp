@@ -162,7 +162,7 @@ struct FileCache {
     if (errors.count(path)) fail_input(errors[path]);
     if (!shapes.count(path)) {
       try {
-        shapes[path] = read_npy(path).shape;
+        shapes[path] = read_npy_header(path).shape;  // the same checks, no data read
       } catch (const Error& e) {
         errors[path] = e.what();
         throw;
