@@ -18,6 +18,7 @@
 #include "mha/compare.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
+#include "mha/thread_pool.hpp"
 #include "mha/npy.hpp"
 #include "mha/output_set.hpp"
 #include "mha/run.hpp"

@@ -1,16 +1,16 @@
 #include "mha/attention.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "mha/blas.hpp"
 #include "mha/error.hpp"
+#include "mha/thread_pool.hpp"
 #include "mha/vexp.hpp"
 
 namespace mha {
@@ -45,65 +45,71 @@ bool has_nan(const T* x, std::size_t n) {
   return false;
 }
 
-// Below this many multiply-adds a GEMM runs on one thread: splitting it costs
+// Below this many multiply-adds a GEMM runs as one piece: splitting it costs
 // more in wake-ups than it saves.
 constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
+// Larger GEMMs are cut into this many row pieces (fewer when a piece would
+// have under 16 rows), whatever the thread count: a GEMM's rounding can
+// depend on its row count (OpenBLAS picks kernels by shape), so pieces that
+// followed the threads would make the output differ between thread counts.
+// Eight balances 1, 2, 4 and 8 threads.
+constexpr std::size_t kGemmPieces = 8;
 
-// Y (rows, n; ldy) = X (rows, k; ldx) W (k, n; ldw) + b (n), split by rows over
-// the pool. The bias is broadcast into Y first so one GEMM with beta = 1 adds
-// the product.
+// An uninitialized array: the GEMMs below write every element, and zeroing
+// first would only add a pass over memory the process touches for the first
+// time (page faults are a large part of a one-shot run's cost).
 template <class T>
-void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k, const T* W,
-             std::size_t ldw, const T* b, std::size_t n, T* Y, std::size_t ldy, int threads,
+struct Buffer {
+  std::unique_ptr<T[]> data;
+  explicit Buffer(std::size_t n = 0) : data(n ? new T[n] : nullptr) {}
+  T* get() const { return data.get(); }
+};
+
+// One projection of a fused GEMM: columns [col, col + n) of Y get X W + b,
+// W (k, n; ldw), b (n) or null.
+template <class T>
+struct Projection {
+  const T* W;
+  std::size_t n;
+  const T* b;
+  std::size_t col;
+};
+
+// Y[:, col_j : col_j + n_j] (rows, n_j; ldy) = X (rows, k; ldx) W_j + b_j for
+// every projection j, in row pieces spread over the pool. Each weight matrix
+// is used in place (no packing of [W_q | W_k | W_v] into a new array). The
+// bias is broadcast into Y first so one GEMM with beta = 1 adds the product.
+template <class T>
+void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
+             const std::vector<Projection<T>>& projections, T* Y, std::size_t ldy, int threads,
              bool bf16) {
-  const std::size_t work = rows * n * k;
-  const int parts = work < kParallelGemmWork
-                        ? 1
-                        : static_cast<int>(std::min<std::size_t>(threads, (rows + 15) / 16));
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-  for (int p = 0; p < parts; ++p) {
+  std::size_t width = 0;
+  for (const auto& pr : projections) width += pr.n;
+  const std::size_t work = rows * width * k;
+  const std::size_t parts =
+      work < kParallelGemmWork ? 1 : std::min<std::size_t>(kGemmPieces, (rows + 15) / 16);
+  const std::size_t tasks = parts * projections.size();
+  parallel_for(tasks, threads, [&](std::size_t task, int) {
+    const std::size_t p = task / projections.size();
+    const Projection<T>& pr = projections[task % projections.size()];
     const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+    T* y = Y + pr.col;
     T beta = 0;
-    if (b) {
-      for (std::size_t r = r0; r < r1; ++r) std::copy(b, b + n, Y + r * ldy);
+    if (pr.b) {
+      for (std::size_t r = r0; r < r1; ++r) std::copy(pr.b, pr.b + pr.n, y + r * ldy);
       beta = 1;
     }
     if (r1 > r0)
-      gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * ldx, ldx, W, ldw, beta, Y + r0 * ldy, ldy,
-              bf16);
-  }
-}
-
-// Columns side by side: [A | B | C] for kernels of equal row count, the
-// packed weights of a fused QKV (or KV) projection.
-template <class T>
-std::vector<T> pack_columns(const std::vector<const xt::xtensor<T, 2>*>& parts) {
-  const std::size_t rows = parts[0]->shape()[0];
-  std::size_t width = 0;
-  for (const auto* p : parts) width += p->shape()[1];
-  std::vector<T> packed(rows * width);
-  for (std::size_t r = 0; r < rows; ++r) {
-    T* dst = packed.data() + r * width;
-    for (const auto* p : parts) {
-      const std::size_t n = p->shape()[1];
-      dst = std::copy(p->data() + r * n, p->data() + (r + 1) * n, dst);
-    }
-  }
-  return packed;
-}
-
-template <class T>
-std::vector<T> pack_biases(const std::vector<const xt::xtensor<T, 1>*>& parts) {
-  std::vector<T> packed;
-  for (const auto* p : parts) packed.insert(packed.end(), p->begin(), p->end());
-  return packed;
+      gemm<T>(false, false, r1 - r0, pr.n, k, T(1), X + r0 * ldx, ldx, pr.W, pr.n, beta,
+              y + r0 * ldy, ldy, bf16);
+  });
 }
 
 // The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
 // and leading dimension into one or more shared buffers.
 template <class T>
 struct Projections {
-  std::vector<T> qkv, kv, k, v;
+  Buffer<T> qkv, kv, k, v;
   const T *Q = nullptr, *K = nullptr, *V = nullptr;
   std::size_t ldq = 0, ldk = 0, ldv = 0;
 };
@@ -115,43 +121,40 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
   const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const bool bias = w.has_bias();
+  auto proj = [&](const xt::xtensor<T, 2>& W, const xt::xtensor<T, 1>& b, std::size_t col) {
+    return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
+  };
   Projections<T> p;
   // Sharing is read off the pointers, so a caller passing one tensor three
   // times gets the fused GEMM whatever its Dims flags say.
   if (X_k == X_q && X_v == X_q) {
-    // Self-attention: one GEMM, rows [Q | K | V] of width (h + kv_heads)*d_k + kv_heads*d_v.
+    // Self-attention: rows [Q | K | V] of width (h + kv_heads)*d_k + kv_heads*d_v.
     const std::size_t width = hdk + kdk + kdv;
-    auto W = pack_columns<T>({&w.W_q, &w.W_k, &w.W_v});
-    auto b = bias ? pack_biases<T>({&w.b_q, &w.b_k, &w.b_v}) : std::vector<T>();
-    p.qkv.resize(BT * width);
-    project(X_q, d.d_model, BT, d.d_model, W.data(), width, bias ? b.data() : nullptr, width,
-            p.qkv.data(), width, threads, bf16);
-    p.Q = p.qkv.data(), p.K = p.Q + hdk, p.V = p.K + kdk;
+    p.qkv = Buffer<T>(BT * width);
+    project(X_q, d.d_model, BT, d.d_model,
+            {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk), proj(w.W_v, w.b_v, hdk + kdk)},
+            p.qkv.get(), width, threads, bf16);
+    p.Q = p.qkv.get(), p.K = p.Q + hdk, p.V = p.K + kdk;
     p.ldq = p.ldk = p.ldv = width;
     return p;
   }
-  p.qkv.resize(BT * hdk);
-  project(X_q, d.d_model, BT, d.d_model, w.W_q.data(), hdk, bias ? w.b_q.data() : nullptr, hdk,
-          p.qkv.data(), hdk, threads, bf16);
-  p.Q = p.qkv.data(), p.ldq = hdk;
+  p.qkv = Buffer<T>(BT * hdk);
+  project(X_q, d.d_model, BT, d.d_model, {proj(w.W_q, w.b_q, 0)}, p.qkv.get(), hdk, threads, bf16);
+  p.Q = p.qkv.get(), p.ldq = hdk;
   if (X_v == X_k) {
-    // Key = value input: one GEMM, rows [K | V].
+    // Key = value input: rows [K | V].
     const std::size_t width = kdk + kdv;
-    auto W = pack_columns<T>({&w.W_k, &w.W_v});
-    auto b = bias ? pack_biases<T>({&w.b_k, &w.b_v}) : std::vector<T>();
-    p.kv.resize(BS * width);
-    project(X_k, d.kdim, BS, d.kdim, W.data(), width, bias ? b.data() : nullptr, width, p.kv.data(),
+    p.kv = Buffer<T>(BS * width);
+    project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0), proj(w.W_v, w.b_v, kdk)}, p.kv.get(),
             width, threads, bf16);
-    p.K = p.kv.data(), p.V = p.K + kdk, p.ldk = p.ldv = width;
+    p.K = p.kv.get(), p.V = p.K + kdk, p.ldk = p.ldv = width;
     return p;
   }
-  p.k.resize(BS * kdk);
-  p.v.resize(BS * kdv);
-  project(X_k, d.kdim, BS, d.kdim, w.W_k.data(), kdk, bias ? w.b_k.data() : nullptr, kdk,
-          p.k.data(), kdk, threads, bf16);
-  project(X_v, d.vdim, BS, d.vdim, w.W_v.data(), kdv, bias ? w.b_v.data() : nullptr, kdv,
-          p.v.data(), kdv, threads, bf16);
-  p.K = p.k.data(), p.V = p.v.data(), p.ldk = kdk, p.ldv = kdv;
+  p.k = Buffer<T>(BS * kdk);
+  p.v = Buffer<T>(BS * kdv);
+  project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0)}, p.k.get(), kdk, threads, bf16);
+  project(X_v, d.vdim, BS, d.vdim, {proj(w.W_v, w.b_v, 0)}, p.v.get(), kdv, threads, bf16);
+  p.K = p.k.get(), p.V = p.v.get(), p.ldk = kdk, p.ldv = kdv;
   return p;
 }
 
@@ -361,48 +364,23 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
 }
 
-// Runs body(task, thread) for task in [0, n) on the pool; the first exception
-// thrown by any task is rethrown after the pool finishes.
-template <class Body>
-void parallel_tasks(std::size_t n, int threads, const Body& body) {
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  const int used = static_cast<int>(std::min<std::size_t>(threads, n));
-#pragma omp parallel num_threads(used) if (used > 1)
-  {
-    const int thread = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-    for (std::size_t task = 0; task < n; ++task) {
-      if (failed.load(std::memory_order_relaxed)) continue;  // no new work after an error
-      try {
-        body(task, thread);
-      } catch (...) {
-#pragma omp critical(mha_task_error)
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
+// The fused path splits keys until it has this many tasks: enough for the
+// pools this tool runs on, fixed so that results do not follow the threads.
+constexpr std::size_t kMinTasks = 8;
 
 }  // namespace
-
-int resolve_threads(int threads) {
-  return threads > 0 ? threads : omp_get_max_threads();
-}
 
 template <class T>
 void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
                      const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
-  blas_single_threaded();
-  if (opt.bf16_gemm) {  // checked here: nothing may throw inside the OpenMP regions below
+  blas_load();
+  if (opt.bf16_gemm) {  // checked here, before any task runs
     if (sizeof(T) != 4) fail_input("bfloat16 GEMMs are a float32 option (dtype bfloat16)");
     bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
   }
   const int threads = resolve_threads(opt.threads);
   const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
-  std::vector<T> context(d.B * d.T * d.h * d.d_v);
+  Buffer<T> context(d.B * d.T * d.h * d.d_v);
   // Default blocks, measured with `mha bench --block-q --block-k` on Zen 4:
   // the fused kernel is fastest with large square blocks (fewer BLAS packing
   // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
@@ -415,7 +393,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
              p,
              opt.block_q ? opt.block_q : default_q,
              opt.block_k ? opt.block_k : 512,
-             context.data(),
+             context.get(),
              &overflow};
   const std::size_t Bq = std::min(job.block_q, d.T);
   const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
@@ -423,17 +401,20 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
 
   if (opt.attention == AttentionOutput::none) {
     // Tasks (b, head, query block, key split); keys are split only when there
-    // are fewer head blocks than threads (decode-shaped work).
+    // are fewer than kMinTasks head blocks (decode-shaped work). The split
+    // depends on the shape alone, never on the threads, so the sums (and so
+    // the bits of the output) are the same for any thread count.
     const std::size_t head_blocks = d.B * d.h * q_blocks;
     std::size_t splits = 1;
-    if (head_blocks < static_cast<std::size_t>(threads) && d.S >= 2 * job.block_k)
-      splits = std::min<std::size_t>((threads + head_blocks - 1) / head_blocks, d.S / job.block_k);
+    if (head_blocks < kMinTasks && d.S >= 2 * job.block_k)
+      splits =
+          std::min<std::size_t>((kMinTasks + head_blocks - 1) / head_blocks, d.S / job.block_k);
     const std::size_t span = (d.S + splits - 1) / splits;
     std::vector<std::vector<T>> scratch(threads);
     // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
     std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
     std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
-    parallel_tasks(head_blocks * splits, threads, [&](std::size_t task, int thread) {
+    parallel_for(head_blocks * splits, threads, [&](std::size_t task, int thread) {
       const std::size_t split = task % splits, hb = task / splits;
       const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
@@ -476,7 +457,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     }
   } else if (opt.attention == AttentionOutput::per_head) {
     std::vector<std::vector<T>> scratch(threads);
-    parallel_tasks(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
+    parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
       const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
                         b = task / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
@@ -494,7 +475,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     // Mean over heads: one task per (b, query block) accumulates all heads.
     std::vector<std::vector<T>> scratch(threads);
     const T inv_h = T(1) / static_cast<T>(d.h);
-    parallel_tasks(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
+    parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
       const std::size_t qb = task % q_blocks, b = task / q_blocks;
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
       auto& s = scratch[thread];
@@ -519,8 +500,8 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
                " (allow_nonfinite writes NaN for those rows instead)");
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
-  project(context.data(), hdv, d.B * d.T, hdv, w.W_o.data(), d.d_out,
-          w.has_bias() ? w.b_o.data() : nullptr, d.d_out, output, d.d_out, threads, opt.bf16_gemm);
+  const Projection<T> out{w.W_o.data(), d.d_out, w.has_bias() ? w.b_o.data() : nullptr, 0};
+  project(context.get(), hdv, d.B * d.T, hdv, {out}, output, d.d_out, threads, opt.bf16_gemm);
 }
 
 template <class T>

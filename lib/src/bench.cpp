@@ -1,7 +1,5 @@
 #include "mha/bench.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include "mha/error.hpp"
 #include "mha/report.hpp"
 #include "mha/rng.hpp"
+#include "mha/thread_pool.hpp"
 
 namespace mha {
 namespace {
@@ -79,16 +78,15 @@ const std::vector<std::string>& extra_bench_variants() {
 namespace {
 
 double gemm_gflops(int threads, int repeat, bool bf16) {
-  blas_single_threaded();
+  blas_load();
   const std::size_t n = 2048;
   std::vector<float> A = uniform(n * n, "A"), B = uniform(n * n, "B"), C(n * n);
   auto ms = time_ms(1, repeat, [&] {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int p = 0; p < threads; ++p) {
+    parallel_for(threads, threads, [&](std::size_t p, int) {
       const std::size_t r0 = n * p / threads, r1 = n * (p + 1) / threads;
       gemm<float>(false, false, r1 - r0, n, n, 1.f, A.data() + r0 * n, n, B.data(), n, 0.f,
                   C.data() + r0 * n, n, bf16);
-    }
+    });
   });
   return 2.0 * n * n * n / (median(ms) * 1e6);
 }

@@ -1,6 +1,7 @@
 #include "mha/blas.hpp"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -13,8 +14,92 @@
 #include "mha/error.hpp"
 #include "mha/precision.hpp"
 
+#ifndef MHA_OPENBLAS_PATH
+#define MHA_OPENBLAS_PATH "libopenblas.so.0"
+#endif
+
 namespace mha {
 namespace {
+
+// The OpenBLAS entry points the library calls, looked up in the loaded build.
+// OpenBLAS is opened with dlopen rather than linked so that its kernel set
+// can be chosen (OPENBLAS_CORETYPE, read once by its load-time constructor)
+// before it loads; see blas_load().
+using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                         float, const float*, blasint, const float*, blasint, float, float*,
+                         blasint);
+using DgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                         double, const double*, blasint, const double*, blasint, double, double*,
+                         blasint);
+struct Entry {
+  SgemmFn sgemm = nullptr;
+  DgemmFn dgemm = nullptr;
+  SbgemmFn sbgemm = nullptr;  // absent unless OpenBLAS was built with BUILD_BFLOAT16
+};
+
+struct Loaded {
+  BlasInfo info;
+  Entry entry;
+};
+
+Loaded load_openblas() {
+  Loaded l;
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const std::optional<std::string> chosen = auto_coretype(user, cpu_features());
+  if (user && *user) {
+    l.info.coretype = user;
+    l.info.coretype_source = "user";
+  } else if (chosen) {
+    l.info.coretype = *chosen;
+    l.info.coretype_source = "mha";
+    // Read by OpenBLAS's constructor during dlopen; unset again afterwards so
+    // child processes (sweep runs) decide for themselves, as the user's own
+    // setting would otherwise be indistinguishable from this one.
+    ::setenv("OPENBLAS_CORETYPE", chosen->c_str(), 1);
+  } else {
+    l.info.coretype_source = "openblas";
+  }
+  l.info.library = MHA_OPENBLAS_PATH;
+  void* handle = ::dlopen(MHA_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+  std::string error = handle ? "" : ::dlerror();
+  if (!handle) {
+    // A build moved to a machine without the configured flavour: any OpenBLAS will do.
+    handle = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (handle) l.info.library = "libopenblas.so.0";
+  }
+  if (l.info.coretype_source == "mha") ::unsetenv("OPENBLAS_CORETYPE");
+  if (!handle)
+    fail_runtime("cannot load OpenBLAS (" + error +
+                 "); expected Debian's libopenblas0-serial (scripts/setup.sh installs it)");
+  auto sym = [&](const char* name) { return ::dlsym(handle, name); };
+  l.entry.sgemm = reinterpret_cast<SgemmFn>(sym("cblas_sgemm"));
+  l.entry.dgemm = reinterpret_cast<DgemmFn>(sym("cblas_dgemm"));
+  l.entry.sbgemm = reinterpret_cast<SbgemmFn>(sym("cblas_sbgemm"));
+  if (!l.entry.sgemm || !l.entry.dgemm)
+    fail_runtime(l.info.library + ": no cblas_sgemm/cblas_dgemm; expected an OpenBLAS with CBLAS");
+  // A threaded OpenBLAS (the fallback above may find one) must not start a
+  // second pool beside the kernel's (thread_pool.hpp); the serial build has none.
+  if (auto set_threads = reinterpret_cast<void (*)(int)>(sym("openblas_set_num_threads")))
+    set_threads(1);
+  if (auto corename = reinterpret_cast<char* (*)()>(sym("openblas_get_corename")))
+    l.info.core = corename();
+  if (auto config = reinterpret_cast<char* (*)()>(sym("openblas_get_config")))
+    l.info.config = config();
+  if (auto parallel = reinterpret_cast<int (*)()>(sym("openblas_get_parallel")))
+    l.info.threading = parallel() == 0 ? "serial" : parallel() == 1 ? "pthreads" : "openmp";
+  return l;
+}
+
+const Loaded& loaded() {
+  // A function-local static: loaded once, thread-safely; a failure rethrows
+  // on every call (the static stays uninitialized).
+  static const Loaded l = load_openblas();
+  return l;
+}
+
+const Entry& entry() {
+  return loaded().entry;
+}
 
 CBLAS_TRANSPOSE op(bool trans) {
   return trans ? CblasTrans : CblasNoTrans;
@@ -27,8 +112,7 @@ static_assert(sizeof(blasint) == sizeof(int) && sizeof(CBLAS_TRANSPOSE) == sizeo
 // The loaded OpenBLAS's cblas_sbgemm, looked up at run time so that the binary
 // links against builds without it; null when absent.
 SbgemmFn openblas_sbgemm() {
-  static const SbgemmFn fn = reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
-  return fn;
+  return entry().sbgemm;
 }
 
 std::atomic<SbgemmFn> g_test_sbgemm{nullptr};
@@ -99,9 +183,9 @@ void gemm_bf16(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, fl
     return;
   }
   const auto [a, b] = rounded(float{});
-  cblas_sgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, ld(a_cols), b, ld(b_cols), beta, C,
-              static_cast<blasint>(ldc));
+  entry().sgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a, ld(a_cols), b, ld(b_cols), beta, C,
+                static_cast<blasint>(ldc));
 }
 
 }  // namespace
@@ -111,10 +195,9 @@ void gemm<float>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, 
                  const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta,
                  float* C, std::size_t ldc, bool bf16) {
   if (bf16) return gemm_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
+  entry().sgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B,
+                static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
 template <>
@@ -123,10 +206,9 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                   double* C, std::size_t ldc, bool bf16) {
   // Callers check before any parallel region: an exception cannot leave one.
   if (bf16) std::abort();
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
-              static_cast<blasint>(ldc));
+  entry().dgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, A, static_cast<blasint>(lda), B,
+                static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
 const char* bf16_gemm_backend() {
@@ -137,12 +219,43 @@ void set_sbgemm_for_tests(SbgemmFn fn) {
   g_test_sbgemm.store(fn, std::memory_order_relaxed);
 }
 
-void blas_single_threaded() {
-  static const bool done = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
+const BlasInfo& blas_load() {
+  return loaded().info;
+}
+
+nlohmann::json BlasInfo::to_json() const {
+  return {{"library", library},     {"core", core},
+          {"coretype", coretype},   {"coretype_source", coretype_source},
+          {"threading", threading}, {"config", config}};
+}
+
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & bit_OSXSAVE;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx512f = b & bit_AVX512F;
+  f.avx512cd = b & bit_AVX512CD;
+  f.avx512bw = b & bit_AVX512BW;
+  f.avx512dq = b & bit_AVX512DQ;
+  f.avx512vl = b & bit_AVX512VL;
+  if (osxsave) {
+    // XCR0: the OS saves SSE (bit 1), AVX (2), opmask (5), ZMM0-15 high (6), ZMM16-31 (7).
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    f.os_avx512 = (lo & 0xE6) == 0xE6;
+  }
+  return f;
+}
+
+std::optional<std::string> auto_coretype(const char* user_coretype, const CpuFeatures& cpu) {
+  if (user_coretype && *user_coretype) return std::nullopt;  // the user's choice always wins
+  // OpenBLAS's SkylakeX kernels use AVX-512 F, CD, BW, DQ and VL.
+  const bool skylakex =
+      cpu.avx512f && cpu.avx512cd && cpu.avx512bw && cpu.avx512dq && cpu.avx512vl && cpu.os_avx512;
+  if (!skylakex) return std::nullopt;
+  return std::string("SkylakeX");
 }
 
 }  // namespace mha

@@ -20,6 +20,7 @@
 #include "mha/png.hpp"
 #include "mha/precision.hpp"
 #include "mha/report.hpp"
+#include "mha/thread_pool.hpp"
 #include "mha/weight_formats.hpp"
 #include "mha/weights.hpp"
 
@@ -148,7 +149,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   report.use_bias = use_bias;
 
   Inputs<T> in;
-  in.query = make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed);
+  in.query =
+      make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, report.threads);
   report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
   q.reset();
   if (c.query) finite(in.query, axes.label(*c.query));
@@ -156,7 +158,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     // With files, query+value means the value file is the key too.
     const auto& key_file = k ? k : v;
     const auto key_path = c.key ? c.key : c.value;
-    in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed);
+    in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed,
+                           report.threads);
     report.sources["key"] =
         key_file ? file_source(*key_path) : random_source("uniform[0,1)", c.seed);
     if (key_file) finite(in.key, axes.label(*key_path));
@@ -165,7 +168,8 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
   }
   k.reset();
   if (!d.value_is_key) {
-    in.value = make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed);
+    in.value =
+        make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed, report.threads);
     report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
     if (v) finite(in.value, axes.label(*c.value));
   } else {
@@ -190,7 +194,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
       finite(w.b_o, *c.weights + ":b_o");
     }
   } else {
-    w = random_weights<T>(d, use_bias, c.seed);
+    w = random_weights<T>(d, use_bias, c.seed, report.threads);
     for (const auto& name : weight_names(use_bias))
       report.sources[name] = name[0] == 'W' ? random_source("glorot_uniform", c.seed)
                                             : nlohmann::json{{"zeros", true}};
@@ -264,6 +268,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     };
   }
 
+  blas_load();
   auto t_compute = Clock::now();
   xt::xarray<T> output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
   attention_layer<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask, options,
@@ -337,6 +342,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
                                        {"query_shape", axes.query_shape(d.d_model)},
                                        {"key_shape", axes.key_shape(d.kdim)}};
   if (options.bf16_gemm) result.report["bf16_gemm"] = bf16_gemm_backend();
+  result.report["blas"] = blas_load().to_json();
   out.stage_bytes("run.json", result.report.dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.files = out.committed();

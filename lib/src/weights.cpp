@@ -83,11 +83,11 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
 }
 
 template <class T>
-Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed) {
+Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int threads) {
   auto kernel = [&](const char* name, std::size_t rows, std::size_t cols) {
     xt::xtensor<T, 2> k({rows, cols});
     const T limit = static_cast<T>(glorot_limit(rows, cols));
-    RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit);
+    RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
     return k;
   };
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
@@ -127,7 +127,7 @@ std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w)
 #define MHA_INSTANTIATE(T)                                                                        \
   template Weights<T> weights_from_arrays<T>(const std::map<std::string, NpyArray>&, const Dims&, \
                                              bool, const std::string&);                           \
-  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t);                        \
+  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t, int);                   \
   template std::vector<std::pair<std::string, NpyArray>> weight_arrays<T>(const Weights<T>&);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)

@@ -83,7 +83,4 @@ void multi_head_attention(const Dims& dims, const T* X_q, const T* X_k, const T*
 template <class T>
 void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, MaskedRows masked_rows);
 
-// Threads attention_layer uses for `threads` (0 = all available).
-int resolve_threads(int threads);
-
 }  // namespace mha

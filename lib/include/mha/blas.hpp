@@ -5,6 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace mha {
 
@@ -34,8 +38,38 @@ using SbgemmFn = void (*)(int order, int trans_a, int trans_b, int m, int n, int
                           float beta, float* C, int ldc);
 void set_sbgemm_for_tests(SbgemmFn fn);
 
-// Makes every GEMM single-threaded: the kernel runs its own OpenMP pool and
-// calls BLAS from inside it (BLAS threads on top of it halve the speed).
-void blas_single_threaded();
+// Which OpenBLAS runs the GEMMs, and with which kernels.
+struct BlasInfo {
+  std::string library;          // the file dlopen loaded
+  std::string core;             // openblas_get_corename(): the kernel set, e.g. "SkylakeX", "Zen"
+  std::string coretype;         // OPENBLAS_CORETYPE in force when it loaded ("" when none)
+  std::string coretype_source;  // "user" (the environment), "mha" (auto_coretype) or "openblas"
+  std::string threading;        // "serial", "pthreads" or "openmp"
+  std::string config;           // openblas_get_config()
+  nlohmann::json to_json() const;
+};
+
+// Loads OpenBLAS once per process and returns what was loaded. Call it
+// before any parallel region (gemm() loads on first use, and a failure to
+// load throws). The library is Debian's serial build (MHA_OPENBLAS_PATH, set
+// by CMake): the kernel runs one OpenMP pool and calls single-threaded BLAS
+// from inside it, and a threaded OpenBLAS would start a second pool of
+// spinning threads that competes with it. Before loading, OPENBLAS_CORETYPE
+// is set to auto_coretype()'s choice unless the user set it.
+const BlasInfo& blas_load();
+
+// The CPU features OpenBLAS's kernel sets need, from cpuid and xgetbv.
+struct CpuFeatures {
+  bool avx512f = false, avx512cd = false, avx512bw = false, avx512dq = false, avx512vl = false;
+  bool os_avx512 = false;  // the OS saves the AVX-512 registers (XCR0 bits 1, 2, 5, 6, 7)
+};
+CpuFeatures cpu_features();
+
+// The OPENBLAS_CORETYPE to load OpenBLAS with, or nullopt to leave the
+// choice to OpenBLAS: "SkylakeX" when the CPU has the AVX-512 subsets its
+// SkylakeX kernels use (0.3.21 runs its AVX2 Haswell kernels on AMD Zen 4
+// otherwise, at about 0.6x the speed), nothing when `user_coretype` (the
+// environment's value) is set, which always wins.
+std::optional<std::string> auto_coretype(const char* user_coretype, const CpuFeatures& cpu);
 
 }  // namespace mha

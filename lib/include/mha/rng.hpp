@@ -27,8 +27,10 @@ class RandomStream {
   double uniform_double(std::uint64_t i) const;
 
   // Fills out[0..n) with uniform values on [low, high): low + (high - low) * u.
+  // Large fills are spread over `threads` OpenMP threads (0: OpenMP's
+  // default); element i is the same whoever computes it.
   template <class T>
-  void fill_uniform(T* out, std::size_t n, T low, T high) const;
+  void fill_uniform(T* out, std::size_t n, T low, T high, int threads = 0) const;
 
  private:
   std::uint64_t key_;

@@ -44,7 +44,7 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
 // Glorot-uniform kernels (fan_in = rows, fan_out = columns) and zero biases,
 // drawn from the streams "W_q", "W_k", ... of `seed`.
 template <class T>
-Weights<T> random_weights(const Dims& dims, bool use_bias, std::uint64_t seed);
+Weights<T> random_weights(const Dims& dims, bool use_bias, std::uint64_t seed, int threads = 0);
 
 // Named arrays for writing weights.npz in the native layout.
 template <class T>
