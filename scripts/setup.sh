@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_tests=OFF
-packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-serial-dev
+packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
           libpng-dev libfreetype-dev fonts-dejavu-core)
 if [[ "${1:-}" == "--test" ]]; then

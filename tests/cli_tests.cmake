@@ -7,7 +7,8 @@ endif()
 
 set(MHA_TEST_ENV "MHA_BIN=$<TARGET_FILE:mha>" "MHA_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 
-foreach(group DefaultConfig Precedence Reproducibility Bench CrashSafety Errors)
+foreach(group DefaultConfig Precedence Reproducibility ThreadCounts BlasKernels Bench CrashSafety
+              Errors)
   add_test(NAME cli.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -22,9 +22,9 @@ namespace mha {
 namespace {
 
 // The OpenBLAS entry points the library calls, looked up in the loaded build.
-// OpenBLAS is opened with dlopen rather than linked so that its kernel set
-// can be chosen (OPENBLAS_CORETYPE, read once by its load-time constructor)
-// before it loads; see blas_load().
+// OpenBLAS is opened with dlopen rather than linked so that its settings
+// (OPENBLAS_CORETYPE, OPENBLAS_NUM_THREADS), which its constructor reads once,
+// can be chosen before it loads; see blas_load().
 using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
                          float, const float*, blasint, const float*, blasint, float, float*,
                          blasint);
@@ -42,6 +42,28 @@ struct Loaded {
   Entry entry;
 };
 
+// Sets an environment variable for the duration of a scope, then restores
+// it (or removes it) so that child processes see the user's environment.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 Loaded load_openblas() {
   Loaded l;
   const char* user = std::getenv("OPENBLAS_CORETYPE");
@@ -52,33 +74,37 @@ Loaded load_openblas() {
   } else if (chosen) {
     l.info.coretype = *chosen;
     l.info.coretype_source = "mha";
-    // Read by OpenBLAS's constructor during dlopen; unset again afterwards so
-    // child processes (sweep runs) decide for themselves, as the user's own
-    // setting would otherwise be indistinguishable from this one.
-    ::setenv("OPENBLAS_CORETYPE", chosen->c_str(), 1);
   } else {
     l.info.coretype_source = "openblas";
   }
-  l.info.library = MHA_OPENBLAS_PATH;
-  void* handle = ::dlopen(MHA_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
-  std::string error = handle ? "" : ::dlerror();
-  if (!handle) {
-    // A build moved to a machine without the configured flavour: any OpenBLAS will do.
-    handle = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (handle) l.info.library = "libopenblas.so.0";
+  const char* override_path = std::getenv("MHA_OPENBLAS");
+  l.info.library = override_path && *override_path ? override_path : MHA_OPENBLAS_PATH;
+  void* handle = nullptr;
+  std::string error;
+  {
+    // Both are read once, by OpenBLAS's constructor during dlopen. One
+    // thread: the threaded build then starts no threads of its own, and the
+    // kernel calls it from its pool (thread_pool.hpp).
+    ScopedEnv one_thread("OPENBLAS_NUM_THREADS", "1");
+    std::optional<ScopedEnv> coretype;
+    if (l.info.coretype_source == "mha") coretype.emplace("OPENBLAS_CORETYPE", *chosen);
+    handle = ::dlopen(l.info.library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      error = ::dlerror();
+      // A build moved to a machine without the configured file: any OpenBLAS will do.
+      handle = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+      if (handle) l.info.library = "libopenblas.so.0";
+    }
   }
-  if (l.info.coretype_source == "mha") ::unsetenv("OPENBLAS_CORETYPE");
   if (!handle)
     fail_runtime("cannot load OpenBLAS (" + error +
-                 "); expected Debian's libopenblas0-serial (scripts/setup.sh installs it)");
+                 "); expected Debian's libopenblas0-pthread (scripts/setup.sh installs it)");
   auto sym = [&](const char* name) { return ::dlsym(handle, name); };
   l.entry.sgemm = reinterpret_cast<SgemmFn>(sym("cblas_sgemm"));
   l.entry.dgemm = reinterpret_cast<DgemmFn>(sym("cblas_dgemm"));
   l.entry.sbgemm = reinterpret_cast<SbgemmFn>(sym("cblas_sbgemm"));
   if (!l.entry.sgemm || !l.entry.dgemm)
     fail_runtime(l.info.library + ": no cblas_sgemm/cblas_dgemm; expected an OpenBLAS with CBLAS");
-  // A threaded OpenBLAS (the fallback above may find one) must not start a
-  // second pool beside the kernel's (thread_pool.hpp); the serial build has none.
   if (auto set_threads = reinterpret_cast<void (*)(int)>(sym("openblas_set_num_threads")))
     set_threads(1);
   if (auto corename = reinterpret_cast<char* (*)()>(sym("openblas_get_corename")))

@@ -73,7 +73,9 @@ class Pool {
   void grow(int count) {
     while (static_cast<int>(workers_.size()) < count) {
       const int id = static_cast<int>(workers_.size()) + 1;
-      workers_.emplace_back([this, id] { loop(id); });
+      // A new worker waits for the next job, not one that ended before it started.
+      const std::uint64_t seen = generation_.load(std::memory_order_acquire);
+      workers_.emplace_back([this, id, seen] { loop(id, seen); });
     }
   }
 
@@ -94,8 +96,7 @@ class Pool {
     t_in_task = false;
   }
 
-  void loop(int id) {
-    std::uint64_t seen = 0;
+  void loop(int id, std::uint64_t seen) {
     for (;;) {
       // Wait for a new generation: spin briefly, then sleep.
       std::uint64_t g = generation_.load(std::memory_order_acquire);

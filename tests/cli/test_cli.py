@@ -196,6 +196,92 @@ class Reproducibility(Case):
         np.testing.assert_array_equal(o, np.load(os.path.join(a, "output.npy")))
 
 
+class ThreadCounts(Case):
+    """Every path writes the same bytes for 1, 2, 3 and 4 threads: the work is cut
+    in pieces (GEMM rows, key splits, blocks) whose sizes and order depend on the
+    shape alone, never on the thread count."""
+
+    CASES = {
+        # The case from the issue: causal, the exact path, attention streamed to its file.
+        "exact_causal": ["--h", "4", "--d_model", "64", "--seq_len", "150", "--batch", "3",
+                         "--causal", "true", "--save_attention"],
+        # The fused kernel with several query blocks and a 1-row remainder piece.
+        "fused": ["--h", "4", "--d_model", "64", "--seq_len", "1025", "--batch", "1"],
+        # Decode: one query over a long memory, keys split into tasks and merged.
+        "decode_split": ["--h", "2", "--d_model", "32", "--seq_len", "1", "--kv_seq_len", "4100",
+                         "--batch", "1"],
+        # Mean over heads on the exact path, several query blocks per batch element.
+        "mean": ["--h", "8", "--d_model", "128", "--seq_len", "300", "--batch", "2",
+                 "--save_attention", "--average_heads"],
+        # Variants: grouped-query heads, a window, ALiBi, soft-capping.
+        "variants": ["--h", "4", "--kv_heads", "2", "--d_model", "64", "--seq_len", "700",
+                     "--window", "100", "--alibi", "true", "--softcap", "30"],
+        "variants_exact": ["--h", "4", "--kv_heads", "1", "--d_model", "64", "--seq_len", "260",
+                           "--window", "40", "--causal", "true", "--save_attention"],
+        "float64": ["--h", "2", "--d_model", "32", "--seq_len", "200", "--dtype", "float64",
+                    "--save_attention"],
+        "bfloat16": ["--h", "2", "--d_model", "32", "--seq_len", "520", "--dtype", "bfloat16"],
+    }
+
+    def test_same_bytes_for_any_thread_count(self):
+        for name, args in self.CASES.items():
+            outs = {}
+            for threads in (1, 2, 3, 4):
+                d = self.path(name, str(threads))
+                self.ok(["run"] + args + ["--seed", "3", "--threads", str(threads), "--out_dir", d])
+                outs[threads] = d
+            for threads in (2, 3, 4):
+                for f in ("output.npy", "attention.npy"):
+                    a = os.path.join(outs[1], f)
+                    if not os.path.exists(a):
+                        continue
+                    self.assertEqual(read_bytes(a), read_bytes(os.path.join(outs[threads], f)),
+                                     f"{name}: {f} differs between 1 and {threads} threads")
+                r1 = load_json(os.path.join(outs[1], "run.json"))
+                rt = load_json(os.path.join(outs[threads], "run.json"))
+                self.assertEqual(rt["config"]["threads"], threads)
+                self.assertEqual(r1["output_stats"], rt["output_stats"], name)
+                self.assertEqual(r1.get("attention_stats"), rt.get("attention_stats"), name)
+
+    def test_repeated_two_thread_runs_agree(self):
+        """Concurrent GEMM calls from the pool: a race would show as runs that differ."""
+        args = ["run", "--h", "8", "--d_model", "256", "--seq_len", "300", "--batch", "2",
+                "--save_attention", "--average_heads", "--threads", "2"]
+        first = None
+        for i in range(8):
+            d = self.path(f"r{i}")
+            self.ok(args + ["--out_dir", d])
+            data = read_bytes(os.path.join(d, "output.npy"))
+            first = first or data
+            self.assertEqual(first, data, f"run {i} differs from run 0")
+
+
+class BlasKernels(Case):
+    def test_run_json_names_the_blas_and_user_coretype_wins(self):
+        args = ["run", "--h", "4", "--d_model", "64", "--seq_len", "40", "--save_attention"]
+        a, b = self.path("auto"), self.path("haswell")
+        self.ok(args + ["--out_dir", a])
+        blas = load_json(os.path.join(a, "run.json"))["blas"]
+        self.assertIn("libopenblas", blas["library"])
+        self.assertEqual(blas["threading"], "pthreads")
+        # The suite also runs whole under OPENBLAS_CORETYPE=Haswell (.ci/run).
+        expected = ("user",) if os.environ.get("OPENBLAS_CORETYPE") else ("mha", "openblas")
+        self.assertIn(blas["coretype_source"], expected)
+        self.assertTrue(blas["core"])
+        # The user's OPENBLAS_CORETYPE always wins; the AVX2 kernels agree to rounding.
+        env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+        p = subprocess.run([MHA] + args + ["--out_dir", b], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        blas = load_json(os.path.join(b, "run.json"))["blas"]
+        self.assertEqual(blas["coretype"], "Haswell")
+        self.assertEqual(blas["coretype_source"], "user")
+        self.assertEqual(blas["core"], "Haswell")
+        for f in ("output.npy", "attention.npy"):
+            np.testing.assert_allclose(np.load(os.path.join(a, f)), np.load(os.path.join(b, f)),
+                                       rtol=1e-5, atol=1e-6)
+
+
 class Bench(Case):
     def test_bench_json_smoke(self):
         """Not a timing test: the command runs and reports what docs/benchmarks.md describes."""

@@ -4,15 +4,19 @@
 //   output = concat_i(A_i V_i) W_o + b_o
 // scale is 1/sqrt(d_k) with the per-head d_k, not the total width h*d_k.
 //
-// Work plan: the projections are whole GEMMs over all B*T (B*S) rows, one
-// fused QKV GEMM for self-attention (one KV GEMM when value = key); each
-// head's Q_i, K_i, V_i is then addressed in place by offset and leading
-// dimension. Attention runs as tasks over (batch, head, query block) on one
-// OpenMP pool, with BLAS single-threaded inside each task:
+// Work plan: the projections are GEMMs over all B*T (B*S) rows, cut into
+// row pieces, with Q, K and V written side by side into one buffer for
+// self-attention ([K | V] when value = key); each head's Q_i, K_i, V_i is
+// then addressed in place by offset and leading dimension. Attention runs as
+// tasks over (batch, head, query block) on the process's thread pool
+// (thread_pool.hpp), with BLAS single-threaded inside each task. Every piece,
+// split and block depends on the shape alone, so the output has the same
+// bits for any thread count:
 //   - attention not requested: a fused kernel with online softmax over key
 //     blocks (memory O(T*d) plus per-thread scratch, never O(T*S)); key blocks
-//     that causality or key_lengths mask entirely are skipped; with fewer tasks
-//     than threads (decode: T = 1, long S) the keys are split across threads;
+//     that causality or key_lengths mask entirely are skipped; with fewer
+//     than 8 head blocks (decode: T = 1, long S) the keys are split into tasks
+//     merged in a fixed order;
 //   - attention requested: the exact path computes each (query block, S) slab
 //     of A_i straight into the caller's buffer, or hands it to a sink that can
 //     stream it to disk, so nothing larger than a slab per thread is held.
@@ -42,7 +46,7 @@ struct LayerOptions {
   T scale = 1;
   T softcap = 0;  // > 0: logits <- softcap * tanh(logits / softcap), before the mask
   MaskedRows masked_rows = MaskedRows::zero;
-  int threads = 0;  // 0: all the OpenMP pool has (OMP_NUM_THREADS, else all cores)
+  int threads = 0;  // 0: default_threads() (OMP_NUM_THREADS, else the CPUs this process may use)
   AttentionOutput attention = AttentionOutput::none;
   // Where attention goes when requested: straight into `attention_buffer`
   // ((B,h,T,S) or (B,T,S)) if set, else to `sink`.

@@ -50,12 +50,16 @@ struct BlasInfo {
 };
 
 // Loads OpenBLAS once per process and returns what was loaded. Call it
-// before any parallel region (gemm() loads on first use, and a failure to
-// load throws). The library is Debian's serial build (MHA_OPENBLAS_PATH, set
-// by CMake): the kernel runs one OpenMP pool and calls single-threaded BLAS
-// from inside it, and a threaded OpenBLAS would start a second pool of
-// spinning threads that competes with it. Before loading, OPENBLAS_CORETYPE
-// is set to auto_coretype()'s choice unless the user set it.
+// before any parallel work (gemm() loads on first use, and a failure to load
+// throws). The library is MHA_OPENBLAS_PATH, set by CMake to Debian's
+// pthread build (or the file $MHA_OPENBLAS names), loaded with
+// OPENBLAS_NUM_THREADS=1 so that it starts no threads: the kernel runs one
+// pool (thread_pool.hpp) and calls single-threaded GEMMs from its tasks.
+// Debian's serial build would be the natural choice but gives wrong results
+// now and then when called from two threads at once (0.3.21: 5 runs in 60);
+// the pthread build with one thread is the configuration OpenBLAS supports
+// for that. Before loading, OPENBLAS_CORETYPE is set to auto_coretype()'s
+// choice unless the user set it. The environment is restored afterwards.
 const BlasInfo& blas_load();
 
 // The CPU features OpenBLAS's kernel sets need, from cpuid and xgetbv.

@@ -26,7 +26,7 @@ struct Inputs {
 
 // One input tensor of shape (B, L, F): converted from `file` if given (its
 // shape was checked by resolve_dims), else random from stream `name`
-// (generated on `threads` threads, 0: OpenMP's default).
+// (generated on `threads` threads, 0: default_threads()).
 template <class T>
 xt::xtensor<T, 3> make_input(const std::optional<NpyArray>& file, const std::string& path,
                              const std::string& name, std::size_t B, std::size_t L, std::size_t F,

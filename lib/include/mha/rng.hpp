@@ -27,8 +27,8 @@ class RandomStream {
   double uniform_double(std::uint64_t i) const;
 
   // Fills out[0..n) with uniform values on [low, high): low + (high - low) * u.
-  // Large fills are spread over `threads` OpenMP threads (0: OpenMP's
-  // default); element i is the same whoever computes it.
+  // Large fills are spread over `threads` threads (0: default_threads());
+  // element i is the same whoever computes it.
   template <class T>
   void fill_uniform(T* out, std::size_t n, T low, T high, int threads = 0) const;
 
