@@ -1,9 +1,11 @@
 #include "cli.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -18,11 +20,12 @@
 #include "mha/compare.hpp"
 #include "mha/config.hpp"
 #include "mha/error.hpp"
-#include "mha/thread_pool.hpp"
 #include "mha/npy.hpp"
 #include "mha/output_set.hpp"
 #include "mha/run.hpp"
+#include "mha/thread_pool.hpp"
 #include "mha/weight_formats.hpp"
+#include "one_shot.hpp"
 #include "plot_command.hpp"
 #include "sweep_command.hpp"
 
@@ -107,6 +110,7 @@ struct BenchArgs {
   int threads = 0, repeat = 10;
   std::size_t block_q = 0, block_k = 0;
   bool json = false;
+  bool one_shot = false;
 };
 
 void add_bench_command(CLI::App& app, BenchArgs& args) {
@@ -125,6 +129,9 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
                     "float32, bfloat16 (bfloat16 GEMM operands) or both, comma-separated: each "
                     "case runs in each (default float32)");
   bench->add_flag("--json", args.json, "print JSON instead of a table");
+  bench->add_flag("--one-shot,--one_shot", args.one_shot,
+                  "also time each case as `mha run` processes, --repeat of them, next to the "
+                  "warm time (docs/benchmarks.md)");
   bench->add_option("--block-q", args.block_q, "query rows per kernel block (default: kernel's)")
       ->check(CLI::Range(1, 1 << 20));
   bench->add_option("--block-k", args.block_k, "keys per kernel block (default: kernel's)")
@@ -134,9 +141,11 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
 int do_bench(const BenchArgs& args) {
   std::vector<BenchShape> shapes;
   std::vector<std::pair<std::string, std::string>> cases;  // (shape, variant)
+  nlohmann::json base_config = nlohmann::json::object();   // --config's keys, for --one-shot
   if (!args.config_file.empty()) {
     Config c;
-    c.apply(read_config_file(args.config_file), args.config_file);
+    base_config = read_config_file(args.config_file);
+    c.apply(base_config, args.config_file);
     shapes.push_back({"config", resolve_dims(c, FileShapes{})});
     for (const auto& v : bench_variants()) cases.emplace_back("config", v);
   }
@@ -177,13 +186,18 @@ int do_bench(const BenchArgs& args) {
   const double bf16_gemm = any_bf16 ? bf16_gemm_gflops(threads, 5) : 0.0;
   nlohmann::json results = nlohmann::json::array();
   if (!args.json) {
-    std::cout << fmt::format("sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s)\n", sgemm, threads);
+    std::cout << fmt::format(
+        "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels\n", sgemm, threads,
+        blas_load().core);
     if (any_bf16)
       std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
                                bf16_gemm);
-    std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}\n", "shape",
+    std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}", "shape",
                              "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm",
                              "peak RSS");
+    if (args.one_shot)
+      std::cout << fmt::format(" {:>11} {:>6} {:>10}", "1-shot comp", "ratio", "1-shot wall");
+    std::cout << "\n";
   }
   std::vector<std::tuple<std::string, std::string, bool>> runs;  // each case in each dtype
   for (const auto& [name, variant] : cases)
@@ -193,6 +207,14 @@ int do_bench(const BenchArgs& args) {
         *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
     const BenchResult r =
         bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k, bf16);
+    std::optional<OneShot> one;
+    if (args.one_shot) {
+      nlohmann::json config = one_shot_config(shape, variant, threads,
+                                              name == "config" ? base_config : nlohmann::json());
+      if (bf16) config["dtype"] = "bfloat16";
+      one = time_one_shot(std::filesystem::read_symlink("/proc/self/exe").string(), config,
+                          args.repeat);
+    }
     const Dims& d = r.dims;
     results.push_back({{"shape", r.shape},
                        {"variant", r.variant},
@@ -208,17 +230,29 @@ int do_bench(const BenchArgs& args) {
                        {"gflops", r.gflops},
                        {"sgemm_fraction", r.sgemm_fraction},
                        {"peak_rss_bytes", r.peak_rss_bytes}});
-    if (!args.json)
+    if (one) {
+      results.back()["one_shot"] = one->to_json();
+      results.back()["one_shot"]["compute_over_warm"] = one->compute_ms / r.ms_median;
+    }
+    if (!args.json) {
       std::cout << fmt::format(
-                       "{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} "
-                       "MiB\n",
-                       r.shape, r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops,
-                       100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0)
-                << std::flush;
+          "{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB", r.shape,
+          r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops, 100 * r.sgemm_fraction,
+          r.peak_rss_bytes / 1048576.0);
+      if (one)
+        std::cout << fmt::format(" {:>11.3f} {:>5.2f}x {:>10.3f}", one->compute_ms,
+                                 one->compute_ms / r.ms_median, one->wall_ms);
+      std::cout << std::endl;
+    }
   }
   if (args.json) {
-    nlohmann::json out = {{"tool", "mha"},         {"version", MHA_VERSION}, {"threads", threads},
-                          {"repeat", args.repeat}, {"sgemm_gflops", sgemm},  {"results", results}};
+    nlohmann::json out = {{"tool", "mha"},
+                          {"version", MHA_VERSION},
+                          {"threads", threads},
+                          {"repeat", args.repeat},
+                          {"sgemm_gflops", sgemm},
+                          {"results", results},
+                          {"blas", blas_load().to_json()}};
     if (any_bf16) {
       out["bf16_gemm_gflops"] = bf16_gemm;
       out["bf16_gemm_backend"] = bf16_gemm_backend();
