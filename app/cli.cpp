@@ -378,6 +378,9 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
 }  // namespace
 
 int main(const std::vector<std::string>& argv) {
+  // `run` and `bench` compute: OpenBLAS loads on a background thread while
+  // the arguments, config and inputs are read (blas_preload).
+  if (!argv.empty() && (argv[0] == "run" || argv[0] == "bench")) blas_preload();
   remove_temporaries_on_signal();
   CLI::App app{"mha: multi-head attention on the CPU", "mha"};
   app.require_subcommand(1);

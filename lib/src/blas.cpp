@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -64,63 +67,122 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-Loaded load_openblas() {
-  Loaded l;
-  const char* user = std::getenv("OPENBLAS_CORETYPE");
-  const std::optional<std::string> chosen = auto_coretype(user, cpu_features());
-  if (user && *user) {
-    l.info.coretype = user;
-    l.info.coretype_source = "user";
-  } else if (chosen) {
-    l.info.coretype = *chosen;
-    l.info.coretype_source = "mha";
-  } else {
-    l.info.coretype_source = "openblas";
+// Loads OpenBLAS in two halves: start() decides its settings in the calling
+// thread and dlopens it on a background thread, so the 2 ms that loading and
+// relocating it takes overlap the run's own start (config, inputs); get()
+// waits for it, restores the environment and looks up the entry points.
+class Loader {
+ public:
+  // A process that fails before it computes still has the opener running.
+  ~Loader() {
+    if (opener_.joinable()) opener_.join();
   }
-  const char* override_path = std::getenv("MHA_OPENBLAS");
-  l.info.library = override_path && *override_path ? override_path : MHA_OPENBLAS_PATH;
-  void* handle = nullptr;
-  std::string error;
-  {
-    // Both are read once, by OpenBLAS's constructor during dlopen. One
-    // thread: the threaded build then starts no threads of its own, and the
-    // kernel calls it from its pool (thread_pool.hpp).
-    ScopedEnv one_thread("OPENBLAS_NUM_THREADS", "1");
-    std::optional<ScopedEnv> coretype;
-    if (l.info.coretype_source == "mha") coretype.emplace("OPENBLAS_CORETYPE", *chosen);
-    handle = ::dlopen(l.info.library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      error = ::dlerror();
-      // A build moved to a machine without the configured file: any OpenBLAS will do.
-      handle = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-      if (handle) l.info.library = "libopenblas.so.0";
+
+  void start() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    start_locked();
+  }
+
+  const Loaded& get() {
+    if (const Loaded* l = ready_.load(std::memory_order_acquire)) return *l;
+    std::lock_guard<std::mutex> lock(mutex_);
+    start_locked();
+    if (!finished_) finish();
+    if (failure_) std::rethrow_exception(failure_);
+    return loaded_;
+  }
+
+ private:
+  void start_locked() {
+    if (started_) return;
+    started_ = true;
+    BlasInfo& info = loaded_.info;
+    const char* user = std::getenv("OPENBLAS_CORETYPE");
+    const std::optional<std::string> chosen = auto_coretype(user, cpu_features());
+    if (user && *user) {
+      info.coretype = user;
+      info.coretype_source = "user";
+    } else if (chosen) {
+      info.coretype = *chosen;
+      info.coretype_source = "mha";
+    } else {
+      info.coretype_source = "openblas";
+    }
+    const char* override_path = std::getenv("MHA_OPENBLAS");
+    info.library = override_path && *override_path ? override_path : MHA_OPENBLAS_PATH;
+    // Both are read once, by OpenBLAS's constructor during dlopen; set here,
+    // in the calling thread, and restored in finish(). One thread: the
+    // threaded build then starts no threads of its own, and the kernel calls
+    // it from its pool (thread_pool.hpp).
+    one_thread_.emplace("OPENBLAS_NUM_THREADS", "1");
+    if (info.coretype_source == "mha") coretype_.emplace("OPENBLAS_CORETYPE", *chosen);
+    opener_ = std::thread([this, path = info.library] {
+      handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!handle_) {
+        const char* e = ::dlerror();
+        error_ = e ? e : path + ": cannot be loaded";
+        // A build moved to a machine without the configured file: any OpenBLAS will do.
+        handle_ = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+        fallback_ = handle_ != nullptr;
+      }
+    });
+  }
+
+  void finish() {
+    finished_ = true;
+    opener_.join();
+    one_thread_.reset();
+    coretype_.reset();
+    try {
+      resolve();
+      ready_.store(&loaded_, std::memory_order_release);
+    } catch (...) {
+      failure_ = std::current_exception();
     }
   }
-  if (!handle)
-    fail_runtime("cannot load OpenBLAS (" + error +
-                 "); expected Debian's libopenblas0-pthread (scripts/setup.sh installs it)");
-  auto sym = [&](const char* name) { return ::dlsym(handle, name); };
-  l.entry.sgemm = reinterpret_cast<SgemmFn>(sym("cblas_sgemm"));
-  l.entry.dgemm = reinterpret_cast<DgemmFn>(sym("cblas_dgemm"));
-  l.entry.sbgemm = reinterpret_cast<SbgemmFn>(sym("cblas_sbgemm"));
-  if (!l.entry.sgemm || !l.entry.dgemm)
-    fail_runtime(l.info.library + ": no cblas_sgemm/cblas_dgemm; expected an OpenBLAS with CBLAS");
-  if (auto set_threads = reinterpret_cast<void (*)(int)>(sym("openblas_set_num_threads")))
-    set_threads(1);
-  if (auto corename = reinterpret_cast<char* (*)()>(sym("openblas_get_corename")))
-    l.info.core = corename();
-  if (auto config = reinterpret_cast<char* (*)()>(sym("openblas_get_config")))
-    l.info.config = config();
-  if (auto parallel = reinterpret_cast<int (*)()>(sym("openblas_get_parallel")))
-    l.info.threading = parallel() == 0 ? "serial" : parallel() == 1 ? "pthreads" : "openmp";
+
+  void resolve() {
+    BlasInfo& info = loaded_.info;
+    Entry& entry = loaded_.entry;
+    if (!handle_)
+      fail_runtime("cannot load OpenBLAS (" + error_ +
+                   "); expected Debian's libopenblas0-pthread (scripts/setup.sh installs it)");
+    if (fallback_) info.library = "libopenblas.so.0";
+    auto sym = [&](const char* name) { return ::dlsym(handle_, name); };
+    entry.sgemm = reinterpret_cast<SgemmFn>(sym("cblas_sgemm"));
+    entry.dgemm = reinterpret_cast<DgemmFn>(sym("cblas_dgemm"));
+    entry.sbgemm = reinterpret_cast<SbgemmFn>(sym("cblas_sbgemm"));
+    if (!entry.sgemm || !entry.dgemm)
+      fail_runtime(info.library + ": no cblas_sgemm/cblas_dgemm; expected an OpenBLAS with CBLAS");
+    if (auto set_threads = reinterpret_cast<void (*)(int)>(sym("openblas_set_num_threads")))
+      set_threads(1);
+    if (auto corename = reinterpret_cast<char* (*)()>(sym("openblas_get_corename")))
+      info.core = corename();
+    if (auto config = reinterpret_cast<char* (*)()>(sym("openblas_get_config")))
+      info.config = config();
+    if (auto parallel = reinterpret_cast<int (*)()>(sym("openblas_get_parallel")))
+      info.threading = parallel() == 0 ? "serial" : parallel() == 1 ? "pthreads" : "openmp";
+  }
+
+  std::mutex mutex_;
+  bool started_ = false, finished_ = false;
+  std::optional<ScopedEnv> one_thread_, coretype_;
+  std::thread opener_;
+  void* handle_ = nullptr;
+  bool fallback_ = false;
+  std::string error_;
+  Loaded loaded_;
+  std::exception_ptr failure_;
+  std::atomic<const Loaded*> ready_{nullptr};
+};
+
+Loader& loader() {
+  static Loader l;
   return l;
 }
 
 const Loaded& loaded() {
-  // A function-local static: loaded once, thread-safely; a failure rethrows
-  // on every call (the static stays uninitialized).
-  static const Loaded l = load_openblas();
-  return l;
+  return loader().get();
 }
 
 const Entry& entry() {
@@ -247,6 +309,10 @@ void set_sbgemm_for_tests(SbgemmFn fn) {
 
 const BlasInfo& blas_load() {
   return loaded().info;
+}
+
+void blas_preload() {
+  loader().start();
 }
 
 nlohmann::json BlasInfo::to_json() const {

@@ -200,6 +200,7 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
                                             : nlohmann::json{{"zeros", true}};
   }
   const Mask<T> mask = load_mask<T>(c, d, warn);
+  blas_load();  // loading since blas_preload(), if the caller started it
   report.load_ms = ms_since(t_load);
 
   if (c.average_heads && !c.save_attention && !c.plot && warn)
@@ -268,7 +269,6 @@ RunResult run_typed(const Config& c, const std::function<void(const std::string&
     };
   }
 
-  blas_load();
   auto t_compute = Clock::now();
   xt::xarray<T> output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
   attention_layer<T>(d, in.query.data(), in.key_data(d), in.value_data(d), w, mask, options,

@@ -62,6 +62,12 @@ struct BlasInfo {
 // choice unless the user set it. The environment is restored afterwards.
 const BlasInfo& blas_load();
 
+// Starts loading OpenBLAS on a background thread and returns at once, so that
+// loading overlaps other work; blas_load() waits for it. Until then the
+// environment holds OPENBLAS_NUM_THREADS=1 (and OPENBLAS_CORETYPE when chosen):
+// start no child process in between.
+void blas_preload();
+
 // The CPU features OpenBLAS's kernel sets need, from cpuid and xgetbv.
 struct CpuFeatures {
   bool avx512f = false, avx512cd = false, avx512bw = false, avx512dq = false, avx512vl = false;
