@@ -319,6 +319,7 @@ Config build_config(const RunArgs& args) {
 }
 
 void setup_logging(int verbosity) {
+  spdlog::drop("mha");  // a sweep worker sets up logging once per run
   auto logger = spdlog::stderr_logger_st("mha");
   logger->set_pattern("mha: %l: %v");
   logger->set_level(verbosity > 0   ? spdlog::level::debug
@@ -381,6 +382,7 @@ int main(const std::vector<std::string>& argv) {
   // `run` and `bench` compute: OpenBLAS loads on a background thread while
   // the arguments, config and inputs are read (blas_preload).
   if (!argv.empty() && (argv[0] == "run" || argv[0] == "bench")) blas_preload();
+  if (argv.size() == 1 && argv[0] == "sweep-worker") return do_sweep_worker();
   remove_temporaries_on_signal();
   CLI::App app{"mha: multi-head attention on the CPU", "mha"};
   app.require_subcommand(1);

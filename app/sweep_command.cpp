@@ -1,6 +1,9 @@
 #include "sweep_command.hpp"
 
+#include "cli.hpp"
+
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -14,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -108,22 +112,43 @@ std::string last_error(const std::string& log_path) {
   return last.empty() ? "no message (see " + log_path + ")" : last;
 }
 
+// A run handed to a worker: which run, since when, where its log goes.
 struct Child {
   std::size_t run = 0;
   Clock::time_point start;
   std::string log;
 };
 
+// A long-lived `mha sweep-worker` process: reads one run at a time from its
+// stdin ("INDEX\tCONFIG\tLOG\n"), runs it in-process exactly as `mha run
+// --config CONFIG` would, with stderr to LOG, and answers "INDEX\tEXIT\n" on
+// its stdout. Starting a process per run cost about 8 ms of the 20 ms a
+// small run takes (exec, dynamic linking, loading OpenBLAS); a worker pays it
+// once. A crash or OOM kill still costs only the run in progress: the worker
+// dies, its run is recorded with the signal, and a new worker takes the next.
+struct Worker {
+  pid_t pid = -1;
+  int to = -1;    // its stdin
+  int from = -1;  // its stdout
+  std::string buffer;
+  std::optional<Child> child;  // the run in progress
+};
+
 class Runner {
  public:
-  Runner(Sweep& sweep, const Shard& shard, int threads, Progress& progress)
+  Runner(Sweep& sweep, const Shard& shard, int threads, int jobs, Progress& progress)
       : sweep_(sweep), shard_(shard), threads_(threads), progress_(progress) {
     exe_ = fs::read_symlink("/proc/self/exe").string();
+    workers_.resize(static_cast<std::size_t>(jobs));
   }
 
-  // Starts `mha run --config DIR/config.json` with stderr to DIR/run.log.
-  // Returns false when the run could not even start (its directory cannot
-  // be made, ...): it is recorded as failed and the sweep goes on.
+  ~Runner() {
+    for (auto& w : workers_) close_worker(w);
+  }
+
+  // Hands run `index` to an idle worker (starting one if needed). Returns
+  // false when the run could not even start (its directory cannot be made,
+  // ...): it is recorded as failed and the sweep goes on.
   bool start(std::size_t index) {
     try {
       launch(index);
@@ -138,35 +163,41 @@ class Runner {
     }
   }
 
-  std::size_t running() const { return children_.size(); }
+  std::size_t running() const {
+    std::size_t n = 0;
+    for (const auto& w : workers_) n += w.child.has_value();
+    return n;
+  }
 
-  // Reaps finished children without blocking; returns how many failed.
-  std::size_t reap() {
+  // Waits up to `timeout_ms` for a worker to answer or die (a signal cuts
+  // the wait short), records what finished, and returns how many failed.
+  std::size_t wait_and_reap(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<Worker*> owners;
+    for (auto& w : workers_)
+      if (w.child && w.from >= 0) {
+        fds.push_back({w.from, POLLIN, 0});
+        owners.push_back(&w);
+      }
+    if (fds.empty()) return 0;
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     std::size_t failures = 0;
-    for (;;) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      const auto it = children_.find(pid);
-      if (it == children_.end()) continue;
-      const Child child = it->second;
-      children_.erase(it);
-      if (!record(child, status)) ++failures;
-    }
+    if (ready <= 0) return 0;
+    for (std::size_t i = 0; i < fds.size(); ++i)
+      if (fds[i].revents) failures += read_worker(*owners[i]);
     return failures;
   }
 
   void terminate_all() {
-    for (const auto& [pid, child] : children_) ::kill(-pid, SIGTERM);
+    for (auto& w : workers_)
+      if (w.pid > 0) ::kill(-w.pid, SIGTERM);
   }
 
-  // Waits for every child, recording none of them (they were stopped).
+  // Waits for every worker, recording none of their runs (they were stopped).
   void wait_all() {
-    while (!children_.empty()) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, 0);
-      if (pid < 0 && errno != EINTR) break;
-      if (pid > 0) children_.erase(pid);
+    for (auto& w : workers_) {
+      close_worker(w);
+      w.child.reset();
     }
   }
 
@@ -176,7 +207,6 @@ class Runner {
     json config = run.config;
     if (!config.contains("threads") || config["threads"].is_null() || config["threads"] == 0)
       config["threads"] = threads_;
-    const int threads = config["threads"].get<int>();
     {
       OutputSet staged(run.dir);  // creates the directory; config.json lands atomically
       staged.stage_bytes("config.json", config.dump(2) + "\n");
@@ -185,13 +215,50 @@ class Runner {
     remove_stale_temporaries(run.dir);
     const std::string config_path = (fs::path(run.dir) / "config.json").string();
     const std::string log = (fs::path(run.dir) / "run.log").string();
-    const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log_fd < 0) fail_runtime(log + ": cannot create run log: " + std::strerror(errno));
-    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    Worker* idle = nullptr;
+    for (auto& w : workers_)
+      if (!w.child) {
+        idle = &w;
+        break;
+      }
+    if (!idle) fail_runtime("internal: no idle worker");  // the loop keeps at most jobs running
+    if (idle->pid <= 0) spawn(*idle);
+    const std::string line = std::to_string(index) + "\t" + config_path + "\t" + log + "\n";
+    if (!write_all(idle->to, line)) {
+      // It died between runs: start another and hand it the run.
+      close_worker(*idle);
+      spawn(*idle);
+      if (!write_all(idle->to, line))
+        fail_runtime("cannot hand the run to a worker: " + std::string(std::strerror(errno)));
+    }
+    idle->child = Child{index, Clock::now(), log};
+    progress_.started(run.name);
+  }
 
+  static bool write_all(int fd, const std::string& data) {
+    const char* p = data.data();
+    std::size_t left = data.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p += n, left -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  // Starts `mha sweep-worker` with pipes to its stdin and stdout.
+  void spawn(Worker& w) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) fail_runtime("cannot start a worker: pipe failed");
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      ::close(in[0]), ::close(in[1]);
+      fail_runtime("cannot start a worker: pipe failed");
+    }
+    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     // Everything the child needs is built before fork: after it, only
-    // async-signal-safe calls (the parent has OpenBLAS's threads).
-    std::vector<std::string> args = {exe_, "run", "--config", config_path};
+    // async-signal-safe calls.
+    std::vector<std::string> args = {exe_, "sweep-worker"};
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string var = *e;
@@ -199,49 +266,105 @@ class Runner {
         continue;
       env.push_back(var);
     }
-    env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
-    env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(threads_));
     std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const pid_t parent = ::getpid();
+    // SIGPIPE would kill the sweep if a worker died before reading its run.
+    ::signal(SIGPIPE, SIG_IGN);
 
     const pid_t pid = ::fork();
     if (pid == 0) {
       // Its own process group: Ctrl-C reaches only the sweep, which lets the
-      // current runs finish. If the sweep dies (even by SIGKILL), the child
+      // current runs finish. If the sweep dies (even by SIGKILL), the worker
       // gets SIGTERM and removes its temporaries.
       ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() != parent) ::_exit(128 + SIGTERM);
-      ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(null_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::dup2(in[0], STDIN_FILENO);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(null_fd, STDERR_FILENO);  // each run's stderr goes to its run.log
       ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
-    ::close(log_fd);
+    ::close(in[0]);
+    ::close(out[1]);
     if (null_fd >= 0) ::close(null_fd);
-    if (pid > 0) ::setpgid(pid, pid);  // also here: a signal may come before the child runs
-    if (pid < 0)
-      fail_runtime("cannot start a run: fork failed: " + std::string(std::strerror(errno)));
-    children_[pid] = {index, Clock::now(), log};
-    progress_.started(run.name);
+    if (pid < 0) {
+      ::close(in[1]), ::close(out[0]);
+      fail_runtime("cannot start a worker: fork failed: " + std::string(std::strerror(errno)));
+    }
+    ::setpgid(pid, pid);  // also here: a signal may come before the child runs
+    w.pid = pid;
+    w.to = in[1];
+    w.from = out[0];
+    w.buffer.clear();
   }
 
-  bool record(const Child& child, int status) {
+  void close_worker(Worker& w) {
+    if (w.to >= 0) ::close(w.to);  // EOF: an idle worker exits
+    if (w.from >= 0) ::close(w.from);
+    w.to = w.from = -1;
+    if (w.pid > 0) {
+      int status = 0;
+      while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    w.pid = -1;
+  }
+
+  // Reads what a worker wrote; records its run when it answered or died.
+  std::size_t read_worker(Worker& w) {
+    char buf[256];
+    const ssize_t n = ::read(w.from, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+    if (n > 0) {
+      w.buffer.append(buf, static_cast<std::size_t>(n));
+      const auto nl = w.buffer.find('\n');
+      if (nl == std::string::npos) return 0;
+      const std::string line = w.buffer.substr(0, nl);
+      w.buffer.erase(0, nl + 1);
+      const auto tab = line.find('\t');
+      int code = 1;
+      try {
+        code = std::stoi(line.substr(tab == std::string::npos ? 0 : tab + 1));
+      } catch (const std::exception&) {
+      }
+      const Child child = *w.child;
+      w.child.reset();
+      return record(child, code, 0) ? 0 : 1;
+    }
+    // EOF: the worker died during the run (crash, OOM kill, signal).
+    ::close(w.from);
+    w.from = -1;
+    if (w.to >= 0) ::close(w.to);
+    w.to = -1;
+    int status = 0;
+    while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    w.pid = -1;
+    const Child child = *w.child;
+    w.child.reset();
+    if (WIFSIGNALED(status)) return record(child, 128 + WTERMSIG(status), WTERMSIG(status)) ? 0 : 1;
+    return record(child, WIFEXITED(status) && WEXITSTATUS(status) ? WEXITSTATUS(status) : 1, 0) ? 0
+                                                                                                : 1;
+  }
+
+  // `code`: the run's exit code; `signal`: the signal that killed its worker, or 0.
+  bool record(const Child& child, int code, int signal) {
     const SweepRun& run = sweep_.runs[child.run];
     const double wall_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - child.start).count();
     json extra = {{"wall_ms", wall_ms}, {"finished_at", utc_now()}, {"shard", shard_.str()}};
     const std::string results = shard_results_path(sweep_, shard_);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::string error;
-    if (WIFSIGNALED(status)) {
-      error = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-              strsignal(WTERMSIG(status)) + ")";
+    if (signal) {
+      error = std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) +
+              ")";
     } else if (code != 0) {
       error = last_error(child.log);
     } else if (!run_is_complete(run)) {
@@ -266,7 +389,7 @@ class Runner {
   int threads_;
   Progress& progress_;
   std::string exe_;
-  std::map<pid_t, Child> children_;
+  std::vector<Worker> workers_;
 };
 
 void print_dry_run(const Sweep& sweep, const Shard& shard) {
@@ -290,6 +413,52 @@ void print_dry_run(const Sweep& sweep, const Shard& shard) {
 }
 
 }  // namespace
+
+int do_sweep_worker() {
+  // The sweep reads answers from stdout; nothing else may write there.
+  const int answers = ::dup(STDOUT_FILENO);
+  const int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ::dup2(null_fd, STDOUT_FILENO);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const auto t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos) return 2;
+    const std::string index = line.substr(0, t1), config = line.substr(t1 + 1, t2 - t1 - 1),
+                      log = line.substr(t2 + 1);
+    const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDERR_FILENO);
+      ::dup2(log_fd, STDOUT_FILENO);
+      ::close(log_fd);
+    }
+    // Each run's peak RSS is its own: reset the process's high-water mark
+    // (Linux: "5" to clear_refs), which report.cpp reads back as VmHWM.
+    if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+      std::fputs("5", f);
+      std::fclose(f);
+    }
+    int code = 1;
+    try {
+      code = mha::cli::main({"run", "--config", config});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mha: error: %s\n", e.what());
+      code = 1;
+    } catch (...) {
+      std::fprintf(stderr, "mha: error: unknown failure in the sweep worker\n");
+      code = 1;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::cerr.flush();
+    // Between runs nothing points at the last run's log.
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(null_fd, STDERR_FILENO);
+    const std::string answer = index + "\t" + std::to_string(code) + "\n";
+    if (::write(answers, answer.data(), answer.size()) != static_cast<ssize_t>(answer.size()))
+      return 1;
+  }
+  return 0;
+}
 
 void add_sweep_command(CLI::App& app, SweepArgs& args) {
   CLI::App* sweep = app.add_subcommand(
@@ -379,7 +548,7 @@ int do_sweep(const SweepArgs& args) {
 
   install_handlers();
   Progress progress(todo.size(), skipped);
-  Runner runner(sweep, shard, threads, progress);
+  Runner runner(sweep, shard, threads, args.jobs, progress);
   std::size_t next = 0, failures = 0;
   bool draining = false;
   while (next < todo.size() || runner.running() > 0) {
@@ -399,14 +568,9 @@ int do_sweep(const SweepArgs& args) {
     while (!draining && next < todo.size() &&
            runner.running() < static_cast<std::size_t>(args.jobs))
       if (!runner.start(todo[next++])) ++failures;
-    failures += runner.reap();
     progress.tick();
-    if (runner.running() > 0 || draining) {
-      struct timespec pause {
-        0, 50 * 1000 * 1000
-      };  // a signal cuts it short
-      ::nanosleep(&pause, nullptr);
-    }
+    // Wakes when a worker answers or dies; a signal or 50 ms cut it short.
+    if (runner.running() > 0) failures += runner.wait_and_reap(50);
     if (draining && runner.running() == 0) break;
   }
   progress.done();

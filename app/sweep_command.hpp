@@ -1,5 +1,5 @@
 // `mha sweep FILE`: runs every config of a sweep file (lib/include/mha/sweep.hpp)
-// as its own `mha run` child process, N at a time, one shard of a cluster job.
+// as `mha run` does, in N long-lived worker processes, one shard of a cluster job.
 #pragma once
 
 #include <string>
@@ -23,5 +23,10 @@ void add_sweep_command(CLI::App& app, SweepArgs& args);
 // run failed, 2 bad sweep file, flags or invalid runs, 130/143/129 stopped by
 // SIGINT/SIGTERM/SIGHUP.
 int do_sweep(const SweepArgs& args);
+
+// `mha sweep-worker` (internal, started by do_sweep): runs the sweep's runs
+// one at a time as they arrive on stdin, each exactly as `mha run --config`,
+// and answers each with its exit code on stdout.
+int do_sweep_worker();
 
 }  // namespace mha::cli

@@ -106,6 +106,20 @@ template nlohmann::json npy_stats<double>(const double*, const std::vector<std::
 template nlohmann::json npy_stats<float16>(const float16*, const std::vector<std::size_t>&);
 
 std::uint64_t peak_rss_bytes() {
+  // VmHWM, which a sweep worker resets before each run (clear_refs), else
+  // the process's lifetime maximum.
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) {
+        found = true;
+        break;
+      }
+    std::fclose(f);
+    if (found) return static_cast<std::uint64_t>(kib) * 1024;
+  }
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB

@@ -104,14 +104,20 @@ def children(pid):
 
 
 def child_run_dir(pid):
-    """The run directory of an `mha run --config DIR/config.json` child, or None."""
+    """The run directory of a sweep's child: an `mha sweep-worker` writes the run in progress'
+    log (DIR/run.log) on its stderr; an `mha run --config DIR/config.json` names it. None when
+    the child is between runs."""
     try:
         args = read_bytes(f"/proc/{pid}/cmdline").split(b"\0")
     except OSError:
         return None
-    if b"--config" not in args:
+    if b"--config" in args:
+        return os.path.dirname(args[args.index(b"--config") + 1].decode())
+    try:
+        log = os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
         return None
-    return os.path.dirname(args[args.index(b"--config") + 1].decode())
+    return os.path.dirname(log) if log.endswith("/run.log") else None
 
 
 def alive(pid):
@@ -596,6 +602,34 @@ class Resume(Case):
             self.check_run_dir(os.path.join(out, n), dict(MEDIUM, seed=int(n[5:])), MEDIUM_SHAPES,
                                stale=stale if n == killed else ())
         self.check_results(out, names)
+
+    def test_killed_run_costs_only_that_run(self):
+        """A run whose process dies (a crash, the OOM killer: SIGKILL here) fails alone; the
+        worker that ran it is replaced and the other runs complete with their results."""
+        s = self.write_sweep({"base": MEDIUM, "grid": {"seed": [0, 1, 2, 3]}})
+        out = self.path("out")
+        p = self.start(s, out)
+        child, run_dir = self.stop_during_run(p, out)
+        killed = os.path.basename(run_dir)
+        os.kill(child, signal.SIGKILL)
+        os.kill(p.pid, signal.SIGCONT)
+        self.assertEqual(self.wait(p), 1, self.stderr_of(p))
+        err = self.stderr_of(p)
+        self.assertIn(f"{killed}: failed (exit 137): killed by signal 9", err)
+        rows = read_jsonl(os.path.join(out, "results.jsonl"))
+        self.assertEqual(len(rows), 4)
+        for r in rows:
+            if r["name"] == killed:
+                self.assertEqual(r["status"], "failed", r)
+                self.assertIn("killed by signal 9", r["error"])
+            else:
+                self.assertEqual(r["status"], "ok", r)
+                self.check_run_dir(os.path.join(out, r["name"]),
+                                   dict(MEDIUM, seed=int(r["name"][5:])), MEDIUM_SHAPES)
+        # --resume redoes only the killed run.
+        _, err = self.sweep(s, out, "--resume")
+        self.assertIn("4 run(s) in shard 0/1, 1 to do (3 already complete)", err)
+        self.assertIn(f"] {killed}: ok", err)
 
     def dry_run_table(self, s, out):
         """The dry-run table for an out_dir that already exists."""
