@@ -2,11 +2,12 @@
 # Run `mha bench --json` and bench/torch_mha.py --json with the same arguments and print one
 # table side by side.
 #
-# Usage: bench/compare.sh [--shapes NAME[:VARIANT],...] [--threads N] [--repeat N]
+# Usage: bench/compare.sh [--shapes NAME[:VARIANT],...] [--threads N] [--repeat N] [--one-shot]
 #   MHA_BIN   the mha binary (default: build/bin/mha, relative to the repository root)
 #   PYTHON    the Python with torch (default: /usr/bin/python3)
 # Both tools run one after the other (never at once), from the repository root. Without
-# --threads each uses all cores. Exits non-zero if either side fails.
+# --threads each uses all cores. --one-shot adds mha's one-shot columns (`mha run` processes,
+# compute time from run.json, and its ratio to the warm time). Exits non-zero if either side fails.
 set -euo pipefail
 
 usage() { sed -n '2,9s/^# \{0,1\}//p' "$0"; }
@@ -15,8 +16,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 args=()
+mha_only=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --one-shot) mha_only+=("--one-shot"); shift ;;
     --shapes|--threads|--repeat)
       [[ $# -ge 2 ]] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift 2 ;;
@@ -36,7 +39,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "compare.sh: running $mha_bin bench --json ${args[*]}" >&2
-if ! "$mha_bin" bench --json "${args[@]}" >"$tmp/mha.json"; then
+if ! "$mha_bin" bench --json "${args[@]}" "${mha_only[@]}" >"$tmp/mha.json"; then
   echo "compare.sh: '$mha_bin bench --json ${args[*]}' failed" >&2
   exit 1
 fi
@@ -91,15 +94,22 @@ for m in mha["results"]:
         warnings.append("%s/%s: FLOP counts differ (mha %s, torch %s)"
                         % (key(m) + (m.get("flops"), t.get("flops"))))
     speedup = t["ms_median"] / m["ms_median"] if m["ms_median"] > 0 else float("inf")
-    rows.append([m["shape"], m["variant"],
-                 "%.3f" % m["ms_median"], "%.3f" % t["ms_median"], "%.2fx" % speedup,
-                 "%.1f" % m["gflops"], "%.1f" % t["gflops"], "%.2f" % m["sgemm_fraction"]])
+    row = [m["shape"], m["variant"],
+           "%.3f" % m["ms_median"], "%.3f" % t["ms_median"], "%.2fx" % speedup,
+           "%.1f" % m["gflops"], "%.1f" % t["gflops"], "%.2f" % m["sgemm_fraction"]]
+    one = m.get("one_shot")
+    if one:
+        row += ["%.3f" % one["compute_ms_median"], "%.2fx" % one["compute_over_warm"],
+                "%.3f" % one["wall_ms_median"]]
+    rows.append(row)
 for t in tch["results"]:
     if key(t) not in m_keys:
         warnings.append("%s/%s: only in torch" % key(t))
 
 head = ["shape", "variant", "mha ms", "torch ms", "speedup", "mha GFLOP/s", "torch GFLOP/s",
         "mha/sgemm"]
+if rows and len(rows[0]) > len(head):
+    head += ["1-shot ms", "1-shot/warm", "1-shot wall"]
 widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
 def line(cells):
     return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
@@ -110,6 +120,10 @@ for r in rows:
     print(line(r))
 print("# ms = median of the timed calls; speedup = torch ms / mha ms (> 1: mha is faster);"
       " mha/sgemm = mha GFLOP/s over mha's own sgemm rate")
+if len(head) > 8:
+    print("# 1-shot ms = median compute time in run.json of `mha run` processes of the same case;"
+          " 1-shot wall = the whole process; mha OpenBLAS kernels: %s"
+          % mha.get("blas", {}).get("core", "?"))
 for w in warnings:
     print("# warning: " + w)
 if not rows:
