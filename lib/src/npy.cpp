@@ -669,10 +669,16 @@ std::string encode_npy(const NpyArray& array) {
   return out;
 }
 
+void check_float_array(DType dtype, const std::vector<std::size_t>& shape,
+                       const std::string& name) {
+  if (!is_float(dtype))
+    fail_input(name + ": expected a float array (float16/32/64), got " + dtype_name(dtype) +
+               " array of shape " + shape_str(shape));
+}
+
 template <class T>
 void convert(const NpyArray& array, T* out, const std::string& name) {
-  if (!is_float(array.dtype))
-    fail_input(name + ": expected a float array (float16/32/64), got " + array.describe());
+  check_float_array(array.dtype, array.shape, name);
   const std::size_t n = array.size();
   if (array.data.size() != n * itemsize(array.dtype))
     fail_runtime(name + ": " + array.describe() + " holds " + std::to_string(array.data.size()) +

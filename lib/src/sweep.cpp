@@ -20,6 +20,7 @@
 #include "mha/memory.hpp"
 #include "mha/npy.hpp"
 #include "mha/output_set.hpp"
+#include "mha/plan.hpp"
 #include "mha/weight_formats.hpp"
 #include "mha/weights.hpp"
 
@@ -150,66 +151,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
-}
-
-// File contents needed to check a run, read once per path for the whole sweep.
-struct FileCache {
-  std::map<std::string, std::vector<std::size_t>> shapes;
-  std::map<std::string, NativeWeights> weights;
-  std::map<std::string, std::string> errors;  // path -> message of its read failure
-
-  const std::vector<std::size_t>& shape(const std::string& path) {
-    if (errors.count(path)) fail_input(errors[path]);
-    if (!shapes.count(path)) {
-      try {
-        shapes[path] = read_npy_header(path).shape;  // the same checks, no data read
-      } catch (const Error& e) {
-        errors[path] = e.what();
-        throw;
-      }
-    }
-    return shapes[path];
-  }
-  const NativeWeights& native(const std::string& path, WeightsFormat format) {
-    const std::string key = std::string(to_string(format)) + ":" + path;
-    if (errors.count(key)) fail_input(errors[key]);
-    if (!weights.count(key)) {
-      try {
-        weights[key] = to_native(read_weight_arrays(path), format, path);
-      } catch (const Error& e) {
-        errors[key] = e.what();
-        throw;
-      }
-    }
-    return weights[key];
-  }
-};
-
-// The checks `mha run` makes before computing, in the same order and with
-// the same messages.
-void preflight(const Config& c, FileCache& cache) {
-  FileShapes shapes;
-  if (c.query) shapes.query = cache.shape(*c.query), shapes.query_name = *c.query;
-  if (c.key) shapes.key = cache.shape(*c.key), shapes.key_name = *c.key;
-  if (c.value) shapes.value = cache.shape(*c.value), shapes.value_name = *c.value;
-  const NativeWeights* native = nullptr;
-  if (c.weights) {
-    native = &cache.native(*c.weights, c.weights_format);
-    shapes.weights_name = *c.weights;
-    shapes.weights_h = native->h;
-    for (const auto& [name, array] : native->arrays) shapes.weights[name] = array.shape;
-  }
-  const bool use_bias = c.use_bias.value_or(!native || native->arrays.count("b_q") > 0);
-  plan_attention_axes(c, shapes);  // N-D inputs: shapes become the flattened ones
-  const Dims d = resolve_dims(c, shapes);
-  const std::size_t item = c.dtype == ComputeType::float64 ? 8 : 4;
-  const MemoryEstimate need = estimate_memory(d, item, c.save_attention || c.plot, 1);
-  const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
-  if (need.total() > static_cast<double>(limit))
-    fail_input("this run needs about " + need.describe() + " but max_memory is " +
-               format_bytes(static_cast<double>(limit)));
-  if (native) weights_from_arrays<float>(native->arrays, d, use_bias, *c.weights);
-  load_mask<float>(c, d);
 }
 
 void set_if(ordered_json& row, const char* column, const json& from, const char* key) {
@@ -344,13 +285,14 @@ Sweep load_sweep(const std::string& path, const std::optional<std::string>& out_
 }
 
 std::size_t validate_sweep(Sweep& sweep) {
-  FileCache cache;
+  PlanFiles files;  // each file read once for the whole sweep
   std::size_t invalid = 0;
   for (auto& run : sweep.runs) {
     try {
       Config c;
       c.apply(run.config, run.name);
-      preflight(c, cache);
+      // Exactly what `mha run` checks before it computes (plan.hpp).
+      check_loadable(plan_run(c, files));
       run.invalid.reset();
     } catch (const Error& e) {
       run.invalid = e.what();

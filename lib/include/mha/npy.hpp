@@ -73,6 +73,10 @@ std::string encode_npy(const NpyArray& array);
 // little-endian array; the data follows it. Used to stream large tensors.
 std::string npy_header(DType dtype, const std::vector<std::size_t>& shape);
 
+// Refuses a non-float array named `name` (a path, or path:tensor) with
+// "NAME: expected a float array (float16/32/64), got int32 array of shape (2, 3)".
+void check_float_array(DType dtype, const std::vector<std::size_t>& shape, const std::string& name);
+
 // Converts a float array (f2, f4, f8) to T. Integers and bools are refused
 // with a message naming `name`, as is any non-float dtype.
 template <class T>
