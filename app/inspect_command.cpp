@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "mha/error.hpp"
-#include "mha/inspect.hpp"
+#include "mha/base/error.hpp"
+#include "mha/inspect/inspect.hpp"
 
 namespace mha::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <vector>
 
-#include "mha/error.hpp"
+#include "mha/base/error.hpp"
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/bench.hpp"
+#include "mha/run/bench.hpp"
 
 namespace mha::cli {
 

@@ -9,11 +9,11 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "mha/error.hpp"
-#include "mha/heatmap.hpp"
-#include "mha/npy.hpp"
-#include "mha/output_set.hpp"
-#include "mha/png.hpp"
+#include "mha/base/error.hpp"
+#include "mha/inspect/heatmap.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/io/png.hpp"
 
 namespace mha::cli {
 namespace {

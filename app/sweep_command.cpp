@@ -23,9 +23,9 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "mha/error.hpp"
-#include "mha/output_set.hpp"
-#include "mha/sweep.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/run/sweep.hpp"
 #include "progress.hpp"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-// `mha sweep FILE`: runs every config of a sweep file (lib/include/mha/sweep.hpp)
+// `mha sweep FILE`: runs every config of a sweep file (lib/include/mha/run/sweep.hpp)
 // as `mha run` does, in N long-lived worker processes, one shard of a cluster job.
 #pragma once
 

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "mha/attention.hpp"
-#include "mha/config.hpp"
-#include "mha/dims.hpp"
-#include "mha/error.hpp"
-#include "mha/mask.hpp"
-#include "mha/npy.hpp"
-#include "mha/rng.hpp"
-#include "mha/weights.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/mask.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
+#include "mha/model/rng.hpp"
+#include "mha/model/weights.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "mha/attention_axes.hpp"
-#include "mha/config.hpp"
-#include "mha/dims.hpp"
-#include "mha/npy.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/model/attention_axes.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
 #include "test_util.hpp"
 
 using mha::AttentionAxes;

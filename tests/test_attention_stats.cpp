@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/attention_stats.hpp"
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
+#include "mha/base/error.hpp"
+#include "mha/inspect/attention_stats.hpp"
+#include "mha/io/npy.hpp"
 #include "test_util.hpp"
 
 #ifndef MHA_BIN_PATH

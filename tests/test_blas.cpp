@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "mha/blas.hpp"
+#include "mha/kernel/blas.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "mha/compare.hpp"
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
+#include "mha/base/error.hpp"
+#include "mha/inspect/compare.hpp"
+#include "mha/io/npy.hpp"
 
 using mha::Comparison;
 using mha::DType;

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/config.hpp"
-#include "mha/error.hpp"
+#include "mha/base/error.hpp"
+#include "mha/model/config.hpp"
 #include "test_util.hpp"
 
 using Catch::Contains;

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/npy.hpp"
+#include "mha/io/npy.hpp"
 #include "test_util.hpp"
 
 #ifndef MHA_BIN_PATH

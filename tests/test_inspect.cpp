@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/inspect.hpp"
-#include "mha/npy.hpp"
-#include "mha/npz.hpp"
+#include "mha/inspect/inspect.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/npz.hpp"
 #include "test_util.hpp"
 
 using mha::DType;

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <vector>
 
-#include "mha/attention.hpp"
-#include "mha/rng.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/model/rng.hpp"
 #include "reference.hpp"
 
 using mha::AttentionOutput;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/npy.hpp"
+#include "mha/io/npy.hpp"
 #include "test_util.hpp"
 
 using mha::DType;

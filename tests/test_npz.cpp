@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/error.hpp"
-#include "mha/npz.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npz.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

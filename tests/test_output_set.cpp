@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/npz.hpp"
-#include "mha/output_set.hpp"
+#include "mha/io/npz.hpp"
+#include "mha/io/output_set.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

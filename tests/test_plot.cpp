@@ -15,14 +15,14 @@
 #include <thread>
 #include <vector>
 
-#include "mha/colormap.hpp"
-#include "mha/config.hpp"
-#include "mha/heatmap.hpp"
-#include "mha/image.hpp"
-#include "mha/npy.hpp"
-#include "mha/png.hpp"
-#include "mha/run.hpp"
-#include "mha/text.hpp"
+#include "mha/inspect/colormap.hpp"
+#include "mha/inspect/heatmap.hpp"
+#include "mha/inspect/text.hpp"
+#include "mha/io/image.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/png.hpp"
+#include "mha/model/config.hpp"
+#include "mha/run/run.hpp"
 #include "test_util.hpp"
 
 namespace {

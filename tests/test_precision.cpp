@@ -15,13 +15,13 @@
 #include <random>
 #include <vector>
 
-#include "mha/attention.hpp"
-#include "mha/blas.hpp"
-#include "mha/npy.hpp"
-#include "mha/precision.hpp"
-#include "mha/rng.hpp"
-#include "mha/run.hpp"
-#include "mha/weights.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/blas.hpp"
+#include "mha/model/precision.hpp"
+#include "mha/model/rng.hpp"
+#include "mha/model/weights.hpp"
+#include "mha/run/run.hpp"
 #include "test_util.hpp"
 
 using mha::float16;

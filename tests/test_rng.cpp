@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/rng.hpp"
+#include "mha/model/rng.hpp"
 
 namespace {
 

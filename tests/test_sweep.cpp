@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/config.hpp"
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
-#include "mha/sweep.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/model/config.hpp"
+#include "mha/run/sweep.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "mha/thread_pool.hpp"
+#include "mha/base/thread_pool.hpp"
 
 TEST_CASE("every task runs exactly once on a thread index below the count", "[thread_pool]") {
   for (int threads : {1, 2, 3, 5, 2, 8, 1, 4}) {

@@ -17,8 +17,8 @@
 #include <system_error>
 #include <vector>
 
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha::test {
 

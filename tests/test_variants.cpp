@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/config.hpp"
-#include "mha/dims.hpp"
-#include "mha/mask.hpp"
-#include "mha/npy.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/mask.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "../lib/src/vexp_impl.hpp"
-#include "mha/vexp.hpp"
+#include "../lib/src/kernel/vexp_impl.hpp"
+#include "mha/kernel/vexp.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/weight_formats.hpp"
+#include "mha/model/weight_formats.hpp"
 #include "test_util.hpp"
 
 using mha::NpyArray;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Sweep validation and `mha run` share one plan (lib/include/mha/plan.hpp): for every `run`
+"""Sweep validation and `mha run` share one plan (lib/include/mha/run/plan.hpp): for every `run`
 case of the bad-input corpus that fails (exit 2) and that a sweep can hold (its flags written as
 a config file), `mha sweep --dry-run` must list the run as invalid with exactly the message
 `mha run --config` prints for the same config. Cases that only fail on array data or in the

@@ -36,7 +36,7 @@ def finite_stats(a):
 
 def head_stats(a):
     """Per-head attention statistics of (B, h, T, S) maps, in NumPy: the definitions of
-    lib/include/mha/attention_stats.hpp, over the rows that are distributions."""
+    lib/include/mha/inspect/attention_stats.hpp, over the rows that are distributions."""
     a = np.asarray(a, np.float64)
     B, h, T, S = a.shape
     t = np.arange(T)[:, None]

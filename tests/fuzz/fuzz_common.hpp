@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
 
 // Not assert(): it must stay on in Release builds.
 #define FUZZ_CHECK(cond)                                                                     \

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_common.hpp"
-#include "mha/config.hpp"
-#include "mha/error.hpp"
+#include "mha/base/error.hpp"
+#include "mha/model/config.hpp"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "mha/error.hpp"
-#include "mha/inspect.hpp"
-#include "mha/npy.hpp"
+#include "mha/base/error.hpp"
+#include "mha/inspect/inspect.hpp"
+#include "mha/io/npy.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const mha_fuzz::ScratchFile scratch(".npy");

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "mha/error.hpp"
-#include "mha/npy.hpp"
-#include "mha/npz.hpp"
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/npz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const mha_fuzz::ScratchFile scratch(".npz");

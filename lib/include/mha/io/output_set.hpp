@@ -1,0 +1,82 @@
+// Writes a run's outputs all-or-nothing. Each file is first written to a
+// temporary file in the destination directory; commit() renames them all to
+// their final names. If anything fails before commit(), or the OutputSet is
+// destroyed without commit(), the temporaries are removed and existing files
+// under the final names are untouched.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "mha/io/npy.hpp"
+
+namespace mha {
+
+class OutputSet {
+ public:
+  // Creates `dir` (and parents) if missing. Throws mha::Error (runtime) if it
+  // cannot be created or is not a writable directory.
+  explicit OutputSet(std::string dir);
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& filename) const;  // dir/filename
+
+  // Stages `filename` with contents produced by `write` into a stream; a
+  // stream error (disk full, ...) throws mha::Error (runtime) naming the file.
+  void stage(const std::string& filename, const std::function<void(std::ostream&)>& write);
+  void stage_bytes(const std::string& filename, const std::string& bytes);
+  // A C-order float16 (mha::float16, precision.hpp), float or double tensor
+  // as .npy, streamed without an extra copy.
+  template <class T>
+  void stage_npy(const std::string& filename, const T* data, const std::vector<std::size_t>& shape);
+  void stage_npz(const std::string& filename,
+                 const std::vector<std::pair<std::string, NpyArray>>& members);
+
+  // A staged .npy (C order, little-endian) whose data arrives later, in any
+  // order and from any thread: the header is written and the file's full size
+  // reserved now (so a full disk fails here, before any compute), and
+  // write_elements() puts elements at their flat offset with pwrite.
+  class NpyStream {
+   public:
+    template <class T>
+    void write_elements(std::size_t offset, const T* data, std::size_t count) const;
+
+   private:
+    friend class OutputSet;
+    int fd_ = -1;
+    std::size_t data_start_ = 0, itemsize_ = 0;
+    std::string name_;
+  };
+  const NpyStream& stage_npy_stream(const std::string& filename, DType dtype,
+                                    const std::vector<std::size_t>& shape);
+
+  // Renames every staged file to its final name (in staging order); streams
+  // are synced and closed first.
+  void commit();
+  std::vector<std::string> committed() const { return committed_; }
+
+ private:
+  struct Staged {
+    std::string tmp, final_path;
+    std::shared_ptr<NpyStream> stream;  // open file of a stage_npy_stream, else null
+  };
+  std::string temp_path(const std::string& filename);
+  std::string dir_;
+  std::vector<Staged> staged_;
+  std::vector<std::string> committed_;
+};
+
+// For applications: on SIGINT, SIGTERM or SIGHUP remove every temporary an
+// OutputSet of this process has open, then die of the signal as usual; and
+// ignore SIGXFSZ so that exceeding a file size limit is a reported write error.
+// (SIGKILL cannot be caught: its temporaries stay, under names that start with
+// '.' and contain ".tmp.", and no final name ever holds a partial file.)
+void remove_temporaries_on_signal();
+
+}  // namespace mha

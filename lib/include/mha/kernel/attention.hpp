@@ -1,0 +1,90 @@
+// The multi-head attention kernel (Vaswani et al. 2017, section 3.2.2):
+//   Q_i = X_q W_q[:, i*d_k:(i+1)*d_k] + b_q[i*d_k:(i+1)*d_k]   (K_i, V_i likewise)
+//   A_i = softmax(scale * Q_i K_i^T + M)                        M: mask, 0 or -inf
+//   output = concat_i(A_i V_i) W_o + b_o
+// scale is 1/sqrt(d_k) with the per-head d_k, not the total width h*d_k.
+//
+// Work plan: the projections are GEMMs over all B*T (B*S) rows, cut into
+// row pieces, with Q, K and V written side by side into one buffer for
+// self-attention ([K | V] when value = key); each head's Q_i, K_i, V_i is
+// then addressed in place by offset and leading dimension. Attention runs as
+// tasks over (batch, head, query block) on the process's thread pool
+// (thread_pool.hpp), with BLAS single-threaded inside each task. Every piece,
+// split and block depends on the shape alone, so the output has the same
+// bits for any thread count:
+//   - attention not requested: a fused kernel with online softmax over key
+//     blocks (memory O(T*d) plus per-thread scratch, never O(T*S)); key blocks
+//     that causality or key_lengths mask entirely are skipped; with fewer
+//     than 8 head blocks (decode: T = 1, long S) the keys are split into tasks
+//     merged in a fixed order;
+//   - attention requested: the exact path computes each (query block, S) slab
+//     of A_i straight into the caller's buffer, or hands it to a sink that can
+//     stream it to disk, so nothing larger than a slab per thread is held.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "mha/kernel/mask.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
+#include "mha/model/weights.hpp"
+
+namespace mha {
+
+enum class AttentionOutput { none, per_head, mean_over_heads };
+
+// Receives attention rows [t0, t0 + rows) of head `head` (0 for the mean over
+// heads) of batch b: a C-order (rows, S) block. Called from worker threads,
+// possibly concurrently for different blocks; blocks arrive in no fixed order.
+template <class T>
+using AttentionSink = std::function<void(std::size_t b, std::size_t head, std::size_t t0,
+                                         std::size_t rows, const T* block)>;
+
+template <class T>
+struct LayerOptions {
+  T scale = 1;
+  T softcap = 0;  // > 0: logits <- softcap * tanh(logits / softcap), before the mask
+  MaskedRows masked_rows = MaskedRows::zero;
+  int threads = 0;  // 0: default_threads() (OMP_NUM_THREADS, else the CPUs this process may use)
+  AttentionOutput attention = AttentionOutput::none;
+  // Where attention goes when requested: straight into `attention_buffer`
+  // ((B,h,T,S) or (B,T,S)) if set, else to `sink`.
+  T* attention_buffer = nullptr;
+  AttentionSink<T> sink;
+  // Block sizes (0: defaults chosen for the cache sizes of current CPUs).
+  std::size_t block_q = 0, block_k = 0;
+  // Logits that overflow T make their query rows NaN; without this flag the
+  // call throws mha::Error (invalid_input) instead, after the attention sink
+  // may already have seen some blocks.
+  bool allow_nonfinite = false;
+  // float only (dtype bfloat16): every GEMM takes bfloat16-rounded operands
+  // and sums in float32 (see gemm in blas.hpp); softmax, masks and biases
+  // stay float32.
+  bool bf16_gemm = false;
+};
+
+// X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;
+// X_k and X_v may be the same pointer as X_q (self-attention: one fused QKV
+// GEMM) and X_v the same as X_k (one KV GEMM).
+// output (B, T, d_out). A query row whose keys are all masked gets
+// `masked_rows`: zero (weights and head output 0), uniform (1/S over all
+// keys) or nan.
+template <class T>
+void attention_layer(const Dims& dims, const T* X_q, const T* X_k, const T* X_v,
+                     const Weights<T>& weights, const Mask<T>& mask, const LayerOptions<T>& options,
+                     T* output);
+
+// The same, with attention (B, h, T, S) and/or its mean over heads (B, T, S)
+// written to the given buffers when not null. Single call, default blocks.
+template <class T>
+void multi_head_attention(const Dims& dims, const T* X_q, const T* X_k, const T* X_v,
+                          const Weights<T>& weights, const Mask<T>& mask, T scale,
+                          MaskedRows masked_rows, T* output, T* attention, T* attention_mean);
+
+// softmax over each of `rows` rows of `cols` logits (row r at x + r * ld), in
+// place; a row of only -inf gets the masked_rows policy.
+template <class T>
+void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, MaskedRows masked_rows);
+
+}  // namespace mha

@@ -1,0 +1,107 @@
+// The run configuration: every key of README's config reference, with the
+// same name in JSON files and on the command line. Values are layered
+// defaults < config file < flags; each layer is checked as it is applied, so
+// an error names the file or flag and the key.
+//
+//   mha::Config c;                                     // defaults
+//   c.apply(nlohmann::json::parse(text), "run.json");  // a config file
+//   c.apply_flag("d_model", "512");                     // --d_model 512
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "mha/model/weight_formats.hpp"
+
+namespace mha {
+
+enum class Causal { none, top_left, bottom_right };
+enum class MaskedRows { zero, uniform, nan };
+// bfloat16: the GEMMs take bfloat16 operands (OpenBLAS sbgemm) and
+// accumulate in float32; everything else is float32.
+enum class ComputeType { float32, float64, bfloat16 };
+enum class OutputType { float16, float32, float64 };
+enum class MaskTrueMeans { attend, ignore };
+
+struct Config {
+  // Hyperparameters; unset ones are inferred from files or defaults at run time.
+  std::optional<std::int64_t> h, d_model, d_k, d_v, kdim, vdim, d_out;
+  std::optional<std::int64_t> batch, seq_len, kv_seq_len;
+  std::optional<bool> use_bias;  // unset: from the weights file, else true
+  std::optional<double> scale;
+  ComputeType dtype = ComputeType::float32;
+  std::uint64_t seed = 0;
+  int threads = 0;                          // worker threads; 0 = all cores (or OMP_NUM_THREADS)
+  std::optional<std::uint64_t> max_memory;  // bytes; unset: 80% of physical memory
+  bool allow_nonfinite = false;             // accept NaN/Inf in inputs and weights
+
+  // Inputs: paths of .npy files (relative to the working directory); unset
+  // means random from `seed`.
+  std::optional<std::string> query, key, value, weights;
+  WeightsFormat weights_format = WeightsFormat::auto_detect;
+
+  // Masking.
+  Causal causal = Causal::none;
+  std::optional<std::string> mask;
+  MaskTrueMeans mask_true_means = MaskTrueMeans::attend;  // meaning of true in a bool mask
+  std::optional<std::string> key_padding_mask;  // (B, S): bool true = padding, or float added
+  std::optional<std::vector<std::int64_t>> key_lengths;  // given inline
+  std::optional<std::string> key_lengths_file;           // given as .npy
+  MaskedRows masked_rows = MaskedRows::zero;
+
+  // Outputs.
+  std::string out_dir = "out";
+  bool save_attention = false;
+  bool average_heads = false;
+  bool plot = false;  // attention.png: batch 0's maps (their mean with average_heads)
+  bool save_weights = false;
+  WeightsFormat save_weights_format = WeightsFormat::native;
+  bool save_inputs = false;
+  std::optional<OutputType> output_dtype;  // unset: the compute dtype (float32 for bfloat16)
+
+  // Attention variants.
+  std::optional<std::int64_t> kv_heads;  // grouped-query attention; unset: h
+  std::optional<std::int64_t> window;    // sliding window width; unset: none
+  bool alibi = false;                    // ALiBi position bias
+  std::optional<std::string> bias;       // .npy added to the logits, broadcast to (B,h,T,S)
+  std::optional<double> softcap;         // logits <- c * tanh(logits / c)
+  std::optional<std::vector<std::int64_t>> attention_axes;  // Keras attention_axes (N-D inputs)
+
+  // Applies every key of a JSON object; `source` names it in errors
+  // ("configs/x.json"). Unknown keys are errors that suggest the nearest key.
+  void apply(const nlohmann::json& object, const std::string& source);
+  // Applies one flag's text value (`--h 8` is apply_flag("h", "8")).
+  void apply_flag(const std::string& key, const std::string& text);
+
+  // The configuration as a JSON object with every key (unset ones as null).
+  nlohmann::json to_json() const;
+};
+
+// Parses a JSON config file. Syntax errors name the file, line and column;
+// duplicate keys are refused; // and /* */ comments are allowed.
+nlohmann::json read_config_file(const std::string& path);
+// The same for text already in memory; `source` names it in errors.
+nlohmann::json parse_config_text(const std::string& text, const std::string& source);
+
+struct ConfigKey {
+  const char* name;
+  const char* value_hint;  // "INT", "BOOL", "PATH", ...
+  const char* help;
+  bool is_bool;  // may be given as a bare flag (`--causal` = `--causal true`)
+};
+const std::vector<ConfigKey>& config_keys();
+
+// The known key nearest to `name` by edit distance, or "" if none is close.
+std::string nearest_key(const std::string& name);
+
+const char* to_string(Causal c);
+const char* to_string(MaskedRows m);
+const char* to_string(ComputeType t);
+const char* to_string(OutputType t);
+const char* to_string(MaskTrueMeans m);
+
+}  // namespace mha

@@ -1,0 +1,35 @@
+// The query, key and value inputs of a run: read from .npy files (2-D files
+// mean B = 1) and converted to the compute type, or drawn uniform on [0, 1)
+// from the streams "query", "key", "value" of the seed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <xtensor/xtensor.hpp>
+
+#include "mha/io/npy.hpp"
+#include "mha/model/dims.hpp"
+
+namespace mha {
+
+template <class T>
+struct Inputs {
+  xt::xtensor<T, 3> query;  // (B, T, d_model)
+  xt::xtensor<T, 3> key;    // (B, S, kdim); empty when dims.key_is_query
+  xt::xtensor<T, 3> value;  // (B, S, vdim); empty when dims.value_is_key
+
+  const T* key_data(const Dims& d) const { return d.key_is_query ? query.data() : key.data(); }
+  const T* value_data(const Dims& d) const { return d.value_is_key ? key_data(d) : value.data(); }
+};
+
+// One input tensor of shape (B, L, F): converted from `file` if given (its
+// shape was checked by resolve_dims), else random from stream `name`
+// (generated on `threads` threads, 0: default_threads()).
+template <class T>
+xt::xtensor<T, 3> make_input(const std::optional<NpyArray>& file, const std::string& path,
+                             const std::string& name, std::size_t B, std::size_t L, std::size_t F,
+                             std::uint64_t seed, int threads = 0);
+
+}  // namespace mha

@@ -1,0 +1,61 @@
+// The plan of a run: everything `mha run` decides from a config and the
+// headers of its files before it reads any input data, with every error it
+// gives for them. `mha run` is plan -> load -> compute -> write (run.hpp);
+// sweep validation (and so `mha sweep --dry-run`) runs the plan and the load
+// checks and nothing else, so the two can never disagree about a config.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mha/io/npy.hpp"
+#include "mha/model/attention_axes.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
+#include "mha/model/memory.hpp"
+#include "mha/model/weight_formats.hpp"
+
+namespace mha {
+
+// The files a plan reads, each read once per path (a sweep plans many runs
+// over the same files). .npy inputs: the header only. Weights: the arrays in
+// native layout (their layout and h come from the arrays). A failed read is
+// remembered and its message given again for every later use of the path.
+class PlanFiles {
+ public:
+  const std::vector<std::size_t>& npy_shape(const std::string& path);
+  DType npy_dtype(const std::string& path);  // after npy_shape(path) succeeded
+  const NativeWeights& weights(const std::string& path, WeightsFormat format);
+
+ private:
+  std::map<std::string, std::vector<std::size_t>> shapes_;
+  std::map<std::string, DType> dtypes_;
+  std::map<std::string, NativeWeights> weights_;
+  std::map<std::string, std::string> errors_;  // path (or format:path) -> its read error
+};
+
+struct RunPlan {
+  Config config;
+  int threads = 1;     // resolved: config.threads, or default_threads()
+  FileShapes shapes;   // the input files' shapes, flattened under attention_axes
+  AttentionAxes axes;  // N-D inputs run as (B', L, F)
+  const NativeWeights* weights = nullptr;  // in PlanFiles; null for random weights
+  bool use_bias = true;                    // the config's, else as the weights file has them
+  Dims dims;
+  MemoryEstimate memory;
+};
+
+// Checks, in `mha run`'s order and with its messages: the input files'
+// headers, attention_axes, the weights file, every size (resolve_dims), the
+// save_weights layout, the memory estimate against max_memory, and the input
+// files' dtypes. Throws mha::Error (invalid_input).
+RunPlan plan_run(const Config& config, PlanFiles& files);
+
+// The checks that need array data but no computation, as the load stage
+// makes them: the weights against the dims, and the mask (values, shape).
+// Sweep validation calls this after plan_run; `mha run` meets the same
+// checks while it loads.
+void check_loadable(const RunPlan& plan);
+
+}  // namespace mha

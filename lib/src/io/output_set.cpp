@@ -1,0 +1,306 @@
+#include "mha/io/output_set.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+
+#include "mha/base/error.hpp"
+#include "mha/io/float16.hpp"
+#include "mha/io/npz.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mha {
+
+namespace {
+
+// Temporaries alive in this process, readable from a signal handler: fixed
+// slots, lock-free atomics, no allocation. A path that does not fit is simply
+// not cleaned up by a signal (it still is by the destructor).
+constexpr int kTempSlots = 256;
+constexpr std::size_t kTempPathMax = 4096;
+char g_temp_paths[kTempSlots][kTempPathMax];
+std::atomic<int> g_temp_state[kTempSlots];  // 0 free, 1 being written, 2 live
+
+void register_temp(const std::string& path) {
+  if (path.size() >= kTempPathMax) return;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (g_temp_state[i].compare_exchange_strong(expected, 1)) {
+      std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+      g_temp_state[i].store(2, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void unregister_temp(const std::string& path) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_state[i].load(std::memory_order_acquire) == 2 &&
+        std::strcmp(g_temp_paths[i], path.c_str()) == 0) {
+      g_temp_state[i].store(0, std::memory_order_release);
+      return;
+    }
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_state[i].load(std::memory_order_acquire) == 2) ::unlink(g_temp_paths[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::string errno_str(int err) {
+  return err ? std::strerror(err) : "unknown error";
+}
+
+// Without this a crash right after commit() could leave renamed but empty
+// files behind on some filesystems. Returns errno, or 0.
+int sync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+void remove_quietly(const std::string& path) noexcept {
+  unregister_temp(path);
+  std::error_code ec;
+  fs::remove(path, ec);
+}
+
+// Writing one name twice would silently drop the first version.
+template <class StagedList>
+void check_not_staged(const StagedList& staged, const std::vector<std::string>& committed,
+                      const std::string& final_path) {
+  const bool dup = std::any_of(staged.begin(), staged.end(),
+                               [&](auto& s) { return s.final_path == final_path; }) ||
+                   std::find(committed.begin(), committed.end(), final_path) != committed.end();
+  if (dup) fail_runtime(final_path + ": staged more than once in the same output set");
+}
+
+}  // namespace
+
+OutputSet::OutputSet(std::string dir) : dir_(dir.empty() ? "." : std::move(dir)) {
+  std::error_code ec;
+  const auto status = fs::status(dir_, ec);
+  if (fs::exists(status) && !fs::is_directory(status))
+    fail_runtime(dir_ + ": output directory exists but is not a directory");
+  if (!fs::exists(status)) {
+    fs::create_directories(dir_, ec);
+    if (ec) fail_runtime(dir_ + ": cannot create output directory: " + ec.message());
+  }
+  if (::access(dir_.c_str(), W_OK | X_OK) != 0)
+    fail_runtime(dir_ + ": output directory is not writable: " + errno_str(errno));
+}
+
+OutputSet::~OutputSet() {
+  for (const auto& s : staged_) {
+    if (s.stream && s.stream->fd_ >= 0) ::close(s.stream->fd_);
+    remove_quietly(s.tmp);
+  }
+}
+
+const OutputSet::NpyStream& OutputSet::stage_npy_stream(const std::string& filename, DType dtype,
+                                                        const std::vector<std::size_t>& shape) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+  const std::string header = npy_header(dtype, shape);
+  std::size_t bytes = itemsize(dtype);
+  for (std::size_t d : shape) {
+    if (d != 0 && bytes > std::numeric_limits<std::size_t>::max() / d)
+      fail_runtime(final_path + ": array of shape " + shape_str(shape) + " is too large");
+    bytes *= d;
+  }
+  staged_.reserve(staged_.size() + 1);
+  auto stream = std::make_shared<NpyStream>();
+  const std::string tmp = temp_path(filename);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    remove_quietly(tmp);
+    fail_runtime(final_path + ": " + what + ": " + errno_str(err));
+  };
+  if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
+    fail("write failed", errno ? errno : ENOSPC);
+  const off_t total = static_cast<off_t>(header.size() + bytes);
+  // Reserve the blocks now; filesystems without fallocate get a sized file.
+  int err = ::posix_fallocate(fd, 0, total);
+  if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, total) == 0 ? 0 : errno;
+  if (err) fail("cannot reserve " + std::to_string(total) + " bytes", err);
+  stream->fd_ = fd;
+  stream->data_start_ = header.size();
+  stream->itemsize_ = itemsize(dtype);
+  stream->name_ = final_path;
+  staged_.push_back({tmp, final_path, stream});
+  return *stream;
+}
+
+template <class T>
+void OutputSet::NpyStream::write_elements(std::size_t offset, const T* data,
+                                          std::size_t count) const {
+  const char* p = reinterpret_cast<const char*>(data);
+  std::size_t left = count * sizeof(T);
+  off_t at = static_cast<off_t>(data_start_ + offset * itemsize_);
+  while (left > 0) {
+    const ssize_t n = ::pwrite(fd_, p, left, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_runtime(name_ + ": write failed: " + errno_str(n < 0 ? errno : ENOSPC));
+    p += n, at += n, left -= static_cast<std::size_t>(n);
+  }
+}
+
+template void OutputSet::NpyStream::write_elements<float>(std::size_t, const float*,
+                                                          std::size_t) const;
+template void OutputSet::NpyStream::write_elements<double>(std::size_t, const double*,
+                                                           std::size_t) const;
+template void OutputSet::NpyStream::write_elements<float16>(std::size_t, const float16*,
+                                                            std::size_t) const;
+
+std::string OutputSet::path(const std::string& filename) const {
+  return (fs::path(dir_) / filename).string();
+}
+
+std::string OutputSet::temp_path(const std::string& filename) {
+  // Shared by all instances so two sets staging the same name in one process
+  // cannot collide; the pid separates concurrent processes.
+  static std::atomic<unsigned long> counter{0};
+  const fs::path final_path = fs::path(path(filename));
+  const std::string base = "." + final_path.filename().string() + ".tmp." +
+                           std::to_string(::getpid()) + "." + std::to_string(counter++);
+  std::string tmp = (final_path.parent_path() / base).string();
+  register_temp(tmp);
+  return tmp;
+}
+
+void OutputSet::stage(const std::string& filename,
+                      const std::function<void(std::ostream&)>& write) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+
+  staged_.reserve(staged_.size() + 1);  // so that recording it below cannot throw
+  const std::string tmp = temp_path(filename);
+  // Temporary names are predictable, so create the file exclusively first:
+  // in a shared directory nobody can have planted a symlink there for us to
+  // follow, and with the sticky bit nobody can swap the file afterwards.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
+  ::close(fd);
+  try {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail_runtime(final_path + ": cannot open " + tmp + ": " + errno_str(errno));
+    errno = 0;
+    write(out);
+    out.flush();
+    if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
+    out.close();
+    if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
+    if (const int err = sync_path(tmp, O_RDONLY))
+      fail_runtime(final_path + ": fsync failed: " + errno_str(err));
+  } catch (...) {
+    remove_quietly(tmp);
+    throw;
+  }
+  staged_.push_back({tmp, final_path, nullptr});
+}
+
+void OutputSet::stage_bytes(const std::string& filename, const std::string& bytes) {
+  stage(filename, [&](std::ostream& out) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });
+}
+
+template <class T>
+void OutputSet::stage_npy(const std::string& filename, const T* data,
+                          const std::vector<std::size_t>& shape) {
+  std::size_t n = 1;
+  for (std::size_t d : shape) {
+    if (d != 0 && n > std::numeric_limits<std::size_t>::max() / sizeof(T) / d)
+      fail_runtime(path(filename) + ": array of shape " + shape_str(shape) + " is too large");
+    n *= d;
+  }
+  const std::string header = npy_header(npy_dtype<T>(), shape);
+  stage(filename, [&](std::ostream& out) {
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    if (n)
+      out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(T)));
+  });
+}
+
+template void OutputSet::stage_npy<float>(const std::string&, const float*,
+                                          const std::vector<std::size_t>&);
+template void OutputSet::stage_npy<double>(const std::string&, const double*,
+                                           const std::vector<std::size_t>&);
+template void OutputSet::stage_npy<float16>(const std::string&, const float16*,
+                                            const std::vector<std::size_t>&);
+
+void OutputSet::stage_npz(const std::string& filename,
+                          const std::vector<std::pair<std::string, NpyArray>>& members) {
+  const std::string final_path = path(filename);
+  check_not_staged(staged_, committed_, final_path);
+
+  staged_.reserve(staged_.size() + 1);
+  const std::string tmp = temp_path(filename);
+  try {
+    write_npz(tmp, members);
+    if (const int err = sync_path(tmp, O_RDONLY))
+      fail_runtime(final_path + ": fsync failed: " + errno_str(err));
+  } catch (const Error& e) {
+    remove_quietly(tmp);
+    // Report the file the user asked for, not our temporary name.
+    std::string msg = e.what();
+    if (msg.compare(0, tmp.size(), tmp) == 0) msg = final_path + msg.substr(tmp.size());
+    throw Error(e.kind(), msg);
+  } catch (...) {
+    remove_quietly(tmp);
+    throw;
+  }
+  staged_.push_back({tmp, final_path, nullptr});
+}
+
+void OutputSet::commit() {
+  while (!staged_.empty()) {
+    const Staged s = staged_.front();
+    if (s.stream && s.stream->fd_ >= 0) {
+      const int fd = s.stream->fd_;
+      s.stream->fd_ = -1;
+      const bool ok = ::fdatasync(fd) == 0 || errno == EINVAL;
+      const int err = errno;
+      if (::close(fd) != 0 || !ok)
+        fail_runtime(s.final_path + ": write failed: " + errno_str(ok ? errno : err));
+    }
+    std::error_code ec;
+    fs::rename(s.tmp, s.final_path, ec);
+    if (ec)
+      fail_runtime(s.final_path + ": cannot move the finished file into place: " + ec.message());
+    unregister_temp(s.tmp);
+    staged_.erase(staged_.begin());
+    committed_.push_back(s.final_path);
+  }
+  // Best effort: the files are already in place, and some filesystems
+  // cannot sync a directory.
+  sync_path(dir_, O_RDONLY | O_DIRECTORY);
+}
+
+void remove_temporaries_on_signal() {
+  struct sigaction action {};
+  action.sa_handler = remove_temporaries_and_die;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
+  // Past a file size limit (ulimit -f) a write then fails with EFBIG and is
+  // reported, instead of the process dying with no word.
+  ::signal(SIGXFSZ, SIG_IGN);
+}
+
+}  // namespace mha

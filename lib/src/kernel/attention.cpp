@@ -1,0 +1,563 @@
+#include "mha/kernel/attention.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/kernel/blas.hpp"
+#include "mha/kernel/vexp.hpp"
+
+namespace mha {
+namespace {
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// max(x[0..n)), -inf for n = 0. Sixteen independent lanes: an element-wise
+// max the compiler turns into vector max instructions, where a single running
+// max (a reduction it may not reorder) stays scalar.
+template <class T>
+T row_max(const T* x, std::size_t n) {
+  constexpr std::size_t L = 16;
+  T lane[L];
+  std::fill(lane, lane + L, kNegInf<T>);
+  std::size_t s = 0;
+  for (; s + L <= n; s += L)
+    for (std::size_t j = 0; j < L; ++j) lane[j] = x[s + j] > lane[j] ? x[s + j] : lane[j];
+  T m = kNegInf<T>;
+  for (; s < n; ++s) m = x[s] > m ? x[s] : m;
+  for (std::size_t j = 0; j < L; ++j) m = lane[j] > m ? lane[j] : m;
+  return m;
+}
+
+// A row whose maximum is -inf is either fully masked or holds NaN (which
+// row_max skips); NaN must stay NaN, not become the masked-row policy.
+template <class T>
+bool has_nan(const T* x, std::size_t n) {
+  for (std::size_t s = 0; s < n; ++s)
+    if (std::isnan(x[s])) return true;
+  return false;
+}
+
+// Below this many multiply-adds a GEMM runs as one piece: splitting it costs
+// more in wake-ups than it saves.
+constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
+// Larger GEMMs are cut into this many row pieces (fewer when a piece would
+// have under 16 rows), whatever the thread count: a GEMM's rounding can
+// depend on its row count (OpenBLAS picks kernels by shape), so pieces that
+// followed the threads would make the output differ between thread counts.
+// Eight balances 1, 2, 4 and 8 threads.
+constexpr std::size_t kGemmPieces = 8;
+
+// An uninitialized array: the GEMMs below write every element, and zeroing
+// first would only add a pass over memory the process touches for the first
+// time (page faults are a large part of a one-shot run's cost).
+template <class T>
+struct Buffer {
+  std::unique_ptr<T[]> data;
+  explicit Buffer(std::size_t n = 0) : data(n ? new T[n] : nullptr) {}
+  T* get() const { return data.get(); }
+};
+
+// One projection of a fused GEMM: columns [col, col + n) of Y get X W + b,
+// W (k, n; ldw), b (n) or null.
+template <class T>
+struct Projection {
+  const T* W;
+  std::size_t n;
+  const T* b;
+  std::size_t col;
+};
+
+// Y[:, col_j : col_j + n_j] (rows, n_j; ldy) = X (rows, k; ldx) W_j + b_j for
+// every projection j, in row pieces spread over the pool. Each weight matrix
+// is used in place (no packing of [W_q | W_k | W_v] into a new array). The
+// bias is broadcast into Y first so one GEMM with beta = 1 adds the product.
+template <class T>
+void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
+             const std::vector<Projection<T>>& projections, T* Y, std::size_t ldy, int threads,
+             bool bf16) {
+  std::size_t width = 0;
+  for (const auto& pr : projections) width += pr.n;
+  const std::size_t work = rows * width * k;
+  const std::size_t parts =
+      work < kParallelGemmWork ? 1 : std::min<std::size_t>(kGemmPieces, (rows + 15) / 16);
+  const std::size_t tasks = parts * projections.size();
+  parallel_for(tasks, threads, [&](std::size_t task, int) {
+    const std::size_t p = task / projections.size();
+    const Projection<T>& pr = projections[task % projections.size()];
+    const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+    T* y = Y + pr.col;
+    T beta = 0;
+    if (pr.b) {
+      for (std::size_t r = r0; r < r1; ++r) std::copy(pr.b, pr.b + pr.n, y + r * ldy);
+      beta = 1;
+    }
+    if (r1 > r0)
+      gemm<T>(false, false, r1 - r0, pr.n, k, T(1), X + r0 * ldx, ldx, pr.W, pr.n, beta,
+              y + r0 * ldy, ldy, bf16);
+  });
+}
+
+// The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
+// and leading dimension into one or more shared buffers.
+template <class T>
+struct Projections {
+  Buffer<T> qkv, kv, k, v;
+  const T *Q = nullptr, *K = nullptr, *V = nullptr;
+  std::size_t ldq = 0, ldk = 0, ldv = 0;
+};
+
+template <class T>
+Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
+                              const Weights<T>& w, int threads, bool bf16) {
+  // Q has h heads; K and V have kv_heads (= h unless grouped-query).
+  const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
+  const bool bias = w.has_bias();
+  auto proj = [&](const xt::xtensor<T, 2>& W, const xt::xtensor<T, 1>& b, std::size_t col) {
+    return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
+  };
+  Projections<T> p;
+  // Sharing is read off the pointers, so a caller passing one tensor three
+  // times gets the fused GEMM whatever its Dims flags say.
+  if (X_k == X_q && X_v == X_q) {
+    // Self-attention: rows [Q | K | V] of width (h + kv_heads)*d_k + kv_heads*d_v.
+    const std::size_t width = hdk + kdk + kdv;
+    p.qkv = Buffer<T>(BT * width);
+    project(X_q, d.d_model, BT, d.d_model,
+            {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk), proj(w.W_v, w.b_v, hdk + kdk)},
+            p.qkv.get(), width, threads, bf16);
+    p.Q = p.qkv.get(), p.K = p.Q + hdk, p.V = p.K + kdk;
+    p.ldq = p.ldk = p.ldv = width;
+    return p;
+  }
+  p.qkv = Buffer<T>(BT * hdk);
+  project(X_q, d.d_model, BT, d.d_model, {proj(w.W_q, w.b_q, 0)}, p.qkv.get(), hdk, threads, bf16);
+  p.Q = p.qkv.get(), p.ldq = hdk;
+  if (X_v == X_k) {
+    // Key = value input: rows [K | V].
+    const std::size_t width = kdk + kdv;
+    p.kv = Buffer<T>(BS * width);
+    project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0), proj(w.W_v, w.b_v, kdk)}, p.kv.get(),
+            width, threads, bf16);
+    p.K = p.kv.get(), p.V = p.K + kdk, p.ldk = p.ldv = width;
+    return p;
+  }
+  p.k = Buffer<T>(BS * kdk);
+  p.v = Buffer<T>(BS * kdv);
+  project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0)}, p.k.get(), kdk, threads, bf16);
+  project(X_v, d.vdim, BS, d.vdim, {proj(w.W_v, w.b_v, 0)}, p.v.get(), kdv, threads, bf16);
+  p.K = p.k.get(), p.V = p.v.get(), p.ldk = kdk, p.ldv = kdv;
+  return p;
+}
+
+// What one head-block computation needs, shared read-only by all tasks.
+template <class T>
+struct Job {
+  const Dims& d;
+  const Mask<T>& mask;
+  const LayerOptions<T>& opt;
+  const Projections<T>& p;
+  std::size_t block_q, block_k;
+  T* context;                   // (B*T, h*d_v): head i's output in columns [i*d_v, (i+1)*d_v)
+  std::atomic<bool>* overflow;  // set when a row's logits overflowed T (see all_masked)
+
+  const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
+    return p.Q + (b * d.T + t0) * p.ldq + head * d.d_k;
+  }
+  // Query head `head` reads key/value head head / group (grouped-query attention).
+  const T* K(std::size_t b, std::size_t head) const {
+    return p.K + b * d.S * p.ldk + head / d.group() * d.d_k;
+  }
+  const T* V(std::size_t b, std::size_t head) const {
+    return p.V + b * d.S * p.ldv + head / d.group() * d.d_v;
+  }
+  T* ctx(std::size_t b, std::size_t head, std::size_t t0) const {
+    return context + (b * d.T + t0) * d.h * d.d_v + head * d.d_v;
+  }
+  // Keys at or beyond this index are masked for all of rows [t0, t0 + rows).
+  std::size_t key_end(std::size_t b, std::size_t t0, std::size_t rows) const {
+    return mask.empty() ? d.S : std::min(d.S, mask.key_end(d, b, t0 + rows - 1));
+  }
+  T policy_fill() const {
+    return opt.masked_rows == MaskedRows::zero      ? T(0)
+           : opt.masked_rows == MaskedRows::uniform ? T(1) / static_cast<T>(d.S)
+                                                    : std::numeric_limits<T>::quiet_NaN();
+  }
+};
+
+// Soft-capping (Gemma 2, ONNX Attention): x <- c tanh(x / c) on rows of n
+// logits at P + r * ld, before any mask or bias. tanh(y) = sign(y) (1 - e) /
+// (1 + e) with e = exp(-2|y|) from the vectorized exp; below |y| = 1/4, where
+// that form cancels, an odd Taylor polynomial (error < 2e-8 relative there,
+// below float32's rounding). float64 calls std::tanh. `scratch` holds n values.
+template <class T>
+void softcap_rows(T* P, std::size_t rows, std::size_t n, std::size_t ld, T c, T* scratch) {
+  if constexpr (sizeof(T) == 8) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t s = 0; s < n; ++s) P[r * ld + s] = c * std::tanh(P[r * ld + s] / c);
+    return;
+  }
+  const T inv_c = T(1) / c;
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* x = P + r * ld;
+    for (std::size_t s = 0; s < n; ++s) scratch[s] = T(-2) * std::abs(x[s] * inv_c);
+    exp_shifted_sum(scratch, n, T(0));  // scratch = exp(-2|y|)
+    for (std::size_t s = 0; s < n; ++s) {
+      const T y = x[s] * inv_c, a = std::abs(y), y2 = y * y;
+      const T far = (T(1) - scratch[s]) / (T(1) + scratch[s]);
+      // tanh(y) = y - y^3/3 + 2y^5/15 - 17y^7/315 + 62y^9/2835 - ...
+      const T near =
+          a *
+          (T(1) + y2 * (T(-1) / 3 + y2 * (T(2) / 15 + y2 * (T(-17) / 315 + y2 * (T(62) / 2835)))));
+      const T t = a < T(0.25) ? near : far;
+      x[s] = c * (y < 0 ? -t : t);
+    }
+  }
+}
+
+// True when the mask itself hides every key from query row t. A row whose
+// logits are all -inf although the mask leaves some key visible has
+// overflowed T (|scale q.k| beyond 3.4e38 in float32): that is not a masked
+// row, so it gets NaN and the job's overflow flag instead of the policy.
+// Costs O(S), only on rows with no visible key.
+template <class T>
+bool all_masked(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t) {
+  const auto& d = job.d;
+  if (job.mask.empty()) return false;
+  std::vector<T> row(d.S, T(0));
+  job.mask.apply(d, b, head, t, t + 1, 0, d.S, row.data(), d.S);
+  return row_max(row.data(), d.S) == kNegInf<T>;
+}
+
+// The head output of a query row whose keys are all masked: 0, NaN, or under
+// "uniform" the mean of V_i over all S keys.
+template <class T>
+void masked_row_output(const Job<T>& job, std::size_t b, std::size_t head, T* out) {
+  const auto& d = job.d;
+  if (job.opt.masked_rows != MaskedRows::uniform) {
+    std::fill(out, out + d.d_v, job.policy_fill());
+    return;
+  }
+  std::fill(out, out + d.d_v, T(0));
+  const T* V = job.V(b, head);
+  for (std::size_t s = 0; s < d.S; ++s)
+    for (std::size_t c = 0; c < d.d_v; ++c) out[c] += V[s * job.p.ldv + c];
+  for (std::size_t c = 0; c < d.d_v; ++c) out[c] /= static_cast<T>(d.S);
+}
+
+// Fused attention of rows [t0, t0 + rows) of one head over keys [s_begin,
+// s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
+// per row the running max m, running sum l and unnormalized output O
+// (rows, d_v), rescaled by exp(m_old - m_new) as each key block arrives.
+// P (rows, block_k) and X (block_k) are scratch.
+template <class T>
+void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l,
+                 T* X) {
+  const auto& d = job.d;
+  const std::size_t Bk = job.block_k;
+  std::fill(m, m + rows, kNegInf<T>);
+  std::fill(l, l + rows, T(0));
+  std::fill(O, O + rows * d.d_v, T(0));
+  const T* Q = job.Q(b, head, t0);
+  const T* K = job.K(b, head);
+  const T* V = job.V(b, head);
+  const std::size_t end = std::min(s_end, job.key_end(b, t0, rows));
+  // A window hides the keys before key_begin of the block's first row.
+  const std::size_t begin = std::max(s_begin, job.mask.key_begin(d, t0));
+  for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
+    const std::size_t n = std::min(Bk, end - s0);
+    // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
+    gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk, job.p.ldk,
+            T(0), P, Bk, job.opt.bf16_gemm);
+    if (job.opt.softcap > 0) softcap_rows(P, rows, n, Bk, job.opt.softcap, X);
+    if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* p = P + r * Bk;
+      const T m_new = std::max(m[r], row_max(p, n));
+      if (m_new == kNegInf<T>) {  // every key so far masked: contributes nothing
+        if (has_nan(p, n)) l[r] = std::numeric_limits<T>::quiet_NaN();  // NaN in, NaN out
+        std::fill(p, p + n, T(0));
+        continue;
+      }
+      const T alpha = m[r] == kNegInf<T> ? T(0) : std::exp(m[r] - m_new);
+      l[r] = l[r] * alpha + exp_shifted_sum(p, n, m_new);
+      if (alpha != T(1)) {
+        T* o = O + r * d.d_v;
+        for (std::size_t c = 0; c < d.d_v; ++c) o[c] *= alpha;
+      }
+      m[r] = m_new;
+    }
+    // O (rows, d_v) += P V_i[s0:s0+n]
+    gemm<T>(false, false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv, T(1), O,
+            d.d_v, job.opt.bf16_gemm);
+  }
+}
+
+// O / l into the context, or the masked-row policy where l = 0.
+template <class T>
+void finish_rows(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, const T* O, const T* l) {
+  const auto& d = job.d;
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* out = job.ctx(b, head, t0 + r);
+    if (l[r] == T(0)) {
+      if (all_masked(job, b, head, t0 + r)) {
+        masked_row_output(job, b, head, out);
+      } else {
+        job.overflow->store(true, std::memory_order_relaxed);
+        std::fill(out, out + d.d_v, std::numeric_limits<T>::quiet_NaN());
+      }
+      continue;
+    }
+    const T inv = T(1) / l[r];
+    for (std::size_t c = 0; c < d.d_v; ++c) out[c] = O[r * d.d_v + c] * inv;
+  }
+}
+
+// Exact attention of rows [t0, t0 + rows) of one head: A (rows, S; ld S) is
+// the softmax itself, written in full; the head output goes to the context.
+template <class T>
+void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
+                 std::size_t rows, T* A) {
+  const auto& d = job.d;
+  const std::size_t S = d.S, end = job.key_end(b, t0, rows);
+  if (end > 0)
+    gemm<T>(false, true, rows, end, d.d_k, job.opt.scale, job.Q(b, head, t0), job.p.ldq,
+            job.K(b, head), job.p.ldk, T(0), A, S, job.opt.bf16_gemm);
+  if (job.opt.softcap > 0 && end > 0) {
+    std::vector<T> scratch(end);
+    softcap_rows(A, rows, end, S, job.opt.softcap, scratch.data());
+  }
+  if (!job.mask.empty() && end > 0) job.mask.apply(d, b, head, t0, t0 + rows, 0, end, A, S);
+  std::size_t used = end;  // keys with nonzero weight in some row
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* a = A + r * S;
+    const T a_max = row_max(a, end);
+    if (a_max == kNegInf<T>) {
+      bool nan = has_nan(a, end);
+      if (!nan && !all_masked(job, b, head, t0 + r)) {
+        job.overflow->store(true, std::memory_order_relaxed);
+        nan = true;
+      }
+      std::fill(a, a + S, nan ? std::numeric_limits<T>::quiet_NaN() : job.policy_fill());
+      used = S;
+      continue;
+    }
+    const T inv = T(1) / exp_shifted_sum(a, end, a_max);
+    for (std::size_t s = 0; s < end; ++s) a[s] *= inv;
+    std::fill(a + end, a + S, T(0));
+  }
+  // context (rows, d_v) = A V_i, over the keys that carry weight
+  if (used > 0)
+    gemm<T>(false, false, rows, d.d_v, used, T(1), A, S, job.V(b, head), job.p.ldv, T(0),
+            job.ctx(b, head, t0), d.h * d.d_v, job.opt.bf16_gemm);
+  else
+    for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
+}
+
+// The fused path splits keys until it has this many tasks: enough for the
+// pools this tool runs on, fixed so that results do not follow the threads.
+constexpr std::size_t kMinTasks = 8;
+
+}  // namespace
+
+template <class T>
+void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
+                     const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
+  blas_load();
+  if (opt.bf16_gemm) {  // checked here, before any task runs
+    if (sizeof(T) != 4) fail_input("bfloat16 GEMMs are a float32 option (dtype bfloat16)");
+    bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
+  }
+  const int threads = resolve_threads(opt.threads);
+  const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  Buffer<T> context(d.B * d.T * d.h * d.d_v);
+  // Default blocks, measured with `mha bench --block-q --block-k` on Zen 4:
+  // the fused kernel is fastest with large square blocks (fewer BLAS packing
+  // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
+  const bool fused = opt.attention == AttentionOutput::none;
+  const std::size_t default_q = fused ? 512 : 128;
+  std::atomic<bool> overflow{false};
+  Job<T> job{d,
+             mask,
+             opt,
+             p,
+             opt.block_q ? opt.block_q : default_q,
+             opt.block_k ? opt.block_k : 512,
+             context.get(),
+             &overflow};
+  const std::size_t Bq = std::min(job.block_q, d.T);
+  const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
+  auto rows_of = [&](std::size_t qb) { return std::min(Bq, d.T - qb * Bq); };
+
+  if (opt.attention == AttentionOutput::none) {
+    // Tasks (b, head, query block, key split); keys are split only when there
+    // are fewer than kMinTasks head blocks (decode-shaped work). The split
+    // depends on the shape alone, never on the threads, so the sums (and so
+    // the bits of the output) are the same for any thread count.
+    const std::size_t head_blocks = d.B * d.h * q_blocks;
+    std::size_t splits = 1;
+    if (head_blocks < kMinTasks && d.S >= 2 * job.block_k)
+      splits =
+          std::min<std::size_t>((kMinTasks + head_blocks - 1) / head_blocks, d.S / job.block_k);
+    const std::size_t span = (d.S + splits - 1) / splits;
+    std::vector<std::vector<T>> scratch(threads);
+    // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
+    std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
+    std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
+    parallel_for(head_blocks * splits, threads, [&](std::size_t task, int thread) {
+      const std::size_t split = task % splits, hb = task / splits;
+      const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      auto& s = scratch[thread];
+      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq + job.block_k);
+      T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
+      T* X = l + Bq;  // (block_k) softcap scratch
+      if (splits > 1) {
+        O = part_O.data() + task * Bq * d.d_v;
+        m = part_m.data() + task * Bq;
+        l = part_l.data() + task * Bq;
+      }
+      flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m,
+                  l, X);
+      if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
+    });
+    if (splits > 1) {
+      // Merge the key splits: rescale each to the common max, then sum.
+      std::vector<T> O(Bq * d.d_v), l(Bq);
+      for (std::size_t hb = 0; hb < head_blocks; ++hb) {
+        const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h,
+                          b = hb / (q_blocks * d.h), rows = rows_of(qb);
+        std::fill(O.begin(), O.end(), T(0));
+        std::fill(l.begin(), l.end(), T(0));
+        for (std::size_t r = 0; r < rows; ++r) {
+          T m = kNegInf<T>;
+          for (std::size_t sp = 0; sp < splits; ++sp)
+            m = std::max(m, part_m[(hb * splits + sp) * Bq + r]);
+          if (m == kNegInf<T>) continue;  // l stays 0: masked-row policy
+          for (std::size_t sp = 0; sp < splits; ++sp) {
+            const std::size_t i = (hb * splits + sp) * Bq + r;
+            if (part_m[i] == kNegInf<T>) continue;
+            const T f = std::exp(part_m[i] - m);
+            l[r] += part_l[i] * f;
+            for (std::size_t c = 0; c < d.d_v; ++c) O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
+          }
+        }
+        finish_rows(job, b, head, qb * Bq, rows, O.data(), l.data());
+      }
+    }
+  } else if (opt.attention == AttentionOutput::per_head) {
+    std::vector<std::vector<T>> scratch(threads);
+    parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
+      const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
+                        b = task / (q_blocks * d.h);
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      T* A;
+      if (opt.attention_buffer) {
+        A = opt.attention_buffer + ((b * d.h + head) * d.T + t0) * d.S;
+      } else {
+        scratch[thread].resize(Bq * d.S);
+        A = scratch[thread].data();
+      }
+      exact_block(job, b, head, t0, rows, A);
+      if (!opt.attention_buffer && opt.sink) opt.sink(b, head, t0, rows, A);
+    });
+  } else {
+    // Mean over heads: one task per (b, query block) accumulates all heads.
+    std::vector<std::vector<T>> scratch(threads);
+    const T inv_h = T(1) / static_cast<T>(d.h);
+    parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
+      const std::size_t qb = task % q_blocks, b = task / q_blocks;
+      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
+      auto& s = scratch[thread];
+      s.resize((opt.attention_buffer ? 1 : 2) * Bq * d.S);
+      T* A = s.data();
+      T* mean =
+          opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S : s.data() + Bq * d.S;
+      std::fill(mean, mean + rows * d.S, T(0));
+      for (std::size_t head = 0; head < d.h; ++head) {
+        exact_block(job, b, head, t0, rows, A);
+        for (std::size_t i = 0; i < rows * d.S; ++i) mean[i] += A[i] * inv_h;
+      }
+      if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
+    });
+  }
+  if (overflow && !opt.allow_nonfinite)
+    fail_input(std::string("the attention logits overflow ") +
+               (sizeof(T) == 4 ? "float32" : "float64") +
+               " (|scale * q.k| beyond its range) for some query rows; " +
+               (sizeof(T) == 4 ? "use dtype float64 or smaller inputs or weights"
+                               : "use smaller inputs or weights") +
+               " (allow_nonfinite writes NaN for those rows instead)");
+  // output (B*T, d_out) = context W_o + b_o
+  const std::size_t hdv = d.h * d.d_v;
+  const Projection<T> out{w.W_o.data(), d.d_out, w.has_bias() ? w.b_o.data() : nullptr, 0};
+  project(context.get(), hdv, d.B * d.T, hdv, {out}, output, d.d_out, threads, opt.bf16_gemm);
+}
+
+template <class T>
+void multi_head_attention(const Dims& d, const T* X_q, const T* X_k, const T* X_v,
+                          const Weights<T>& w, const Mask<T>& mask, T scale, MaskedRows policy,
+                          T* output, T* attention, T* attention_mean) {
+  LayerOptions<T> opt;
+  opt.scale = scale;
+  opt.masked_rows = policy;
+  if (attention) {
+    opt.attention = AttentionOutput::per_head;
+    opt.attention_buffer = attention;
+  } else if (attention_mean) {
+    opt.attention = AttentionOutput::mean_over_heads;
+    opt.attention_buffer = attention_mean;
+  }
+  attention_layer(d, X_q, X_k, X_v, w, mask, opt, output);
+  if (attention && attention_mean) {
+    // Both asked for: the mean from the per-head weights just written.
+    const std::size_t TS = d.T * d.S;
+    const T inv_h = T(1) / static_cast<T>(d.h);
+    std::fill(attention_mean, attention_mean + d.B * TS, T(0));
+    for (std::size_t b = 0; b < d.B; ++b)
+      for (std::size_t head = 0; head < d.h; ++head)
+        for (std::size_t i = 0; i < TS; ++i)
+          attention_mean[b * TS + i] += attention[(b * d.h + head) * TS + i] * inv_h;
+  }
+}
+
+template <class T>
+void softmax_rows(T* x, std::size_t rows, std::size_t cols, std::size_t ld, MaskedRows policy) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* row = x + r * ld;
+    const T max = row_max(row, cols);
+    if (max == kNegInf<T>) {
+      // Every key masked: softmax is 0/0 here, so the policy decides.
+      T fill = policy == MaskedRows::zero      ? T(0)
+               : policy == MaskedRows::uniform ? T(1) / static_cast<T>(cols)
+                                               : std::numeric_limits<T>::quiet_NaN();
+      std::fill(row, row + cols, fill);
+      continue;
+    }
+    const T inv = T(1) / exp_shifted_sum(row, cols, max);
+    for (std::size_t c = 0; c < cols; ++c) row[c] *= inv;
+  }
+}
+
+#define MHA_INSTANTIATE(T)                                                                        \
+  template void attention_layer<T>(const Dims&, const T*, const T*, const T*, const Weights<T>&,  \
+                                   const Mask<T>&, const LayerOptions<T>&, T*);                   \
+  template void multi_head_attention<T>(const Dims&, const T*, const T*, const T*,                \
+                                        const Weights<T>&, const Mask<T>&, T, MaskedRows, T*, T*, \
+                                        T*);                                                      \
+  template void softmax_rows<T>(T*, std::size_t, std::size_t, std::size_t, MaskedRows);
+MHA_INSTANTIATE(float)
+MHA_INSTANTIATE(double)
+#undef MHA_INSTANTIATE
+
+}  // namespace mha

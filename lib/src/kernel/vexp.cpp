@@ -1,0 +1,380 @@
+// exp_shifted_sum: x[i] = exp(x[i] - shift) and the sum, the inner loop of
+// every softmax. One algorithm (Cephes expf) in three builds -- AVX-512, AVX2
+// + FMA and portable scalar -- picked once per process from the CPU features
+// and the MHA_VEXP environment variable. The vector builds use function
+// target attributes rather than the compiler flags, so they are available
+// (and chosen at run time) even when the library is built without
+// -march=native.
+//
+// The algorithm, for t = x - shift:
+//   n = round(t * log2(e)),  r = t - n * ln2  (ln2 split into a short head
+//   and a tail, so n * ln2_hi is exact and r keeps its low bits; |r| <= ln2/2)
+//   exp(r) ~= 1 + r + r^2 * P(r), P the degree-5 Cephes minimax polynomial
+//   exp(t) = 2^n * exp(r), the 2^n applied by adding n to the exponent bits.
+// The exponent add is only right while the result is a normal float, so
+// t < kMinArg (results below FLT_MIN, and -inf) gives exactly 0 and
+// t > kMaxArg gives +inf. Rather than clamping t, the vector versions let
+// out-of-range lanes compute garbage and overwrite it at the end (one compare
+// and one blend each); the scalar one computes with 0 in their place. A NaN t
+// gives NaN. Max error measured over every float in [kMinArg, kMaxArg]:
+// 1.01 ulp against double std::exp (tests/test_vexp.cpp, [.vexp-exhaustive]).
+//
+// Not for -ffast-math: the NaN and infinity handling relies on IEEE semantics.
+#include "mha/kernel/vexp.hpp"
+
+// GCC 12 reports the deliberately undefined pass-through operands inside the
+// AVX-512 intrinsics (__Y = _mm512_undefined_ps() etc.) as uninitialized once
+// they are inlined at -O2 and above: a known false positive. The reported
+// locations are in this header, so silencing it for the include is enough.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "vexp_impl.hpp"
+
+#define MHA_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define MHA_TARGET_AVX512 __attribute__((target("avx512f,avx512dq")))
+
+namespace mha {
+namespace {
+
+constexpr float kLog2e = 1.44269504088896341f;
+// ln 2 = kLn2Hi + kLn2Lo: the head has 9 significant bits, so n * kLn2Hi is
+// exact for every |n| <= 2^15 and the subtraction t - n * kLn2Hi loses nothing.
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+// The smallest float t with exp(t) >= FLT_MIN (-126 ln 2 rounded up): below
+// it the result would be subnormal, which the exponent add cannot make.
+constexpr float kMinArg = -0x1.5d589ep+6f;  // -87.33654
+// The largest float t with exp(t) <= FLT_MAX; above it exp overflows.
+constexpr float kMaxArg = 0x1.62e42ep+6f;  // 88.72283
+// Cephes expf: exp(r) ~= 1 + r + r^2 * (kP0 r^5 + ... + kP5), |r| <= ln2/2.
+constexpr float kP0 = 1.9875691500e-4f;
+constexpr float kP1 = 1.3981999507e-3f;
+constexpr float kP2 = 8.3334519073e-3f;
+constexpr float kP3 = 4.1665795894e-2f;
+constexpr float kP4 = 1.6666665459e-1f;
+constexpr float kP5 = 5.0000001201e-1f;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---------------------------------------------------------------- scalar
+
+// The float with the given bits (std::bit_cast is C++20).
+inline float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The bits of f.
+inline std::uint32_t to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// exp(t) by the algorithm above. The range checks work on the bits as
+// integers, and the selects are masks: float comparisons (which may trap,
+// under GCC's default -ftrapping-math) and unsigned ones (none in SSE2) keep
+// GCC from vectorizing a loop of this, which then runs slower than libm.
+inline float exp_one(float t) {
+  const std::int32_t u = static_cast<std::int32_t>(to_bits(t));
+  const std::int32_t mag = u & 0x7fffffff;  // the bits of |t|
+  const std::int32_t limit = static_cast<std::int32_t>(to_bits(u < 0 ? -kMinArg : kMaxArg));
+  // All ones for kMinArg <= t <= kMaxArg, zero otherwise (NaN included).
+  const std::int32_t in_range = -static_cast<std::int32_t>(mag <= limit);
+  // The argument for the arithmetic: 0 when out of range, which keeps the
+  // float-to-int conversion below defined.
+  const float tc = from_bits(static_cast<std::uint32_t>(u & in_range));
+  // Round to nearest by the 1.5 * 2^23 shifter (exact for |x| < 2^22),
+  // which needs no SSE4.1 roundss and no libm call.
+  constexpr float kShifter = 0x1.8p23f;
+  const float n = (tc * kLog2e + kShifter) - kShifter;
+  float r = tc - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kP0;
+  p = p * r + kP1;
+  p = p * r + kP2;
+  p = p * r + kP3;
+  p = p * r + kP4;
+  p = p * r + kP5;
+  p = p * (r * r) + r + 1.0f;
+  // Unsigned arithmetic: shifting a negative int left is undefined in C++17.
+  const std::uint32_t scale = static_cast<std::uint32_t>(static_cast<std::int32_t>(n)) << 23;
+  // Out of range: NaN stays (mag above the infinity bits), else 0 below, +inf above.
+  const std::int32_t overflow = u < 0 ? 0 : static_cast<std::int32_t>(to_bits(kInf));
+  const std::int32_t special = mag > static_cast<std::int32_t>(to_bits(kInf)) ? u : overflow;
+  return from_bits(((to_bits(p) + scale) & static_cast<std::uint32_t>(in_range)) |
+                   static_cast<std::uint32_t>(special & ~in_range));
+}
+
+// ---------------------------------------------------------------- AVX2
+
+// exp of 8 lanes by the algorithm above. NaN lanes stay NaN: the conversion
+// of NaN to int gives 0x80000000, whose shift by 23 is 0, so the exponent add
+// leaves the NaN that the polynomial produced.
+MHA_TARGET_AVX2 inline __m256 exp8(__m256 t) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), t);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i scale = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
+  // Zero below the range (not-less-than is true for NaN, which is kept), +inf above it.
+  y = _mm256_and_ps(y, _mm256_cmp_ps(t, _mm256_set1_ps(kMinArg), _CMP_NLT_UQ));
+  return _mm256_blendv_ps(y, _mm256_set1_ps(kInf),
+                          _mm256_cmp_ps(t, _mm256_set1_ps(kMaxArg), _CMP_GT_OQ));
+}
+
+// The sum of the 8 lanes of v.
+MHA_TARGET_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---------------------------------------------------------------- AVX-512
+
+// exp of 16 lanes by the algorithm above; NaN lanes stay NaN as in exp8.
+MHA_TARGET_AVX512 inline __m512 exp16(__m512 t) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), t);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kP0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512i scale = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  // Zero below the range in the same instruction as the exponent add
+  // (not-less-than is true for NaN, which is kept), then +inf above it.
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMinArg), _CMP_NLT_UQ);
+  const __m512 y = _mm512_castsi512_ps(_mm512_maskz_add_epi32(keep, _mm512_castps_si512(p), scale));
+  const __mmask16 over = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMaxArg), _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(y, over, _mm512_set1_ps(kInf));
+}
+
+// ---------------------------------------------------------------- sums
+
+// Elements per block of the summation. Each block is summed in its own
+// running sums (lanes), which are then added to the running total: with one
+// long chain of float adds per lane, the terms of a long row become small
+// next to the sum and lose their low bits (100k softmax terms lost about
+// 2e-6 of the sum that way). Blocked, the error stays near 1e-7. A multiple
+// of every unroll width below, so only the last block has a tail.
+constexpr std::size_t kBlock = 1024;
+
+// x[i] = exp(x[i] - shift) for i < n (n <= kBlock), returning their sum.
+// Two passes over the (cache-resident) block, each of which GCC vectorizes
+// for the ISA the file is built for: the exps, then sixteen running sums like
+// the vector versions' lanes, more accurate than one chain of float adds.
+inline float block_sum_scalar(float* x, std::size_t n, float shift) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = exp_one(x[i] - shift);
+  constexpr std::size_t kLanes = 16;
+  float acc[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::size_t j = 0; j < kLanes; ++j) acc[j] += x[i + j];
+  }
+  for (std::size_t j = 0; i + j < n; ++j) acc[j] += x[i + j];
+  // Pairwise reduction of the lanes.
+  for (std::size_t width = kLanes / 2; width > 0; width /= 2) {
+    for (std::size_t j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  return acc[0];
+}
+
+// As block_sum_scalar, 8 lanes at a time, returning the lane sums. Two
+// vectors per iteration into two accumulators (independent chains keep both
+// FMA pipes busy), then one vector, then the tail through masked load/store so
+// the tail elements get the same arithmetic as the rest.
+MHA_TARGET_AVX2 inline __m256 block_sum_avx2(float* x, std::size_t n, __m256 shift) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 y0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
+    const __m256 y1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), shift));
+    _mm256_storeu_ps(x + i, y0);
+    _mm256_storeu_ps(x + i + 8, y1);
+    acc0 = _mm256_add_ps(acc0, y0);
+    acc1 = _mm256_add_ps(acc1, y1);
+  }
+  if (i + 8 <= n) {
+    const __m256 y = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
+    _mm256_storeu_ps(x + i, y);
+    acc0 = _mm256_add_ps(acc0, y);
+    i += 8;
+  }
+  if (i < n) {
+    // Lanes below the remaining count have their sign bit set: the mask
+    // maskload/maskstore want. Masked-off lanes read as 0 and must not reach
+    // the sum, hence the and.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane);
+    const __m256 y = exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), shift));
+    _mm256_maskstore_ps(x + i, mask, y);
+    acc1 = _mm256_add_ps(acc1, _mm256_and_ps(y, _mm256_castsi256_ps(mask)));
+  }
+  return _mm256_add_ps(acc0, acc1);
+}
+
+// As block_sum_avx2, 16 lanes at a time with an AVX-512 masked tail.
+MHA_TARGET_AVX512 inline __m512 block_sum_avx512(float* x, std::size_t n, __m512 shift) {
+  __m512 acc0 = _mm512_setzero_ps();
+  __m512 acc1 = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 y0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+    const __m512 y1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), shift));
+    _mm512_storeu_ps(x + i, y0);
+    _mm512_storeu_ps(x + i + 16, y1);
+    acc0 = _mm512_add_ps(acc0, y0);
+    acc1 = _mm512_add_ps(acc1, y1);
+  }
+  if (i + 16 <= n) {
+    const __m512 y = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+    _mm512_storeu_ps(x + i, y);
+    acc0 = _mm512_add_ps(acc0, y);
+    i += 16;
+  }
+  if (i < n) {
+    // Masked-off lanes are neither read (no fault past the end) nor written
+    // nor summed.
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift));
+    _mm512_mask_storeu_ps(x + i, m, y);
+    acc1 = _mm512_mask_add_ps(acc1, m, acc1, y);
+  }
+  return _mm512_add_ps(acc0, acc1);
+}
+
+}  // namespace
+
+namespace detail {
+
+// Block by block (see kBlock), adding each block's sum to a float total.
+float exp_shifted_sum_scalar(float* x, std::size_t n, float shift) {
+  float total = 0.0f;
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    total += block_sum_scalar(x + i, std::min(kBlock, n - i), shift);
+  }
+  return total;
+}
+
+// Block by block into a vector of per-lane totals, summed across at the end.
+MHA_TARGET_AVX2 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 total = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    total = _mm256_add_ps(total, block_sum_avx2(x + i, std::min(kBlock, n - i), s));
+  }
+  return hsum8(total);
+}
+
+// As the AVX2 version, with 16 lanes.
+MHA_TARGET_AVX512 float exp_shifted_sum_avx512(float* x, std::size_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 total = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    total = _mm512_add_ps(total, block_sum_avx512(x + i, std::min(kBlock, n - i), s));
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+// AVX2 and FMA present. __builtin_cpu_supports also checks that the OS saves
+// the wider registers.
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// AVX-512F and DQ present (and enabled by the OS).
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+}
+
+// The requested ISA if usable, else the best one (see vexp_impl.hpp).
+const char* select_vexp_isa(const char* request) {
+  const std::string_view want = request ? request : "";
+  if (want == "scalar") return "scalar";
+  if (want == "avx2" && cpu_has_avx2()) return "avx2";
+  if (cpu_has_avx512()) return "avx512";
+  if (cpu_has_avx2()) return "avx2";
+  return "scalar";
+}
+
+}  // namespace detail
+
+namespace {
+
+using ExpSumFn = float (*)(float*, std::size_t, float);
+
+// An implementation and its name as vexp_isa reports it.
+struct Choice {
+  const char* isa;
+  ExpSumFn fn;
+};
+
+// The implementation for this process, decided on first use from the CPU and
+// MHA_VEXP (thread-safe static initialisation; later changes to the
+// environment are ignored).
+const Choice& choice() {
+  static const Choice c = [] {
+    const char* isa = detail::select_vexp_isa(std::getenv("MHA_VEXP"));
+    const std::string_view name = isa;
+    if (name == "avx512") return Choice{isa, detail::exp_shifted_sum_avx512};
+    if (name == "avx2") return Choice{isa, detail::exp_shifted_sum_avx2};
+    return Choice{isa, detail::exp_shifted_sum_scalar};
+  }();
+  return c;
+}
+
+}  // namespace
+
+// Through the implementation chosen on first use.
+float exp_shifted_sum(float* x, std::size_t n, float shift) {
+  return choice().fn(x, n, shift);
+}
+
+// The double softmax is the accuracy reference, so it keeps libm's exp.
+double exp_shifted_sum(double* x, std::size_t n, double shift) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+// The name of the implementation chosen on first use.
+const char* vexp_isa() {
+  return choice().isa;
+}
+
+}  // namespace mha

@@ -1,0 +1,597 @@
+#include "mha/model/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/base/error.hpp"
+#include "mha/model/memory.hpp"
+
+namespace mha {
+namespace {
+
+using json = nlohmann::json;
+
+// Sizes above 2^30 cannot fit in memory as a tensor anyway; the cap keeps
+// every product of two sizes far from 64-bit overflow.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 30;
+
+const std::vector<ConfigKey> kKeys = {
+    {"h", "INT", "number of heads", false},
+    {"d_model", "INT", "feature size of the query input", false},
+    {"d_k", "INT", "per-head query/key size (default d_model / h)", false},
+    {"d_v", "INT", "per-head value size (default d_k)", false},
+    {"kdim", "INT", "feature size of the key input (default d_model)", false},
+    {"vdim", "INT", "feature size of the value input (default d_model)", false},
+    {"d_out", "INT", "output feature size (default d_model)", false},
+    {"batch", "INT", "batch size B (default: from inputs, else 1)", false},
+    {"seq_len", "INT", "query length T (default: from inputs)", false},
+    {"kv_seq_len", "INT", "key/value length S (default: from inputs, else seq_len)", false},
+    {"use_bias", "BOOL", "projections have biases (default: from weights, else true)", true},
+    {"scale", "FLOAT", "logit scale (default 1/sqrt(d_k))", false},
+    {"dtype", "TYPE", "compute precision: float32, float64 or bfloat16 (bfloat16 GEMM operands)",
+     false},
+    {"seed", "INT", "seed for random inputs and weights (default 0)", false},
+    {"threads", "INT", "worker threads (default 0 = all cores)", false},
+    {"max_memory", "SIZE", "refuse runs needing more (default 80% of RAM), e.g. 8GiB", false},
+    {"allow_nonfinite", "BOOL", "accept NaN/Inf in inputs and weights", true},
+    {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
+    {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
+    {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
+    {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
+    {"weights_format", "LAYOUT", "weights layout: auto, native, torch or keras", false},
+    {"causal", "MODE", "false, true (top-left) or bottom-right", true},
+    {"mask", "PATH", ".npy mask: bool (true = attend) or float (added to logits)", false},
+    {"mask_true_means", "MEANING", "true in a bool mask means attend (default) or ignore", false},
+    {"key_padding_mask", "PATH", ".npy (B,S): bool true = padding, or float added", false},
+    {"key_lengths", "LIST", "B comma-separated ints, or a .npy file", false},
+    {"masked_rows", "POLICY", "fully masked query rows: zero, uniform or nan", false},
+    {"out_dir", "DIR", "output directory (default out)", false},
+    {"save_attention", "BOOL", "write attention.npy", true},
+    {"average_heads", "BOOL", "write attention averaged over heads (B,T,S)", true},
+    {"plot", "BOOL", "write attention.png: batch 0's attention maps as heatmaps", true},
+    {"save_weights", "LAYOUT", "write weights.npz: true (native), native, torch or keras", true},
+    {"save_inputs", "BOOL", "write the inputs used as .npy", true},
+    // Attention variants (README, "Attention variants").
+    {"kv_heads", "INT", "key/value heads for grouped-query attention (default h; 1 = MQA)", false},
+    {"window", "INT", "sliding window: keys within this distance of the query (default none)",
+     false},
+    {"alibi", "BOOL", "ALiBi position bias: -slope_i * |t - s| added to head i's logits", true},
+    {"bias", "PATH", ".npy float bias broadcastable to (B,h,T,S), added to the logits", false},
+    {"softcap", "FLOAT", "logits <- softcap * tanh(logits / softcap) before masking", false},
+    {"attention_axes", "LIST", "axes of an N-D query to attend over (Keras), e.g. 2,3", false},
+    {"output_dtype", "TYPE",
+     "dtype of written tensors: float16, float32 or float64 (default: the compute dtype)", false},
+};
+
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
+
+std::string json_excerpt(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+std::int64_t get_int(const json& v, const std::string& where, std::int64_t lo, std::int64_t hi) {
+  auto range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.is_number_unsigned()) {
+    auto u = v.get<std::uint64_t>();
+    if (u <= static_cast<std::uint64_t>(hi) && static_cast<std::int64_t>(u) >= lo)
+      return static_cast<std::int64_t>(u);
+    fail_input(where + ": expected an integer in " + range + ", got " + v.dump());
+  }
+  if (v.is_number_integer()) {
+    auto i = v.get<std::int64_t>();
+    if (i >= lo && i <= hi) return i;
+    fail_input(where + ": expected an integer in " + range + ", got " + v.dump());
+  }
+  fail_input(where + ": expected an integer in " + range + ", got " + json_excerpt(v));
+}
+
+bool get_bool(const json& v, const std::string& where) {
+  if (!v.is_boolean()) fail_input(where + ": expected true or false, got " + json_excerpt(v));
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& where, const char* what) {
+  if (!v.is_string() || v.get<std::string>().empty())
+    fail_input(where + ": expected " + what + ", got " + json_excerpt(v));
+  return v.get<std::string>();
+}
+
+template <class Enum, std::size_t N>
+Enum get_enum(const json& v, const std::string& where,
+              const std::pair<const char*, Enum> (&names)[N]) {
+  std::string expected;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (v.is_string() && v.get<std::string>() == names[i].first) return names[i].second;
+    expected += (i ? (i + 1 == N ? " or " : ", ") : "") + quote(names[i].first);
+  }
+  fail_input(where + ": expected " + expected + ", got " + json_excerpt(v));
+}
+
+// Sets one key from a JSON value. `where` names the key and its source.
+void set_key(Config& c, const std::string& key, const json& v, const std::string& where) {
+  auto size = [&](std::optional<std::int64_t>& field) {
+    field = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, kMaxSize));
+  };
+  auto path = [&](std::optional<std::string>& field) {
+    field =
+        v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a file path (string)"));
+  };
+  auto flag = [&](bool& field, bool dflt) { field = v.is_null() ? dflt : get_bool(v, where); };
+
+  if (key == "h") return size(c.h);
+  if (key == "d_model") return size(c.d_model);
+  if (key == "d_k") return size(c.d_k);
+  if (key == "d_v") return size(c.d_v);
+  if (key == "kdim") return size(c.kdim);
+  if (key == "vdim") return size(c.vdim);
+  if (key == "d_out") return size(c.d_out);
+  if (key == "batch") return size(c.batch);
+  if (key == "seq_len") return size(c.seq_len);
+  if (key == "kv_seq_len") return size(c.kv_seq_len);
+  if (key == "use_bias") {
+    c.use_bias = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
+    return;
+  }
+  if (key == "weights_format") {
+    static const std::pair<const char*, WeightsFormat> names[] = {
+        {"auto", WeightsFormat::auto_detect},
+        {"native", WeightsFormat::native},
+        {"torch", WeightsFormat::torch},
+        {"keras", WeightsFormat::keras}};
+    c.weights_format = v.is_null() ? WeightsFormat::auto_detect : get_enum(v, where, names);
+    return;
+  }
+  if (key == "mask_true_means") {
+    static const std::pair<const char*, MaskTrueMeans> names[] = {
+        {"attend", MaskTrueMeans::attend}, {"ignore", MaskTrueMeans::ignore}};
+    c.mask_true_means = v.is_null() ? MaskTrueMeans::attend : get_enum(v, where, names);
+    return;
+  }
+  if (key == "key_padding_mask") return path(c.key_padding_mask);
+  if (key == "scale") {
+    if (v.is_null()) return void(c.scale.reset());
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
+      fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
+    c.scale = v.get<double>();
+    return;
+  }
+  if (key == "dtype") {
+    static const std::pair<const char*, ComputeType> names[] = {
+        {"float32", ComputeType::float32},
+        {"float64", ComputeType::float64},
+        {"bfloat16", ComputeType::bfloat16}};
+    c.dtype = v.is_null() ? ComputeType::float32 : get_enum(v, where, names);
+    return;
+  }
+  if (key == "output_dtype") {
+    static const std::pair<const char*, OutputType> names[] = {{"float16", OutputType::float16},
+                                                               {"float32", OutputType::float32},
+                                                               {"float64", OutputType::float64}};
+    c.output_dtype = v.is_null() ? std::nullopt : std::optional(get_enum(v, where, names));
+    return;
+  }
+  if (key == "kv_heads") return size(c.kv_heads);
+  if (key == "window") return size(c.window);
+  if (key == "alibi") return flag(c.alibi, false);
+  if (key == "bias") return path(c.bias);
+  if (key == "softcap") {
+    if (v.is_null()) return void(c.softcap.reset());
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
+      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
+    c.softcap = v.get<double>();
+    return;
+  }
+  if (key == "attention_axes") {
+    c.attention_axes.reset();
+    if (v.is_null()) return;
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of axis indices such as [2, 3], got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> axes;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      axes.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", -64, 64));
+    c.attention_axes = std::move(axes);
+    return;
+  }
+  if (key == "seed") {
+    if (v.is_null()) return void(c.seed = 0);
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+      fail_input(where + ": expected a non-negative integer below 2^64, got " + json_excerpt(v));
+    c.seed = v.get<std::uint64_t>();
+    return;
+  }
+  if (key == "threads") {
+    c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
+    return;
+  }
+  if (key == "max_memory") {
+    if (v.is_null()) return void(c.max_memory.reset());
+    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() > 0)) {
+      c.max_memory = v.get<std::uint64_t>();
+      return;
+    }
+    if (!v.is_string())
+      fail_input(where + ": expected a size such as \"8GiB\" or a number of bytes, got " +
+                 json_excerpt(v));
+    c.max_memory = parse_byte_size(v.get<std::string>(), where);
+    return;
+  }
+  if (key == "allow_nonfinite") return flag(c.allow_nonfinite, false);
+  if (key == "query") return path(c.query);
+  if (key == "key") return path(c.key);
+  if (key == "value") return path(c.value);
+  if (key == "weights") return path(c.weights);
+  if (key == "mask") return path(c.mask);
+  if (key == "causal") {
+    if (v.is_null()) return void(c.causal = Causal::none);
+    if (v.is_boolean()) return void(c.causal = v.get<bool>() ? Causal::top_left : Causal::none);
+    static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
+                                                           {"bottom-right", Causal::bottom_right}};
+    for (const auto& [name, value] : names)
+      if (v.is_string() && v.get<std::string>() == name) return void(c.causal = value);
+    fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
+               json_excerpt(v));
+  }
+  if (key == "key_lengths") {
+    c.key_lengths.reset();
+    c.key_lengths_file.reset();
+    if (v.is_null()) return;
+    if (v.is_string()) return void(c.key_lengths_file = get_string(v, where, "a .npy path"));
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of integers or a .npy path, got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      lengths.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, kMaxSize));
+    c.key_lengths = std::move(lengths);
+    return;
+  }
+  if (key == "masked_rows") {
+    static const std::pair<const char*, MaskedRows> names[] = {
+        {"zero", MaskedRows::zero}, {"uniform", MaskedRows::uniform}, {"nan", MaskedRows::nan}};
+    c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
+    return;
+  }
+  if (key == "out_dir") {
+    c.out_dir = v.is_null() ? "out" : get_string(v, where, "a directory path (string)");
+    return;
+  }
+  if (key == "save_attention") return flag(c.save_attention, false);
+  if (key == "average_heads") return flag(c.average_heads, false);
+  if (key == "plot") return flag(c.plot, false);
+  if (key == "save_weights") {
+    // false, true (= native), or the layout to write.
+    static const std::pair<const char*, WeightsFormat> names[] = {{"native", WeightsFormat::native},
+                                                                  {"torch", WeightsFormat::torch},
+                                                                  {"keras", WeightsFormat::keras}};
+    c.save_weights_format = WeightsFormat::native;
+    if (v.is_null() || v.is_boolean()) {
+      c.save_weights = v.is_boolean() && v.get<bool>();
+      return;
+    }
+    if (!v.is_string())
+      fail_input(where + ": expected true, false, 'native', 'torch' or 'keras', got " +
+                 json_excerpt(v));
+    c.save_weights_format = get_enum(v, where, names);
+    c.save_weights = true;
+    return;
+  }
+  if (key == "save_inputs") return flag(c.save_inputs, false);
+
+  std::string hint = nearest_key(key);
+  fail_input(where + ": unknown key" +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// An integer flag beyond 64 bits: a float, as a JSON file would give, so the
+// key's own type check reports it.
+json too_big(const std::string& text, const std::string& where) {
+  try {
+    return std::stod(text);
+  } catch (const std::exception&) {
+    fail_input(where + ": expected an integer, got " + quote(text) + " (out of range)");
+  }
+}
+
+// Flag text to the JSON value the same key would have in a file.
+json flag_value(const std::string& key, const std::string& text, const std::string& where) {
+  const ConfigKey* spec = nullptr;
+  for (const auto& k : kKeys)
+    if (key == k.name) spec = &k;
+  if (!spec) {
+    std::string hint = nearest_key(key);
+    fail_input(where + ": unknown option" +
+               (hint.empty() ? "" : " (did you mean --" + hint + "?)"));
+  }
+  const std::string hint = spec->value_hint;
+  if (hint == "INT") {
+    // Strict: the whole text is an optionally signed decimal integer. Values
+    // beyond 64 bits become a float, as in a JSON file, and fail the type check.
+    const bool negative = !text.empty() && text[0] == '-';
+    const std::string digits = text.substr(negative ? 1 : 0);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
+      fail_input(where + ": expected an integer, got " + quote(text));
+    std::uint64_t magnitude = 0;
+    for (char ch : digits) {
+      const std::uint64_t digit = static_cast<std::uint64_t>(ch - '0');
+      if (magnitude > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
+        return too_big(text, where);
+      magnitude = magnitude * 10 + digit;
+    }
+    if (!negative) return magnitude;
+    if (magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return too_big(text, where);
+    return -static_cast<std::int64_t>(magnitude);
+  }
+  // causal and save_weights take a bool or a word; the bool spellings of
+  // flags (1, yes, on, ...) work for them too.
+  const bool bool_or_word = spec->is_bool && hint != "BOOL";
+  static const char* const kTrue[] = {"true", "1", "yes", "on"};
+  static const char* const kFalse[] = {"false", "0", "no", "off"};
+  for (const char* t : kTrue)
+    if (text == t && (hint == "BOOL" || bool_or_word)) return true;
+  for (const char* f : kFalse)
+    if (text == f && (hint == "BOOL" || bool_or_word)) return false;
+  if (hint == "BOOL") fail_input(where + ": expected true or false, got " + quote(text));
+  if (hint == "FLOAT") {
+    std::size_t used = 0;
+    double d = 0;
+    try {
+      d = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty())
+      fail_input(where + ": expected a number, got " + quote(text));
+    if (!std::isfinite(d))
+      fail_input(where + ": expected a finite non-zero number, got " + quote(text));
+    return d;
+  }
+  if (key == "attention_axes") {
+    json list = json::array();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) list.push_back(flag_value("seed", item, where));
+    if (text.empty() || text.back() == ',')
+      fail_input(where + ": expected comma-separated axis indices such as 2,3, got " + quote(text));
+    return list;
+  }
+  if (key == "key_lengths" && text.find(".npy") == std::string::npos) {
+    json list = json::array();
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) list.push_back(flag_value("batch", item, where));
+    if (!text.empty() && text.back() == ',')
+      fail_input(where + ": expected comma-separated integers, got " + quote(text));
+    return list;
+  }
+  return text;
+}
+
+}  // namespace
+
+void Config::apply(const json& object, const std::string& source) {
+  if (!object.is_object())
+    fail_input(source + ": expected a JSON object of config keys, got " + json_excerpt(object));
+  for (const auto& [key, value] : object.items())
+    set_key(*this, key, value, source + ": key " + quote(key));
+}
+
+void Config::apply_flag(const std::string& key, const std::string& text) {
+  std::string where = "--" + key;
+  set_key(*this, key, flag_value(key, text, where), where);
+}
+
+json Config::to_json() const {
+  auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+  json j;
+  j["h"] = opt(h);
+  j["d_model"] = opt(d_model);
+  j["d_k"] = opt(d_k);
+  j["d_v"] = opt(d_v);
+  j["kdim"] = opt(kdim);
+  j["vdim"] = opt(vdim);
+  j["d_out"] = opt(d_out);
+  j["batch"] = opt(batch);
+  j["seq_len"] = opt(seq_len);
+  j["kv_seq_len"] = opt(kv_seq_len);
+  j["use_bias"] = opt(use_bias);
+  j["scale"] = opt(scale);
+  j["dtype"] = to_string(dtype);
+  j["seed"] = seed;
+  j["threads"] = threads;
+  j["max_memory"] = opt(max_memory);
+  j["allow_nonfinite"] = allow_nonfinite;
+  j["query"] = opt(query);
+  j["key"] = opt(key);
+  j["value"] = opt(value);
+  j["weights"] = opt(weights);
+  j["weights_format"] = to_string(weights_format);
+  j["causal"] = causal == Causal::none ? json(false) : json(to_string(causal));
+  j["mask"] = opt(mask);
+  j["mask_true_means"] = to_string(mask_true_means);
+  j["key_padding_mask"] = opt(key_padding_mask);
+  j["key_lengths"] = key_lengths ? json(*key_lengths) : opt(key_lengths_file);
+  j["masked_rows"] = to_string(masked_rows);
+  j["out_dir"] = out_dir;
+  j["save_attention"] = save_attention;
+  j["average_heads"] = average_heads;
+  j["plot"] = plot;
+  j["save_weights"] = save_weights ? json(to_string(save_weights_format)) : json(false);
+  j["save_inputs"] = save_inputs;
+  j["kv_heads"] = opt(kv_heads);
+  j["window"] = opt(window);
+  j["alibi"] = alibi;
+  j["bias"] = opt(bias);
+  j["softcap"] = opt(softcap);
+  j["attention_axes"] = opt(attention_axes);
+  j["output_dtype"] = output_dtype ? json(to_string(*output_dtype)) : json(nullptr);
+  return j;
+}
+
+json parse_config_text(const std::string& text, const std::string& source) {
+  // Refuse configs over 16 MiB: a config is a few hundred bytes, and the
+  // limit keeps a hostile file from costing gigabytes of parse tree.
+  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+  if (text.size() > kMaxConfigBytes)
+    fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
+               std::to_string(kMaxConfigBytes));
+  // Nesting is refused past a small depth as the parser reaches it: a config
+  // is two levels deep, and printing or copying a deeply nested value would
+  // recurse once per level and overflow the stack.
+  constexpr int kMaxDepth = 64;
+  // Duplicate keys would silently keep the last value; track the keys of each
+  // open object and refuse a repeat.
+  std::vector<std::vector<std::string>> open_objects;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxDepth)
+      fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +
+                 " levels deep; a config is an object of plain values");
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !open_objects.empty()) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
+      auto& keys = open_objects.back();
+      const std::string key = parsed.get<std::string>();
+      if (duplicate.empty() && std::find(keys.begin(), keys.end(), key) != keys.end())
+        duplicate = key;
+      keys.push_back(key);
+    }
+    return true;
+  };
+  json result;
+  try {
+    // Comments (// and /* */) are allowed: configs are written by hand.
+    result = json::parse(text, on_event, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based; turn it into a line and column a text editor shows.
+    std::size_t line = 1, column = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string what = e.what();
+    auto pos = what.find("syntax error while parsing ");
+    if (pos != std::string::npos) what = what.substr(pos);
+    // A '}' or ']' right after a comma: say so, it is the usual slip.
+    std::size_t at = std::min<std::size_t>(e.byte, text.size());
+    while (at > 1 && std::isspace(static_cast<unsigned char>(text[at - 2]))) --at;
+    const bool trailing_comma = e.byte >= 2 && e.byte <= text.size() &&
+                                (text[e.byte - 1] == '}' || text[e.byte - 1] == ']') && at >= 2 &&
+                                text[at - 2] == ',';
+    fail_input(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
+               ": invalid JSON: " + what +
+               (trailing_comma ? " (JSON allows no comma before a closing bracket)" : ""));
+  } catch (const json::exception& e) {
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'": drop the tag.
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);
+    fail_input(source + ": invalid JSON: " + what);
+  }
+  if (!duplicate.empty())
+    fail_input(source + ": duplicate key '" + duplicate + "'; each key may appear once");
+  return result;
+}
+
+json read_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail_input(path + ": is a directory; expected a JSON config file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open config file");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail_input(path + ": cannot read config file");
+  return parse_config_text(text, path);
+}
+
+const std::vector<ConfigKey>& config_keys() {
+  return kKeys;
+}
+
+std::string nearest_key(const std::string& name) {
+  std::string normalized = name;
+  std::replace(normalized.begin(), normalized.end(), '-', '_');
+  std::string best;
+  std::size_t best_distance = std::numeric_limits<std::size_t>::max();
+  for (const auto& k : kKeys) {
+    std::size_t d = edit_distance(normalized, k.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = k.name;
+    }
+  }
+  // Suggest only plausible typos: a third of the name may differ.
+  return best_distance <= std::max<std::size_t>(2, best.size() / 3) ? best : "";
+}
+
+const char* to_string(Causal c) {
+  switch (c) {
+    case Causal::none:
+      return "false";
+    case Causal::top_left:
+      return "top-left";
+    case Causal::bottom_right:
+      return "bottom-right";
+  }
+  return "?";
+}
+
+const char* to_string(MaskedRows m) {
+  switch (m) {
+    case MaskedRows::zero:
+      return "zero";
+    case MaskedRows::uniform:
+      return "uniform";
+    case MaskedRows::nan:
+      return "nan";
+  }
+  return "?";
+}
+
+const char* to_string(MaskTrueMeans m) {
+  return m == MaskTrueMeans::attend ? "attend" : "ignore";
+}
+
+const char* to_string(ComputeType t) {
+  return t == ComputeType::float32 ? "float32" : t == ComputeType::float64 ? "float64" : "bfloat16";
+}
+
+const char* to_string(OutputType t) {
+  return t == OutputType::float16 ? "float16" : t == OutputType::float32 ? "float32" : "float64";
+}
+
+}  // namespace mha

@@ -1,0 +1,136 @@
+#include "mha/model/weights.hpp"
+
+#include <filesystem>
+
+#include "mha/base/error.hpp"
+#include "mha/io/npz.hpp"
+#include "mha/model/rng.hpp"
+
+namespace mha {
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& weight_names(bool use_bias) {
+  static const std::vector<std::string> with_bias = {"W_q", "b_q", "W_k", "b_k",
+                                                     "W_v", "b_v", "W_o", "b_o"};
+  static const std::vector<std::string> without_bias = {"W_q", "W_k", "W_v", "W_o"};
+  return use_bias ? with_bias : without_bias;
+}
+
+namespace {
+
+template <class T, std::size_t N>
+xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
+                       const std::array<std::size_t, N>& expected, const std::string& meaning,
+                       const std::string& path) {
+  auto it = arrays.find(name);
+  if (it == arrays.end()) fail_input(path + ": missing weight tensor '" + name + "'");
+  const NpyArray& a = it->second;
+  std::vector<std::size_t> want(expected.begin(), expected.end());
+  if (a.shape != want)
+    fail_input(path + ": " + name + " has shape " + shape_str(a.shape) + ", expected " +
+               shape_str(want) + " = " + meaning);
+  xt::xtensor<T, N> t(expected);
+  convert(a, t.data(), path + ":" + name);
+  return t;
+}
+
+}  // namespace
+
+std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
+  std::error_code ec;
+  std::map<std::string, NpyArray> arrays;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      if (entry.path().extension() != ".npy") continue;
+      arrays[entry.path().stem().string()] = read_npy(entry.path().string());
+    }
+    if (ec) fail_input(path + ": cannot list weights directory: " + ec.message());
+    if (arrays.empty()) fail_input(path + ": weights directory holds no .npy files");
+  } else {
+    arrays = read_npz(path);
+  }
+  return arrays;
+}
+
+template <class T>
+Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, const Dims& d,
+                               bool use_bias, const std::string& path) {
+  if (!use_bias) {
+    for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
+      if (arrays.count(b)) fail_input(path + ": holds bias '" + b + "' but use_bias is false");
+  } else {
+    for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
+      if (!arrays.count(b))
+        fail_input(path + ": missing bias '" + std::string(b) +
+                   "' (use_bias is true; set use_bias to false for bias-free projections)");
+  }
+  Weights<T> w;
+  const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
+  // Grouped-query attention: kv_heads key/value heads instead of h.
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
+  const std::string kv = d.kv() == d.h ? "h" : "kv_heads";
+  w.W_q = take<T, 2>(arrays, "W_q", {d.d_model, hdk}, "(d_model, h*d_k)", path);
+  w.W_k = take<T, 2>(arrays, "W_k", {d.kdim, kdk}, "(kdim, " + kv + "*d_k)", path);
+  w.W_v = take<T, 2>(arrays, "W_v", {d.vdim, kdv}, "(vdim, " + kv + "*d_v)", path);
+  w.W_o = take<T, 2>(arrays, "W_o", {hdv, d.d_out}, "(h*d_v, d_out)", path);
+  if (use_bias) {
+    w.b_q = take<T, 1>(arrays, "b_q", {hdk}, "(h*d_k,)", path);
+    w.b_k = take<T, 1>(arrays, "b_k", {kdk}, "(" + kv + "*d_k,)", path);
+    w.b_v = take<T, 1>(arrays, "b_v", {kdv}, "(" + kv + "*d_v,)", path);
+    w.b_o = take<T, 1>(arrays, "b_o", {d.d_out}, "(d_out,)", path);
+  }
+  return w;
+}
+
+template <class T>
+Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int threads) {
+  auto kernel = [&](const char* name, std::size_t rows, std::size_t cols) {
+    xt::xtensor<T, 2> k({rows, cols});
+    const T limit = static_cast<T>(glorot_limit(rows, cols));
+    RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
+    return k;
+  };
+  const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
+  const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
+  Weights<T> w;
+  w.W_q = kernel("W_q", d.d_model, hdk);
+  w.W_k = kernel("W_k", d.kdim, kdk);
+  w.W_v = kernel("W_v", d.vdim, kdv);
+  w.W_o = kernel("W_o", hdv, d.d_out);
+  if (use_bias) {
+    w.b_q = xt::zeros<T>({hdk});
+    w.b_k = xt::zeros<T>({kdk});
+    w.b_v = xt::zeros<T>({kdv});
+    w.b_o = xt::zeros<T>({d.d_out});
+  }
+  return w;
+}
+
+template <class T>
+std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w) {
+  std::vector<std::pair<std::string, NpyArray>> out;
+  auto add = [&](const char* name, const auto& t) {
+    std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
+    out.emplace_back(name, NpyArray::of(t.data(), shape));
+  };
+  add("W_q", w.W_q);
+  if (w.has_bias()) add("b_q", w.b_q);
+  add("W_k", w.W_k);
+  if (w.has_bias()) add("b_k", w.b_k);
+  add("W_v", w.W_v);
+  if (w.has_bias()) add("b_v", w.b_v);
+  add("W_o", w.W_o);
+  if (w.has_bias()) add("b_o", w.b_o);
+  return out;
+}
+
+#define MHA_INSTANTIATE(T)                                                                        \
+  template Weights<T> weights_from_arrays<T>(const std::map<std::string, NpyArray>&, const Dims&, \
+                                             bool, const std::string&);                           \
+  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t, int);                   \
+  template std::vector<std::pair<std::string, NpyArray>> weight_arrays<T>(const Weights<T>&);
+MHA_INSTANTIATE(float)
+MHA_INSTANTIATE(double)
+#undef MHA_INSTANTIATE
+
+}  // namespace mha

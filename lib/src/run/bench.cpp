@@ -1,0 +1,162 @@
+#include "mha/run/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/blas.hpp"
+#include "mha/model/rng.hpp"
+#include "mha/run/report.hpp"
+
+namespace mha {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Dims self_attention(std::size_t B, std::size_t T, std::size_t S, std::size_t d_model,
+                    std::size_t h) {
+  Dims d;
+  d.B = B, d.T = T, d.S = S, d.h = h;
+  d.d_model = d.kdim = d.vdim = d.d_out = d_model;
+  d.d_k = d.d_v = d_model / h;
+  // Decode shapes attend from T = 1 query over a separate S-long memory.
+  d.key_is_query = T == S;
+  d.value_is_key = true;
+  return d;
+}
+
+template <class F>
+std::vector<double> time_ms(int warmup, int repeat, const F& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = Clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+double median(const std::vector<double>& sorted) {
+  const std::size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+std::vector<float> uniform(std::size_t n, const char* name) {
+  std::vector<float> x(n);
+  RandomStream(0, name).fill_uniform<float>(x.data(), n, 0.f, 1.f);
+  return x;
+}
+
+}  // namespace
+
+const std::vector<BenchShape>& bench_shapes() {
+  static const std::vector<BenchShape> shapes = {
+      {"tutorial", self_attention(64, 5, 5, 512, 8)},
+      {"bert-s128", self_attention(8, 128, 128, 768, 12)},
+      {"bert-s512", self_attention(1, 512, 512, 768, 12)},
+      {"long-4k", self_attention(1, 4096, 4096, 512, 8)},
+      {"decode-4k", self_attention(1, 1, 4096, 512, 8)},
+  };
+  return shapes;
+}
+
+const std::vector<std::string>& bench_variants() {
+  static const std::vector<std::string> variants = {"plain", "weights", "causal"};
+  return variants;
+}
+
+const std::vector<std::string>& extra_bench_variants() {
+  static const std::vector<std::string> variants = {"gqa", "window", "alibi", "softcap"};
+  return variants;
+}
+
+namespace {
+
+double gemm_gflops(int threads, int repeat, bool bf16) {
+  blas_load();
+  const std::size_t n = 2048;
+  std::vector<float> A = uniform(n * n, "A"), B = uniform(n * n, "B"), C(n * n);
+  auto ms = time_ms(1, repeat, [&] {
+    parallel_for(threads, threads, [&](std::size_t p, int) {
+      const std::size_t r0 = n * p / threads, r1 = n * (p + 1) / threads;
+      gemm<float>(false, false, r1 - r0, n, n, 1.f, A.data() + r0 * n, n, B.data(), n, 0.f,
+                  C.data() + r0 * n, n, bf16);
+    });
+  });
+  return 2.0 * n * n * n / (median(ms) * 1e6);
+}
+
+}  // namespace
+
+double sgemm_gflops(int threads, int repeat) {
+  return gemm_gflops(threads, repeat, false);
+}
+
+double bf16_gemm_gflops(int threads, int repeat) {
+  bf16_gemm_backend();  // may throw (MHA_BF16_GEMM), not inside the pool
+  return gemm_gflops(threads, repeat, true);
+}
+
+BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
+                       double sgemm, std::size_t block_q, std::size_t block_k, bool bf16) {
+  Dims d = shape.dims;
+  const auto& extra = extra_bench_variants();
+  if (std::find(bench_variants().begin(), bench_variants().end(), variant) ==
+          bench_variants().end() &&
+      std::find(extra.begin(), extra.end(), variant) == extra.end())
+    fail_input("unknown bench variant '" + variant +
+               "' (expected plain, weights, causal, gqa, window, alibi or softcap)");
+  // Grouped-query: a quarter as many key/value heads (Llama 2 70B's ratio is 1/8).
+  if (variant == "gqa") d.kv_heads = d.h % 4 == 0 ? d.h / 4 : 1;
+  std::vector<float> X_q = uniform(d.B * d.T * d.d_model, "query");
+  std::vector<float> X_kv =
+      d.key_is_query ? std::vector<float>() : uniform(d.B * d.S * d.kdim, "key");
+  const float* kv = d.key_is_query ? X_q.data() : X_kv.data();
+  Weights<float> w = random_weights<float>(d, /*use_bias=*/true, 0);
+  Mask<float> mask;
+  if (variant == "causal") mask.causal = Causal::bottom_right;
+  if (variant == "window") {
+    // A causal sliding window of 256 keys, as in Mistral-style local layers.
+    mask.causal = Causal::bottom_right;
+    mask.window = 256;
+  }
+  if (variant == "alibi") {
+    mask.causal = Causal::bottom_right;
+    for (double m : alibi_slopes(d.h)) mask.alibi_slopes.push_back(static_cast<float>(m));
+  }
+  LayerOptions<float> opt;
+  opt.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
+  if (variant == "softcap") opt.softcap = 50.f;  // Gemma 2's attention soft-cap
+  opt.threads = threads;
+  opt.block_q = block_q;
+  opt.block_k = block_k;
+  opt.bf16_gemm = bf16;
+  std::vector<float> attention, output(d.B * d.T * d.d_out);
+  if (variant == "weights") {
+    attention.resize(d.B * d.h * d.T * d.S);
+    opt.attention = AttentionOutput::per_head;
+    opt.attention_buffer = attention.data();
+  }
+  auto ms = time_ms(2, repeat, [&] {
+    attention_layer<float>(d, X_q.data(), kv, kv, w, mask, opt, output.data());
+  });
+  BenchResult r;
+  r.shape = shape.name;
+  r.variant = variant;
+  r.dtype = bf16 ? "bfloat16" : "float32";
+  r.dims = d;
+  r.flops = d.flops();
+  r.ms_median = median(ms);
+  r.ms_min = ms.front();
+  r.gflops = static_cast<double>(r.flops) / (r.ms_median * 1e6);
+  r.sgemm_fraction = sgemm > 0 ? r.gflops / sgemm : 0;
+  r.peak_rss_bytes = peak_rss_bytes();
+  return r;
+}
+
+}  // namespace mha

@@ -1,0 +1,536 @@
+#include "mha/run/sweep.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "mha/base/error.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/kernel/mask.hpp"
+#include "mha/model/attention_axes.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
+#include "mha/model/memory.hpp"
+#include "mha/model/weight_formats.hpp"
+#include "mha/model/weights.hpp"
+#include "mha/run/plan.hpp"
+
+namespace mha {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr std::size_t kMaxRuns = 1000000;
+constexpr std::size_t kMaxNameLength = 200;
+const std::vector<std::string> kTopKeys = {"base", "grid", "zip", "name", "out_dir", "description"};
+// Keys that may differ between a finished run and its plan without changing
+// its results, so --resume still counts the run as done.
+const std::set<std::string> kIrrelevantKeys = {"threads", "out_dir", "max_memory"};
+
+bool is_config_key(const std::string& key) {
+  const auto& keys = config_keys();
+  return std::any_of(keys.begin(), keys.end(), [&](const ConfigKey& k) { return key == k.name; });
+}
+
+std::string suggestion(const std::string& key) {
+  const std::string hint = nearest_key(key);
+  return hint.empty() ? "" : " (did you mean '" + hint + "'?)";
+}
+
+// A value as it appears in a run name: strings bare, numbers as JSON writes
+// them, lists joined with ','.
+std::string name_part(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + name_part(x);
+    return s;
+  }
+  return v.dump();
+}
+
+// Run names become directory names: keep them to a portable alphabet.
+std::string sanitize(const std::string& name) {
+  std::string s;
+  for (char c : name)
+    s += (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._=+-,", c)) ? c : '-';
+  if (s.empty() || s[0] == '.') s = "run" + s;
+  if (s.size() > kMaxNameLength) s.resize(kMaxNameLength);
+  return s;
+}
+
+// One axis of the product: a grid key, or a zip group advancing together.
+struct Axis {
+  std::vector<std::string> keys;
+  std::vector<std::vector<json>> values;  // values[k][i]: key k at step i
+  std::size_t size() const { return values.empty() ? 0 : values[0].size(); }
+};
+
+std::vector<json> list_values(const ordered_json& v, const std::string& where) {
+  if (!v.is_array() || v.empty())
+    fail_input(where + ": expected a non-empty list of values, got " + v.dump());
+  std::vector<json> out;
+  for (const auto& x : v) out.push_back(json::parse(x.dump()));
+  return out;
+}
+
+void check_swept_key(const std::string& key, const std::string& where,
+                     const std::set<std::string>& seen) {
+  if (key == "out_dir")
+    fail_input(where +
+               ": 'out_dir' cannot be swept; every run gets out_dir/NAME (set the "
+               "sweep's \"out_dir\" at the top level)");
+  if (!is_config_key(key))
+    fail_input(where + ": unknown config key '" + key + "'" + suggestion(key));
+  if (seen.count(key)) fail_input(where + ": '" + key + "' is swept more than once");
+}
+
+Axis zip_group(const ordered_json& group, const std::string& where, std::set<std::string>& seen) {
+  if (!group.is_object() || group.empty())
+    fail_input(where + ": expected an object of key -> list, all lists of one length");
+  Axis axis;
+  for (const auto& [key, values] : group.items()) {
+    check_swept_key(key, where, seen);
+    seen.insert(key);
+    axis.keys.push_back(key);
+    axis.values.push_back(list_values(values, where + ": '" + key + "'"));
+    if (axis.values.back().size() != axis.values.front().size())
+      fail_input(where + ": '" + key + "' has " + std::to_string(axis.values.back().size()) +
+                 " values but '" + axis.keys.front() + "' has " +
+                 std::to_string(axis.values.front().size()) +
+                 "; zipped lists advance together and need one length");
+  }
+  return axis;
+}
+
+// Fills a "name" template: {key} is the run's value of a swept or base key,
+// {index} its index.
+std::string fill_template(const std::string& tmpl, const SweepRun& run, const json& base,
+                          const std::string& where) {
+  std::string out;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] != '{') {
+      if (tmpl[i] == '}') fail_input(where + ": '}' without '{' in \"" + tmpl + "\"");
+      out += tmpl[i];
+      continue;
+    }
+    const auto close = tmpl.find('}', i);
+    if (close == std::string::npos) fail_input(where + ": '{' without '}' in \"" + tmpl + "\"");
+    const std::string key = tmpl.substr(i + 1, close - i - 1);
+    if (key == "index") {
+      out += std::to_string(run.index);
+    } else if (run.values.contains(key)) {
+      out += name_part(run.values[key]);
+    } else if (base.contains(key)) {
+      out += name_part(base[key]);
+    } else {
+      fail_input(where + ": unknown placeholder {" + key +
+                 "}; expected {index} or a key of \"grid\", \"zip\" or \"base\"");
+    }
+    i = close;
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail_input(path + ": is a directory; expected a sweep file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail_input(path + ": cannot open sweep file: " + std::strerror(errno));
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void set_if(ordered_json& row, const char* column, const json& from, const char* key) {
+  if (from.is_object() && from.contains(key)) row[column] = from[key];
+}
+
+void add_extra(ordered_json& row, const json& extra) {
+  if (extra.is_object())
+    for (const auto& [k, v] : extra.items()) row[k] = v;
+}
+
+std::string csv_cell(const ordered_json& v) {
+  std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+}  // namespace
+
+Sweep parse_sweep(const std::string& text, const std::string& path,
+                  const std::optional<std::string>& out_dir_override) {
+  // The project's config parser checks syntax, duplicates and nesting; the
+  // ordered parse of the same text keeps the grid's keys in file order.
+  const json checked = parse_config_text(text, path);
+  if (!checked.is_object())
+    fail_input(path + ": expected a JSON object with \"base\" and \"grid\", got " +
+               std::string(checked.type_name()));
+  const ordered_json file = ordered_json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  for (const auto& [key, value] : file.items()) {
+    if (std::find(kTopKeys.begin(), kTopKeys.end(), key) != kTopKeys.end()) continue;
+    std::string hint = is_config_key(key) ? " (run config keys go inside \"base\")" : "";
+    fail_input(path + ": unknown key '" + key +
+               "'; expected base, grid, zip, name, out_dir, description" + hint);
+  }
+  json base = checked.value("base", json::object());
+  if (!base.is_object()) fail_input(path + ": \"base\" must be an object of run config keys");
+  Config probe;  // checks the base keys and values once, up front
+  probe.apply(base, path + ": base");
+
+  std::vector<Axis> axes;
+  std::set<std::string> seen;
+  if (file.contains("grid")) {
+    const auto& grid = file["grid"];
+    if (!grid.is_object())
+      fail_input(path + ": \"grid\" must be an object of key -> list of values");
+    for (const auto& [key, values] : grid.items()) {
+      const std::string where = path + ": grid";
+      check_swept_key(key, where, seen);
+      seen.insert(key);
+      axes.push_back({{key}, {list_values(values, where + ": '" + key + "'")}});
+    }
+  }
+  if (file.contains("zip")) {
+    const auto& zip = file["zip"];
+    if (zip.is_array()) {
+      for (std::size_t g = 0; g < zip.size(); ++g)
+        axes.push_back(zip_group(zip[g], path + ": zip[" + std::to_string(g) + "]", seen));
+    } else {
+      axes.push_back(zip_group(zip, path + ": zip", seen));
+    }
+  }
+  std::string tmpl;
+  if (file.contains("name")) {
+    if (!file["name"].is_string() || file["name"].get<std::string>().empty())
+      fail_input(path + ": \"name\" must be a non-empty string such as \"h{h}_T{seq_len}\"");
+    tmpl = file["name"].get<std::string>();
+  }
+
+  Sweep sweep;
+  sweep.path = path;
+  if (out_dir_override) {
+    sweep.out_dir = *out_dir_override;
+  } else if (file.contains("out_dir")) {
+    if (!file["out_dir"].is_string() || file["out_dir"].get<std::string>().empty())
+      fail_input(path + ": \"out_dir\" must be a non-empty string");
+    sweep.out_dir = file["out_dir"].get<std::string>();
+  } else if (base.contains("out_dir") && base["out_dir"].is_string()) {
+    sweep.out_dir = base["out_dir"].get<std::string>();
+  } else {
+    sweep.out_dir = (fs::path("out") / "sweeps" / fs::path(path).stem()).string();
+  }
+  std::size_t total = 1;
+  for (const auto& axis : axes) {
+    for (const auto& key : axis.keys) sweep.swept_keys.push_back(key);
+    sweep.axis_sizes.push_back(axis.size());
+    if (total > kMaxRuns / axis.size())
+      fail_input(path + ": the grid has more than " + std::to_string(kMaxRuns) +
+                 " runs; split it into several sweeps");
+    total *= axis.size();
+  }
+
+  std::map<std::string, std::size_t> names;
+  sweep.runs.reserve(total);
+  for (std::size_t i = 0; i < total; ++i) {
+    SweepRun run;
+    run.index = i;
+    run.values = json::object();
+    std::size_t rest = i;
+    for (std::size_t a = axes.size(); a-- > 0;) {  // last axis varies fastest
+      const std::size_t step = rest % axes[a].size();
+      rest /= axes[a].size();
+      for (std::size_t k = 0; k < axes[a].keys.size(); ++k)
+        run.values[axes[a].keys[k]] = axes[a].values[k][step];
+    }
+    std::string name;
+    if (!tmpl.empty()) {
+      name = fill_template(tmpl, run, base, path + ": name");
+    } else {
+      for (const auto& key : sweep.swept_keys)
+        name += (name.empty() ? "" : "_") + key + "=" + name_part(run.values[key]);
+      if (name.empty()) name = "run";
+    }
+    run.name = sanitize(name);
+    const auto [it, inserted] = names.emplace(run.name, i);
+    if (!inserted)
+      fail_input(path + ": runs " + std::to_string(it->second) + " and " + std::to_string(i) +
+                 " both get the name '" + run.name +
+                 "'; put every swept key in \"name\" (or leave it out for the default)");
+    run.dir = (fs::path(sweep.out_dir) / run.name).string();
+    run.config = base;
+    for (const auto& [key, value] : run.values.items()) run.config[key] = value;
+    run.config["out_dir"] = run.dir;
+    sweep.runs.push_back(std::move(run));
+  }
+  return sweep;
+}
+
+Sweep load_sweep(const std::string& path, const std::optional<std::string>& out_dir_override) {
+  return parse_sweep(read_text(path), path, out_dir_override);
+}
+
+std::size_t validate_sweep(Sweep& sweep) {
+  PlanFiles files;  // each file read once for the whole sweep
+  std::size_t invalid = 0;
+  for (auto& run : sweep.runs) {
+    try {
+      Config c;
+      c.apply(run.config, run.name);
+      // Exactly what `mha run` checks before it computes (plan.hpp).
+      check_loadable(plan_run(c, files));
+      run.invalid.reset();
+    } catch (const Error& e) {
+      run.invalid = e.what();
+      ++invalid;
+    }
+  }
+  return invalid;
+}
+
+std::string Shard::str() const {
+  return std::to_string(index) + "/" + std::to_string(count);
+}
+
+Shard parse_shard(const std::string& text, const std::string& where) {
+  const auto slash = text.find('/');
+  auto number = [&](const std::string& s, std::size_t& out) {
+    if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit)) return false;
+    out = std::stoul(s);
+    return true;
+  };
+  Shard shard;
+  if (slash == std::string::npos || !number(text.substr(0, slash), shard.index) ||
+      !number(text.substr(slash + 1), shard.count) || shard.count == 0 ||
+      shard.index >= shard.count)
+    fail_input(where + ": expected I/N with 0 <= I < N (e.g. 0/8), got '" + text + "'");
+  return shard;
+}
+
+std::optional<Shard> shard_from_slurm(const char* (*getenv_fn)(const char*)) {
+  auto get = [&](const char* name) -> const char* {
+    return getenv_fn ? getenv_fn(name) : std::getenv(name);
+  };
+  const char* id = get("SLURM_ARRAY_TASK_ID");
+  const char* count = get("SLURM_ARRAY_TASK_COUNT");
+  if (!id || !count) return std::nullopt;
+  const char* min = get("SLURM_ARRAY_TASK_MIN");
+  const std::string where = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT";
+  auto number = [&](const char* text) {
+    const std::string s = text;
+    if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      fail_input(where + ": expected integers, got '" + id + "' and '" + count + "'" +
+                 (min ? std::string(" (SLURM_ARRAY_TASK_MIN '") + min + "')" : ""));
+    return static_cast<std::size_t>(std::stoul(s));
+  };
+  const std::size_t task = number(id), n = number(count), first = min ? number(min) : 0;
+  if (task < first)
+    fail_input(where + ": task id " + std::to_string(task) + " is below SLURM_ARRAY_TASK_MIN");
+  return parse_shard(std::to_string(task - first) + "/" + std::to_string(n),
+                     where + " (use --array=0-N-1 with a step of 1, or pass --shard)");
+}
+
+json read_run_json(const std::string& dir) {
+  std::ifstream f(fs::path(dir) / "run.json");
+  if (!f) return nullptr;
+  try {
+    return json::parse(f);
+  } catch (const json::exception&) {
+    return nullptr;
+  }
+}
+
+bool run_is_complete(const SweepRun& run) {
+  const json report = read_run_json(run.dir);
+  if (!report.is_object() || report.value("status", "") != "complete" || !report.contains("config"))
+    return false;
+  Config planned;
+  try {
+    planned.apply(run.config, run.name);
+  } catch (const Error&) {
+    return false;
+  }
+  const json want = planned.to_json();
+  const json& got = report["config"];
+  for (const auto& [key, value] : want.items()) {
+    if (value.is_null() || kIrrelevantKeys.count(key)) continue;
+    if (!got.contains(key) || got[key] != value) return false;
+  }
+  return true;
+}
+
+ordered_json result_row(const Sweep& sweep, const SweepRun& run, const json& report,
+                        const json& extra) {
+  ordered_json row;
+  row["index"] = run.index;
+  row["name"] = run.name;
+  row["status"] = "ok";
+  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  const json& c = report["config"];
+  for (const char* key :
+       {"h", "d_model", "d_k", "d_v", "kdim", "vdim", "d_out", "batch", "seq_len", "kv_seq_len",
+        "dtype", "causal", "masked_rows", "seed", "threads", "scale"})
+    if (!run.values.contains(key)) set_if(row, key, c, key);  // swept keys keep their spelling
+  set_if(row, "attention", report, "attention");
+  set_if(row, "flops", report, "flops");
+  const json timings = report.value("timings_ms", json::object());
+  set_if(row, "load_ms", timings, "load");
+  set_if(row, "compute_ms", timings, "compute");
+  set_if(row, "write_ms", timings, "write");
+  set_if(row, "gflops_per_s", report, "gflops_per_s");
+  set_if(row, "peak_rss_bytes", report, "peak_rss_bytes");
+  const json out = report.value("output_stats", json::object());
+  set_if(row, "output_crc32", out, "crc32");
+  set_if(row, "output_mean", out, "mean");
+  set_if(row, "output_std", out, "std");
+  set_if(row, "output_min", out, "min");
+  set_if(row, "output_max", out, "max");
+  if (report.contains("attention_stats")) {
+    const json& stats = report["attention_stats"];
+    const json mean = stats.value("mean", json::object());
+    for (const char* key : {"entropy", "entropy_fraction", "max_weight", "distance", "diagonal",
+                            "first_key", "causal"})
+      set_if(row, (std::string("attention_") + key).c_str(), mean, key);
+    json per_head = json::array();
+    for (const auto& head : stats.value("heads", json::array()))
+      per_head.push_back(head.value("entropy", 0.0));
+    row["attention_entropy_per_head"] = per_head;
+  }
+  row["run_dir"] = run.dir;
+  add_extra(row, extra);
+  return row;
+}
+
+ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
+                        const std::string& error, const json& extra) {
+  ordered_json row;
+  row["index"] = run.index;
+  row["name"] = run.name;
+  row["status"] = "failed";
+  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  row["run_dir"] = run.dir;
+  row["exit_code"] = exit_code;
+  row["error"] = error;
+  add_extra(row, extra);
+  return row;
+}
+
+std::string shard_results_path(const Sweep& sweep, const Shard& shard) {
+  return (fs::path(sweep.out_dir) / "results" /
+          ("shard-" + std::to_string(shard.index) + "-of-" + std::to_string(shard.count) +
+           ".jsonl"))
+      .string();
+}
+
+void append_row(const std::string& path, const ordered_json& row) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail_runtime(path + ": cannot open results file: " + std::strerror(errno));
+  const std::string line = row.dump() + "\n";
+  // One write of the whole line: O_APPEND puts it at the end atomically, so
+  // concurrent shards appending to one file never interleave inside a line.
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(line.size()))
+    fail_runtime(path + ": cannot append a result: " +
+                 (n < 0 ? std::strerror(err) : std::string("short write")));
+}
+
+std::string results_csv(const std::vector<ordered_json>& rows) {
+  // Columns: every key, first seen first, rows that succeeded first so that a
+  // failed row's exit_code and error come after the measured columns.
+  std::vector<std::string> columns;
+  std::set<std::string> known;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& row : rows) {
+      if ((row.value("status", "") == "ok") != (pass == 0)) continue;
+      for (const auto& [key, value] : row.items())
+        if (known.insert(key).second) columns.push_back(key);
+    }
+  std::string out;
+  for (std::size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + csv_cell(columns[i]);
+  out += "\n";
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < columns.size(); ++i)
+      out += (i ? "," : "") + (row.contains(columns[i]) ? csv_cell(row[columns[i]]) : "");
+    out += "\n";
+  }
+  return out;
+}
+
+CollectSummary collect_results(const Sweep& sweep) {
+  // The newest shard row of each run (finished_at is ISO 8601, so it sorts).
+  std::map<std::size_t, ordered_json> newest;
+  const fs::path dir = fs::path(sweep.out_dir) / "results";
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string file = entry.path().filename().string();
+      if (file.rfind("shard-", 0) != 0 || entry.path().extension() != ".jsonl") continue;
+      std::ifstream in(entry.path());
+      for (std::string line; std::getline(in, line);) {
+        ordered_json row;
+        try {
+          row = ordered_json::parse(line);
+        } catch (const std::exception&) {
+          continue;  // a line cut short by a killed process: the run is redone or read from disk
+        }
+        if (!row.is_object() || !row.contains("index") || !row["index"].is_number_unsigned())
+          continue;
+        const std::size_t i = row["index"].get<std::size_t>();
+        // Rows of an older version of the sweep file are not this run's.
+        if (i >= sweep.runs.size() || row.value("name", "") != sweep.runs[i].name) continue;
+        auto it = newest.find(i);
+        if (it == newest.end() ||
+            row.value("finished_at", "") >= it->second.value("finished_at", ""))
+          newest[i] = row;
+      }
+    }
+  }
+  CollectSummary summary;
+  std::vector<ordered_json> rows;
+  for (const auto& run : sweep.runs) {
+    const auto shard_row = newest.find(run.index);
+    if (run_is_complete(run)) {
+      json extra = json::object();
+      if (shard_row != newest.end() && shard_row->second.value("status", "") == "ok")
+        for (const char* key : {"wall_ms", "finished_at", "shard"})
+          if (shard_row->second.contains(key)) extra[key] = shard_row->second[key];
+      rows.push_back(result_row(sweep, run, read_run_json(run.dir), extra));
+      ++summary.ok;
+    } else if (shard_row != newest.end() && shard_row->second.value("status", "") == "failed") {
+      rows.push_back(shard_row->second);
+      ++summary.failed;
+    } else if (run.invalid) {
+      ++summary.invalid;
+    } else {
+      ++summary.missing;
+    }
+  }
+  std::string jsonl;
+  for (const auto& row : rows) jsonl += row.dump() + "\n";
+  OutputSet out(sweep.out_dir);
+  out.stage_bytes("results.jsonl", jsonl);
+  out.stage_bytes("results.csv", results_csv(rows));
+  out.commit();
+  summary.files = out.committed();
+  return summary;
+}
+
+}  // namespace mha
