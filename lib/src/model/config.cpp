@@ -118,17 +118,25 @@ Enum get_enum(const json& v, const std::string& where,
   fail_input(where + ": expected " + expected + ", got " + json_excerpt(v));
 }
 
-// Sets one key from a JSON value. `where` names the key and its source.
-void set_key(Config& c, const std::string& key, const json& v, const std::string& where) {
+// The keys of one kind each: sizes, paths and on/off flags; named choices;
+// numbers with their own ranges; lists. Each returns false for a key that is
+// not of its kind. `where` names the key and its source in messages.
+
+bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
+                           const std::string& where) {
   auto size = [&](std::optional<std::int64_t>& field) {
     field = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, kMaxSize));
+    return true;
   };
   auto path = [&](std::optional<std::string>& field) {
     field =
         v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a file path (string)"));
+    return true;
   };
-  auto flag = [&](bool& field, bool dflt) { field = v.is_null() ? dflt : get_bool(v, where); };
-
+  auto flag = [&](bool& field, bool dflt) {
+    field = v.is_null() ? dflt : get_bool(v, where);
+    return true;
+  };
   if (key == "h") return size(c.h);
   if (key == "d_model") return size(c.d_model);
   if (key == "d_k") return size(c.d_k);
@@ -139,10 +147,33 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
   if (key == "batch") return size(c.batch);
   if (key == "seq_len") return size(c.seq_len);
   if (key == "kv_seq_len") return size(c.kv_seq_len);
+  if (key == "kv_heads") return size(c.kv_heads);
+  if (key == "window") return size(c.window);
   if (key == "use_bias") {
     c.use_bias = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
-    return;
+    return true;
   }
+  if (key == "key_padding_mask") return path(c.key_padding_mask);
+  if (key == "bias") return path(c.bias);
+  if (key == "query") return path(c.query);
+  if (key == "key") return path(c.key);
+  if (key == "value") return path(c.value);
+  if (key == "weights") return path(c.weights);
+  if (key == "mask") return path(c.mask);
+  if (key == "out_dir") {
+    c.out_dir = v.is_null() ? "out" : get_string(v, where, "a directory path (string)");
+    return true;
+  }
+  if (key == "alibi") return flag(c.alibi, false);
+  if (key == "allow_nonfinite") return flag(c.allow_nonfinite, false);
+  if (key == "save_attention") return flag(c.save_attention, false);
+  if (key == "average_heads") return flag(c.average_heads, false);
+  if (key == "plot") return flag(c.plot, false);
+  if (key == "save_inputs") return flag(c.save_inputs, false);
+  return false;
+}
+
+bool set_choice(Config& c, const std::string& key, const json& v, const std::string& where) {
   if (key == "weights_format") {
     static const std::pair<const char*, WeightsFormat> names[] = {
         {"auto", WeightsFormat::auto_detect},
@@ -150,21 +181,13 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
         {"torch", WeightsFormat::torch},
         {"keras", WeightsFormat::keras}};
     c.weights_format = v.is_null() ? WeightsFormat::auto_detect : get_enum(v, where, names);
-    return;
+    return true;
   }
   if (key == "mask_true_means") {
     static const std::pair<const char*, MaskTrueMeans> names[] = {
         {"attend", MaskTrueMeans::attend}, {"ignore", MaskTrueMeans::ignore}};
     c.mask_true_means = v.is_null() ? MaskTrueMeans::attend : get_enum(v, where, names);
-    return;
-  }
-  if (key == "key_padding_mask") return path(c.key_padding_mask);
-  if (key == "scale") {
-    if (v.is_null()) return void(c.scale.reset());
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
-      fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
-    c.scale = v.get<double>();
-    return;
+    return true;
   }
   if (key == "dtype") {
     static const std::pair<const char*, ComputeType> names[] = {
@@ -172,104 +195,31 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
         {"float64", ComputeType::float64},
         {"bfloat16", ComputeType::bfloat16}};
     c.dtype = v.is_null() ? ComputeType::float32 : get_enum(v, where, names);
-    return;
+    return true;
   }
   if (key == "output_dtype") {
     static const std::pair<const char*, OutputType> names[] = {{"float16", OutputType::float16},
                                                                {"float32", OutputType::float32},
                                                                {"float64", OutputType::float64}};
     c.output_dtype = v.is_null() ? std::nullopt : std::optional(get_enum(v, where, names));
-    return;
-  }
-  if (key == "kv_heads") return size(c.kv_heads);
-  if (key == "window") return size(c.window);
-  if (key == "alibi") return flag(c.alibi, false);
-  if (key == "bias") return path(c.bias);
-  if (key == "softcap") {
-    if (v.is_null()) return void(c.softcap.reset());
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
-      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
-    c.softcap = v.get<double>();
-    return;
-  }
-  if (key == "attention_axes") {
-    c.attention_axes.reset();
-    if (v.is_null()) return;
-    if (!v.is_array() || v.empty())
-      fail_input(where + ": expected a non-empty list of axis indices such as [2, 3], got " +
-                 json_excerpt(v));
-    std::vector<std::int64_t> axes;
-    for (std::size_t i = 0; i < v.size(); ++i)
-      axes.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", -64, 64));
-    c.attention_axes = std::move(axes);
-    return;
-  }
-  if (key == "seed") {
-    if (v.is_null()) return void(c.seed = 0);
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
-      fail_input(where + ": expected a non-negative integer below 2^64, got " + json_excerpt(v));
-    c.seed = v.get<std::uint64_t>();
-    return;
-  }
-  if (key == "threads") {
-    c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
-    return;
-  }
-  if (key == "max_memory") {
-    if (v.is_null()) return void(c.max_memory.reset());
-    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() > 0)) {
-      c.max_memory = v.get<std::uint64_t>();
-      return;
-    }
-    if (!v.is_string())
-      fail_input(where + ": expected a size such as \"8GiB\" or a number of bytes, got " +
-                 json_excerpt(v));
-    c.max_memory = parse_byte_size(v.get<std::string>(), where);
-    return;
-  }
-  if (key == "allow_nonfinite") return flag(c.allow_nonfinite, false);
-  if (key == "query") return path(c.query);
-  if (key == "key") return path(c.key);
-  if (key == "value") return path(c.value);
-  if (key == "weights") return path(c.weights);
-  if (key == "mask") return path(c.mask);
-  if (key == "causal") {
-    if (v.is_null()) return void(c.causal = Causal::none);
-    if (v.is_boolean()) return void(c.causal = v.get<bool>() ? Causal::top_left : Causal::none);
-    static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
-                                                           {"bottom-right", Causal::bottom_right}};
-    for (const auto& [name, value] : names)
-      if (v.is_string() && v.get<std::string>() == name) return void(c.causal = value);
-    fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
-               json_excerpt(v));
-  }
-  if (key == "key_lengths") {
-    c.key_lengths.reset();
-    c.key_lengths_file.reset();
-    if (v.is_null()) return;
-    if (v.is_string()) return void(c.key_lengths_file = get_string(v, where, "a .npy path"));
-    if (!v.is_array() || v.empty())
-      fail_input(where + ": expected a non-empty list of integers or a .npy path, got " +
-                 json_excerpt(v));
-    std::vector<std::int64_t> lengths;
-    for (std::size_t i = 0; i < v.size(); ++i)
-      lengths.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, kMaxSize));
-    c.key_lengths = std::move(lengths);
-    return;
+    return true;
   }
   if (key == "masked_rows") {
     static const std::pair<const char*, MaskedRows> names[] = {
         {"zero", MaskedRows::zero}, {"uniform", MaskedRows::uniform}, {"nan", MaskedRows::nan}};
     c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
-    return;
+    return true;
   }
-  if (key == "out_dir") {
-    c.out_dir = v.is_null() ? "out" : get_string(v, where, "a directory path (string)");
-    return;
+  if (key == "causal") {
+    if (v.is_null()) return c.causal = Causal::none, true;
+    if (v.is_boolean()) return c.causal = v.get<bool>() ? Causal::top_left : Causal::none, true;
+    static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
+                                                           {"bottom-right", Causal::bottom_right}};
+    for (const auto& [name, value] : names)
+      if (v.is_string() && v.get<std::string>() == name) return c.causal = value, true;
+    fail_input(where + ": expected true, false, 'top-left' or 'bottom-right', got " +
+               json_excerpt(v));
   }
-  if (key == "save_attention") return flag(c.save_attention, false);
-  if (key == "average_heads") return flag(c.average_heads, false);
-  if (key == "plot") return flag(c.plot, false);
   if (key == "save_weights") {
     // false, true (= native), or the layout to write.
     static const std::pair<const char*, WeightsFormat> names[] = {{"native", WeightsFormat::native},
@@ -278,17 +228,94 @@ void set_key(Config& c, const std::string& key, const json& v, const std::string
     c.save_weights_format = WeightsFormat::native;
     if (v.is_null() || v.is_boolean()) {
       c.save_weights = v.is_boolean() && v.get<bool>();
-      return;
+      return true;
     }
     if (!v.is_string())
       fail_input(where + ": expected true, false, 'native', 'torch' or 'keras', got " +
                  json_excerpt(v));
     c.save_weights_format = get_enum(v, where, names);
     c.save_weights = true;
-    return;
+    return true;
   }
-  if (key == "save_inputs") return flag(c.save_inputs, false);
+  return false;
+}
 
+bool set_number(Config& c, const std::string& key, const json& v, const std::string& where) {
+  if (key == "scale") {
+    if (v.is_null()) return c.scale.reset(), true;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
+      fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
+    c.scale = v.get<double>();
+    return true;
+  }
+  if (key == "softcap") {
+    if (v.is_null()) return c.softcap.reset(), true;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
+      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
+    c.softcap = v.get<double>();
+    return true;
+  }
+  if (key == "seed") {
+    if (v.is_null()) return c.seed = 0, true;
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+      fail_input(where + ": expected a non-negative integer below 2^64, got " + json_excerpt(v));
+    c.seed = v.get<std::uint64_t>();
+    return true;
+  }
+  if (key == "threads") {
+    c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
+    return true;
+  }
+  if (key == "max_memory") {
+    if (v.is_null()) return c.max_memory.reset(), true;
+    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() > 0)) {
+      c.max_memory = v.get<std::uint64_t>();
+      return true;
+    }
+    if (!v.is_string())
+      fail_input(where + ": expected a size such as \"8GiB\" or a number of bytes, got " +
+                 json_excerpt(v));
+    c.max_memory = parse_byte_size(v.get<std::string>(), where);
+    return true;
+  }
+  return false;
+}
+
+bool set_list(Config& c, const std::string& key, const json& v, const std::string& where) {
+  if (key == "attention_axes") {
+    c.attention_axes.reset();
+    if (v.is_null()) return true;
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of axis indices such as [2, 3], got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> axes;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      axes.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", -64, 64));
+    c.attention_axes = std::move(axes);
+    return true;
+  }
+  if (key == "key_lengths") {
+    c.key_lengths.reset();
+    c.key_lengths_file.reset();
+    if (v.is_null()) return true;
+    if (v.is_string()) return c.key_lengths_file = get_string(v, where, "a .npy path"), true;
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of integers or a .npy path, got " +
+                 json_excerpt(v));
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      lengths.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, kMaxSize));
+    c.key_lengths = std::move(lengths);
+    return true;
+  }
+  return false;
+}
+
+// Sets one key from a JSON value. `where` names the key and its source.
+void set_key(Config& c, const std::string& key, const json& v, const std::string& where) {
+  if (set_size_path_or_flag(c, key, v, where) || set_choice(c, key, v, where) ||
+      set_number(c, key, v, where) || set_list(c, key, v, where))
+    return;
   std::string hint = nearest_key(key);
   fail_input(where + ": unknown key" +
              (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
