@@ -321,6 +321,104 @@ double AttentionPanels::cell(std::size_t p, std::size_t i, std::size_t j) const 
   return v / static_cast<double>(r * c);
 }
 
+// Panel p: its title, its cells, the query axis on its left and the key
+// axis below it, at its place in the grid of L.
+void draw_panel(Image& img, const AttentionPanels& panels, std::size_t p,
+                const std::string& title_text, const Layout& L, const CellSize& size, bool labels,
+                const ColorRange& range, Plot& plot) {
+  const TileLayout& t = L.tile;
+  const std::size_t f = panels.factor();
+  const int axis_h = measure_text("query t", kAxisPx).height;
+  const int gr = static_cast<int>(p) / L.grid_cols, gc = static_cast<int>(p) % L.grid_cols;
+  const int tx = kMargin + gc * (t.w + kGapX), ty = kMargin + gr * (t.h + kGapY);
+  const Box panel{tx + t.left, ty + t.title_h + 1, t.panel_w, t.panel_h};
+  plot.panels.push_back(panel);
+
+  // Title, centered over the panel.
+  const TextBox title = measure_text(title_text, kTitlePx);
+  const Box title_box{panel.center_x() - title.width / 2, ty, title.width, title.height};
+  draw_text(img, title_box.x, title_box.y, title_text, kTitlePx, kInk);
+  plot.titles.push_back(title_box);
+
+  // Cells.
+  for (std::size_t i = 0; i < panels.rows(); ++i)
+    for (std::size_t j = 0; j < panels.cols(); ++j)
+      img.fill_rect(panel.x + static_cast<int>(j) * size.w, panel.y + static_cast<int>(i) * size.h,
+                    size.w, size.h, range.color(panels.cell(p, i, j)));
+  img.frame(panel, kFrame);
+
+  // Query axis (left): position q sits at the middle of its row.
+  const int tick_right = panel.x - 1;
+  auto row_y = [&](std::size_t q) {
+    return panel.y + static_cast<int>((static_cast<double>(q) + 0.5) * size.h / f);
+  };
+  auto col_x = [&](std::size_t s) {
+    return panel.x + static_cast<int>((static_cast<double>(s) + 0.5) * size.w / f);
+  };
+  if (labels && !L.query_labels.empty()) {
+    for (std::size_t q = 0; q < panels.T(); ++q) {
+      const TextBox b = measure_text(L.query_labels[q], t.label_px);
+      draw_text(img, tick_right - kTick - kTickGap - b.width, row_y(q) - b.height / 2,
+                L.query_labels[q], t.label_px, kInk);
+      img.fill_rect(tick_right - kTick, row_y(q), kTick, 1, kFrame);
+    }
+  } else {
+    for (std::size_t q : query_ticks(panels, t.panel_h)) {
+      const std::string s = std::to_string(q);
+      const TextBox b = measure_text(s, kTickPx);
+      draw_text(img, tick_right - kTick - kTickGap - b.width, row_y(q) - b.height / 2, s, kTickPx,
+                kInk);
+      img.fill_rect(tick_right - kTick, row_y(q), kTick, 1, kFrame);
+    }
+  }
+  draw_text(img, tick_right - kTick - kTickGap - t.query_text_w - 5 - axis_h,
+            panel.center_y() - measure_text("query t", kAxisPx).width / 2, "query t", kAxisPx, kInk,
+            TextDirection::up);
+
+  // Key axis (below): numbers, or labels rotated to read upwards, ending at the ticks.
+  const int tick_top = panel.y + panel.h + 1;
+  const int text_top = tick_top + kTick + kTickGap;
+  if (labels && !L.key_labels.empty()) {
+    for (std::size_t s = 0; s < panels.S(); ++s) {
+      const TextBox b = measure_text(L.key_labels[s], t.label_px);
+      draw_text(img, col_x(s) - b.height / 2, text_top, L.key_labels[s], t.label_px, kInk,
+                TextDirection::up);
+      img.fill_rect(col_x(s), tick_top, 1, kTick, kFrame);
+    }
+  } else {
+    for (std::size_t s : key_ticks(panels, t.panel_w)) {
+      draw_centered(img, col_x(s), text_top, std::to_string(s), kTickPx, kInk);
+      img.fill_rect(col_x(s), tick_top, 1, kTick, kFrame);
+    }
+  }
+  draw_centered(img, panel.center_x(), text_top + t.key_text_h + 4, "key s", kAxisPx, kInk);
+}
+
+// The color bar (hi at the top row, lo at the bottom row, values beside it)
+// and, when some weight is NaN, its swatch.
+void draw_color_bar(Image& img, const Layout& L, const std::vector<std::string>& bar_texts,
+                    Plot& plot) {
+  const int tick_h = measure_text("0", kTickPx).height;
+  plot.color_bar = Box{L.bar_x, L.bar_y, kBarWidth, L.bar_h};
+  for (int k = 0; k < L.bar_h; ++k) {
+    const double v = L.bar_h > 1 ? 1.0 - static_cast<double>(k) / (L.bar_h - 1) : 1.0;
+    img.fill_rect(L.bar_x, L.bar_y + k, kBarWidth, 1, viridis(v));
+  }
+  img.frame(plot.color_bar, kFrame);
+  const int bar_text_x = L.bar_x + kBarWidth + 1 + kTick + kTickGap;
+  const int bar_ys[] = {L.bar_y, L.bar_y + L.bar_h / 2, L.bar_y + L.bar_h - 1};
+  for (int k = 0; k < 3; ++k) {
+    img.fill_rect(L.bar_x + kBarWidth + 1, bar_ys[k], kTick, 1, kFrame);
+    draw_text(img, bar_text_x, bar_ys[k] - tick_h / 2, bar_texts[k], kTickPx, kInk);
+  }
+  if (plot.has_nan) {
+    const Box swatch{L.bar_x, L.bar_y + L.bar_h + tick_h, kBarWidth, 12};
+    img.fill_rect(swatch, kNanColor);
+    img.frame(swatch, kFrame);
+    draw_text(img, bar_text_x, swatch.center_y() - tick_h / 2, "NaN", kTickPx, kInk);
+  }
+}
+
 Plot render_attention(const AttentionPanels& panels, const std::vector<std::string>& titles,
                       const PlotOptions& options, const std::string& subject) {
   const std::size_t n = panels.panels(), f = panels.factor();
@@ -398,100 +496,15 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
                " px, over the limit of " + std::to_string(kMaxPlotSide) +
                " px a side; use a smaller cell size, fewer heads or their mean");
   }
-  const TileLayout& t = L.tile;
   plot.cell_w = size.w, plot.cell_h = size.h;
   plot.labels = labels;
   plot.image = Image(L.width, L.height, kBackground);
   Image& img = plot.image;
-  const int axis_h = measure_text("query t", kAxisPx).height;
-  const int tick_h = measure_text("0", kTickPx).height;
 
-  for (std::size_t p = 0; p < n; ++p) {
-    const int gr = static_cast<int>(p) / L.grid_cols, gc = static_cast<int>(p) % L.grid_cols;
-    const int tx = kMargin + gc * (t.w + kGapX), ty = kMargin + gr * (t.h + kGapY);
-    const Box panel{tx + t.left, ty + t.title_h + 1, t.panel_w, t.panel_h};
-    plot.panels.push_back(panel);
+  for (std::size_t p = 0; p < n; ++p)
+    draw_panel(img, panels, p, titles[p], L, size, labels, range, plot);
 
-    // Title, centered over the panel.
-    const TextBox title = measure_text(titles[p], kTitlePx);
-    const Box title_box{panel.center_x() - title.width / 2, ty, title.width, title.height};
-    draw_text(img, title_box.x, title_box.y, titles[p], kTitlePx, kInk);
-    plot.titles.push_back(title_box);
-
-    // Cells.
-    for (std::size_t i = 0; i < panels.rows(); ++i)
-      for (std::size_t j = 0; j < panels.cols(); ++j)
-        img.fill_rect(panel.x + static_cast<int>(j) * size.w,
-                      panel.y + static_cast<int>(i) * size.h, size.w, size.h,
-                      range.color(panels.cell(p, i, j)));
-    img.frame(panel, kFrame);
-
-    // Query axis (left): position q sits at the middle of its row.
-    const int tick_right = panel.x - 1;
-    auto row_y = [&](std::size_t q) {
-      return panel.y + static_cast<int>((static_cast<double>(q) + 0.5) * size.h / f);
-    };
-    auto col_x = [&](std::size_t s) {
-      return panel.x + static_cast<int>((static_cast<double>(s) + 0.5) * size.w / f);
-    };
-    if (labels && !L.query_labels.empty()) {
-      for (std::size_t q = 0; q < panels.T(); ++q) {
-        const TextBox b = measure_text(L.query_labels[q], t.label_px);
-        draw_text(img, tick_right - kTick - kTickGap - b.width, row_y(q) - b.height / 2,
-                  L.query_labels[q], t.label_px, kInk);
-        img.fill_rect(tick_right - kTick, row_y(q), kTick, 1, kFrame);
-      }
-    } else {
-      for (std::size_t q : query_ticks(panels, t.panel_h)) {
-        const std::string s = std::to_string(q);
-        const TextBox b = measure_text(s, kTickPx);
-        draw_text(img, tick_right - kTick - kTickGap - b.width, row_y(q) - b.height / 2, s, kTickPx,
-                  kInk);
-        img.fill_rect(tick_right - kTick, row_y(q), kTick, 1, kFrame);
-      }
-    }
-    draw_text(img, tick_right - kTick - kTickGap - t.query_text_w - 5 - axis_h,
-              panel.center_y() - measure_text("query t", kAxisPx).width / 2, "query t", kAxisPx,
-              kInk, TextDirection::up);
-
-    // Key axis (below): numbers, or labels rotated to read upwards, ending at the ticks.
-    const int tick_top = panel.y + panel.h + 1;
-    const int text_top = tick_top + kTick + kTickGap;
-    if (labels && !L.key_labels.empty()) {
-      for (std::size_t s = 0; s < panels.S(); ++s) {
-        const TextBox b = measure_text(L.key_labels[s], t.label_px);
-        draw_text(img, col_x(s) - b.height / 2, text_top, L.key_labels[s], t.label_px, kInk,
-                  TextDirection::up);
-        img.fill_rect(col_x(s), tick_top, 1, kTick, kFrame);
-      }
-    } else {
-      for (std::size_t s : key_ticks(panels, t.panel_w)) {
-        draw_centered(img, col_x(s), text_top, std::to_string(s), kTickPx, kInk);
-        img.fill_rect(col_x(s), tick_top, 1, kTick, kFrame);
-      }
-    }
-    draw_centered(img, panel.center_x(), text_top + t.key_text_h + 4, "key s", kAxisPx, kInk);
-  }
-
-  // Color bar: hi at the top row, lo at the bottom row, values beside it.
-  plot.color_bar = Box{L.bar_x, L.bar_y, kBarWidth, L.bar_h};
-  for (int k = 0; k < L.bar_h; ++k) {
-    const double v = L.bar_h > 1 ? 1.0 - static_cast<double>(k) / (L.bar_h - 1) : 1.0;
-    img.fill_rect(L.bar_x, L.bar_y + k, kBarWidth, 1, viridis(v));
-  }
-  img.frame(plot.color_bar, kFrame);
-  const int bar_text_x = L.bar_x + kBarWidth + 1 + kTick + kTickGap;
-  const int bar_ys[] = {L.bar_y, L.bar_y + L.bar_h / 2, L.bar_y + L.bar_h - 1};
-  for (int k = 0; k < 3; ++k) {
-    img.fill_rect(L.bar_x + kBarWidth + 1, bar_ys[k], kTick, 1, kFrame);
-    draw_text(img, bar_text_x, bar_ys[k] - tick_h / 2, bar_texts[k], kTickPx, kInk);
-  }
-  if (plot.has_nan) {
-    const Box swatch{L.bar_x, L.bar_y + L.bar_h + tick_h, kBarWidth, 12};
-    img.fill_rect(swatch, kNanColor);
-    img.frame(swatch, kFrame);
-    draw_text(img, bar_text_x, swatch.center_y() - tick_h / 2, "NaN", kTickPx, kInk);
-  }
+  draw_color_bar(img, L, bar_texts, plot);
 
   // Caption.
   const int line_h = measure_text("0", kCaptionPx).height + 2;
