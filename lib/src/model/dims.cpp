@@ -79,77 +79,20 @@ std::uint64_t Dims::flops() const {
   return f;
 }
 
-Dims resolve_dims(const Config& c, const FileShapes& files) {
-  if (files.key && !files.value)
-    fail_input(
-        "'key' is given without 'value': give both, or only 'value' to use it as the key too");
-  if ((files.key || files.value) && !files.query)
-    fail_input("'" + std::string(files.key ? "key" : "value") +
-               "' is given without 'query': give the query input too");
+namespace {
 
-  auto q = input_sizes(files.query, "query", files.query_name, "(B, T, d_model)", "(T, d_model)");
-  auto k = input_sizes(files.key, "key", files.key_name, "(B, S, kdim)", "(S, kdim)");
-  auto v = input_sizes(files.value, "value", files.value_name, "(B, S, vdim)", "(S, vdim)");
-  // query+value means key = value; query alone means key = value = query.
-  if (!k) k = v;
-  if (!v) v = k;
+// The 2-D shape of weight `name`, or null when absent (or not 2-D: the shape
+// check of the weights names that).
+const Shape* weight_shape(const FileShapes& files, const char* name) {
+  auto it = files.weights.find(name);
+  return it == files.weights.end() || it->second.size() != 2 ? nullptr : &it->second;
+}
 
+// h, d_k, kv_heads and d_v, from the config and the weights' widths (with
+// d_model already resolved in `d`).
+void resolve_heads(const Config& c, const FileShapes& files, Dims& d) {
   const auto& w = files.weights;
-  auto weight = [&](const char* name) -> const Shape* {
-    auto it = w.find(name);
-    return it == w.end() || it->second.size() != 2 ? nullptr : &it->second;
-  };
-  auto wseen = [&](const char* name, int axis, const char* meaning) -> std::vector<Seen> {
-    const Shape* s = weight(name);
-    if (!s) return {};
-    return {{(*s)[axis], files.weights_name + ":" + name + " of shape " + shape_str(*s) + " (" +
-                             meaning + ")"}};
-  };
-
-  Dims d;
-  std::vector<Seen> batches;
-  for (const auto* in : {&q, &k, &v})
-    if (*in) batches.push_back({(*in)->B.value_or(1), (*in)->where});
-  d.B = agree("batch", c.batch, batches).value_or(1);
-
-  std::vector<Seen> ts;
-  if (q) ts.push_back({q->L, q->where});
-  auto T = agree("seq_len", c.seq_len, ts);
-  if (!T) fail_input("seq_len is required when no query file is given (config key or --seq_len)");
-  d.T = *T;
-
-  std::vector<Seen> ss;
-  if (files.key || files.value) {
-    if (k) ss.push_back({k->L, k->where});
-    if (v) ss.push_back({v->L, v->where});
-  } else if (q) {
-    ss.push_back({q->L, q->where + " used as key and value (self-attention)"});
-  }
-  d.S = agree("kv_seq_len", c.kv_seq_len, ss).value_or(d.T);
-
-  std::vector<Seen> dm;
-  if (q) dm.push_back({q->F, q->where});
-  for (auto& s : wseen("W_q", 0, "d_model, h*d_k")) dm.push_back(s);
-  auto d_model = agree("d_model", c.d_model, dm);
-  if (!d_model)
-    fail_input(
-        "d_model is required when neither a query file nor weights give it (config key or "
-        "--d_model)");
-  d.d_model = *d_model;
-
-  std::vector<Seen> kd, vd;
-  if (files.key || files.value) {
-    kd.push_back({k->F, k->where});
-    vd.push_back({v->F, v->where});
-  } else if (q) {
-    kd.push_back({q->F, q->where + " used as key (self-attention)"});
-    vd.push_back({q->F, q->where + " used as value (self-attention)"});
-  }
-  for (auto& s : wseen("W_k", 0, "kdim, h*d_k")) kd.push_back(s);
-  for (auto& s : wseen("W_v", 0, "vdim, h*d_v")) vd.push_back(s);
-  d.kdim = agree("kdim", c.kdim, kd).value_or(d.d_model);
-  d.vdim = agree("vdim", c.vdim, vd).value_or(d.d_model);
-
+  auto weight = [&](const char* name) { return weight_shape(files, name); };
   // Heads: h * d_k is fixed by W_q when weights are given.
   const Shape* wq = weight("W_q");
   const std::string wq_where = wq ? files.weights_name + ":W_q of shape " + shape_str(*wq) : "";
@@ -208,11 +151,11 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
   } else {
     d.d_v = d.d_k;
   }
+}
 
-  d.d_out = agree("d_out", c.d_out, wseen("W_o", 1, "h*d_v, d_out")).value_or(d.d_model);
-
-  // Which tensors are shared. With random inputs, self-attention whenever
-  // the sizes allow it; otherwise key and value are drawn independently.
+// Which tensors are shared. With random inputs, self-attention whenever the
+// sizes allow it; otherwise key and value are drawn independently.
+void resolve_sharing(const FileShapes& files, Dims& d) {
   if (files.query) {
     d.key_is_query = !files.key && !files.value;
     d.value_is_key = !files.key;
@@ -227,6 +170,81 @@ Dims resolve_dims(const Config& c, const FileShapes& files) {
   if (d.value_is_key && d.vdim != d.kdim)
     fail_input("the value input is the key input here, so vdim (" + std::to_string(d.vdim) +
                ") must equal kdim (" + std::to_string(d.kdim) + ")");
+}
+
+}  // namespace
+
+Dims resolve_dims(const Config& c, const FileShapes& files) {
+  if (files.key && !files.value)
+    fail_input(
+        "'key' is given without 'value': give both, or only 'value' to use it as the key too");
+  if ((files.key || files.value) && !files.query)
+    fail_input("'" + std::string(files.key ? "key" : "value") +
+               "' is given without 'query': give the query input too");
+
+  auto q = input_sizes(files.query, "query", files.query_name, "(B, T, d_model)", "(T, d_model)");
+  auto k = input_sizes(files.key, "key", files.key_name, "(B, S, kdim)", "(S, kdim)");
+  auto v = input_sizes(files.value, "value", files.value_name, "(B, S, vdim)", "(S, vdim)");
+  // query+value means key = value; query alone means key = value = query.
+  if (!k) k = v;
+  if (!v) v = k;
+
+  auto wseen = [&](const char* name, int axis, const char* meaning) -> std::vector<Seen> {
+    const Shape* s = weight_shape(files, name);
+    if (!s) return {};
+    return {{(*s)[axis], files.weights_name + ":" + name + " of shape " + shape_str(*s) + " (" +
+                             meaning + ")"}};
+  };
+
+  Dims d;
+  std::vector<Seen> batches;
+  for (const auto* in : {&q, &k, &v})
+    if (*in) batches.push_back({(*in)->B.value_or(1), (*in)->where});
+  d.B = agree("batch", c.batch, batches).value_or(1);
+
+  std::vector<Seen> ts;
+  if (q) ts.push_back({q->L, q->where});
+  auto T = agree("seq_len", c.seq_len, ts);
+  if (!T) fail_input("seq_len is required when no query file is given (config key or --seq_len)");
+  d.T = *T;
+
+  std::vector<Seen> ss;
+  if (files.key || files.value) {
+    if (k) ss.push_back({k->L, k->where});
+    if (v) ss.push_back({v->L, v->where});
+  } else if (q) {
+    ss.push_back({q->L, q->where + " used as key and value (self-attention)"});
+  }
+  d.S = agree("kv_seq_len", c.kv_seq_len, ss).value_or(d.T);
+
+  std::vector<Seen> dm;
+  if (q) dm.push_back({q->F, q->where});
+  for (auto& s : wseen("W_q", 0, "d_model, h*d_k")) dm.push_back(s);
+  auto d_model = agree("d_model", c.d_model, dm);
+  if (!d_model)
+    fail_input(
+        "d_model is required when neither a query file nor weights give it (config key or "
+        "--d_model)");
+  d.d_model = *d_model;
+
+  std::vector<Seen> kd, vd;
+  if (files.key || files.value) {
+    kd.push_back({k->F, k->where});
+    vd.push_back({v->F, v->where});
+  } else if (q) {
+    kd.push_back({q->F, q->where + " used as key (self-attention)"});
+    vd.push_back({q->F, q->where + " used as value (self-attention)"});
+  }
+  for (auto& s : wseen("W_k", 0, "kdim, h*d_k")) kd.push_back(s);
+  for (auto& s : wseen("W_v", 0, "vdim, h*d_v")) vd.push_back(s);
+  d.kdim = agree("kdim", c.kdim, kd).value_or(d.d_model);
+  d.vdim = agree("vdim", c.vdim, vd).value_or(d.d_model);
+
+  resolve_heads(c, files, d);
+
+  d.d_out = agree("d_out", c.d_out, wseen("W_o", 1, "h*d_v, d_out")).value_or(d.d_model);
+
+  resolve_sharing(files, d);
   return d;
 }
 
