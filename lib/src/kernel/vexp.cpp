@@ -42,9 +42,6 @@
 
 #include "vexp_impl.hpp"
 
-#define MHA_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define MHA_TARGET_AVX512 __attribute__((target("avx512f,avx512dq")))
-
 namespace mha {
 namespace {
 
@@ -119,65 +116,6 @@ inline float exp_one(float t) {
                    static_cast<std::uint32_t>(special & ~in_range));
 }
 
-// ---------------------------------------------------------------- AVX2
-
-// exp of 8 lanes by the algorithm above. NaN lanes stay NaN: the conversion
-// of NaN to int gives 0x80000000, whose shift by 23 is 0, so the exponent add
-// leaves the NaN that the polynomial produced.
-MHA_TARGET_AVX2 inline __m256 exp8(__m256 t) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), t);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i scale = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
-  // Zero below the range (not-less-than is true for NaN, which is kept), +inf above it.
-  y = _mm256_and_ps(y, _mm256_cmp_ps(t, _mm256_set1_ps(kMinArg), _CMP_NLT_UQ));
-  return _mm256_blendv_ps(y, _mm256_set1_ps(kInf),
-                          _mm256_cmp_ps(t, _mm256_set1_ps(kMaxArg), _CMP_GT_OQ));
-}
-
-// The sum of the 8 lanes of v.
-MHA_TARGET_AVX2 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// ---------------------------------------------------------------- AVX-512
-
-// exp of 16 lanes by the algorithm above; NaN lanes stay NaN as in exp8.
-MHA_TARGET_AVX512 inline __m512 exp16(__m512 t) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), t);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kP0);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-  const __m512i scale = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
-  // Zero below the range in the same instruction as the exponent add
-  // (not-less-than is true for NaN, which is kept), then +inf above it.
-  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMinArg), _CMP_NLT_UQ);
-  const __m512 y = _mm512_castsi512_ps(_mm512_maskz_add_epi32(keep, _mm512_castps_si512(p), scale));
-  const __mmask16 over = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMaxArg), _CMP_GT_OQ);
-  return _mm512_mask_mov_ps(y, over, _mm512_set1_ps(kInf));
-}
-
 // ---------------------------------------------------------------- sums
 
 // Elements per block of the summation. Each block is summed in its own
@@ -208,70 +146,109 @@ inline float block_sum_scalar(float* x, std::size_t n, float shift) {
   return acc[0];
 }
 
-// As block_sum_scalar, 8 lanes at a time, returning the lane sums. Two
-// vectors per iteration into two accumulators (independent chains keep both
-// FMA pipes busy), then one vector, then the tail through masked load/store so
-// the tail elements get the same arithmetic as the rest.
-MHA_TARGET_AVX2 inline __m256 block_sum_avx2(float* x, std::size_t n, __m256 shift) {
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 y0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
-    const __m256 y1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), shift));
-    _mm256_storeu_ps(x + i, y0);
-    _mm256_storeu_ps(x + i + 8, y1);
-    acc0 = _mm256_add_ps(acc0, y0);
-    acc1 = _mm256_add_ps(acc1, y1);
-  }
-  if (i + 8 <= n) {
-    const __m256 y = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
-    _mm256_storeu_ps(x + i, y);
-    acc0 = _mm256_add_ps(acc0, y);
-    i += 8;
-  }
-  if (i < n) {
-    // Lanes below the remaining count have their sign bit set: the mask
-    // maskload/maskstore want. Masked-off lanes read as 0 and must not reach
-    // the sum, hence the and.
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane);
-    const __m256 y = exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), shift));
-    _mm256_maskstore_ps(x + i, mask, y);
-    acc1 = _mm256_add_ps(acc1, _mm256_and_ps(y, _mm256_castsi256_ps(mask)));
-  }
-  return _mm256_add_ps(acc0, acc1);
-}
+// ---------------------------------------------------------------- vectors
 
-// As block_sum_avx2, 16 lanes at a time with an AVX-512 masked tail.
-MHA_TARGET_AVX512 inline __m512 block_sum_avx512(float* x, std::size_t n, __m512 shift) {
-  __m512 acc0 = _mm512_setzero_ps();
-  __m512 acc1 = _mm512_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 y0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
-    const __m512 y1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), shift));
-    _mm512_storeu_ps(x + i, y0);
-    _mm512_storeu_ps(x + i + 16, y1);
-    acc0 = _mm512_add_ps(acc0, y0);
-    acc1 = _mm512_add_ps(acc1, y1);
+// One body for both vector builds (vexp_simd.inc), compiled twice under
+// #pragma GCC target, each time over the operations of its ISA (struct V):
+// the arithmetic is the same sequence of instructions, only the width, the
+// masked tail and the handling of out-of-range lanes differ.
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+
+struct V {
+  using reg = __m256;
+  static constexpr std::size_t kLanes = 8;
+  static reg set1(float v) { return _mm256_set1_ps(v); }
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* x) { return _mm256_loadu_ps(x); }
+  static void store(float* x, reg v) { _mm256_storeu_ps(x, v); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg fnmadd(reg a, reg b, reg c) { return _mm256_fnmadd_ps(a, b, c); }
+  static reg round(reg v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  if (i + 16 <= n) {
-    const __m512 y = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
-    _mm512_storeu_ps(x + i, y);
-    acc0 = _mm512_add_ps(acc0, y);
-    i += 16;
+  // 2^n p by adding n to the exponent bits; zero below the range (not-less-than
+  // is true for NaN, which is kept), +inf above it. NaN lanes stay NaN: the
+  // conversion of NaN to int gives 0x80000000, whose shift by 23 is 0.
+  static reg scale_and_clamp(reg p, reg n, reg t) {
+    const __m256i scale = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    reg y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
+    y = _mm256_and_ps(y, _mm256_cmp_ps(t, _mm256_set1_ps(kMinArg), _CMP_NLT_UQ));
+    return _mm256_blendv_ps(y, _mm256_set1_ps(kInf),
+                            _mm256_cmp_ps(t, _mm256_set1_ps(kMaxArg), _CMP_GT_OQ));
   }
-  if (i < n) {
-    // Masked-off lanes are neither read (no fault past the end) nor written
-    // nor summed.
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift));
-    _mm512_mask_storeu_ps(x + i, m, y);
-    acc1 = _mm512_mask_add_ps(acc1, m, acc1, y);
+  // The first `count` (< kLanes) lanes: lanes below it have their sign bit
+  // set, the mask maskload/maskstore want. Masked-off lanes read as 0 and
+  // must not reach the sum, hence the and.
+  using mask = __m256i;
+  static mask first(std::size_t count) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lane);
   }
-  return _mm512_add_ps(acc0, acc1);
-}
+  static reg load(const float* x, mask m) { return _mm256_maskload_ps(x, m); }
+  static void store(float* x, mask m, reg v) { _mm256_maskstore_ps(x, m, v); }
+  static reg add(reg acc, mask m, reg v) {
+    return _mm256_add_ps(acc, _mm256_and_ps(v, _mm256_castsi256_ps(m)));
+  }
+  static float sum_lanes(reg v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+#include "vexp_simd.inc"
+
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq")
+namespace avx512 {
+
+struct V {
+  using reg = __m512;
+  static constexpr std::size_t kLanes = 16;
+  static reg set1(float v) { return _mm512_set1_ps(v); }
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* x) { return _mm512_loadu_ps(x); }
+  static void store(float* x, reg v) { _mm512_storeu_ps(x, v); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg fnmadd(reg a, reg b, reg c) { return _mm512_fnmadd_ps(a, b, c); }
+  static reg round(reg v) {
+    return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // As the AVX2 version, with the zeroing below the range in the same
+  // instruction as the exponent add.
+  static reg scale_and_clamp(reg p, reg n, reg t) {
+    const __m512i scale = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMinArg), _CMP_NLT_UQ);
+    const reg y = _mm512_castsi512_ps(_mm512_maskz_add_epi32(keep, _mm512_castps_si512(p), scale));
+    const __mmask16 over = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kMaxArg), _CMP_GT_OQ);
+    return _mm512_mask_mov_ps(y, over, _mm512_set1_ps(kInf));
+  }
+  // Masked-off lanes are neither read (no fault past the end) nor written nor summed.
+  using mask = __mmask16;
+  static mask first(std::size_t count) { return static_cast<__mmask16>((1u << count) - 1u); }
+  static reg load(const float* x, mask m) { return _mm512_maskz_loadu_ps(m, x); }
+  static void store(float* x, mask m, reg v) { _mm512_mask_storeu_ps(x, m, v); }
+  static reg add(reg acc, mask m, reg v) { return _mm512_mask_add_ps(acc, m, acc, v); }
+  static float sum_lanes(reg v) { return _mm512_reduce_add_ps(v); }
+};
+
+#include "vexp_simd.inc"
+
+}  // namespace avx512
+#pragma GCC pop_options
 
 }  // namespace
 
@@ -286,24 +263,12 @@ float exp_shifted_sum_scalar(float* x, std::size_t n, float shift) {
   return total;
 }
 
-// Block by block into a vector of per-lane totals, summed across at the end.
-MHA_TARGET_AVX2 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
-  const __m256 s = _mm256_set1_ps(shift);
-  __m256 total = _mm256_setzero_ps();
-  for (std::size_t i = 0; i < n; i += kBlock) {
-    total = _mm256_add_ps(total, block_sum_avx2(x + i, std::min(kBlock, n - i), s));
-  }
-  return hsum8(total);
+float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
+  return avx2::exp_shifted_sum(x, n, shift);
 }
 
-// As the AVX2 version, with 16 lanes.
-MHA_TARGET_AVX512 float exp_shifted_sum_avx512(float* x, std::size_t n, float shift) {
-  const __m512 s = _mm512_set1_ps(shift);
-  __m512 total = _mm512_setzero_ps();
-  for (std::size_t i = 0; i < n; i += kBlock) {
-    total = _mm512_add_ps(total, block_sum_avx512(x + i, std::min(kBlock, n - i), s));
-  }
-  return _mm512_reduce_add_ps(total);
+float exp_shifted_sum_avx512(float* x, std::size_t n, float shift) {
+  return avx512::exp_shifted_sum(x, n, shift);
 }
 
 // AVX2 and FMA present. __builtin_cpu_supports also checks that the OS saves
