@@ -138,10 +138,20 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
       ->check(CLI::Range(1, 1 << 20));
 }
 
-int do_bench(const BenchArgs& args) {
+// What `mha bench` times: its shapes (the named ones, and the --config's as
+// "config"), the (shape, variant) cases --shapes asks for, and the
+// --config's keys for --one-shot.
+struct BenchPlan {
   std::vector<BenchShape> shapes;
   std::vector<std::pair<std::string, std::string>> cases;  // (shape, variant)
-  nlohmann::json base_config = nlohmann::json::object();   // --config's keys, for --one-shot
+  nlohmann::json base_config = nlohmann::json::object();
+};
+
+BenchPlan bench_plan(const BenchArgs& args) {
+  BenchPlan plan;
+  auto& shapes = plan.shapes;
+  auto& cases = plan.cases;
+  auto& base_config = plan.base_config;
   if (!args.config_file.empty()) {
     Config c;
     base_config = read_config_file(args.config_file);
@@ -171,6 +181,14 @@ int do_bench(const BenchArgs& args) {
       for (const auto& v : bench_variants()) cases.emplace_back(name, v);
     }
   }
+  return plan;
+}
+
+int do_bench(const BenchArgs& args) {
+  const BenchPlan plan = bench_plan(args);
+  const auto& shapes = plan.shapes;
+  const auto& cases = plan.cases;
+  const auto& base_config = plan.base_config;
   std::vector<bool> bf16s;  // per --dtype entry: bfloat16 GEMM operands
   std::stringstream dtype_list(args.dtypes);
   for (std::string item; std::getline(dtype_list, item, ',');) {

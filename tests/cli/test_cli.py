@@ -283,6 +283,22 @@ class BlasKernels(Case):
 
 
 class Bench(Case):
+    def test_bench_one_shot_json(self):
+        """Not a timing test: --one-shot runs `mha run` processes and reports their stages."""
+        out, _ = self.ok(["bench", "--shapes", "tutorial:plain,tutorial:weights", "--repeat", "2",
+                          "--threads", "1", "--one-shot", "--json"])
+        r = json.loads(out)
+        self.assertTrue(r["blas"]["core"])  # the kernel set OpenBLAS runs
+        self.assertTrue(r["blas"]["library"])
+        for case in r["results"]:
+            one = case["one_shot"]
+            self.assertEqual(one["repeat"], 2)
+            for key in ("wall_ms_median", "load_ms_median", "compute_ms_median"):
+                self.assertGreater(one[key], 0, key)
+            self.assertGreater(one["wall_ms_median"], one["compute_ms_median"])
+            self.assertAlmostEqual(one["compute_over_warm"],
+                                   one["compute_ms_median"] / case["ms_median"], places=6)
+
     def test_bench_json_smoke(self):
         """Not a timing test: the command runs and reports what docs/benchmarks.md describes."""
         out, _ = self.ok(["bench", "--shapes", "tutorial:plain,decode-4k:causal", "--repeat", "1",
