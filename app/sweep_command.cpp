@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/run/sweep.hpp"
 #include "progress.hpp"
@@ -79,14 +80,6 @@ void remove_stale_temporaries(const std::string& dir) {
     const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
     if (::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
   }
-}
-
-// CPUs this process may use: Slurm and taskset narrow the affinity mask.
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::string utc_now() {
@@ -492,6 +485,18 @@ int do_sweep(const SweepArgs& args) {
     for (const auto& f : s.files) spdlog::info("wrote {}", f);
     spdlog::info("{} run(s): {} ok, {} failed, {} invalid, {} without a result yet",
                  sweep.runs.size(), s.ok, s.failed, s.invalid, s.missing);
+    if (s.missing) {
+      // A shard that never ran (or was cancelled) must not pass for a complete sweep.
+      std::string names;
+      const std::size_t shown = std::min<std::size_t>(s.missing_names.size(), 20);
+      for (std::size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + s.missing_names[i];
+      if (shown < s.missing_names.size())
+        names += ", ... (" + std::to_string(s.missing_names.size() - shown) + " more)";
+      spdlog::error("{} run(s) have no result: {}; run their shards (or the sweep with --resume) "
+                    "and collect again",
+                    s.missing, names);
+      return 1;
+    }
     return 0;
   }
 
@@ -502,7 +507,7 @@ int do_sweep(const SweepArgs& args) {
     shard = *slurm;
     spdlog::info("shard {} from the Slurm array task", shard.str());
   }
-  const int cores = available_cores();
+  const int cores = available_cpus();
   if (args.jobs > cores)
     fail_input("--jobs " + std::to_string(args.jobs) + ": this machine has " +
                std::to_string(cores) + " core(s) for this process; expected at most that");

@@ -198,6 +198,43 @@ TEST_CASE("sweep shards: from Slurm array variables") {
   require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "expected integers");
 }
 
+namespace {
+// The variables Slurm 22.05 sets for a task of an array (read off a real one).
+void slurm_task(int id, int min, int max, int step, int count) {
+  g_env = {{"SLURM_ARRAY_TASK_ID", std::to_string(id)},
+           {"SLURM_ARRAY_TASK_MIN", std::to_string(min)},
+           {"SLURM_ARRAY_TASK_MAX", std::to_string(max)},
+           {"SLURM_ARRAY_TASK_STEP", std::to_string(step)},
+           {"SLURM_ARRAY_TASK_COUNT", std::to_string(count)}};
+}
+}  // namespace
+
+TEST_CASE("sweep shards: every task of an evenly spaced array gets its rank") {
+  // --array=0-14:2 (8 tasks): tasks 0, 2, ..., 14 are shards 0/8 ... 7/8.
+  for (int id = 0; id <= 14; id += 2) {
+    slurm_task(id, 0, 14, 2, 8);
+    CHECK(mha::shard_from_slurm(fake_getenv)->str() == std::to_string(id / 2) + "/8");
+  }
+  // --array=5-12 and --array=5-12%2 (a % limit changes nothing Slurm tells the task).
+  for (int id = 5; id <= 12; ++id) {
+    slurm_task(id, 5, 12, 1, 8);
+    CHECK(mha::shard_from_slurm(fake_getenv)->str() == std::to_string(id - 5) + "/8");
+  }
+  // --array=3-21:6 (4 tasks).
+  slurm_task(15, 3, 21, 6, 4);
+  CHECK(mha::shard_from_slurm(fake_getenv)->str() == "2/4");
+}
+
+TEST_CASE("sweep shards: arrays whose mapping cannot be known are refused") {
+  // --array=1,3,8-10: Slurm says MIN 1, MAX 10, STEP 1, COUNT 5.
+  slurm_task(8, 1, 10, 1, 5);
+  require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "is not an evenly spaced range");
+  require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "--shard I/5");
+  // A task id that is not on the step.
+  slurm_task(3, 0, 14, 2, 8);
+  require_invalid([] { mha::shard_from_slurm(fake_getenv); }, "is not one of the array's");
+}
+
 TEST_CASE("sweep run_is_complete: a finished run.json of the same config") {
   TempDir dir("sweep_complete");
   Sweep s = parse_sweep(R"({"base": {"d_model": 8, "seq_len": 3}, "grid": {"h": [2]}})",

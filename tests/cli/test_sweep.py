@@ -452,8 +452,10 @@ class Shards(Case):
     def test_collect_counts_missing_runs(self):
         s, out = self.make(8), self.path("out")
         self.sweep(s, out, "--shard", "0/2", "-q")
-        _, err = self.sweep(s, out, "--collect")
+        # Half the grid missing is an error that names the runs, not a quiet partial table.
+        _, err = self.sweep(s, out, "--collect", code=1)
         self.assertIn("4 ok, 0 failed, 0 invalid, 4 without a result", err)
+        self.assertIn("4 run(s) have no result: h=1_seed=1, h=1_seed=3, h=2_seed=1, h=2_seed=3;", err)
         self.assertEqual([r["index"] for r in read_jsonl(os.path.join(out, "results.jsonl"))],
                          [0, 2, 4, 6])
 
@@ -675,8 +677,8 @@ class Resume(Case):
         # Another seed does: every run is redone, with the new seed.
         body["base"]["seed"] = 1
         s = self.write_sweep(body)
-        # Until they are, --collect reports no stale results for them.
-        _, err = self.sweep(s, out, "--collect")
+        # Until they are, --collect reports no stale results for them (and fails: runs missing).
+        _, err = self.sweep(s, out, "--collect", code=1)
         self.assertIn("0 ok, 0 failed, 0 invalid, 3 without a result", err)
         self.assertEqual(read_jsonl(os.path.join(out, "results.jsonl")), [])
         _, err = self.sweep(s, out, "--resume")

@@ -144,16 +144,28 @@ Pool& pool() {
 
 }  // namespace
 
+int available_cpus() {
+  int n = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+  if (n < 1) n = static_cast<int>(std::thread::hardware_concurrency());
+  // Where Slurm does not pin CPUs (TaskPlugin=task/none) the affinity mask
+  // is the whole node; the allocation is SLURM_CPUS_PER_TASK.
+  if (const char* env = std::getenv("SLURM_CPUS_PER_TASK")) {
+    const int v = std::atoi(env);
+    if (v > 0 && (n < 1 || v < n)) n = v;
+  }
+  return std::max(1, n);
+}
+
 int default_threads() {
   static const int n = [] {
     if (const char* env = std::getenv("OMP_NUM_THREADS")) {
       const int v = std::atoi(env);  // "4" or "4,2": the first level
       if (v > 0) return v;
     }
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    return available_cpus();
   }();
   return n;
 }

@@ -329,19 +329,38 @@ std::optional<Shard> shard_from_slurm(const char* (*getenv_fn)(const char*)) {
   const char* count = get("SLURM_ARRAY_TASK_COUNT");
   if (!id || !count) return std::nullopt;
   const char* min = get("SLURM_ARRAY_TASK_MIN");
-  const std::string where = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT";
+  const char* max = get("SLURM_ARRAY_TASK_MAX");
+  const char* step = get("SLURM_ARRAY_TASK_STEP");
+  auto show = [&](const char* name, const char* v) {
+    return std::string(name) + "=" + (v ? std::string("'") + v + "'" : std::string("unset"));
+  };
+  const std::string vars = show("SLURM_ARRAY_TASK_ID", id) + ", " + show("_MIN", min) + ", " +
+                           show("_MAX", max) + ", " + show("_STEP", step) + ", " +
+                           show("_COUNT", count);
   auto number = [&](const char* text) {
     const std::string s = text;
     if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit))
-      fail_input(where + ": expected integers, got '" + id + "' and '" + count + "'" +
-                 (min ? std::string(" (SLURM_ARRAY_TASK_MIN '") + min + "')" : ""));
+      fail_input("Slurm array (" + vars + "): expected integers");
     return static_cast<std::size_t>(std::stoul(s));
   };
+  // The task's rank in the array is its shard: (ID - MIN) / STEP of COUNT.
+  // Slurm gives MIN, MAX and STEP, not the list itself, so only an evenly
+  // spaced array (a range with any step and any % limit) can be mapped.
   const std::size_t task = number(id), n = number(count), first = min ? number(min) : 0;
-  if (task < first)
-    fail_input(where + ": task id " + std::to_string(task) + " is below SLURM_ARRAY_TASK_MIN");
-  return parse_shard(std::to_string(task - first) + "/" + std::to_string(n),
-                     where + " (use --array=0-N-1 with a step of 1, or pass --shard)");
+  const std::size_t stride = step ? number(step) : 1;
+  const std::size_t last = max ? number(max) : first + (n ? n - 1 : 0) * stride;
+  const std::string fix = "; submit an evenly spaced array such as --array=0-" +
+                          std::to_string(n ? n - 1 : 0) +
+                          " (any step or % limit), or pass --shard I/" + std::to_string(n);
+  if (n == 0 || stride == 0)
+    fail_input("Slurm array (" + vars + "): expected a positive count and step" + fix);
+  if (last < first || last - first != (n - 1) * stride)
+    fail_input("Slurm array (" + vars + ") is not an evenly spaced range (a list such as " +
+               "--array=1,3,8-10?), so this task's shard cannot be known" + fix);
+  if (task < first || task > last || (task - first) % stride != 0)
+    fail_input("Slurm array (" + vars + "): task " + std::to_string(task) +
+               " is not one of the array's" + fix);
+  return Shard{(task - first) / stride, n};
 }
 
 json read_run_json(const std::string& dir) {
@@ -521,6 +540,7 @@ CollectSummary collect_results(const Sweep& sweep) {
       ++summary.invalid;
     } else {
       ++summary.missing;
+      summary.missing_names.push_back(run.name);
     }
   }
   std::string jsonl;

@@ -15,9 +15,13 @@
 
 namespace mha {
 
+// The CPUs this process may use: those in its affinity mask (taskset, Slurm
+// with CPU binding), and no more than SLURM_CPUS_PER_TASK when set (Slurm
+// without binding, TaskPlugin=task/none, leaves the mask at the whole node).
+int available_cpus();
+
 // Threads a run uses when it asks for 0: OMP_NUM_THREADS if set (the first
-// number of it), else the CPUs in this process's affinity mask (so Slurm and
-// taskset allocations are respected).
+// number of it), else available_cpus().
 int default_threads();
 
 // `threads` if positive, else default_threads().

@@ -71,9 +71,11 @@ struct Shard {
 };
 // "I/N" with 0 <= I < N; `where` names the flag or variable in errors.
 Shard parse_shard(const std::string& text, const std::string& where);
-// The shard of a Slurm array task: SLURM_ARRAY_TASK_ID minus
-// SLURM_ARRAY_TASK_MIN (default 0) of SLURM_ARRAY_TASK_COUNT; nullopt outside
-// an array job. `getenv` is injectable for tests.
+// The shard of a Slurm array task: its rank in the array, (SLURM_ARRAY_TASK_ID
+// - _MIN) / _STEP, of SLURM_ARRAY_TASK_COUNT, for any evenly spaced array
+// (--array=0-15, 5-12, 0-14:2, with or without a % limit); nullopt outside an
+// array job. An array given as a list (1,3,8-10) is refused: Slurm's variables
+// do not say a task's rank in it. `getenv` is injectable for tests.
 std::optional<Shard> shard_from_slurm(const char* (*getenv)(const char*) = nullptr);
 
 // True when dir/run.json exists, says "status": "complete" and was made from
@@ -101,6 +103,7 @@ void append_row(const std::string& path, const nlohmann::ordered_json& row);
 
 struct CollectSummary {
   std::size_t ok = 0, failed = 0, invalid = 0, missing = 0;
+  std::vector<std::string> missing_names;  // runs with no result, in index order
   std::vector<std::string> files;  // written, results.jsonl and results.csv
 };
 // Merges every shard file under out_dir/results with the runs' own run.json
