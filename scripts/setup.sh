@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs any missing Debian packages and builds mha (Release) in build/.
 #   scripts/setup.sh          what `mha run` needs
-#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch)
+#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, GNU
+#                             parallel, and Slurm with munge for the single-node cluster tests)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
 set -euo pipefail
@@ -13,7 +14,7 @@ packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libop
           libpng-dev libfreetype-dev fonts-dejavu-core)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
-  packages+=(catch2 python3-numpy python3-torch parallel)
+  packages+=(catch2 python3-numpy python3-torch parallel slurmctld slurmd slurm-client munge)
 fi
 
 missing=()
