@@ -537,16 +537,20 @@ class Concurrency(Case):
                                  env=base_env(HOME=self.tmp))
         self.assertIn("GNU parallel", version.stdout, "/usr/bin/parallel is not GNU parallel")
         s, out = self.make(), self.path("out")
-        # As the README shows: parallel mha sweep FILE --shard {}/N ::: $(seq 0 N-1).
-        # HOME in the temporary directory: parallel keeps its state in ~/.parallel.
-        p = subprocess.run([parallel, "--will-cite", MHA, "sweep", s, "--out_dir", out,
-                            "--shard", "{}/4", ":::", "0", "1", "2", "3"],
+        # The script docs/cluster.md shows: a shard per core at a time, each pinned to its core,
+        # then --collect. HOME in the temporary directory: parallel keeps state in ~/.parallel.
+        script = os.path.join(ROOT, "scripts", "parallel_sweep.sh")
+        p = subprocess.run(["bash", script, s, "4", "--out_dir", out],
                            capture_output=True, text=True, timeout=DEADLINE,
-                           env=base_env(HOME=self.tmp))
+                           env=base_env(HOME=self.tmp, MHA=MHA))
         self.assertEqual(p.returncode, 0, p.stderr)
         for i in range(4):
             self.assertIn(f"shard {i}/4 finished", p.stderr)
+        self.assertIn("12 run(s): 12 ok, 0 failed, 0 invalid, 0 without a result yet", p.stderr)
         self.check_collected(s, out, 4)
+        # jobs x threads = cores: each shard had one core, so each run one thread.
+        for d in self.run_dirs(out):
+            self.assertEqual(load_json(os.path.join(out, d, "run.json"))["config"]["threads"], 1)
 
 
 # ---------------------------------------------------------------------------------------------
