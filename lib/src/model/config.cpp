@@ -482,10 +482,11 @@ json Config::to_json() const {
   return j;
 }
 
+// Configs over 16 MiB are refused: a config is a few hundred bytes, and the
+// limit keeps a hostile file from costing gigabytes of parse tree.
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+
 json parse_config_text(const std::string& text, const std::string& source) {
-  // Refuse configs over 16 MiB: a config is a few hundred bytes, and the
-  // limit keeps a hostile file from costing gigabytes of parse tree.
-  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
   if (text.size() > kMaxConfigBytes)
     fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
                std::to_string(kMaxConfigBytes));
@@ -560,8 +561,17 @@ json read_config_file(const std::string& path) {
     fail_input(path + ": is a directory; expected a JSON config file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input(path + ": cannot open config file");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Read at most one byte past the limit, so that an endless file
+  // (/dev/zero, a pipe) is refused instead of read until memory runs out.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof chunk))
+    text.append(chunk, sizeof chunk);
   if (in.bad()) fail_input(path + ": cannot read config file");
+  if (text.size() <= kMaxConfigBytes) text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    fail_input(path + ": config is over " + std::to_string(kMaxConfigBytes) +
+               " bytes; the limit is " + std::to_string(kMaxConfigBytes));
   return parse_config_text(text, path);
 }
 

@@ -71,8 +71,8 @@ RunPlan plan_run(const Config& c, PlanFiles& files) {
   const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
   if (p.memory.total() > static_cast<double>(limit))
     fail_input("this run needs about " + p.memory.describe() + " but max_memory is " +
-               format_bytes(static_cast<double>(limit)) +
-               "; reduce batch or seq_len, use float32, or raise max_memory");
+               format_bytes(static_cast<double>(limit)) + "; reduce batch or seq_len" +
+               (c.dtype == ComputeType::float64 ? ", use float32," : "") + " or raise max_memory");
   // The inputs' dtypes, in the order the load stage converts them (with
   // files, query + value means the value file is the key too).
   auto check_float = [&](const std::string& path, const std::vector<std::size_t>& shape) {
