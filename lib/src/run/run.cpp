@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -183,6 +184,10 @@ struct Computed {
   xt::xarray<T> output;                   // (B, T, d_out), or its N-D layout
   std::optional<AttentionStats> stats;    // of every block the sink saw
   std::optional<AttentionPanels> panels;  // batch 0's maps, downsampled, for attention.png
+  // attention.npy in output_dtype, gathered in memory when small (else empty:
+  // streamed block by block), written to attention_stream after the kernel.
+  std::vector<unsigned char> gathered;
+  const OutputSet::NpyStream* attention_stream = nullptr;
 };
 
 // Compute: the attention layer, with attention.npy streamed into `out` and
@@ -208,13 +213,27 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   if (c.save_attention || c.plot) {
     const bool mean = c.average_heads;
     const OutputSet::NpyStream* stream = nullptr;
+    std::size_t attention_elements = 0;
     if (c.save_attention) {
       // Under attention_axes, Keras' (B, non-attention axes..., h, query axes...,
       // key axes...): a reshape of (B', h, T, S), so the offsets below hold.
       const std::vector<std::size_t> shape = plan.axes.attention_shape(d, mean);
       stream = &out.stage_npy_stream("attention.npy", npy_dtype(out_type), shape);
+      r.attention_stream = stream;
       report.outputs["attention.npy"] = output_entry(shape, to_string(out_type));
+      attention_elements = 1;
+      for (std::size_t n : shape) attention_elements *= n;
     }
+    // Small maps are gathered in memory and written with one call: block by
+    // block, the default config's 512 blocks of 100 bytes cost 512 system
+    // calls. Large ones stream, so they are never held whole.
+    constexpr std::size_t kGatherBytes = std::size_t{16} << 20;
+    const std::size_t item = out_type == OutputType::float16   ? 2
+                             : out_type == OutputType::float32 ? 4
+                                                               : 8;
+    if (stream && attention_elements * item <= kGatherBytes)
+      r.gathered.resize(attention_elements * item);
+    unsigned char* gathered = r.gathered.empty() ? nullptr : r.gathered.data();
     options.attention = mean ? AttentionOutput::mean_over_heads : AttentionOutput::per_head;
     // Row t0 of head `head` of batch b starts at element ((b*h + head)*T + t0)*S
     // of (B,h,T,S), or (b*T + t0)*S of the mean (B,T,S).
@@ -222,15 +241,20 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     AttentionStats& st = r.stats.emplace(heads, d.T, d.S);
     AttentionPanels* plotted =
         c.plot ? &r.panels.emplace(heads, d.T, d.S, default_max_cells(heads)) : nullptr;
-    options.sink = [stream, &st, plotted, &d, heads, out_type](std::size_t b, std::size_t head,
-                                                               std::size_t t0, std::size_t rows,
-                                                               const T* block) {
+    options.sink = [stream, gathered, &st, plotted, &d, heads, out_type](
+                       std::size_t b, std::size_t head, std::size_t t0, std::size_t rows,
+                       const T* block) {
       const std::size_t offset = ((b * heads + head) * d.T + t0) * d.S, count = rows * d.S;
       // Weights lie in [0, 1] or are NaN: no output_dtype overflows on them.
       if (stream)
-        with_output_dtype(
-            block, count, {rows, d.S}, out_type, "attention.npy", true,
-            [&](const auto* values) { stream->write_elements(offset, values, count); });
+        with_output_dtype(block, count, {rows, d.S}, out_type, "attention.npy", true,
+                          [&](const auto* values) {
+                            using U = std::remove_const_t<std::remove_pointer_t<decltype(values)>>;
+                            if (gathered)  // tasks write disjoint ranges
+                              std::memcpy(gathered + offset * sizeof(U), values, count * sizeof(U));
+                            else
+                              stream->write_elements(offset, values, count);
+                          });
       st.add_rows(head, t0, rows, block);
       if (plotted && b == 0) plotted->add_rows(head, t0, rows, block);
     };
@@ -238,6 +262,16 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
   attention_layer<T>(d, l.in.query.data(), l.in.key_data(d), l.in.value_data(d), l.w, l.mask,
                      options, r.output.data());
+  if (r.attention_stream && !r.gathered.empty()) {
+    const unsigned char* g = r.gathered.data();
+    const std::size_t n = r.gathered.size();
+    if (out_type == OutputType::float16)
+      r.attention_stream->write_elements(0, reinterpret_cast<const float16*>(g), n / 2);
+    else if (out_type == OutputType::float32)
+      r.attention_stream->write_elements(0, reinterpret_cast<const float*>(g), n / 4);
+    else
+      r.attention_stream->write_elements(0, reinterpret_cast<const double*>(g), n / 8);
+  }
   // Finite inputs can still overflow the compute dtype (logits beyond 3.4e38
   // in float32); say so rather than write NaN where no policy asked for it.
   if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan) {
