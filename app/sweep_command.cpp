@@ -492,9 +492,10 @@ int do_sweep(const SweepArgs& args) {
       for (std::size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + s.missing_names[i];
       if (shown < s.missing_names.size())
         names += ", ... (" + std::to_string(s.missing_names.size() - shown) + " more)";
-      spdlog::error("{} run(s) have no result: {}; run their shards (or the sweep with --resume) "
-                    "and collect again",
-                    s.missing, names);
+      spdlog::error(
+          "{} run(s) have no result: {}; run their shards (or the sweep with --resume) "
+          "and collect again",
+          s.missing, names);
       return 1;
     }
     return 0;

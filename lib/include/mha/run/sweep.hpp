@@ -104,7 +104,7 @@ void append_row(const std::string& path, const nlohmann::ordered_json& row);
 struct CollectSummary {
   std::size_t ok = 0, failed = 0, invalid = 0, missing = 0;
   std::vector<std::string> missing_names;  // runs with no result, in index order
-  std::vector<std::string> files;  // written, results.jsonl and results.csv
+  std::vector<std::string> files;          // written, results.jsonl and results.csv
 };
 // Merges every shard file under out_dir/results with the runs' own run.json
 // into out_dir/results.jsonl and out_dir/results.csv, one row per run in index
