@@ -23,21 +23,34 @@ std::uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
+// x_i of the stream with key `key` (rng.hpp), and its top bits as a uniform
+// value on [0, 1). Free functions of plain values, so that fill_range's loop
+// (which must not read through `this`) uses the same formula as bits().
+inline std::uint64_t stream_bits(std::uint64_t key, std::uint64_t i) {
+  return mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+}
+inline float unit_float(std::uint64_t x) {
+  return static_cast<float>(x >> 40) * 0x1.0p-24f;
+}
+inline double unit_double(std::uint64_t x) {
+  return static_cast<double>(x >> 11) * 0x1.0p-53;
+}
+
 }  // namespace
 
 RandomStream::RandomStream(std::uint64_t seed, const std::string& name)
     : key_(mix64(seed ^ fnv1a64(name))) {}
 
 std::uint64_t RandomStream::bits(std::uint64_t i) const {
-  return mix64(key_ + (i + 1) * 0x9E3779B97F4A7C15ull);
+  return stream_bits(key_, i);
 }
 
 float RandomStream::uniform_float(std::uint64_t i) const {
-  return static_cast<float>(bits(i) >> 40) * 0x1.0p-24f;
+  return unit_float(bits(i));
 }
 
 double RandomStream::uniform_double(std::uint64_t i) const {
-  return static_cast<double>(bits(i) >> 11) * 0x1.0p-53;
+  return unit_double(bits(i));
 }
 
 namespace {
@@ -50,12 +63,12 @@ template <class T>
 void fill_range(std::uint64_t key, std::size_t begin, std::size_t end, T low, T width, T high,
                 T below_high, T* __restrict out) {
   for (std::size_t i = begin; i < end; ++i) {
-    const std::uint64_t x = mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+    const std::uint64_t x = stream_bits(key, i);
     T u;
     if constexpr (sizeof(T) == sizeof(float)) {
-      u = static_cast<float>(x >> 40) * 0x1.0p-24f;
+      u = unit_float(x);
     } else {
-      u = static_cast<double>(x >> 11) * 0x1.0p-53;
+      u = unit_double(x);
     }
     const T v = low + width * u;
     out[i - begin] = v < high ? v : below_high;
