@@ -23,12 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // A fresh directory under $TMPDIR (or /tmp), removed with the object.
 struct TempDir {
   std::string path;

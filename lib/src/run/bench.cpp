@@ -41,11 +41,6 @@ std::vector<double> time_ms(int warmup, int repeat, const F& f) {
   return ms;
 }
 
-double median(const std::vector<double>& sorted) {
-  const std::size_t n = sorted.size();
-  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-}
-
 std::vector<float> uniform(std::size_t n, const char* name) {
   std::vector<float> x(n);
   RandomStream(0, name).fill_uniform<float>(x.data(), n, 0.f, 1.f);
@@ -53,6 +48,12 @@ std::vector<float> uniform(std::size_t n, const char* name) {
 }
 
 }  // namespace
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n == 0 ? 0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 const std::vector<BenchShape>& bench_shapes() {
   static const std::vector<BenchShape> shapes = {

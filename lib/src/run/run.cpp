@@ -9,7 +9,6 @@
 #include <xtensor/xarray.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/base/thread_pool.hpp"
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/inspect/heatmap.hpp"
 #include "mha/io/output_set.hpp"
@@ -19,7 +18,6 @@
 #include "mha/kernel/mask.hpp"
 #include "mha/model/attention_axes.hpp"
 #include "mha/model/inputs.hpp"
-#include "mha/model/memory.hpp"
 #include "mha/model/precision.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
@@ -97,6 +95,13 @@ void check_not_input(const Config& c, const std::string& out_path) {
       fail_input(out_path + ": output would overwrite the input '" + **in +
                  "'; choose another out_dir");
   }
+}
+
+// The dtype tensors are written in: output_dtype, else the compute dtype T
+// (weights.npz aside).
+template <class T>
+OutputType output_type(const Config& c) {
+  return c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
 }
 
 // The tensors a run computes on, as the load stage made them.
@@ -199,8 +204,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
-  const OutputType out_type =
-      c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
+  const OutputType out_type = output_type<T>(c);
   LayerOptions<T> options;
   options.scale = static_cast<T>(report.scale);
   options.masked_rows = c.masked_rows;
@@ -228,9 +232,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     // block, the default config's 512 blocks of 100 bytes cost 512 system
     // calls. Large ones stream, so they are never held whole.
     constexpr std::size_t kGatherBytes = std::size_t{16} << 20;
-    const std::size_t item = out_type == OutputType::float16   ? 2
-                             : out_type == OutputType::float32 ? 4
-                                                               : 8;
+    const std::size_t item = itemsize(npy_dtype(out_type));
     if (stream && attention_elements * item <= kGatherBytes)
       r.gathered.resize(attention_elements * item);
     unsigned char* gathered = r.gathered.empty() ? nullptr : r.gathered.data();
@@ -300,8 +302,7 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
   const AttentionAxes& axes = plan.axes;
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
   // Tensors are written in output_dtype, rounded from T (weights.npz aside).
-  const OutputType out_type =
-      c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
+  const OutputType out_type = output_type<T>(c);
   const char* out_dtype = to_string(out_type);
   // `stats`, if given, gets npy_stats of the file as written.
   auto stage = [&](const std::string& name, const auto& tensor, nlohmann::json* stats = nullptr) {

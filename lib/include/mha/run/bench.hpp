@@ -42,6 +42,9 @@ struct BenchResult {
 // GFLOP/s of a 2048^3 float32 GEMM split by rows over `threads` workers,
 // each calling single-threaded BLAS, as the kernel does (median of `repeat`).
 double sgemm_gflops(int threads, int repeat);
+
+// The median of `values` (the mean of the middle two for an even count; 0 for none).
+double median(std::vector<double> values);
 // The same 2048^3 GEMM with bfloat16 operands (gemm(..., bf16 = true) in
 // blas.hpp: rounding included, by sbgemm or sgemm as bf16_gemm_backend() says).
 double bf16_gemm_gflops(int threads, int repeat);
