@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/base/shared_library.hpp"
 #include "mha/io/npz.hpp"
 #include "test_util.hpp"
 
@@ -222,4 +223,27 @@ with np.load(d + '/ours_empty.npz') as z:
     assert z.files == []
 )");
   CHECK(run_python(check, tmp.path.string()) == 0);
+}
+
+// libzip (and FreeType) are loaded with dlopen when first used; a library
+// that is missing or lacks a function is a runtime error naming it.
+TEST_CASE("SharedLibrary: a missing library or function is a one-line runtime error") {
+  try {
+    mha::SharedLibrary("libmha-no-such-library.so.9", "the test library", "install it");
+    FAIL("expected an error");
+  } catch (const mha::Error& e) {
+    CHECK(e.exit_code() == 1);
+    const std::string what = e.what();
+    CHECK(what.rfind("cannot load the test library (", 0) == 0);
+    CHECK(what.find("libmha-no-such-library.so.9") != std::string::npos);
+    CHECK(what.find("); install it") != std::string::npos);
+  }
+  const mha::SharedLibrary libz("libz.so.1", "zlib", "install it");
+  const char* (*version)() = nullptr;
+  libz.bind(version, "zlibVersion");
+  REQUIRE(version != nullptr);
+  CHECK(std::string(version()).size() > 0);
+  int (*missing)() = nullptr;
+  CHECK_THROWS_WITH(libz.bind(missing, "mha_no_such_function"),
+                    "libz.so.1: has no function mha_no_such_function; is it too old a version?");
 }

@@ -7,6 +7,11 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/base/shared_library.hpp"
+
+#ifndef MHA_FREETYPE_SONAME
+#define MHA_FREETYPE_SONAME "libfreetype.so.6"
+#endif
 
 namespace mha {
 namespace {
@@ -36,6 +41,34 @@ std::vector<char32_t> decode_utf8(const std::string& s) {
   return out;
 }
 
+// FreeType, loaded when the first text is drawn rather than linked
+// (mha/base/shared_library.hpp says why): the functions this file calls, with
+// FreeType's names and types.
+#define MHA_FREETYPE_FUNCTIONS(X) \
+  X(FT_Init_FreeType)             \
+  X(FT_New_Memory_Face)           \
+  X(FT_Set_Pixel_Sizes)           \
+  X(FT_Get_Char_Index)            \
+  X(FT_Get_Kerning)               \
+  X(FT_Load_Glyph)                \
+  X(FT_Done_Face)                 \
+  X(FT_Done_FreeType)
+
+struct FreeType {
+#define MHA_FREETYPE_MEMBER(name) decltype(&::name) name = nullptr;
+  MHA_FREETYPE_FUNCTIONS(MHA_FREETYPE_MEMBER)
+#undef MHA_FREETYPE_MEMBER
+
+  FreeType() {
+    const SharedLibrary library(
+        MHA_FREETYPE_SONAME, "FreeType",
+        "plot text needs Debian's libfreetype6 (scripts/setup.sh installs it)");
+#define MHA_FREETYPE_BIND(name) library.bind(this->name, #name);
+    MHA_FREETYPE_FUNCTIONS(MHA_FREETYPE_BIND)
+#undef MHA_FREETYPE_BIND
+  }
+};
+
 // One FreeType library and face for the process; FreeType objects are not
 // thread-safe, so every use holds the mutex.
 class Font {
@@ -49,7 +82,7 @@ class Font {
   // Sets the pixel size once per call site; cheap when unchanged.
   void set_size(int px) {
     if (px == size_) return;
-    check(FT_Set_Pixel_Sizes(face_, 0, static_cast<FT_UInt>(px < 1 ? 1 : px)), "set size");
+    check(ft_.FT_Set_Pixel_Sizes(face_, 0, static_cast<FT_UInt>(px < 1 ? 1 : px)), "set size");
     size_ = px;
   }
   FT_Face face() const { return face_; }
@@ -64,13 +97,13 @@ class Font {
     FT_UInt previous = 0;
     const bool kerning = FT_HAS_KERNING(face_);
     for (char32_t cp : text) {
-      const FT_UInt glyph = FT_Get_Char_Index(face_, cp);
+      const FT_UInt glyph = ft_.FT_Get_Char_Index(face_, cp);
       if (kerning && previous && glyph) {
         FT_Vector delta{};
-        FT_Get_Kerning(face_, previous, glyph, FT_KERNING_DEFAULT, &delta);
+        ft_.FT_Get_Kerning(face_, previous, glyph, FT_KERNING_DEFAULT, &delta);
         pen += delta.x;
       }
-      check(FT_Load_Glyph(face_, glyph, FT_LOAD_TARGET_LIGHT | (render ? FT_LOAD_RENDER : 0)),
+      check(ft_.FT_Load_Glyph(face_, glyph, FT_LOAD_TARGET_LIGHT | (render ? FT_LOAD_RENDER : 0)),
             "load glyph");
       f(face_->glyph, static_cast<int>((pen + 32) >> 6));
       pen += face_->glyph->advance.x;
@@ -81,20 +114,21 @@ class Font {
 
  private:
   Font() {
-    check(FT_Init_FreeType(&library_), "initialise FreeType");
-    check(FT_New_Memory_Face(library_, embedded_font_data(),
-                             static_cast<FT_Long>(embedded_font_size()), 0, &face_),
+    check(ft_.FT_Init_FreeType(&library_), "initialise FreeType");
+    check(ft_.FT_New_Memory_Face(library_, embedded_font_data(),
+                                 static_cast<FT_Long>(embedded_font_size()), 0, &face_),
           "open the embedded DejaVu Sans");
   }
   ~Font() {
-    if (face_) FT_Done_Face(face_);
-    if (library_) FT_Done_FreeType(library_);
+    if (face_) ft_.FT_Done_Face(face_);
+    if (library_) ft_.FT_Done_FreeType(library_);
   }
   static void check(FT_Error error, const char* what) {
     if (error)
       fail_runtime(std::string("text: FreeType could not ") + what + " (error " +
                    std::to_string(error) + ")");
   }
+  FreeType ft_;
   FT_Library library_ = nullptr;
   FT_Face face_ = nullptr;
   int size_ = 0;

@@ -1,7 +1,5 @@
 #include "mha/io/npz.hpp"
 
-#include <zip.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -13,11 +11,16 @@
 #include <memory>
 #include <set>
 
+#include "libzip.hpp"
 #include "mha/base/error.hpp"
 
 namespace mha {
 
 namespace {
+
+const detail::Libzip& lz() {
+  return detail::libzip();
+}
 
 // Members are held in memory whole before parsing, so the sizes the archive
 // declares are capped to keep a hostile or corrupt archive (a zip bomb) from
@@ -32,12 +35,12 @@ constexpr std::size_t kChunk = std::size_t{1} << 20;
 const std::string kSuffix = ".npy";
 
 struct ZipDiscard {
-  void operator()(zip_t* za) const { zip_discard(za); }
+  void operator()(zip_t* za) const { lz().zip_discard(za); }
 };
 using ZipPtr = std::unique_ptr<zip_t, ZipDiscard>;
 
 struct ZipFileClose {
-  void operator()(zip_file_t* f) const { zip_fclose(f); }
+  void operator()(zip_file_t* f) const { lz().zip_fclose(f); }
 };
 using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
 
@@ -67,9 +70,9 @@ std::string escaped(const std::string& s) {
 
 std::string zip_code_str(int code) {
   zip_error_t error;
-  zip_error_init_with_code(&error, code);
-  std::string s = zip_error_strerror(&error);
-  zip_error_fini(&error);
+  lz().zip_error_init_with_code(&error, code);
+  std::string s = lz().zip_error_strerror(&error);
+  lz().zip_error_fini(&error);
   return s;
 }
 
@@ -85,16 +88,17 @@ std::string bytes_str(std::uint64_t n) {
 // declared size against the per-member cap, and whether libzip can decode it.
 zip_stat_t stat_member(zip_t* za, zip_uint64_t index, const std::string& what) {
   zip_stat_t st;
-  zip_stat_init(&st);
-  if (zip_stat_index(za, index, 0, &st) != 0)
-    fail_input(what + ": cannot read its directory entry: " + zip_strerror(za));
+  lz().zip_stat_init(&st);
+  if (lz().zip_stat_index(za, index, 0, &st) != 0)
+    fail_input(what + ": cannot read its directory entry: " + lz().zip_strerror(za));
   if (!(st.valid & ZIP_STAT_SIZE)) fail_input(what + ": the archive does not record its size");
   if (st.size > kMaxMemberBytes)
     fail_input(what + ": declares an uncompressed size of " + std::to_string(st.size) +
                " bytes, over the limit of " + bytes_str(kMaxMemberBytes) + " per member");
   if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
     fail_input(what + ": is encrypted; expected a plain .npz as numpy.savez writes it");
-  if ((st.valid & ZIP_STAT_COMP_METHOD) && !zip_compression_method_supported(st.comp_method, 0))
+  if ((st.valid & ZIP_STAT_COMP_METHOD) &&
+      !lz().zip_compression_method_supported(st.comp_method, 0))
     fail_input(what + ": compression method " + std::to_string(st.comp_method) +
                " is not supported; expected stored or deflated members");
   return st;
@@ -102,8 +106,8 @@ zip_stat_t stat_member(zip_t* za, zip_uint64_t index, const std::string& what) {
 
 std::string read_member(zip_t* za, zip_uint64_t index, const zip_stat_t& st,
                         const std::string& what) {
-  ZipFilePtr file(zip_fopen_index(za, index, 0));
-  if (!file) fail_input(what + ": cannot open: " + zip_strerror(za));
+  ZipFilePtr file(lz().zip_fopen_index(za, index, 0));
+  if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(za));
 
   // Grow as data actually arrives rather than trusting the declared size
   // for the allocation; then insist the two agree.
@@ -112,8 +116,8 @@ std::string read_member(zip_t* za, zip_uint64_t index, const zip_stat_t& st,
   bytes.reserve(std::min<std::size_t>(declared, 64 * kChunk));
   std::vector<char> chunk(kChunk);
   for (;;) {
-    const zip_int64_t n = zip_fread(file.get(), chunk.data(), chunk.size());
-    if (n < 0) fail_input(what + ": cannot read: " + zip_file_strerror(file.get()));
+    const zip_int64_t n = lz().zip_fread(file.get(), chunk.data(), chunk.size());
+    if (n < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
     if (n == 0) break;
     bytes.append(chunk.data(), static_cast<std::size_t>(n));
     if (bytes.size() > declared)
@@ -164,23 +168,26 @@ struct MemberSource {
       case ZIP_SOURCE_CLOSE:
         return 0;
       case ZIP_SOURCE_STAT: {
-        auto* st = ZIP_SOURCE_GET_ARGS(zip_stat_t, data, len, &self->error);
-        if (st == nullptr) return -1;
-        zip_stat_init(st);
+        if (len < sizeof(zip_stat_t)) {  // ZIP_SOURCE_GET_ARGS, which calls the linked libzip
+          lz().zip_error_set(&self->error, ZIP_ER_INVAL, 0);
+          return -1;
+        }
+        auto* st = static_cast<zip_stat_t*>(data);
+        lz().zip_stat_init(st);
         st->size = self->size();
         st->valid |= ZIP_STAT_SIZE;
         return sizeof(*st);
       }
       case ZIP_SOURCE_ERROR:
-        return zip_error_to_data(&self->error, data, len);
+        return lz().zip_error_to_data(&self->error, data, len);
       case ZIP_SOURCE_FREE:
         return 0;  // owned by write_npz, which outlives the archive
       case ZIP_SOURCE_SUPPORTS:
-        return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
-                                              ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
-                                              -1);
+        return lz().zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ,
+                                                   ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                                   ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
       default:
-        zip_error_set(&self->error, ZIP_ER_OPNOTSUPP, 0);
+        lz().zip_error_set(&self->error, ZIP_ER_OPNOTSUPP, 0);
         return -1;
     }
   }
@@ -210,7 +217,7 @@ void for_each_npz_member(
     fail_input(path + ": not a valid .npz (zip) archive: the file is empty");
 
   int code = 0;
-  ZipPtr za(zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
+  ZipPtr za(lz().zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
   if (!za) {
     if (code == ZIP_ER_NOENT) fail_input(path + ": no such file");
     if (code == ZIP_ER_OPEN || code == ZIP_ER_READ)
@@ -231,13 +238,13 @@ void for_each_npz_member(
   std::vector<Entry> entries;
   std::set<std::string> keys;
   std::uint64_t total = 0;
-  const zip_int64_t count = zip_get_num_entries(za.get(), 0);
+  const zip_int64_t count = lz().zip_get_num_entries(za.get(), 0);
   for (zip_int64_t i = 0; i < count; ++i) {
     const auto index = static_cast<zip_uint64_t>(i);
-    const char* raw_name = zip_get_name(za.get(), index, 0);
+    const char* raw_name = lz().zip_get_name(za.get(), index, 0);
     if (raw_name == nullptr)
       fail_input(path + ": cannot read the name of member " + std::to_string(i) + ": " +
-                 zip_strerror(za.get()));
+                 lz().zip_strerror(za.get()));
     const std::string member = raw_name;
     const std::string what = path + ": member '" + escaped(member) + "'";
     if (member.size() < kSuffix.size() ||
@@ -276,7 +283,7 @@ void write_npz(const std::string& path,
                const std::vector<std::pair<std::string, NpyArray>>& members) {
   if (members.empty()) return write_empty_zip(path);
 
-  // Sources must stay put until zip_close() has read them.
+  // Sources must stay put until lz().zip_close() has read them.
   std::vector<std::unique_ptr<MemberSource>> sources;
   for (const auto& [name, array] : members) {
     auto src = std::make_unique<MemberSource>();
@@ -285,35 +292,38 @@ void write_npz(const std::string& path,
                    std::to_string(array.data.size()) + " data bytes");
     src->header = npy_header(array.dtype, array.shape);
     src->array = &array;
-    zip_error_init(&src->error);
+    lz().zip_error_init(&src->error);
     sources.push_back(std::move(src));
   }
   struct ErrorFini {
     std::vector<std::unique_ptr<MemberSource>>& s;
     ~ErrorFini() {
-      for (auto& src : s) zip_error_fini(&src->error);
+      for (auto& src : s) lz().zip_error_fini(&src->error);
     }
   } fini{sources};
 
   int code = 0;
-  ZipPtr za(zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &code));
+  ZipPtr za(lz().zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &code));
   if (!za) fail_runtime(path + ": cannot create: " + zip_code_str(code));
   for (std::size_t i = 0; i < members.size(); ++i) {
     const std::string member = members[i].first + kSuffix;
-    zip_source_t* source = zip_source_function(za.get(), &MemberSource::callback, sources[i].get());
+    zip_source_t* source =
+        lz().zip_source_function(za.get(), &MemberSource::callback, sources[i].get());
     if (source == nullptr)
-      fail_runtime(path + ": member '" + member + "': " + zip_strerror(za.get()));
-    const zip_int64_t index = zip_file_add(za.get(), member.c_str(), source, ZIP_FL_ENC_UTF_8);
+      fail_runtime(path + ": member '" + member + "': " + lz().zip_strerror(za.get()));
+    const zip_int64_t index = lz().zip_file_add(za.get(), member.c_str(), source, ZIP_FL_ENC_UTF_8);
     if (index < 0) {
-      zip_source_free(source);
-      fail_runtime(path + ": member '" + member + "': " + zip_strerror(za.get()));
+      lz().zip_source_free(source);
+      fail_runtime(path + ": member '" + member + "': " + lz().zip_strerror(za.get()));
     }
     // numpy.savez stores members uncompressed; so do we.
-    if (zip_set_file_compression(za.get(), static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0) != 0)
-      fail_runtime(path + ": member '" + member + "': " + zip_strerror(za.get()));
+    if (lz().zip_set_file_compression(za.get(), static_cast<zip_uint64_t>(index), ZIP_CM_STORE,
+                                      0) != 0)
+      fail_runtime(path + ": member '" + member + "': " + lz().zip_strerror(za.get()));
   }
-  if (zip_close(za.get()) != 0) fail_runtime(path + ": cannot write: " + zip_strerror(za.get()));
-  za.release();  // zip_close() freed it
+  if (lz().zip_close(za.get()) != 0)
+    fail_runtime(path + ": cannot write: " + lz().zip_strerror(za.get()));
+  za.release();  // lz().zip_close() freed it
 }
 
 }  // namespace mha
