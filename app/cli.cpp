@@ -6,6 +6,7 @@
 #include <map>
 #include <new>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -26,6 +27,7 @@
 #include "mha/run/bench.hpp"
 #include "mha/run/run.hpp"
 #include "one_shot.hpp"
+#include "option_names.hpp"
 #include "plot_command.hpp"
 #include "sweep_command.hpp"
 
@@ -35,13 +37,8 @@ namespace {
 constexpr int kExitInvalid = 2;
 constexpr int kExitFailure = 1;
 
-std::string kebab(std::string s) {
-  std::replace(s.begin(), s.end(), '_', '-');
-  return s;
-}
-
-// Every config key becomes `--key VALUE` (and `--ke-bab VALUE`); bool keys may
-// also be given bare. Values stay text until Config::apply_flag checks them,
+// Every config key becomes `--key VALUE` (option_names.hpp: `--ke-y` too); bool
+// keys may also be given bare. Values stay text until Config::apply_flag checks them,
 // so flags and files share one set of rules and messages.
 struct RunArgs {
   std::string config_file;
@@ -53,12 +50,18 @@ struct RunArgs {
 void add_run_command(CLI::App& app, RunArgs& args) {
   CLI::App* run = app.add_subcommand("run", "Run multi-head attention once and write its outputs");
   run->fallthrough();  // -v/-q may follow the subcommand
+  run->footer(
+      "Examples (from the repository root; tests/cli/test_examples.py runs them):\n"
+      "  mha run --config configs/default.json\n"
+      "  mha run --h 4 --d_model 64 --seq_len 16 --causal true --save_attention --out_dir "
+      "out/causal\n"
+      "  mha run --config configs/cross_attention.json --save_weights torch --out_dir out/cross\n"
+      "Every config key is also a flag; docs/config.md lists them.");
   run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
-  run->add_flag("--print-json", args.print_json, "Also print run.json to stdout");
+  run->add_flag("--json", args.print_json, "Also print run.json to stdout");
   for (const auto& key : config_keys()) {
-    std::string names = "--" + std::string(key.name);
-    if (kebab(key.name) != key.name) names += ",--" + kebab(key.name);
-    CLI::Option* opt = run->add_option(names, args.values[key.name], key.help);
+    CLI::Option* opt =
+        run->add_option("--" + std::string(key.name), args.values[key.name], key.help);
     opt->type_name(key.value_hint);
     if (key.is_bool) opt->expected(0, 1);
     args.keys[key.name] = opt;
@@ -76,6 +79,11 @@ void add_weights_command(CLI::App& app, ConvertArgs& args) {
   CLI::App* convert =
       weights->add_subcommand("convert", "Convert weights between native, torch and keras layouts");
   convert->fallthrough();
+  convert->footer(
+      "Examples (after `mha run --config configs/cross_attention.json --save_weights torch "
+      "--out_dir out/cross`):\n"
+      "  mha weights convert out/cross/weights.npz --to keras --h 4 -o out/cross_keras.npz\n"
+      "  mha weights convert out/cross_keras.npz --to native -o out/cross_native.npz");
   convert->add_option("input", args.in, "weights .npz or directory")->required();
   const std::vector<std::string> layouts{"native", "torch", "keras"};
   convert->add_option("--to", args.to, "layout to write")
@@ -97,6 +105,11 @@ void add_compare_command(CLI::App& app, CompareArgs& args) {
   CLI::App* compare = app.add_subcommand(
       "compare", "Compare two .npy arrays as numpy.allclose(A, B) does; exit 0 if close, 1 if not");
   compare->fallthrough();
+  compare->footer(
+      "Exit codes: 0 close, 1 not close, 2 bad input (including shapes that differ).\n"
+      "Examples (after `mha run --config configs/default.json`):\n"
+      "  mha run --config configs/default.json --threads 1 --out_dir out/one_thread\n"
+      "  mha compare out/one_thread/output.npy out/default/output.npy --rtol 0 --atol 0");
   compare->add_option("A", args.a, "array to check")->required();
   compare->add_option("B", args.b, "reference array")->required();
   compare->add_option("--rtol", args.rtol, "relative tolerance (default 1e-5)")
@@ -118,6 +131,10 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
       "bench",
       "Time the attention layer on named shapes against a large sgemm (docs/benchmarks.md)");
   bench->fallthrough();
+  bench->footer(
+      "Examples:\n"
+      "  mha bench --shapes tutorial --repeat 3\n"
+      "  mha bench --shapes tutorial:plain --repeat 3 --one_shot --json");
   bench->add_option("--config,-c", args.config_file, "also time the layer a run config describes");
   bench->add_option("--shapes", args.shapes,
                     "comma-separated shapes, each NAME or NAME:VARIANT (default: all)");
@@ -129,18 +146,18 @@ void add_bench_command(CLI::App& app, BenchArgs& args) {
                     "float32, bfloat16 (bfloat16 GEMM operands) or both, comma-separated: each "
                     "case runs in each (default float32)");
   bench->add_flag("--json", args.json, "print JSON instead of a table");
-  bench->add_flag("--one-shot,--one_shot", args.one_shot,
+  bench->add_flag("--one_shot", args.one_shot,
                   "also time each case as `mha run` processes, --repeat of them, next to the "
                   "warm time (docs/benchmarks.md)");
-  bench->add_option("--block-q", args.block_q, "query rows per kernel block (default: kernel's)")
+  bench->add_option("--block_q", args.block_q, "query rows per kernel block (default: kernel's)")
       ->check(CLI::Range(1, 1 << 20));
-  bench->add_option("--block-k", args.block_k, "keys per kernel block (default: kernel's)")
+  bench->add_option("--block_k", args.block_k, "keys per kernel block (default: kernel's)")
       ->check(CLI::Range(1, 1 << 20));
 }
 
 // What `mha bench` times: its shapes (the named ones, and the --config's as
 // "config"), the (shape, variant) cases --shapes asks for, and the
-// --config's keys for --one-shot.
+// --config's keys for --one_shot.
 struct BenchPlan {
   std::vector<BenchShape> shapes;
   std::vector<std::pair<std::string, std::string>> cases;  // (shape, variant)
@@ -299,12 +316,11 @@ int do_convert(const ConvertArgs& args) {
 int do_compare(const CompareArgs& args) {
   const Comparison c =
       compare(read_npy(args.a), read_npy(args.b), args.rtol, args.atol, args.a, args.b);
-  if (!c.same_shape) {
-    std::cout << args.a << " and " << args.b
-              << " differ in shape: " << shape_str(read_npy(args.a).shape) << " vs "
-              << shape_str(read_npy(args.b).shape) << "\nallclose: no" << std::endl;
-    return 1;
-  }
+  if (!c.same_shape)  // numpy.allclose would broadcast; equal shapes are what a check means
+    throw Error(ErrorKind::invalid_input,
+                args.a + " and " + args.b + " cannot be compared: shapes " +
+                    shape_str(read_npy(args.a).shape) + " vs " + shape_str(read_npy(args.b).shape) +
+                    " (expected equal shapes)");
   std::cout << fmt::format("{} vs {}: {} elements, {} outside rtol={:g} atol={:g}\n", args.a,
                            args.b, c.count, c.mismatches, args.rtol, args.atol);
   std::cout << fmt::format("max abs diff {:.6g}, max rel diff {:.6g}\n", c.max_abs_diff,
@@ -371,22 +387,15 @@ int do_run(const RunArgs& args) {
   return 0;
 }
 
-// CLI11 lists unexpected arguments; name the first and suggest a key.
-std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::string>& args) {
+// CLI11 lists unexpected arguments; name the first and suggest a key. `args`
+// are already normalized (underscores), `known` every long option name.
+std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::string>& args,
+                           const std::set<std::string>& known) {
   for (const auto& a : args) {
     if (a.rfind("--", 0) != 0) continue;
     std::string name =
         a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
-    bool known = name == "config" || name == "print-json" || name == "verbose" || name == "quiet" ||
-                 name == "to" || name == "output" || name == "from" || name == "rtol" ||
-                 name == "atol" || name == "shapes" || name == "repeat" || name == "json" ||
-                 name == "help" || name == "version" || name == "jobs" || name == "shard" ||
-                 name == "resume" || name == "dry-run" || name == "collect" ||
-                 name == "skip-invalid" || name == "attention" || name == "no-attention" ||
-                 name == "heads-axis" || name == "heads" || name == "average" || name == "labels" ||
-                 name == "key-labels" || name == "cell" || name == "reduce" || name == "max-cells";
-    for (const auto& k : config_keys()) known = known || name == k.name || name == kebab(k.name);
-    if (known) continue;
+    if (known.count(name)) continue;
     std::string hint = nearest_key(name);
     return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");
   }
@@ -423,7 +432,10 @@ int main(const std::vector<std::string>& argv) {
   PlotArgs plot_args;
   add_plot_command(app, plot_args);
 
-  std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 parses a reversed vector
+  const std::set<std::string> known = long_option_names(app);
+  std::vector<std::string> args = argv;
+  const std::vector<std::string> deprecations = normalize_option_names(args, known);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -436,7 +448,7 @@ int main(const std::vector<std::string>& argv) {
     std::cout << e.what() << std::endl;
     return 0;
   } catch (const CLI::ExtrasError& e) {
-    std::cerr << "mha: error: " << explain_extras(e, argv) << std::endl;
+    std::cerr << "mha: error: " << explain_extras(e, args, known) << std::endl;
     return kExitInvalid;
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
@@ -447,6 +459,7 @@ int main(const std::vector<std::string>& argv) {
     return kExitInvalid;
   }
   setup_logging(verbose - quiet);
+  for (const auto& w : deprecations) spdlog::warn("{}", w);
 
   try {
     if (app.got_subcommand("run")) return do_run(run_args);

@@ -77,16 +77,20 @@ void add_inspect_command(CLI::App& app, InspectArgs& args) {
   CLI::App* inspect = app.add_subcommand(
       "inspect", "Print the header and statistics of .npy/.npz arrays, per head for attention");
   inspect->fallthrough();
+  inspect->footer(
+      "Examples (after `mha run --config configs/default.json`):\n"
+      "  mha inspect out/default/attention.npy\n"
+      "  mha inspect data/tokens.npy out/default/output.npy --json");
   inspect->add_option("files", args.files, ".npy or .npz files")->required();
   inspect->add_flag("--json", args.json, "print JSON (one object, or an array for several)");
   CLI::Option* on =
       inspect->add_flag("--attention", args.attention,
                         "treat every float array of rank >= 2 as attention (..., T, S)");
   CLI::Option* off =
-      inspect->add_flag("--no-attention", args.no_attention, "never treat arrays as attention");
+      inspect->add_flag("--no_attention", args.no_attention, "never treat arrays as attention");
   on->excludes(off);
   inspect->add_option_function<long>(
-      "--heads-axis", [&args](const long& axis) { args.heads_axis = axis; },
+      "--head_axis", [&args](const long& axis) { args.heads_axis = axis; },
       "axis of attention arrays that holds heads (default: 1 for (B, h, T, S), else none)");
 }
 

@@ -30,7 +30,7 @@ struct TempDir {
     const char* base = std::getenv("TMPDIR");
     std::string pattern = std::string(base && *base ? base : "/tmp") + "/mha_oneshot_XXXXXX";
     if (!::mkdtemp(pattern.data()))
-      fail_runtime(pattern + ": cannot create a temporary directory for --one-shot");
+      fail_runtime(pattern + ": cannot create a temporary directory for --one_shot");
     path = pattern;
   }
   ~TempDir() {
@@ -97,7 +97,7 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
     const int err = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
     if (err != 0) {
       posix_spawn_file_actions_destroy(&actions);
-      fail_runtime(exe + ": cannot start it for --one-shot: " + std::strerror(err));
+      fail_runtime(exe + ": cannot start it for --one_shot: " + std::strerror(err));
     }
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -110,7 +110,7 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
       std::string line, last;
       while (std::getline(log, line))
         if (!line.empty()) last = line;
-      fail_runtime("--one-shot: `mha run` of " + c.dump() + " failed (" +
+      fail_runtime("--one_shot: `mha run` of " + c.dump() + " failed (" +
                    (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                       : "signal " + std::to_string(WTERMSIG(status))) +
                    "): " + last);
@@ -118,7 +118,7 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
     std::ifstream f(dir.path + "/out/run.json");
     const json report = json::parse(f, nullptr, false);
     if (report.is_discarded() || !report.contains("timings_ms"))
-      fail_runtime("--one-shot: " + dir.path + "/out/run.json is missing or unreadable");
+      fail_runtime("--one_shot: " + dir.path + "/out/run.json is missing or unreadable");
     const json& t = report["timings_ms"];
     load.push_back(t.value("load", 0.0));
     compute.push_back(t.value("compute", 0.0));

@@ -1,4 +1,4 @@
-// `mha bench --one-shot`: a case timed as people run it, one `mha run`
+// `mha bench --one_shot`: a case timed as people run it, one `mha run`
 // process per call, next to the warm in-process time of the same case.
 #pragma once
 

@@ -55,26 +55,26 @@ std::vector<std::size_t> parse_heads(const std::string& text, std::size_t h, boo
     return heads;
   }
   if (!has_heads)
-    fail_input("--heads " + text + ": " + file + " has no heads axis (shape " + shape +
+    fail_input("--head_indices " + text + ": " + file + " has no heads axis (shape " + shape +
                "); expected a (B, h, T, S) array");
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty() || item.size() > 9 ||
         item.find_first_not_of("0123456789") != std::string::npos)
-      fail_input("--heads '" + text +
+      fail_input("--head_indices '" + text +
                  "': expected all or comma-separated head indices such as 0,3,5");
     const std::size_t i = std::stoul(item);
     if (i >= h)
-      fail_input("--heads " + text + ": head " + item + " is out of range; " + file +
+      fail_input("--head_indices " + text + ": head " + item + " is out of range; " + file +
                  " has h = " + std::to_string(h) + " heads (shape " + shape + "), indices 0 to " +
                  std::to_string(h - 1));
     if (std::find(heads.begin(), heads.end(), i) != heads.end())
-      fail_input("--heads " + text + ": head " + item + " is listed twice");
+      fail_input("--head_indices " + text + ": head " + item + " is listed twice");
     heads.push_back(i);
   }
   if (heads.empty() || text.back() == ',')
-    fail_input("--heads '" + text +
+    fail_input("--head_indices '" + text +
                "': expected all or comma-separated head indices such as 0,3,5");
   return heads;
 }
@@ -85,23 +85,28 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
   CLI::App* plot = app.add_subcommand(
       "plot", "Draw the attention maps of a .npy file as a PNG: one heatmap per head");
   plot->fallthrough();
+  plot->footer(
+      "Examples (after `mha run --config configs/default.json`):\n"
+      "  mha plot out/default/attention.npy --batch_index 1 --head_indices 0,1 -o out/heads.png\n"
+      "  mha plot out/default/attention.npy --average_heads --color_scale log -o out/mean.png");
   plot->add_option("file", args.file, "attention .npy: (B, h, T, S), (B, T, S) or (T, S)")
       ->required();
   plot->add_option("-o,--output", args.output, "PNG to write (default: FILE with .png)");
-  plot->add_option("--batch", args.batch, "batch element to plot (default 0)");
-  plot->add_option("--heads", args.heads, "heads to plot: all (default) or a list such as 0,3,5");
-  plot->add_flag("--average", args.average, "one panel: the mean over the (selected) heads");
-  plot->add_option("--scale", args.scale, "color scale: linear (default, from 0) or log")
+  plot->add_option("--batch_index", args.batch, "batch element to plot (default 0)");
+  plot->add_option("--head_indices", args.heads,
+                   "heads to plot: all (default) or a list such as 0,3,5");
+  plot->add_flag("--average_heads", args.average, "one panel: the mean over the (selected) heads");
+  plot->add_option("--color_scale", args.scale, "color scale: linear (default, from 0) or log")
       ->check(CLI::IsMember({"linear", "log"}));
   plot->add_option("--labels", args.labels,
                    "token labels, one per line: T of them (and the keys' too when S = T)");
-  plot->add_option("--key-labels", args.key_labels, "key token labels, one per line: S of them");
+  plot->add_option("--key_labels", args.key_labels, "key token labels, one per line: S of them");
   plot->add_option("--cell", args.cell, "pixels per cell side (default: from the map's size)")
       ->check(CLI::Range(1, 64));
   plot->add_option("--reduce", args.reduce,
                    "how large maps are downsampled: block max (default) or mean")
       ->check(CLI::IsMember({"max", "mean"}));
-  plot->add_option("--max-cells", args.max_cells,
+  plot->add_option("--max_cells", args.max_cells,
                    "cells per panel side at most before downsampling (default 512)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{8192}));
 }
@@ -121,7 +126,7 @@ int do_plot(const PlotArgs& args) {
   if (B == 0 || h == 0 || T == 0 || S == 0)
     fail_input(args.file + ": shape " + shape + " is empty; expected at least one weight");
   if (args.batch >= B)
-    fail_input("--batch " + std::to_string(args.batch) + ": " + args.file +
+    fail_input("--batch_index " + std::to_string(args.batch) + ": " + args.file +
                (rank == 2 ? " is a single (T, S) map, batch 0"
                           : " holds B = " + std::to_string(B) + " batch elements (shape " + shape +
                                 "), indices 0 to " + std::to_string(B - 1)));
@@ -140,7 +145,7 @@ int do_plot(const PlotArgs& args) {
   } else if (!args.labels.empty()) {
     if (S != T)
       fail_input("--labels " + args.labels + ": the map has " + queries + " but " + keys +
-                 "; give the keys' labels with --key-labels");
+                 "; give the keys' labels with --key_labels");
     options.key_labels = options.query_labels;
   }
 

@@ -457,6 +457,11 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
   CLI::App* sweep = app.add_subcommand(
       "sweep", "Run every config of a sweep file (grid, zip), resumable and shardable");
   sweep->fallthrough();
+  sweep->footer(
+      "Examples (docs/sweeps.md has the file format, docs/cluster.md Slurm and GNU parallel):\n"
+      "  mha sweep configs/sweeps/seeds.json --dry_run --out_dir out/seeds\n"
+      "  mha sweep configs/sweeps/seeds.json --jobs 2 --out_dir out/seeds\n"
+      "  mha sweep configs/sweeps/seeds.json --resume --out_dir out/seeds");
   sweep->add_option("file", args.file, "sweep JSON file (see README, Sweeps)")->required();
   sweep->add_option("--jobs,-j", args.jobs, "runs at once on this machine, sharing its cores")
       ->check(CLI::Range(1, 1024));
@@ -465,13 +470,13 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
                    "run only runs with index = I mod N (default: the Slurm array task, else 0/1)")
       ->each([&args](const std::string&) { args.shard_given = true; });
   sweep->add_flag("--resume", args.resume, "skip runs whose run.json says complete");
-  sweep->add_flag("--dry-run", args.dry_run,
+  sweep->add_flag("--dry_run", args.dry_run,
                   "list the runs and whether each is valid; run nothing");
   sweep->add_flag("--collect", args.collect,
                   "merge every shard's results into results.jsonl and results.csv");
-  sweep->add_flag("--skip-invalid", args.skip_invalid,
+  sweep->add_flag("--skip_invalid", args.skip_invalid,
                   "run the valid runs even if some are invalid (they are listed)");
-  sweep->add_option("--out_dir,--out-dir", args.out_dir, "override the sweep file's out_dir");
+  sweep->add_option("--out_dir", args.out_dir, "override the sweep file's out_dir");
 }
 
 int do_sweep(const SweepArgs& args) {
@@ -546,7 +551,7 @@ int do_sweep(const SweepArgs& args) {
   }
   if (listed && !args.skip_invalid)
     fail_input(args.file + ": " + std::to_string(listed) + " of the runs in shard " + shard.str() +
-               " are invalid (listed above); fix the sweep or pass --skip-invalid");
+               " are invalid (listed above); fix the sweep or pass --skip_invalid");
   spdlog::info("{}: {} run(s) in shard {}, {} to do{}, {} at a time with {} thread(s) each, in {}",
                args.file, todo.size() + skipped + listed, shard.str(), todo.size(),
                skipped ? " (" + std::to_string(skipped) + " already complete)" : "", args.jobs,

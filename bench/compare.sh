@@ -2,11 +2,11 @@
 # Run `mha bench --json` and bench/torch_mha.py --json with the same arguments and print one
 # table side by side.
 #
-# Usage: bench/compare.sh [--shapes NAME[:VARIANT],...] [--threads N] [--repeat N] [--one-shot]
+# Usage: bench/compare.sh [--shapes NAME[:VARIANT],...] [--threads N] [--repeat N] [--one_shot]
 #   MHA_BIN   the mha binary (default: build/bin/mha, relative to the repository root)
 #   PYTHON    the Python with torch (default: /usr/bin/python3)
 # Both tools run one after the other (never at once), from the repository root. Without
-# --threads each uses all cores. --one-shot adds mha's one-shot columns (`mha run` processes,
+# --threads each uses all cores. --one_shot adds mha's one-shot columns (`mha run` processes,
 # compute time from run.json, and its ratio to the warm time). Exits non-zero if either side fails.
 set -euo pipefail
 
@@ -19,7 +19,7 @@ args=()
 mha_only=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --one-shot) mha_only+=("--one-shot"); shift ;;
+    --one_shot|--one-shot) mha_only+=("--one_shot"); shift ;;
     --shapes|--threads|--repeat)
       [[ $# -ge 2 ]] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift 2 ;;

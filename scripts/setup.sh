@@ -14,7 +14,7 @@ packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libop
           libpng-dev libfreetype-dev fonts-dejavu-core)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
-  packages+=(catch2 python3-numpy python3-torch parallel slurmctld slurmd slurm-client munge)
+  packages+=(catch2 python3-numpy python3-torch python3-jsonschema parallel slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

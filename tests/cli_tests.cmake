@@ -49,3 +49,19 @@ foreach(group RunPlot PlotCommand PlotErrors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.plot.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 endforeach()
+
+# The command line's spelling against docs/interface.md; the README's and --help's examples.
+foreach(group Spelling Aliases)
+  add_test(NAME cli.interface.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_interface.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.interface.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
+
+# run.json and results rows against schemas/ (python3-jsonschema).
+foreach(group RunJson ResultsRows)
+  add_test(NAME cli.schemas.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_schemas.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.schemas.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()

@@ -503,7 +503,7 @@ TEST_CASE("inspect: attention detection rules", "[inspect]") {
     CHECK(r.attention->stats->head(0).skipped_rows == 1);
     REQUIRE(warnings.size() == 1);
     CHECK_THAT(warnings[0], Catch::Contains("attention.npy: 1 of 2 rows are not distributions"));
-    // --no-attention wins over the name.
+    // --no_attention wins over the name.
     InspectOptions off;
     off.attention = InspectOptions::Attention::off;
     CHECK(!mha::inspect_npy(p, off, warn).attention);

@@ -299,7 +299,7 @@ TEST_CASE("sweep result rows and CSV") {
   const std::string csv = mha::results_csv({failed, row});
   const auto header = csv.substr(0, csv.find('\n'));
   // Measured columns first (from the ok row), then the failure's own.
-  CHECK(header.rfind("index,name,status,h,key_lengths,", 0) == 0);
+  CHECK(header.rfind("schema_version,index,name,status,h,key_lengths,", 0) == 0);
   CHECK(header.find("compute_ms") < header.find("exit_code"));
   CHECK_THAT(csv, Catch::Contains("\"bad \"\"mask\"\", shape (2, 3)\""));  // RFC 4180 quoting
   CHECK_THAT(csv, Catch::Contains("\"[3,1]\""));

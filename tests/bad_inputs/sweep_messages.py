@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Sweep validation and `mha run` share one plan (lib/include/mha/run/plan.hpp): for every `run`
 case of the bad-input corpus that fails (exit 2) and that a sweep can hold (its flags written as
-a config file), `mha sweep --dry-run` must list the run as invalid with exactly the message
+a config file), `mha sweep --dry_run` must list the run as invalid with exactly the message
 `mha run --config` prints for the same config. Cases that only fail on array data or in the
 computation (non-finite values, an .npy whose data is cut short) are checks of the load and
 compute stages, which a dry run does not reach: they must be reported valid, and are counted.
@@ -80,7 +80,7 @@ def main():
             with open(sweep_file, "w") as f:
                 json.dump({"base": config, "grid": {"seed": [0]},
                            "out_dir": os.path.join(tmp, "sweeps", case["name"])}, f)
-            dry = subprocess.run([mha, "sweep", sweep_file, "--dry-run"], cwd=HERE,
+            dry = subprocess.run([mha, "sweep", sweep_file, "--dry_run"], cwd=HERE,
                                  capture_output=True, text=True, timeout=120)
             if dry.returncode == 2 and "invalid: " not in dry.stdout:
                 skipped += 1  # the sweep file itself is refused (its base keys): not a run
@@ -99,7 +99,7 @@ def main():
                                     % (case["name"], run_msg, status[len("invalid: "):]))
             else:
                 data_checks.append("%s: %s" % (case["name"], run_msg))
-    print("sweep --dry-run vs mha run: %d identical messages, %d failing only on data or in the"
+    print("sweep --dry_run vs mha run: %d identical messages, %d failing only on data or in the"
           " computation (valid to a dry run), %d cases not expressible as a sweep"
           % (same, len(data_checks), skipped))
     for d in data_checks:

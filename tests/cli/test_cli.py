@@ -109,7 +109,7 @@ class DefaultConfig(Case):
     def test_print_json_matches_file(self):
         out = self.path("out")
         stdout, _ = self.ok(["run", "--config", "configs/default.json", "--out_dir", out,
-                             "--print-json", "-q"])
+                             "--json", "-q"])
         self.assertEqual(json.loads(stdout), load_json(os.path.join(out, "run.json")))
 
     def test_every_bundled_config_runs(self):
@@ -284,9 +284,9 @@ class BlasKernels(Case):
 
 class Bench(Case):
     def test_bench_one_shot_json(self):
-        """Not a timing test: --one-shot runs `mha run` processes and reports their stages."""
+        """Not a timing test: --one_shot runs `mha run` processes and reports their stages."""
         out, _ = self.ok(["bench", "--shapes", "tutorial:plain,tutorial:weights", "--repeat", "2",
-                          "--threads", "1", "--one-shot", "--json"])
+                          "--threads", "1", "--one_shot", "--json"])
         r = json.loads(out)
         self.assertTrue(r["blas"]["core"])  # the kernel set OpenBLAS runs
         self.assertTrue(r["blas"]["library"])

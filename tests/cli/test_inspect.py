@@ -177,8 +177,8 @@ class NumpyFiles(Case):
         j = self.inspect(self.save("m.npy", a))
         self.assertEqual(j["attention"]["masked_rows"], 1)
         self.assertEqual(j["attention"]["mean"]["skipped_rows"], 1)
-        # --no-attention turns it off; --attention forces it.
-        self.assertNotIn("attention", self.inspect("--no-attention", self.path("m.npy")))
+        # --no_attention turns it off; --attention forces it.
+        self.assertNotIn("attention", self.inspect("--no_attention", self.path("m.npy")))
         forced = self.inspect("--attention", self.path("w.npy"))
         self.assertEqual(forced["attention"]["detected_by"], "forced")
 
@@ -278,8 +278,9 @@ class TextReport(Case):
     def test_heads_axis(self):
         a = np.full((2, 3, 1, 2, 2), 0.5)
         p = self.save("x.npy", a)
-        j = self.inspect("--heads-axis", "1", p)
+        j = self.inspect("--head_axis", "1", p)
         self.assertEqual(j["attention"]["layout"], "(B0, h, B1, T, S)")
+        self.assertEqual(self.inspect("--head-axis", "1", p), j)  # dashes spell the same option
         self.assertEqual(len(j["attention"]["heads"]), 3)
         self.assertEqual(self.inspect(p)["attention"]["layout"], "(B0, B1, B2, T, S)")
 
@@ -315,10 +316,10 @@ class Errors(Case):
         p = self.save("i.npy", np.zeros((2, 2), np.int32))
         self.expect_error(["--attention", p], "cannot inspect the int32 array of shape (2, 2)")
         f = self.save("f.npy", np.full((2, 2), 0.5))
-        self.expect_error(["--attention", "--heads-axis", "0", f], "heads axis 0 is not a leading")
-        self.expect_error(["--attention", "--no-attention", f], "excludes")
-        self.expect_error(["--heads-axis", f], "")
-        self.expect_error(["--head-axis", "1", f], "unknown option --head-axis")
+        self.expect_error(["--attention", "--head_axis", "0", f], "heads axis 0 is not a leading")
+        self.expect_error(["--attention", "--no_attention", f], "excludes")
+        self.expect_error(["--head_axis", f], "")
+        self.expect_error(["--head-axes", "1", f], "unknown option --head-axes")
         self.expect_error([], "files is required")
 
 

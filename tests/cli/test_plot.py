@@ -205,7 +205,7 @@ class PlotCommand(Case):
 
     def test_numpy_file_cells_and_size(self):
         f = self.maps()
-        _, err = self.ok(["plot", f, "--batch", "1", "--cell", "20"])
+        _, err = self.ok(["plot", f, "--batch_index", "1", "--cell", "20"])
         png = self.path("attention.png")  # beside the input, .npy replaced
         self.assertEqual(sorted(os.listdir(self.tmp)), ["attention.npy", "attention.png"])
         width, height, pixels = read_png(png)
@@ -221,13 +221,13 @@ class PlotCommand(Case):
         self.assertEqual(y1, y0)
         self.assertEqual(rgb(pixels, x1 + 90, y1 + 90), viridis(0.2))
         # 3 heads tile 2 x 2: 10 px more per cell widens and heightens the image by 2 x 5 x 10.
-        _, err = self.ok(["plot", f, "--batch", "1", "--cell", "30", "-o", self.path("big.png")])
+        _, err = self.ok(["plot", f, "--batch_index", "1", "--cell", "30", "-o", self.path("big.png")])
         w30, h30, _ = read_png(self.path("big.png"))
         self.assertEqual((w30 - width, h30 - height), (100, 100))
 
     def test_heads_average_and_shapes(self):
         f = self.maps()
-        _, err = self.ok(["plot", f, "--batch", "1", "--heads", "2", "-o", self.path("h2.png")])
+        _, err = self.ok(["plot", f, "--batch_index", "1", "--head_indices", "2", "-o", self.path("h2.png")])
         self.assertIn("1 panel(s) of 5x5 cells", err)
         _, _, pixels = read_png(self.path("h2.png"))
         x, y = find(pixels, VIRIDIS[255])
@@ -236,7 +236,7 @@ class PlotCommand(Case):
         self.assertEqual(rgb(pixels, x + cell // 2, y + 4 * cell + cell // 2), VIRIDIS[255])
         # --average: heads 0 and 2 average to 1 on (0, 0), 0.5 on the rest of the diagonal and
         # of key 0, 0 elsewhere; the color range ends at 1.
-        _, err = self.ok(["plot", f, "--batch", "1", "--heads", "0,2", "--average",
+        _, err = self.ok(["plot", f, "--batch_index", "1", "--head_indices", "0,2", "--average_heads",
                           "--cell", "10", "-o", self.path("mean.png")])
         self.assertIn("color linear, 0 to 1", err)
         _, _, pixels = read_png(self.path("mean.png"))
@@ -247,7 +247,7 @@ class PlotCommand(Case):
         # (B, T, S) float64 and (T, S) float16, default output names.
         three = self.save("mean3.npy", np.eye(4)[None].repeat(2, axis=0))
         two = self.save("two.npy", np.eye(3, dtype=np.float16))
-        self.ok(["plot", three, "--batch", "1"])
+        self.ok(["plot", three, "--batch_index", "1"])
         self.ok(["plot", two])
         read_png(self.path("mean3.png"))
         read_png(self.path("two.png"))
@@ -257,7 +257,7 @@ class PlotCommand(Case):
         with open(tokens, "w") as f:
             f.write("The\nquick\nbrown\nfox\n.\n")
         f = self.maps()
-        _, err = self.ok(["plot", f, "--labels", tokens, "--scale", "log", "-o", self.path("l.png")])
+        _, err = self.ok(["plot", f, "--labels", tokens, "--color_scale", "log", "-o", self.path("l.png")])
         self.assertNotIn("left out", err)
         self.assertIn("color log", err)
         _, err = self.ok(["plot", f, "--labels", tokens, "--cell", "4", "-o", self.path("s.png")])
@@ -265,7 +265,7 @@ class PlotCommand(Case):
         big = np.zeros((1, 1, 600, 600), np.float32)
         big[0, 0, np.arange(600), np.arange(600)] = 1
         g = self.save("big.npy", big)
-        _, err = self.ok(["plot", g, "--reduce", "mean", "--max-cells", "100"])
+        _, err = self.ok(["plot", g, "--reduce", "mean", "--max_cells", "100"])
         self.assertIn("downsampled 600x600 to 100x100 cells by block mean (6x6 weights per cell)",
                       err)
         width, height, pixels = read_png(self.path("big.png"))
@@ -286,7 +286,7 @@ class PlotCommand(Case):
         x = torch.rand(2, 7, 16)
         _, w = layer(x, x, x, need_weights=True, average_attn_weights=False)  # (B, h, T, S)
         f = self.save("torch_attention.npy", w.detach().numpy())
-        _, err = self.ok(["plot", f, "--heads", "3"])
+        _, err = self.ok(["plot", f, "--head_indices", "3"])
         _, _, pixels = read_png(self.path("torch_attention.png"))
         a = w.detach().numpy()[0, 3]
         x0, y0 = find(pixels, viridis(a[0, 0] / a.max()))
@@ -311,19 +311,19 @@ class PlotErrors(Case):
         three = self.path("three.txt")
         with open(three, "w") as f:
             f.write("x\ny\nz\n")
-        self.expect_error(["plot", a, "--heads", "3"], "--heads 3: head 3 is out of range")
-        self.expect_error(["plot", a, "--heads", "0,x"], "expected all or comma-separated")
-        self.expect_error(["plot", a, "--heads", "1,1"], "head 1 is listed twice")
-        self.expect_error(["plot", a, "--batch", "2"], "--batch 2: " + a + " holds B = 2")
-        self.expect_error(["plot", a, "--scale", "cubic"], "--scale: cubic not in")
+        self.expect_error(["plot", a, "--head_indices", "3"], "--head_indices 3: head 3 is out of range")
+        self.expect_error(["plot", a, "--head_indices", "0,x"], "expected all or comma-separated")
+        self.expect_error(["plot", a, "--head_indices", "1,1"], "head 1 is listed twice")
+        self.expect_error(["plot", a, "--batch_index", "2"], "--batch_index 2: " + a + " holds B = 2")
+        self.expect_error(["plot", a, "--color_scale", "cubic"], "--color_scale: cubic not in")
         self.expect_error(["plot", a, "--reduce", "median"], "--reduce: median not in")
         self.expect_error(["plot", a, "--cell", "0"], "--cell")
         self.expect_error(["plot", a, "--cell", "100"], "--cell")
         self.expect_error(["plot", a, "--labels", three],
                           "three.txt: 3 labels (one per line) but the map has T = 4 query positions")
         self.expect_error(["plot", cross, "--labels", three],
-                          "but S = 5 key positions; give the keys' labels with --key-labels")
-        self.expect_error(["plot", cross, "--key-labels", three],
+                          "but S = 5 key positions; give the keys' labels with --key_labels")
+        self.expect_error(["plot", cross, "--key_labels", three],
                           "three.txt: 3 labels (one per line) but the map has S = 5 key positions")
         self.expect_error(["plot", a, "--labels", self.path("none.txt")], "cannot open")
         self.expect_error(["plot", self.path("missing.npy")], "missing.npy")
@@ -332,7 +332,7 @@ class PlotErrors(Case):
         self.expect_error(["plot", self.save("v.npy", np.ones(5, np.float32))],
                           "expected attention weights (B, h, T, S), (B, T, S) or (T, S)")
         self.expect_error(["plot", self.save("m.npy", np.ones((4, 4), np.float32)),
-                           "--heads", "0"], "has no heads axis")
+                           "--head_indices", "0"], "has no heads axis")
         self.expect_error(["plot", a, "--colour", "red"], "unknown option --colour")
         self.expect_error(["plot"], "file is required")
         self.expect_error(["plot", a, "-o", self.tmp], "expected a file name for the PNG")

@@ -176,7 +176,7 @@ class PrecisionSweep(Case):
                                 "output_dtype": ["float16", "float32"]},
                        "name": "{dtype}_{output_dtype}",
                        "out_dir": self.path("out")}, f)
-        out, _ = self.ok(["sweep", sweep, "--dry-run"])
+        out, _ = self.ok(["sweep", sweep, "--dry_run"])
         self.assertEqual(out.count("valid"), 4, out)
         self.ok(["sweep", sweep, "--jobs", "1"])
         with open(self.path("out", "results.csv")) as f:

@@ -192,7 +192,7 @@ class Case(unittest.TestCase):
         return p.wait(timeout=DEADLINE)
 
     def dry_run(self, sweep_file, out, *flags, code=0):
-        stdout, stderr = self.sweep(sweep_file, out, "--dry-run", *flags, code=code)
+        stdout, stderr = self.sweep(sweep_file, out, "--dry_run", *flags, code=code)
         lines = stdout.splitlines()
         self.assertRegex(lines[0], r": \d+ run\(s\)")
         self.assertEqual(lines[1].split()[:4], ["index", "name", "shard", "status"])
@@ -201,7 +201,7 @@ class Case(unittest.TestCase):
             index, name, mine, status = line.split(None, 3)
             table.append((int(index), name, mine, status))
         self.assertEqual([t[0] for t in table], list(range(len(table))))
-        self.assertFalse(os.path.exists(out), "--dry-run wrote files")
+        self.assertFalse(os.path.exists(out), "--dry_run wrote files")
         return lines[0], table
 
     def run_dirs(self, out):
@@ -359,17 +359,17 @@ class Expansion(Case):
         s = self.write_sweep(body, "stem.json")
         header, _ = self.dry_run(s, self.path("flag"))
         self.assertIn(f"out_dir {self.path('flag')},", header)
-        rc, stdout, err = run(["sweep", s, "--dry-run"])
+        rc, stdout, err = run(["sweep", s, "--dry_run"])
         self.assertEqual(rc, 0, err)
         self.assertIn(f"out_dir {self.path('from_base')},", stdout)
         body["out_dir"] = self.path("from_file")
         s = self.write_sweep(body, "stem.json")
-        rc, stdout, err = run(["sweep", s, "--dry-run"])
+        rc, stdout, err = run(["sweep", s, "--dry_run"])
         self.assertIn(f"out_dir {self.path('from_file')},", stdout)
         # With none of them: out/sweeps/STEM, relative to the working directory.
         del body["out_dir"], body["base"]["out_dir"]
         s = self.write_sweep(body, "stem.json")
-        rc, stdout, err = run(["sweep", s, "--dry-run"], cwd=self.tmp)
+        rc, stdout, err = run(["sweep", s, "--dry_run"], cwd=self.tmp)
         self.assertIn("out_dir out/sweeps/stem,", stdout)
         self.assertFalse(os.path.exists(self.path("out")))
         # A real run honours the file's out_dir.
@@ -590,7 +590,7 @@ class Resume(Case):
         rows = read_jsonl(os.path.join(out, "results", "shard-0-of-1.jsonl"))
         self.assertEqual([r["name"] for r in rows], complete)
 
-        # --dry-run tells which runs --resume will skip.
+        # --dry_run tells which runs --resume will skip.
         for index, name, _, status in self.dry_run_table(s, out):
             self.assertEqual(status, "valid, done (--resume skips it)" if name in complete
                              else "valid", name)
@@ -639,7 +639,7 @@ class Resume(Case):
 
     def dry_run_table(self, s, out):
         """The dry-run table for an out_dir that already exists."""
-        rc, stdout, err = run(["sweep", s, "--out_dir", out, "--dry-run"])
+        rc, stdout, err = run(["sweep", s, "--out_dir", out, "--dry_run"])
         self.assertEqual(rc, 0, err)
         return [tuple(line.split(None, 3)) for line in stdout.splitlines()[2:]]
 
@@ -785,8 +785,8 @@ class Validity(Case):
                 self.assertIn("divisible", status)
             else:
                 self.assertEqual(status, "valid")
-        _, table = self.dry_run(s, out, "--skip-invalid", code=0)
-        # Without --skip-invalid: every invalid run on stderr, nothing written.
+        _, table = self.dry_run(s, out, "--skip_invalid", code=0)
+        # Without --skip_invalid: every invalid run on stderr, nothing written.
         rc, _, err = run(["sweep", s, "--out_dir", out])
         self.assertEqual(rc, 2, err)
         lines = err.strip().splitlines()
@@ -794,10 +794,10 @@ class Validity(Case):
         self.assertIn("run 0 (h=3_seed=0)", lines[0])
         self.assertIn("run 1 (h=3_seed=1)", lines[1])
         self.assertIn("divisible", lines[0])
-        self.assertIn("--skip-invalid", lines[2])
+        self.assertIn("--skip_invalid", lines[2])
         self.assertFalse(os.path.exists(out), "an invalid sweep wrote files")
         # With it: the valid runs run, the invalid are listed and left out of the results.
-        _, err = self.sweep(s, out, "--skip-invalid")
+        _, err = self.sweep(s, out, "--skip_invalid")
         self.assertIn("skipping invalid run 0 (h=3_seed=0)", err)
         self.assertEqual(self.run_dirs(out), ["h=4_seed=0", "h=4_seed=1"])
         rows = read_jsonl(os.path.join(out, "results.jsonl"))
@@ -1043,7 +1043,7 @@ class SweepFileErrors(Case):
     def expect_error(self, text, *fragments, flags=()):
         s = self.write_sweep(text, "bad.json")
         out = self.path("out")
-        for extra in ([], ["--dry-run"], ["--collect"]):
+        for extra in ([], ["--dry_run"], ["--collect"]):
             rc, stdout, err = run(["sweep", s, "--out_dir", out] + extra + list(flags))
             self.assertEqual(rc, 2, f"{text}: {err}")
             lines = err.strip().splitlines()

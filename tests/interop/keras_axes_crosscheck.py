@@ -311,7 +311,7 @@ def check_sweep(hx, seed):
              "grid": {"attention_axes": grid}, "name": "axes{index}", "out_dir": p("sweep")}
     with open(p("sweep.json"), "w") as f:
         json.dump(sweep, f)
-    hx.mha(["sweep", p("sweep.json"), "--dry-run"], what="mha sweep --dry-run")
+    hx.mha(["sweep", p("sweep.json"), "--dry_run"], what="mha sweep --dry_run")
     hx.mha(["sweep", p("sweep.json"), "--jobs", "1"], what="mha sweep")
     rows = list(csv.DictReader(open(p("sweep/results.csv"))))
     if len(rows) != len(grid) or any(r["status"] != "ok" for r in rows):

@@ -475,7 +475,7 @@ def check_compare_verdicts(hx):
     with open(p("bad.npy"), "wb") as f:
         f.write(b"not an npy file")
     cases = [("a.npy", "a_close.npy", 0), ("a.npy", "b.npy", 1), ("a.npy", "nan_mismatch.npy", 1),
-             ("nan_mismatch.npy", "a.npy", 1), ("a.npy", "shape.npy", 1), ("a.npy", "bad.npy", 2),
+             ("nan_mismatch.npy", "a.npy", 1), ("a.npy", "shape.npy", 2), ("a.npy", "bad.npy", 2),
              ("a.npy", "missing.npy", 2)]
     for x, y, want in cases:
         hx.mha(["compare", p(x), p(y), "--rtol", "1e-5", "--atol", "1e-5"], expect=want,

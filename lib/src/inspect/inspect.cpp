@@ -455,7 +455,7 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
         fail_input(name + ": " + std::to_string(h.shape[*axis]) + " heads on axis " +
                    std::to_string(*axis) + " of the " + what +
                    " are too many to inspect as attention (at most " + std::to_string(kMaxHeads) +
-                   "; see --heads-axis)");
+                   "; see --head_axis)");
       candidate = false;
     }
     if (h.size() == 0) candidate = false;  // no row to detect it from

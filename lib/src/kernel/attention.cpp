@@ -381,7 +381,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   const int threads = resolve_threads(opt.threads);
   const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
   Buffer<T> context(d.B * d.T * d.h * d.d_v);
-  // Default blocks, measured with `mha bench --block-q --block-k` on Zen 4:
+  // Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
   // the fused kernel is fastest with large square blocks (fewer BLAS packing
   // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
   const bool fused = opt.attention == AttentionOutput::none;

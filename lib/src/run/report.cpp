@@ -49,6 +49,7 @@ nlohmann::json RunReport::to_json() const {
   const std::uint64_t flops = dims.flops();
   const double gflops = compute_ms > 0 ? static_cast<double>(flops) / (compute_ms * 1e6) : 0.0;
   nlohmann::json report = {
+      {"schema_version", kRunSchemaVersion},
       {"tool", {{"name", "mha"}, {"version", MHA_VERSION}}},
       {"status", "complete"},
       {"config", config_json},

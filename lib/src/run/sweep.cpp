@@ -395,6 +395,7 @@ bool run_is_complete(const SweepRun& run) {
 ordered_json result_row(const Sweep& sweep, const SweepRun& run, const json& report,
                         const json& extra) {
   ordered_json row;
+  row["schema_version"] = kResultsSchemaVersion;
   row["index"] = run.index;
   row["name"] = run.name;
   row["status"] = "ok";
@@ -437,6 +438,7 @@ ordered_json result_row(const Sweep& sweep, const SweepRun& run, const json& rep
 ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
                         const std::string& error, const json& extra) {
   ordered_json row;
+  row["schema_version"] = kResultsSchemaVersion;
   row["index"] = run.index;
   row["name"] = run.name;
   row["status"] = "failed";

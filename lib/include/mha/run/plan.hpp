@@ -1,7 +1,7 @@
 // The plan of a run: everything `mha run` decides from a config and the
 // headers of its files before it reads any input data, with every error it
 // gives for them. `mha run` is plan -> load -> compute -> write (run.hpp);
-// sweep validation (and so `mha sweep --dry-run`) runs the plan and the load
+// sweep validation (and so `mha sweep --dry_run`) runs the plan and the load
 // checks and nothing else, so the two can never disagree about a config.
 #pragma once
 

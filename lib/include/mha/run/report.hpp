@@ -12,6 +12,10 @@
 
 namespace mha {
 
+// run.json's layout version (schemas/run.schema.json): raised when a key is
+// removed, renamed or changes meaning; new keys keep it.
+constexpr int kRunSchemaVersion = 1;
+
 struct RunReport {
   Config config;           // as given
   Dims dims;               // as resolved

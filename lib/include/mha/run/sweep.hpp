@@ -27,6 +27,11 @@
 
 namespace mha {
 
+// The layout version of a results row (results.jsonl, results.csv;
+// schemas/results-row.schema.json): raised when a column is removed, renamed
+// or changes meaning; new columns keep it.
+constexpr int kResultsSchemaVersion = 1;
+
 struct SweepRun {
   std::size_t index = 0;
   std::string name;                    // directory name under the sweep's out_dir

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""The command line's spelling (docs/interface.md) against the real binary: each subcommand's
+--help lists exactly the options of the table, every multi-word option is accepted with dashes,
+renamed options still work with a deprecation warning (silent under -q), and every --help ends
+with examples.
+
+  /usr/bin/python3 tests/cli/test_interface.py [Class]   (MHA_BIN = path to mha,
+                                                         MHA_SOURCE_DIR = repository root)
+"""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+ROOT = os.environ.get("MHA_SOURCE_DIR", os.getcwd())
+COMMANDS = ["run", "weights convert", "compare", "bench", "sweep", "inspect", "plot"]
+
+
+def run(args, cwd=None):
+    p = subprocess.run([MHA] + args, capture_output=True, text=True, cwd=cwd, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def help_options(command):
+    rc, out, err = run(command.split() + ["--help"])
+    assert rc == 0, err
+    options = []
+    for line in out.splitlines():
+        m = re.match(r"^  ((?:-[a-z],)?--[a-z_0-9-]+(?:,--[a-z_0-9-]+)*)", line)
+        if m:
+            options.append(m.group(1))
+    return options, out
+
+
+def documented_options():
+    """The first table of docs/interface.md: command -> its option spellings."""
+    with open(os.path.join(ROOT, "docs", "interface.md")) as f:
+        text = f.read()
+    table = {}
+    for line in text.splitlines():
+        if table and not line.startswith("|"):
+            break  # the first table only
+        m = re.match(r"^\| (run|weights convert|compare|bench|sweep|inspect|plot|\(all\)) \| (.*) \|$",
+                     line)
+        if m:
+            table[m.group(1)] = re.findall(r"`(-[^`]+)`", m.group(2))
+    return table
+
+
+class Spelling(unittest.TestCase):
+    def test_help_matches_the_documented_table(self):
+        table = documented_options()
+        self.assertEqual(sorted(table), sorted(COMMANDS + ["(all)"]))
+        for command in COMMANDS:
+            got, _ = help_options(command)
+            want = ["-h,--help"] + table[command]
+            self.assertEqual(sorted(got), sorted(want), f"mha {command} --help vs docs/interface.md")
+
+    def test_one_spelling_each_with_underscores(self):
+        for command in COMMANDS:
+            for spelling in help_options(command)[0]:
+                longs = [n for n in spelling.split(",") if n.startswith("--")]
+                self.assertEqual(len(longs), 1, f"mha {command}: {spelling} has several long names")
+                self.assertNotIn("-", longs[0][2:], f"mha {command}: {spelling} uses dashes")
+
+    def test_a_name_means_one_thing(self):
+        # the clashes docs/interface.md resolves: no subcommand but run has --batch or --scale
+        for command in COMMANDS:
+            names = {n for s in help_options(command)[0] for n in s.split(",")}
+            if command != "run":
+                self.assertNotIn("--batch", names, command)
+                self.assertNotIn("--scale", names, command)
+            self.assertNotIn("--heads", names, command)
+            self.assertNotIn("--average", names, command)
+
+    def test_every_help_ends_with_examples(self):
+        for command in COMMANDS:
+            _, out = help_options(command)
+            examples = [l for l in out.splitlines() if l.startswith("  mha ")]
+            self.assertGreaterEqual(len(examples), 2, f"mha {command} --help has no examples")
+            self.assertIn("Examples", out)
+
+
+class Aliases(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_interface_")
+        a = np.random.default_rng(0).random((2, 3, 4, 5)).astype(np.float32)
+        self.attn = os.path.join(self.dir, "a.npy")
+        np.save(self.attn, a / a.sum(-1, keepdims=True))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def png(self, name, *args, quiet=False):
+        out = os.path.join(self.dir, name)
+        rc, _, err = run(["plot", self.attn, "-o", out] + list(args) + (["-q"] if quiet else []))
+        self.assertEqual(rc, 0, err)
+        with open(out, "rb") as f:
+            return f.read(), err
+
+    def test_dashes_spell_the_same_option(self):
+        new, _ = self.png("new.png", "--batch_index", "1", "--max_cells", "2")
+        dashed, err = self.png("dashed.png", "--batch-index", "1", "--max-cells=2")
+        self.assertEqual(new, dashed)
+        self.assertNotIn("deprecated", err)
+        out = os.path.join(self.dir, "run")
+        rc, _, err = run(["run", "--h", "2", "--d-model", "8", "--seq-len", "3", "--out-dir", out,
+                          "--save-attention", "-q"])
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.exists(os.path.join(out, "attention.npy")))
+
+    def test_old_plot_names_work_and_warn(self):
+        new, _ = self.png("new.png", "--batch_index", "1", "--head_indices", "0,2",
+                          "--average_heads", "--color_scale", "log")
+        old, err = self.png("old.png", "--batch", "1", "--heads", "0,2", "--average",
+                            "--scale", "log")
+        self.assertEqual(new, old)
+        warnings = [l for l in err.splitlines() if "deprecated" in l]
+        self.assertEqual(len(warnings), 4, err)
+        self.assertIn("mha: warning: mha plot: --batch is deprecated and will be removed; use "
+                      "--batch_index", warnings[0])
+        _, err = self.png("quiet.png", "--heads", "0", quiet=True)
+        self.assertEqual(err, "")
+
+    def test_old_inspect_and_run_names(self):
+        rc, out, err = run(["inspect", "--heads-axis", "1", "--json", self.attn])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("--head_axis", err)
+        rc2, out2, _ = run(["inspect", "--head_axis", "1", "--json", self.attn])
+        self.assertEqual(out, out2)
+        rc, out, err = run(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--out_dir",
+                            os.path.join(self.dir, "r"), "--print-json"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn('"schema_version"', out)
+        self.assertIn("use --json", err)
+
+    def test_unknown_option_is_named(self):
+        rc, out, err = run(["plot", self.attn, "--batch-idx", "1"])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown option --batch-idx", err)
+        self.assertEqual(out, "")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
