@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -29,6 +31,7 @@
 #include "one_shot.hpp"
 #include "option_names.hpp"
 #include "plot_command.hpp"
+#include "run_progress.hpp"
 #include "sweep_command.hpp"
 
 namespace mha::cli {
@@ -55,7 +58,7 @@ void add_run_command(CLI::App& app, RunArgs& args) {
       "  mha run --config configs/default.json\n"
       "  mha run --h 4 --d_model 64 --seq_len 16 --causal true --save_attention --out_dir "
       "out/causal\n"
-      "  mha run --config configs/cross_attention.json --save_weights torch --out_dir out/cross\n"
+      "  mha run --config configs/cross_attention.json --save_weights keras --out_dir out/cross\n"
       "Every config key is also a flag; docs/config.md lists them.");
   run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
   run->add_flag("--json", args.print_json, "Also print run.json to stdout");
@@ -80,10 +83,10 @@ void add_weights_command(CLI::App& app, ConvertArgs& args) {
       weights->add_subcommand("convert", "Convert weights between native, torch and keras layouts");
   convert->fallthrough();
   convert->footer(
-      "Examples (after `mha run --config configs/cross_attention.json --save_weights torch "
+      "Examples (after `mha run --config configs/cross_attention.json --save_weights keras "
       "--out_dir out/cross`):\n"
-      "  mha weights convert out/cross/weights.npz --to keras --h 4 -o out/cross_keras.npz\n"
-      "  mha weights convert out/cross_keras.npz --to native -o out/cross_native.npz");
+      "  mha weights convert out/cross/weights.npz --to native -o out/cross_native.npz\n"
+      "  mha weights convert out/cross_native.npz --to keras --h 4 -o out/cross_keras.npz");
   convert->add_option("input", args.in, "weights .npz or directory")->required();
   const std::vector<std::string> layouts{"native", "torch", "keras"};
   convert->add_option("--to", args.to, "layout to write")
@@ -365,7 +368,17 @@ void setup_logging(int verbosity) {
 int do_run(const RunArgs& args) {
   Config config = build_config(args);
   spdlog::debug("config: {}", config.to_json().dump());
-  RunResult result = mha::run(config, [](const std::string& w) { spdlog::warn("{}", w); });
+  StageProgress progress;
+  RunProgressLine line(progress, ::isatty(STDERR_FILENO) == 1 &&
+                                     spdlog::default_logger()->should_log(spdlog::level::info));
+  RunResult result = mha::run(
+      config,
+      [&line](const std::string& w) {
+        line.clear_for_message();
+        spdlog::warn("{}", w);
+      },
+      &progress);
+  line.stop();
   const auto& r = result.report;
   for (const auto& path : result.files) spdlog::info("wrote {}", path);
   if (r["outputs"].contains("attention.png")) {

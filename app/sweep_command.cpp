@@ -462,7 +462,7 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
       "  mha sweep configs/sweeps/seeds.json --dry_run --out_dir out/seeds\n"
       "  mha sweep configs/sweeps/seeds.json --jobs 2 --out_dir out/seeds\n"
       "  mha sweep configs/sweeps/seeds.json --resume --out_dir out/seeds");
-  sweep->add_option("file", args.file, "sweep JSON file (see README, Sweeps)")->required();
+  sweep->add_option("file", args.file, "sweep JSON file (docs/sweeps.md)")->required();
   sweep->add_option("--jobs,-j", args.jobs, "runs at once on this machine, sharing its cores")
       ->check(CLI::Range(1, 1024));
   sweep

@@ -51,7 +51,7 @@ foreach(group RunPlot PlotCommand PlotErrors)
 endforeach()
 
 # The command line's spelling against docs/interface.md; the README's and --help's examples.
-foreach(group Spelling Aliases)
+foreach(group Spelling Aliases ProgressLine)
   add_test(NAME cli.interface.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_interface.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
@@ -64,4 +64,11 @@ foreach(group RunJson ResultsRows)
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_schemas.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.schemas.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
+
+foreach(group Readme Help)
+  add_test(NAME cli.examples.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_examples.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.examples.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()

@@ -1,6 +1,6 @@
 // A plain reference multi-head attention (llm.c style): nested loops in
 // double precision, no BLAS and no xtensor math, written straight from the
-// definition in README / attention.hpp so that the kernel can be held
+// definition in docs/config.md / attention.hpp so that the kernel can be held
 // against something that shares none of its code. In particular the mask is
 // built here from the causal / explicit-mask / key_lengths rules, not by
 // mha::Mask::apply.

@@ -8,6 +8,7 @@ with examples.
                                                          MHA_SOURCE_DIR = repository root)
 """
 import os
+import pty
 import re
 import shutil
 import subprocess
@@ -144,6 +145,64 @@ class Aliases(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("unknown option --batch-idx", err)
         self.assertEqual(out, "")
+
+
+def run_on_tty(args, env_extra):
+    """Runs mha with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, **env_extra)
+    p = subprocess.Popen([MHA] + args, stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    return p.wait(timeout=120), got.decode(errors="replace")
+
+
+class ProgressLine(unittest.TestCase):
+    # 1024 blocks of causal attention with maps: about a second on 2 cores
+    LONG = ["run", "--h", "4", "--d_model", "64", "--seq_len", "4096", "--batch", "2",
+            "--causal", "true", "--save_attention"]
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_progress_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_a_terminal_gets_stages_blocks_and_eta(self):
+        rc, tty = run_on_tty(self.LONG + ["--out_dir", os.path.join(self.dir, "a")],
+                             {"MHA_PROGRESS_AFTER_MS": "0"})
+        self.assertEqual(rc, 0, tty)
+        lines = [l for l in re.split(r"[\r\n]", tty) if "mha run: " in l]
+        self.assertTrue(any(re.search(r"mha run: compute  \d+/\d+ blocks \(\d+%\)  "
+                                      r"\d\d:\d\d elapsed  ETA \d\d:\d\d", l) for l in lines), tty)
+        # the line is erased before the run's own messages, which stay whole
+        self.assertIn("\r\x1b[K", tty)
+        self.assertRegex(tty, r"\r\x1b\[Kmha: info: wrote ")
+
+    def test_silent_under_q_on_a_pipe_and_for_short_runs(self):
+        rc, tty = run_on_tty(self.LONG + ["-q", "--out_dir", os.path.join(self.dir, "q")],
+                             {"MHA_PROGRESS_AFTER_MS": "0"})
+        self.assertEqual((rc, tty), (0, ""))
+        p = subprocess.run([MHA] + self.LONG + ["--out_dir", os.path.join(self.dir, "p")],
+                           capture_output=True, text=True, env=dict(os.environ,
+                                                                    MHA_PROGRESS_AFTER_MS="0"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("mha run: ", p.stderr)
+        self.assertNotIn("\x1b", p.stderr)
+        # a run shorter than the default 2 s draws nothing, even on a terminal
+        rc, tty = run_on_tty(["run", "--h", "2", "--d_model", "8", "--seq_len", "4", "--out_dir",
+                              os.path.join(self.dir, "s")], {})
+        self.assertEqual(rc, 0, tty)
+        self.assertNotIn("mha run: ", tty)
 
 
 if __name__ == "__main__":

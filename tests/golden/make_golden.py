@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden files for `mha run`: small fixed problems whose expected outputs come
-from an independent NumPy implementation of README's math, in float64.
+from an independent NumPy implementation of docs/config.md's math, in float64.
 
     /usr/bin/python3 tests/golden/make_golden.py          # (re)write tests/golden/<case>/
     /usr/bin/python3 tests/golden/make_golden.py --check  # regenerate in memory, compare

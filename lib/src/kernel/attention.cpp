@@ -414,6 +414,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
     std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
     std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
+    if (opt.progress) opt.progress->begin("compute", head_blocks * splits);
     parallel_for(head_blocks * splits, threads, [&](std::size_t task, int thread) {
       const std::size_t split = task % splits, hb = task / splits;
       const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
@@ -430,6 +431,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m,
                   l, X);
       if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
+      if (opt.progress) opt.progress->add();
     });
     if (splits > 1) {
       // Merge the key splits: rescale each to the common max, then sum.
@@ -457,6 +459,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     }
   } else if (opt.attention == AttentionOutput::per_head) {
     std::vector<std::vector<T>> scratch(threads);
+    if (opt.progress) opt.progress->begin("compute", d.B * d.h * q_blocks);
     parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
       const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
                         b = task / (q_blocks * d.h);
@@ -470,11 +473,13 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       }
       exact_block(job, b, head, t0, rows, A);
       if (!opt.attention_buffer && opt.sink) opt.sink(b, head, t0, rows, A);
+      if (opt.progress) opt.progress->add();
     });
   } else {
     // Mean over heads: one task per (b, query block) accumulates all heads.
     std::vector<std::vector<T>> scratch(threads);
     const T inv_h = T(1) / static_cast<T>(d.h);
+    if (opt.progress) opt.progress->begin("compute", d.B * q_blocks);
     parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
       const std::size_t qb = task % q_blocks, b = task / q_blocks;
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
@@ -489,6 +494,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
         for (std::size_t i = 0; i < rows * d.S; ++i) mean[i] += A[i] * inv_h;
       }
       if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
+      if (opt.progress) opt.progress->add();
     });
   }
   if (overflow && !opt.allow_nonfinite)

@@ -58,7 +58,7 @@ const std::vector<ConfigKey> kKeys = {
     {"plot", "BOOL", "write attention.png: batch 0's attention maps as heatmaps", true},
     {"save_weights", "LAYOUT", "write weights.npz: true (native), native, torch or keras", true},
     {"save_inputs", "BOOL", "write the inputs used as .npy", true},
-    // Attention variants (README, "Attention variants").
+    // Attention variants (docs/config.md, "Attention variants").
     {"kv_heads", "INT", "key/value heads for grouped-query attention (default h; 1 = MQA)", false},
     {"window", "INT", "sliding window: keys within this distance of the query (default none)",
      false},

@@ -200,7 +200,7 @@ struct Computed {
 // caller holds: the statistics cannot move) as they are made.
 template <class T>
 void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunReport& report,
-                   Computed<T>& r) {
+                   Computed<T>& r, StageProgress* progress) {
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
@@ -212,6 +212,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   options.allow_nonfinite = c.allow_nonfinite;
   options.softcap = static_cast<T>(c.softcap.value_or(0.0));
   options.bf16_gemm = c.dtype == ComputeType::bfloat16;
+  options.progress = progress;
   // The exact path feeds attention.npy (save_attention) and attention.png's
   // panels (plot) block by block; neither holds a whole map.
   if (c.save_attention || c.plot) {
@@ -359,7 +360,7 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
 // plan's into load_ms, with the file reads it starts).
 template <class T>
 RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
-                    const std::function<void(const std::string&)>& warn) {
+                    const std::function<void(const std::string&)>& warn, StageProgress* progress) {
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   RunReport report;
@@ -367,6 +368,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   report.threads = plan.threads;
   report.dims = d;
   report.use_bias = plan.use_bias;
+  if (progress) progress->begin("load");
   const Loaded<T> l = load_stage<T>(plan, report, warn);
   report.load_ms = ms_since(t_load);
 
@@ -387,10 +389,12 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
 
   auto t_compute = Clock::now();
   Computed<T> r;
-  compute_stage<T>(plan, l, out, report, r);
+  if (progress) progress->begin("compute");
+  compute_stage<T>(plan, l, out, report, r, progress);
   report.compute_ms = ms_since(t_compute);
 
   auto t_write = Clock::now();
+  if (progress) progress->begin("write");
   write_stage<T>(plan, l, r, out, report);
   report.write_ms = ms_since(t_write);
   report.peak_rss_bytes = peak_rss_bytes();
@@ -407,17 +411,21 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   out.stage_bytes("run.json", result.report.dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.files = out.committed();
+  if (progress) progress->begin("done");
   return result;
 }
 
 }  // namespace
 
-RunResult run(const Config& config, const std::function<void(const std::string&)>& warn) {
+RunResult run(const Config& config, const std::function<void(const std::string&)>& warn,
+              StageProgress* progress) {
   const auto t_load = Clock::now();
+  if (progress) progress->begin("plan");
   PlanFiles files;
   const RunPlan plan = plan_run(config, files);
-  if (config.dtype == ComputeType::float64) return run_typed<double>(plan, t_load, warn);
-  return run_typed<float>(plan, t_load, warn);  // float32, or bfloat16 GEMMs within float32
+  if (config.dtype == ComputeType::float64) return run_typed<double>(plan, t_load, warn, progress);
+  return run_typed<float>(plan, t_load, warn,
+                          progress);  // float32, or bfloat16 GEMMs within float32
 }
 
 }  // namespace mha

@@ -17,7 +17,7 @@ class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
-  // Exit code documented in README: 2 for invalid input, 1 otherwise.
+  // Exit code documented in docs/failures.md: 2 for invalid input, 1 otherwise.
   int exit_code() const noexcept { return kind_ == ErrorKind::invalid_input ? 2 : 1; }
 
  private:

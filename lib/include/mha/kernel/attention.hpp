@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <functional>
 
+#include "mha/base/progress.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
@@ -62,6 +63,8 @@ struct LayerOptions {
   // and sums in float32 (see gemm in blas.hpp); softmax, masks and biases
   // stay float32.
   bool bf16_gemm = false;
+  // If set, the attention blocks (tasks) are counted into it as they finish.
+  StageProgress* progress = nullptr;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

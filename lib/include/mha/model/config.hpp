@@ -1,4 +1,4 @@
-// The run configuration: every key of README's config reference, with the
+// The run configuration: every key of docs/config.md, with the
 // same name in JSON files and on the command line. Values are layered
 // defaults < config file < flags; each layer is checked as it is applied, so
 // an error names the file or flag and the key.

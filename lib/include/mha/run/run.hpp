@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/base/progress.hpp"
 #include "mha/model/config.hpp"
 
 namespace mha {
@@ -19,6 +20,9 @@ struct RunResult {
 };
 
 // Warnings (nothing wrong, but probably not what was meant) go to `warn`.
-RunResult run(const Config& config, const std::function<void(const std::string&)>& warn = {});
+// `progress`, if given, follows the stages (plan, load, compute, write, done)
+// and counts the kernel's attention blocks, for a display on another thread.
+RunResult run(const Config& config, const std::function<void(const std::string&)>& warn = {},
+              StageProgress* progress = nullptr);
 
 }  // namespace mha
