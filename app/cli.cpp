@@ -486,7 +486,11 @@ int main(const std::vector<std::string>& argv) {
     spdlog::error("{}", e.what());
     return e.exit_code();
   } catch (const std::bad_alloc&) {
-    spdlog::error("out of memory (try a smaller batch or without save_attention)");
+    // run and sweep estimate their memory first (max_memory); what is left is the input files.
+    spdlog::error(app.got_subcommand("run") || app.got_subcommand("sweep")
+                      ? "out of memory (the estimate before the run fitted max_memory; try a "
+                        "smaller batch or seq_len, or a lower max_memory to refuse such runs)"
+                      : "out of memory reading the input files");
     return kExitFailure;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -14,6 +14,7 @@
 #include "mha/io/npy.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/png.hpp"
+#include "mha/io/stream_input.hpp"
 
 namespace mha::cli {
 namespace {
@@ -112,6 +113,8 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
 }
 
 int do_plot(const PlotArgs& args) {
+  if (args.output.empty() && is_stream_input(args.file))
+    fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
   const NpyArray a = read_npy(args.file);
   const std::string shape = shape_str(a.shape);
   if (!is_float(a.dtype))

@@ -72,3 +72,8 @@ foreach(group Readme Help)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.examples.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+
+# Pipes, FIFOs and devices as inputs (mha/io/stream_input.hpp).
+add_test(NAME cli.streams COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_streams.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.streams PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

@@ -14,6 +14,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/npz.hpp"
+#include "mha/io/stream_input.hpp"
 
 namespace mha {
 namespace {
@@ -508,6 +509,14 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
 }
 
 bool is_npz(const std::string& path) {
+  if (is_stream_input(path)) {  // a pipe can be read once: take it whole, then look
+    const std::string& bytes = stream_input_bytes(path, [&path](const std::string& so_far) {
+      const bool zip = so_far.size() >= 2 && so_far[0] == 'P' && so_far[1] == 'K';
+      return zip ? std::uint64_t{0} : npy_stream_size(so_far, path);  // .npz: the cap only
+    });
+    return bytes.size() >= 4 && bytes.compare(0, 2, "PK") == 0 &&
+           ((bytes[2] == 3 && bytes[3] == 4) || (bytes[2] == 5 && bytes[3] == 6));
+  }
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".npz") return true;
   if (ext == ".npy") return false;
@@ -572,6 +581,7 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
   Origin origin;
   origin.name = path;
   origin.named_attention = std::filesystem::path(path).filename() == "attention.npy";
+  if (is_stream_input(path)) origin.bytes = &stream_input_bytes(path);  // read once, by is_npz
   return inspect_array(origin, options, warn);
 }
 

@@ -13,6 +13,7 @@ namespace mha::detail {
   X(zip_close)                        \
   X(zip_compression_method_supported) \
   X(zip_discard)                      \
+  X(zip_error_code_zip)               \
   X(zip_error_fini)                   \
   X(zip_error_init)                   \
   X(zip_error_init_with_code)         \
@@ -27,7 +28,9 @@ namespace mha::detail {
   X(zip_get_name)                     \
   X(zip_get_num_entries)              \
   X(zip_open)                         \
+  X(zip_open_from_source)             \
   X(zip_set_file_compression)         \
+  X(zip_source_buffer_create)         \
   X(zip_source_free)                  \
   X(zip_source_function)              \
   X(zip_source_make_command_bitmap)   \

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "mha/base/error.hpp"
+#include "mha/io/stream_input.hpp"
 
 namespace mha {
 
@@ -548,8 +549,8 @@ Header read_header(const std::string& path, std::ifstream& in) {
     fail_input(path + ": is a directory, not a .npy file");
   in.open(path, std::ios::binary);
   if (!in) fail_input(path + ": cannot open: " + errno_str(errno));
-  // Pipes and other unseekable inputs fail here: the size must be known up
-  // front to check the header against it.
+  // A regular file (read_npy takes pipes and devices whole first,
+  // stream_input.hpp): its size is checked against the header.
   in.seekg(0, std::ios::end);
   const std::streamoff end = in.tellg();
   in.seekg(0, std::ios::beg);
@@ -599,7 +600,34 @@ NpyArray parse_npy(const std::string& bytes, const std::string& name) {
   return finish_array(h, std::move(raw));
 }
 
+std::uint64_t npy_stream_size(const std::string& so_far, const std::string& name) {
+  const auto* p = reinterpret_cast<const unsigned char*>(so_far.data());
+  if (so_far.size() < 12) {
+    if (std::memcmp(p, kMagic, std::min(so_far.size(), kMagicLen)) != 0)
+      fail_input(name + ": not a .npy file (it does not start with the \\x93NUMPY magic string)");
+    return 0;
+  }
+  Header h;
+  std::size_t header_len = 0;
+  const std::size_t offset = parse_preamble(
+      p, so_far.size(), std::numeric_limits<std::uint64_t>::max(), name, header_len, h);
+  if (so_far.size() < offset + header_len) return 0;
+  HeaderParser(so_far.data() + offset, so_far.data() + offset + header_len, name).parse(h);
+  finish_header(h, name);
+  return offset + header_len + h.data_bytes;
+}
+
+namespace {
+
+const std::string& npy_stream(const std::string& path) {
+  return stream_input_bytes(
+      path, [&path](const std::string& so_far) { return npy_stream_size(so_far, path); });
+}
+
+}  // namespace
+
 NpyArray read_npy(const std::string& path) {
+  if (is_stream_input(path)) return parse_npy(npy_stream(path), path);
   std::ifstream in;
   Header h = read_header(path, in);
   std::vector<unsigned char> raw(h.data_bytes);
@@ -621,6 +649,7 @@ NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name
 }
 
 NpyHeaderInfo read_npy_header(const std::string& path) {
+  if (is_stream_input(path)) return parse_npy_header(npy_stream(path), path);
   std::ifstream in;
   return info_of(read_header(path, in));
 }

@@ -13,6 +13,7 @@
 
 #include "libzip.hpp"
 #include "mha/base/error.hpp"
+#include "mha/io/stream_input.hpp"
 
 namespace mha {
 
@@ -193,6 +194,23 @@ struct MemberSource {
   }
 };
 
+// An archive from a pipe (mha/io/stream_input.hpp), opened from its bytes in
+// memory; null with `code` set on failure, as zip_open.
+zip_t* open_stream_zip(const std::string& path, int& code) {
+  const std::string& bytes = stream_input_bytes(path);
+  zip_error_t error;
+  lz().zip_error_init(&error);
+  zip_source_t* source = lz().zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
+  zip_t* za =
+      source ? lz().zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error) : nullptr;
+  if (!za) {
+    code = lz().zip_error_code_zip(&error);
+    if (source) lz().zip_source_free(source);
+  }
+  lz().zip_error_fini(&error);
+  return za;
+}
+
 // libzip writes no file at all for an archive without members, but
 // numpy.savez() with no arrays writes an empty zip: just the end record.
 void write_empty_zip(const std::string& path) {
@@ -213,11 +231,13 @@ void for_each_npz_member(
   if (std::filesystem::is_directory(path, ec))
     fail_input(path + ": is a directory, not a .npz file");
   // libzip treats an empty file as an empty archive; NumPy does not.
-  if (std::filesystem::file_size(path, ec) == 0 && !ec)
+  if ((std::filesystem::file_size(path, ec) == 0 && !ec) ||
+      (is_stream_input(path) && stream_input_bytes(path).empty()))
     fail_input(path + ": not a valid .npz (zip) archive: the file is empty");
 
   int code = 0;
-  ZipPtr za(lz().zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
+  ZipPtr za(is_stream_input(path) ? open_stream_zip(path, code)
+                                  : lz().zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
   if (!za) {
     if (code == ZIP_ER_NOENT) fail_input(path + ": no such file");
     if (code == ZIP_ER_OPEN || code == ZIP_ER_READ)

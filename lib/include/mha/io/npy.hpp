@@ -67,6 +67,12 @@ struct NpyHeaderInfo {
 NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name);
 NpyHeaderInfo read_npy_header(const std::string& path);
 
+// The length in bytes a .npy must have, judged from its first bytes: 0 until
+// its whole header is there. Throws as read_npy would on a bad magic string,
+// version or header. read_npy uses it on pipes (mha/io/stream_input.hpp) to
+// stop reading where the array ends and to refuse a non-.npy stream at once.
+std::uint64_t npy_stream_size(const std::string& so_far, const std::string& name);
+
 // The bytes of a .npy file holding `array`.
 std::string encode_npy(const NpyArray& array);
 // The header (magic, version, length, dict, padding) for a C-order
