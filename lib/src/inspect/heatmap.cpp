@@ -494,7 +494,8 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
                times(panels.rows(), panels.cols()) + " cells at " + std::to_string(cell) +
                " px would be " + std::to_string(L.width) + "x" + std::to_string(L.height) +
                " px, over the limit of " + std::to_string(kMaxPlotSide) +
-               " px a side; use a smaller cell size, fewer heads or their mean");
+               " px a side; use a smaller cell size" +
+               (n > 1 ? std::string(", fewer heads or their mean") : std::string()));
   }
   plot.cell_w = size.w, plot.cell_h = size.h;
   plot.labels = labels;
