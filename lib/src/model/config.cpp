@@ -68,6 +68,18 @@ const std::vector<ConfigKey> kKeys = {
     {"attention_axes", "LIST", "axes of an N-D query to attend over (Keras), e.g. 2,3", false},
     {"output_dtype", "TYPE",
      "dtype of written tensors: float16, float32 or float64 (default: the compute dtype)", false},
+    // Transformer layers (docs/layers.md).
+    {"layer", "KIND", "attention (default), encoder or decoder: Transformer layers around it",
+     false},
+    {"num_layers", "INT", "layers in the stack (default 1)", false},
+    {"d_ff", "INT", "feed-forward width (default 4 * d_model)", false},
+    {"activation", "NAME", "feed-forward activation: relu (default), gelu or gelu_tanh", false},
+    {"norm_first", "BOOL", "pre-norm layers (default false: post-norm)", true},
+    {"layer_norm_eps", "FLOAT", "LayerNorm epsilon (default 1e-5)", false},
+    {"final_norm", "BOOL", "a LayerNorm after the last layer", true},
+    {"memory", "PATH", "decoder: .npy memory (B,S,d_model) for cross-attention", false},
+    {"memory_key_lengths", "LIST", "decoder: B comma-separated valid memory lengths", false},
+    {"save_hidden_states", "BOOL", "write hidden_states.npy: every layer's output", true},
 };
 
 std::string quote(const std::string& s) {
@@ -149,6 +161,18 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
   if (key == "kv_seq_len") return size(c.kv_seq_len);
   if (key == "kv_heads") return size(c.kv_heads);
   if (key == "window") return size(c.window);
+  if (key == "d_ff") return size(c.d_ff);
+  if (key == "num_layers") {
+    c.num_layers = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, 1024));
+    return true;
+  }
+  if (key == "memory") return path(c.memory);
+  if (key == "norm_first") return flag(c.norm_first, false);
+  if (key == "final_norm") {
+    c.final_norm = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
+    return true;
+  }
+  if (key == "save_hidden_states") return flag(c.save_hidden_states, false);
   if (key == "use_bias") {
     c.use_bias = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
     return true;
@@ -210,7 +234,23 @@ bool set_choice(Config& c, const std::string& key, const json& v, const std::str
     c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
     return true;
   }
+  if (key == "layer") {
+    static const std::pair<const char*, LayerKind> names[] = {{"attention", LayerKind::attention},
+                                                              {"encoder", LayerKind::encoder},
+                                                              {"decoder", LayerKind::decoder}};
+    c.layer = v.is_null() ? LayerKind::attention : get_enum(v, where, names);
+    return true;
+  }
+  if (key == "activation") {
+    static const std::pair<const char*, Activation> names[] = {
+        {"relu", Activation::relu},
+        {"gelu", Activation::gelu},
+        {"gelu_tanh", Activation::gelu_tanh}};
+    c.activation = v.is_null() ? Activation::relu : get_enum(v, where, names);
+    return true;
+  }
   if (key == "causal") {
+    c.causal_given = !v.is_null();
     if (v.is_null()) return c.causal = Causal::none, true;
     if (v.is_boolean()) return c.causal = v.get<bool>() ? Causal::top_left : Causal::none, true;
     static const std::pair<const char*, Causal> names[] = {{"top-left", Causal::top_left},
@@ -246,6 +286,13 @@ bool set_number(Config& c, const std::string& key, const json& v, const std::str
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
       fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
     c.scale = v.get<double>();
+    return true;
+  }
+  if (key == "layer_norm_eps") {
+    if (v.is_null()) return c.layer_norm_eps = 1e-5, true;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
+      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
+    c.layer_norm_eps = v.get<double>();
     return true;
   }
   if (key == "softcap") {
@@ -292,6 +339,17 @@ bool set_list(Config& c, const std::string& key, const json& v, const std::strin
     for (std::size_t i = 0; i < v.size(); ++i)
       axes.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", -64, 64));
     c.attention_axes = std::move(axes);
+    return true;
+  }
+  if (key == "memory_key_lengths") {
+    c.memory_key_lengths.reset();
+    if (v.is_null()) return true;
+    if (!v.is_array() || v.empty())
+      fail_input(where + ": expected a non-empty list of integers, got " + json_excerpt(v));
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      lengths.push_back(get_int(v[i], where + "[" + std::to_string(i) + "]", 0, kMaxSize));
+    c.memory_key_lengths = std::move(lengths);
     return true;
   }
   if (key == "key_lengths") {
@@ -409,7 +467,8 @@ json flag_value(const std::string& key, const std::string& text, const std::stri
       fail_input(where + ": expected comma-separated axis indices such as 2,3, got " + quote(text));
     return list;
   }
-  if (key == "key_lengths" && text.find(".npy") == std::string::npos) {
+  if ((key == "key_lengths" && text.find(".npy") == std::string::npos) ||
+      key == "memory_key_lengths") {
     json list = json::array();
     std::stringstream ss(text);
     std::string item;
@@ -479,6 +538,18 @@ json Config::to_json() const {
   j["softcap"] = opt(softcap);
   j["attention_axes"] = opt(attention_axes);
   j["output_dtype"] = output_dtype ? json(to_string(*output_dtype)) : json(nullptr);
+  j["layer"] = to_string(layer);
+  if (layer != LayerKind::attention) {  // a plain attention run's run.json keeps its keys
+    j["num_layers"] = opt(num_layers);
+    j["d_ff"] = opt(d_ff);
+    j["activation"] = to_string(activation);
+    j["norm_first"] = norm_first;
+    j["layer_norm_eps"] = layer_norm_eps;
+    j["final_norm"] = opt(final_norm);
+    j["memory"] = opt(memory);
+    j["memory_key_lengths"] = opt(memory_key_lengths);
+    j["save_hidden_states"] = save_hidden_states;
+  }
   return j;
 }
 
@@ -593,6 +664,30 @@ std::string nearest_key(const std::string& name) {
   }
   // Suggest only plausible typos: a third of the name may differ.
   return best_distance <= std::max<std::size_t>(2, best.size() / 3) ? best : "";
+}
+
+const char* to_string(LayerKind k) {
+  switch (k) {
+    case LayerKind::attention:
+      return "attention";
+    case LayerKind::encoder:
+      return "encoder";
+    case LayerKind::decoder:
+      return "decoder";
+  }
+  return "?";
+}
+
+const char* to_string(Activation a) {
+  switch (a) {
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+  }
+  return "?";
 }
 
 const char* to_string(Causal c) {

@@ -217,6 +217,10 @@ NativeWeights keras_to_native(const Arrays& in, const std::string& path) {
 
 }  // namespace
 
+NpyArray transpose_2d(const NpyArray& a) {
+  return transposed(a);
+}
+
 const char* to_string(WeightsFormat f) {
   switch (f) {
     case WeightsFormat::auto_detect:

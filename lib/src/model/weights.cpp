@@ -54,14 +54,15 @@ std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
 
 template <class T>
 Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, const Dims& d,
-                               bool use_bias, const std::string& path) {
+                               bool use_bias, const std::string& path, const std::string& prefix) {
   if (!use_bias) {
     for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
-      if (arrays.count(b)) fail_input(path + ": holds bias '" + b + "' but use_bias is false");
+      if (arrays.count(prefix + b))
+        fail_input(path + ": holds bias '" + prefix + b + "' but use_bias is false");
   } else {
     for (const char* b : {"b_q", "b_k", "b_v", "b_o"})
-      if (!arrays.count(b))
-        fail_input(path + ": missing bias '" + std::string(b) +
+      if (!arrays.count(prefix + b))
+        fail_input(path + ": missing bias '" + prefix + b +
                    "' (use_bias is true; set use_bias to false for bias-free projections)");
   }
   Weights<T> w;
@@ -69,25 +70,26 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
   // Grouped-query attention: kv_heads key/value heads instead of h.
   const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const std::string kv = d.kv() == d.h ? "h" : "kv_heads";
-  w.W_q = take<T, 2>(arrays, "W_q", {d.d_model, hdk}, "(d_model, h*d_k)", path);
-  w.W_k = take<T, 2>(arrays, "W_k", {d.kdim, kdk}, "(kdim, " + kv + "*d_k)", path);
-  w.W_v = take<T, 2>(arrays, "W_v", {d.vdim, kdv}, "(vdim, " + kv + "*d_v)", path);
-  w.W_o = take<T, 2>(arrays, "W_o", {hdv, d.d_out}, "(h*d_v, d_out)", path);
+  w.W_q = take<T, 2>(arrays, prefix + "W_q", {d.d_model, hdk}, "(d_model, h*d_k)", path);
+  w.W_k = take<T, 2>(arrays, prefix + "W_k", {d.kdim, kdk}, "(kdim, " + kv + "*d_k)", path);
+  w.W_v = take<T, 2>(arrays, prefix + "W_v", {d.vdim, kdv}, "(vdim, " + kv + "*d_v)", path);
+  w.W_o = take<T, 2>(arrays, prefix + "W_o", {hdv, d.d_out}, "(h*d_v, d_out)", path);
   if (use_bias) {
-    w.b_q = take<T, 1>(arrays, "b_q", {hdk}, "(h*d_k,)", path);
-    w.b_k = take<T, 1>(arrays, "b_k", {kdk}, "(" + kv + "*d_k,)", path);
-    w.b_v = take<T, 1>(arrays, "b_v", {kdv}, "(" + kv + "*d_v,)", path);
-    w.b_o = take<T, 1>(arrays, "b_o", {d.d_out}, "(d_out,)", path);
+    w.b_q = take<T, 1>(arrays, prefix + "b_q", {hdk}, "(h*d_k,)", path);
+    w.b_k = take<T, 1>(arrays, prefix + "b_k", {kdk}, "(" + kv + "*d_k,)", path);
+    w.b_v = take<T, 1>(arrays, prefix + "b_v", {kdv}, "(" + kv + "*d_v,)", path);
+    w.b_o = take<T, 1>(arrays, prefix + "b_o", {d.d_out}, "(d_out,)", path);
   }
   return w;
 }
 
 template <class T>
-Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int threads) {
+Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int threads,
+                          const std::string& prefix) {
   auto kernel = [&](const char* name, std::size_t rows, std::size_t cols) {
     xt::xtensor<T, 2> k({rows, cols});
     const T limit = static_cast<T>(glorot_limit(rows, cols));
-    RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
+    RandomStream(seed, prefix + name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
     return k;
   };
   const std::size_t hdk = d.h * d.d_k, hdv = d.h * d.d_v;
@@ -107,11 +109,12 @@ Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int 
 }
 
 template <class T>
-std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w) {
+std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w,
+                                                             const std::string& prefix) {
   std::vector<std::pair<std::string, NpyArray>> out;
   auto add = [&](const char* name, const auto& t) {
     std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
-    out.emplace_back(name, NpyArray::of(t.data(), shape));
+    out.emplace_back(prefix + name, NpyArray::of(t.data(), shape));
   };
   add("W_q", w.W_q);
   if (w.has_bias()) add("b_q", w.b_q);
@@ -126,9 +129,11 @@ std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w)
 
 #define MHA_INSTANTIATE(T)                                                                        \
   template Weights<T> weights_from_arrays<T>(const std::map<std::string, NpyArray>&, const Dims&, \
-                                             bool, const std::string&);                           \
-  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t, int);                   \
-  template std::vector<std::pair<std::string, NpyArray>> weight_arrays<T>(const Weights<T>&);
+                                             bool, const std::string&, const std::string&);       \
+  template Weights<T> random_weights<T>(const Dims&, bool, std::uint64_t, int,                    \
+                                        const std::string&);                                      \
+  template std::vector<std::pair<std::string, NpyArray>> weight_arrays<T>(const Weights<T>&,      \
+                                                                          const std::string&);
 MHA_INSTANTIATE(float)
 MHA_INSTANTIATE(double)
 #undef MHA_INSTANTIATE

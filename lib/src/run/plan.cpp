@@ -42,10 +42,158 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
   return weights_[key];
 }
 
+const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFormat format) {
+  const std::string key = std::string("layers:") + to_string(format) + ":" + path;
+  if (errors_.count(key)) fail_input(errors_[key]);
+  if (!weights_.count(key)) {
+    try {
+      weights_[key] = layer_weights_to_native(read_weight_arrays(path), format, path);
+    } catch (const Error& e) {
+      errors_[key] = e.what();
+      throw;
+    }
+  }
+  return weights_[key];
+}
+
+namespace {
+
+// The plan of a stack of Transformer layers (docs/layers.md): the input is
+// the query, the self-attention's sizes are resolved as an attention run's
+// (key = value = query), the cross-attention's keys come from the memory.
+RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
+  const char* kind = to_string(c.layer);
+  auto refuse = [&](bool given, const char* key, const char* why) {
+    if (given) fail_input(std::string(key) + ": not with layer " + kind + " (" + why + ")");
+  };
+  refuse(c.key.has_value(), "key", "a layer attends over its own input; give query");
+  refuse(c.value.has_value(), "value", "a layer attends over its own input; give query");
+  refuse(c.attention_axes.has_value(), "attention_axes", "layers take (B, T, d_model) inputs");
+  refuse(c.plot, "plot", "use save_attention and mha plot --layer_index");
+  refuse(c.use_bias == false, "use_bias", "layers have biases, as PyTorch's");
+  refuse(c.save_weights && c.save_weights_format != WeightsFormat::native, "save_weights",
+         "layer weights are written in native names only");
+  refuse(c.kdim.has_value() || c.vdim.has_value(), c.kdim ? "kdim" : "vdim",
+         "key and value are the layer's input, of width d_model");
+  if (c.layer != LayerKind::decoder) {
+    refuse(c.memory.has_value(), "memory", "only decoders have cross-attention");
+    refuse(c.memory_key_lengths.has_value(), "memory_key_lengths",
+           "only decoders have cross-attention");
+  }
+  FileShapes& shapes = p.shapes;
+  if (c.query) shapes.query = files.npy_shape(*c.query), shapes.query_name = *c.query;
+  StackShape s;
+  s.kind = c.layer;
+  const NativeWeights* lw = nullptr;
+  if (c.weights) {
+    lw = p.weights = &files.layer_weights(*c.weights, c.weights_format);
+    shapes.weights_name = *c.weights;
+    // The self-attention's sizes from layer 0's, as an attention run's from its file.
+    const std::string prefix = "layers.0.self_attn.";
+    for (const auto& [name, array] : lw->arrays)
+      if (name.compare(0, prefix.size(), prefix) == 0)
+        shapes.weights[name.substr(prefix.size())] = array.shape;
+    const std::size_t in_file = layer_count(lw->arrays);
+    if (c.num_layers && static_cast<std::size_t>(*c.num_layers) != in_file)
+      fail_input("num_layers: " + std::to_string(*c.num_layers) + ", but " + *c.weights +
+                 " holds " + std::to_string(in_file) + " layer(s)");
+    s.num_layers = in_file;
+    s.final_norm = c.final_norm.value_or(lw->arrays.count("final_norm.gamma") > 0);
+  } else {
+    s.num_layers = static_cast<std::size_t>(c.num_layers.value_or(1));
+    s.final_norm = c.final_norm.value_or(false);
+  }
+  p.use_bias = true;
+  Config self = c;
+  self.weights.reset();
+  const Dims& d = p.dims = s.self = resolve_dims(self, shapes);
+  if (d.d_out != d.d_model)
+    fail_input("d_out: " + std::to_string(d.d_out) + ", but a layer's residual connections need " +
+               "d_out = d_model = " + std::to_string(d.d_model));
+  // d_ff: the config's, W_1's columns, or 4 d_model.
+  s.d_ff = c.d_ff ? static_cast<std::size_t>(*c.d_ff) : 4 * d.d_model;
+  if (lw) {
+    auto it = lw->arrays.find("layers.0.ffn.W_1");
+    if (it != lw->arrays.end() && it->second.shape.size() == 2) {
+      if (c.d_ff && it->second.shape[1] != s.d_ff)
+        fail_input("d_ff: " + std::to_string(s.d_ff) + ", but " + *c.weights +
+                   ": layers.0.ffn.W_1 has shape " + shape_str(it->second.shape));
+      s.d_ff = it->second.shape[1];
+    }
+  }
+  s.cross = d;
+  if (c.layer == LayerKind::decoder) {
+    Dims& x = s.cross;
+    x.key_is_query = false;
+    x.value_is_key = true;
+    x.kv_heads = 0;  // grouped-query heads, windows and ALiBi are the self-attention's
+    if (c.memory) {
+      const std::vector<std::size_t>& m = files.npy_shape(*c.memory);
+      const bool three = m.size() == 3;
+      if ((m.size() != 2 && !three) || m.back() != d.d_model || (three && m[0] != d.B))
+        fail_input(*c.memory + ": memory has shape " + shape_str(m) +
+                   ", expected (B, S, d_model) = (" + std::to_string(d.B) + ", S, " +
+                   std::to_string(d.d_model) + ")");
+      x.S = m[m.size() - 2];
+      if (!three && d.B != 1)
+        fail_input(*c.memory + ": memory has shape " + shape_str(m) +
+                   ", a 2-D memory needs batch 1; expected (B, S, d_model)");
+    } else {
+      x.S = c.kv_seq_len ? static_cast<std::size_t>(*c.kv_seq_len) : d.T;
+    }
+    if (c.memory_key_lengths) {
+      const auto& lengths = *c.memory_key_lengths;
+      if (lengths.size() != d.B)
+        fail_input("memory_key_lengths: " + std::to_string(lengths.size()) + " lengths for batch " +
+                   std::to_string(d.B) + "; expected one per batch element");
+      for (std::size_t b = 0; b < lengths.size(); ++b)
+        if (static_cast<std::size_t>(lengths[b]) > x.S)
+          fail_input("memory_key_lengths[" + std::to_string(b) +
+                     "]: " + std::to_string(lengths[b]) +
+                     " is longer than the memory (S = " + std::to_string(x.S) + ")");
+    }
+    if (c.kv_seq_len && c.memory && static_cast<std::size_t>(*c.kv_seq_len) != x.S)
+      fail_input("kv_seq_len: " + std::to_string(*c.kv_seq_len) + ", but " + *c.memory +
+                 " has S = " + std::to_string(x.S));
+  } else {
+    if (c.kv_seq_len && static_cast<std::size_t>(*c.kv_seq_len) != d.T)
+      fail_input("kv_seq_len: not with layer encoder (its keys are its input: S = T)");
+  }
+  p.stack = s;
+  // A decoder's self-attention is causal unless the config says otherwise.
+  if (c.layer == LayerKind::decoder && !c.causal_given) p.config.causal = Causal::top_left;
+  // Memory: the attention's estimate, plus every layer's weights, the
+  // activations and the FFN's hidden layer.
+  const std::size_t itemsize = c.dtype == ComputeType::float64 ? 8 : 4;
+  p.memory = estimate_memory(c.layer == LayerKind::decoder && s.cross.S > d.S ? s.cross : d,
+                             itemsize, c.save_attention, p.threads);
+  const double per_layer = (4.0 * d.d_model * d.d_model * (c.layer == LayerKind::decoder ? 2 : 1) +
+                            2.0 * d.d_model * s.d_ff) *
+                           itemsize;
+  p.memory.weights += per_layer * static_cast<double>(s.num_layers) * (lw ? 2 : 1);
+  p.memory.output += (4.0 * d.B * d.T * d.d_model + 1.0 * d.B * d.T * s.d_ff) * itemsize;
+  if (c.save_hidden_states)
+    p.memory.output += 1.0 * s.num_layers * d.B * d.T * d.d_model * itemsize;
+  const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
+  if (p.memory.total() > static_cast<double>(limit))
+    fail_input("this run needs about " + p.memory.describe() + " but max_memory is " +
+               format_bytes(static_cast<double>(limit)) + "; reduce batch, seq_len or num_layers" +
+               (c.dtype == ComputeType::float64 ? ", use float32," : "") + " or raise max_memory");
+  if (c.query) check_float_array(files.npy_dtype(*c.query), *shapes.query, *c.query);
+  if (c.memory) {
+    const std::vector<std::size_t>& m = files.npy_shape(*c.memory);
+    check_float_array(files.npy_dtype(*c.memory), m, *c.memory);
+  }
+  return p;
+}
+
+}  // namespace
+
 RunPlan plan_run(const Config& c, PlanFiles& files) {
   RunPlan p;
   p.config = c;
   p.threads = resolve_threads(c.threads);
+  if (c.layer != LayerKind::attention) return plan_stack(c, files, std::move(p));
   FileShapes& shapes = p.shapes;
   if (c.query) shapes.query = files.npy_shape(*c.query), shapes.query_name = *c.query;
   if (c.key) shapes.key = files.npy_shape(*c.key), shapes.key_name = *c.key;
@@ -86,6 +234,11 @@ RunPlan plan_run(const Config& c, PlanFiles& files) {
 }
 
 void check_loadable(const RunPlan& p) {
+  if (p.stack) {
+    if (p.weights) stack_from_arrays<float>(p.weights->arrays, *p.stack, *p.config.weights);
+    load_mask<float>(p.config, p.dims);
+    return;
+  }
   if (p.weights)
     weights_from_arrays<float>(p.weights->arrays, p.dims, p.use_bias, *p.config.weights);
   load_mask<float>(p.config, p.dims);

@@ -46,7 +46,18 @@ nlohmann::json RunReport::to_json() const {
   config_json["scale"] = scale;
   config_json["use_bias"] = use_bias;
   config_json["threads"] = threads;
-  const std::uint64_t flops = dims.flops();
+  std::uint64_t flops = dims.flops();
+  if (stack) {  // every layer's attentions and feed-forward GEMMs
+    const std::uint64_t rows = dims.B * dims.T;
+    const std::uint64_t per_layer = dims.flops() +
+                                    (stack->kind == LayerKind::decoder ? stack->cross.flops() : 0) +
+                                    2 * 2 * rows * dims.d_model * stack->d_ff;
+    flops = per_layer * stack->num_layers;
+    config_json["num_layers"] = stack->num_layers;
+    config_json["d_ff"] = stack->d_ff;
+    config_json["final_norm"] = stack->final_norm;
+    if (stack->kind == LayerKind::decoder) config_json["kv_seq_len"] = stack->cross.S;
+  }
   const double gflops = compute_ms > 0 ? static_cast<double>(flops) / (compute_ms * 1e6) : 0.0;
   nlohmann::json report = {
       {"schema_version", kRunSchemaVersion},
@@ -63,6 +74,7 @@ nlohmann::json RunReport::to_json() const {
   };
   if (!attention_stats.is_null()) report["attention_stats"] = attention_stats;
   if (!output_stats.is_null()) report["output_stats"] = output_stats;
+  if (!layer_stats.is_null()) report["layer_stats"] = layer_stats;
   return report;
 }
 

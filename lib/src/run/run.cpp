@@ -16,6 +16,7 @@
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/mask.hpp"
+#include "mha/kernel/transformer.hpp"
 #include "mha/model/attention_axes.hpp"
 #include "mha/model/inputs.hpp"
 #include "mha/model/precision.hpp"
@@ -110,13 +111,78 @@ struct Loaded {
   Inputs<T> in;
   Weights<T> w;
   Mask<T> mask;
+  // Transformer layers: their weights, the decoder's memory and its mask.
+  StackWeights<T> stack;
+  xt::xtensor<T, 3> memory;
+  Mask<T> cross_mask;
 };
+
+template <class T>
+void check_finite(const Weights<T>& w, const std::string& path, const std::string& prefix = "") {
+  check_finite(w.W_q, path + ":" + prefix + "W_q");
+  check_finite(w.W_k, path + ":" + prefix + "W_k");
+  check_finite(w.W_v, path + ":" + prefix + "W_v");
+  check_finite(w.W_o, path + ":" + prefix + "W_o");
+  if (w.has_bias()) {
+    check_finite(w.b_q, path + ":" + prefix + "b_q");
+    check_finite(w.b_k, path + ":" + prefix + "b_k");
+    check_finite(w.b_v, path + ":" + prefix + "b_v");
+    check_finite(w.b_o, path + ":" + prefix + "b_o");
+  }
+}
+
+// Load for a stack of Transformer layers: the input (query), the decoder's
+// memory, every layer's weights and the two attentions' masks.
+template <class T>
+Loaded<T> load_stack(const RunPlan& plan, RunReport& report,
+                     const std::function<void(const std::string&)>& warn) {
+  const Config& c = plan.config;
+  const Dims& d = plan.dims;
+  const StackShape& s = *plan.stack;
+  Loaded<T> l;
+  std::optional<NpyArray> q = read_optional(c.query);
+  l.in.query =
+      make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, plan.threads);
+  report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
+  if (c.query && !c.allow_nonfinite) check_finite(l.in.query, *c.query);
+  if (s.kind == LayerKind::decoder) {
+    std::optional<NpyArray> m = read_optional(c.memory);
+    l.memory = make_input<T>(m, c.memory.value_or(""), "memory", d.B, s.cross.S, d.d_model, c.seed,
+                             plan.threads);
+    report.sources["memory"] = m ? file_source(*c.memory) : random_source("uniform[0,1)", c.seed);
+    if (c.memory && !c.allow_nonfinite) check_finite(l.memory, *c.memory);
+    if (c.memory_key_lengths) l.cross_mask.key_lengths = *c.memory_key_lengths;
+  }
+  if (plan.weights) {
+    l.stack = stack_from_arrays<T>(plan.weights->arrays, s, *c.weights);
+    report.sources["layers"] = {{"file", *c.weights}, {"layout", to_string(plan.weights->format)}};
+    if (!c.allow_nonfinite) {
+      for (std::size_t i = 0; i < l.stack.layers.size(); ++i) {
+        const TransformerLayer<T>& L = l.stack.layers[i];
+        const std::string prefix = "layers." + std::to_string(i) + ".";
+        check_finite(L.self_attn, *c.weights, prefix + "self_attn.");
+        if (s.kind == LayerKind::decoder)
+          check_finite(L.cross_attn, *c.weights, prefix + "cross_attn.");
+        check_finite(L.ffn.W_1, *c.weights + ":" + prefix + "ffn.W_1");
+        check_finite(L.ffn.W_2, *c.weights + ":" + prefix + "ffn.W_2");
+      }
+    }
+  } else {
+    l.stack = random_stack<T>(s, c.seed, plan.threads);
+    report.sources["layers"] = {
+        {"random", "glorot_uniform kernels, zero biases, LayerNorm 1 and 0"}, {"seed", c.seed}};
+  }
+  l.mask = load_mask<T>(c, d, warn);
+  blas_load();
+  return l;
+}
 
 // Load: reads the input files (or draws the random inputs), converts the
 // weights, loads the mask, and waits for OpenBLAS; fills report.sources.
 template <class T>
 Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
                      const std::function<void(const std::string&)>& warn) {
+  if (plan.stack) return load_stack<T>(plan, report, warn);
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   const AttentionAxes& axes = plan.axes;
@@ -162,16 +228,7 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
     w = weights_from_arrays<T>(plan.weights->arrays, d, plan.use_bias, *c.weights);
     for (const auto& name : weight_names(plan.use_bias))
       report.sources[name] = {{"file", *c.weights}, {"layout", to_string(plan.weights->format)}};
-    finite(w.W_q, *c.weights + ":W_q");
-    finite(w.W_k, *c.weights + ":W_k");
-    finite(w.W_v, *c.weights + ":W_v");
-    finite(w.W_o, *c.weights + ":W_o");
-    if (w.has_bias()) {
-      finite(w.b_q, *c.weights + ":b_q");
-      finite(w.b_k, *c.weights + ":b_k");
-      finite(w.b_v, *c.weights + ":b_v");
-      finite(w.b_o, *c.weights + ":b_o");
-    }
+    if (!c.allow_nonfinite) check_finite(w, *c.weights);
   } else {
     w = random_weights<T>(d, plan.use_bias, c.seed, plan.threads);
     for (const auto& name : weight_names(plan.use_bias))
@@ -193,7 +250,118 @@ struct Computed {
   // streamed block by block), written to attention_stream after the kernel.
   std::vector<unsigned char> gathered;
   const OutputSet::NpyStream* attention_stream = nullptr;
+  // Transformer layers: each layer's self- and cross-attention statistics.
+  std::vector<std::unique_ptr<AttentionStats>> self_stats, cross_stats;
 };
+
+// Compute for a stack of Transformer layers: self_attention.npy (and the
+// decoder's cross_attention.npy) with a leading layer axis, and
+// hidden_states.npy, streamed layer by layer as the stack runs.
+template <class T>
+void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunReport& report,
+                   Computed<T>& r, StageProgress* progress) {
+  const Config& c = plan.config;
+  const StackShape& s = *plan.stack;
+  const Dims& d = s.self;
+  const bool decoder = s.kind == LayerKind::decoder;
+  const OutputType out_type = output_type<T>(c);
+  StackOptions<T> options;
+  options.kind = s.kind;
+  options.activation = c.activation;
+  options.norm_first = c.norm_first;
+  options.eps = static_cast<T>(c.layer_norm_eps);
+  options.threads = c.threads;
+  options.bf16_gemm = c.dtype == ComputeType::bfloat16;
+  LayerOptions<T>& sa = options.self_attn;
+  sa.scale = static_cast<T>(report.scale);
+  sa.masked_rows = c.masked_rows;
+  sa.allow_nonfinite = c.allow_nonfinite;
+  sa.softcap = static_cast<T>(c.softcap.value_or(0.0));
+  sa.bf16_gemm = options.bf16_gemm;
+  LayerOptions<T>& ca = options.cross_attn;
+  ca = sa;
+  ca.softcap = T(0);
+  ca.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.cross.d_k)));
+  // Maps: (L, B, h, T, S), or (L, B, T, S) averaged over heads.
+  const bool mean = c.average_heads;
+  const std::size_t heads = mean ? 1 : d.h;
+  struct Maps {
+    const OutputSet::NpyStream* stream = nullptr;
+    std::size_t rows = 0, cols = 0;  // T and S of each map
+  } self_maps, cross_maps;
+  auto stage_maps = [&](const char* name, const Dims& dims, Maps& maps) {
+    std::vector<std::size_t> shape = {s.num_layers, dims.B};
+    if (!mean) shape.push_back(dims.h);
+    shape.insert(shape.end(), {dims.T, dims.S});
+    maps.stream = &out.stage_npy_stream(name, npy_dtype(out_type), shape);
+    maps.rows = dims.T, maps.cols = dims.S;
+    report.outputs[name] = output_entry(shape, to_string(out_type));
+  };
+  if (c.save_attention) {
+    stage_maps("self_attention.npy", d, self_maps);
+    if (decoder) stage_maps("cross_attention.npy", s.cross, cross_maps);
+    sa.attention = ca.attention =
+        mean ? AttentionOutput::mean_over_heads : AttentionOutput::per_head;
+  }
+  // Each layer's sinks write at that layer's offset and into its statistics.
+  auto sink = [&, heads, out_type](const Maps& maps, AttentionStats* st, std::size_t layer) {
+    return [&maps, st, layer, heads, out_type, B = d.B](
+               std::size_t b, std::size_t head, std::size_t t0, std::size_t rows, const T* block) {
+      const std::size_t offset = (((layer * B + b) * heads + head) * maps.rows + t0) * maps.cols,
+                        count = rows * maps.cols;
+      with_output_dtype(
+          block, count, {rows, maps.cols}, out_type, "attention maps", true,
+          [&](const auto* values) { maps.stream->write_elements(offset, values, count); });
+      st->add_rows(head, t0, rows, block);
+    };
+  };
+  options.before_layer = [&](std::size_t layer, LayerOptions<T>& self, LayerOptions<T>& cross) {
+    if (!c.save_attention) return;
+    r.self_stats.push_back(std::make_unique<AttentionStats>(heads, d.T, d.T));
+    self.sink = sink(self_maps, r.self_stats.back().get(), layer);
+    if (decoder) {
+      r.cross_stats.push_back(std::make_unique<AttentionStats>(heads, d.T, s.cross.S));
+      cross.sink = sink(cross_maps, r.cross_stats.back().get(), layer);
+    }
+  };
+  const OutputSet::NpyStream* hidden = nullptr;
+  if (c.save_hidden_states) {
+    const std::vector<std::size_t> shape = {s.num_layers, d.B, d.T, d.d_model};
+    hidden = &out.stage_npy_stream("hidden_states.npy", npy_dtype(out_type), shape);
+    report.outputs["hidden_states.npy"] = output_entry(shape, to_string(out_type));
+  }
+  const std::size_t layer_size = d.B * d.T * d.d_model;
+  if (progress) progress->begin("compute", s.num_layers);
+  options.after_layer = [&](std::size_t layer, const T* x) {
+    if (hidden)
+      with_output_dtype(x, layer_size, {d.B, d.T, d.d_model}, out_type,
+                        out.path("hidden_states.npy"), c.allow_nonfinite, [&](const auto* values) {
+                          hidden->write_elements(layer * layer_size, values, layer_size);
+                        });
+    if (progress) progress->add();
+  };
+  r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_model});
+  transformer_stack<T>(s, l.in.query.data(), decoder ? l.memory.data() : nullptr, l.stack, l.mask,
+                       l.cross_mask, options, r.output.data());
+  if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan)
+    for (std::size_t i = 0; i < r.output.size(); ++i)
+      if (!std::isfinite(r.output.data()[i]))
+        fail_input("output element " + std::to_string(i) +
+                   " is not finite: the inputs or weights overflow the compute dtype");
+  if (c.save_attention) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (std::size_t i = 0; i < s.num_layers; ++i) {
+      nlohmann::json layer = {{"self_attention", r.self_stats[i]->to_json()}};
+      if (decoder) layer["cross_attention"] = r.cross_stats[i]->to_json();
+      if (mean) {
+        layer["self_attention"]["averaged_over_heads"] = true;
+        if (decoder) layer["cross_attention"]["averaged_over_heads"] = true;
+      }
+      layers.push_back(std::move(layer));
+    }
+    report.layer_stats = std::move(layers);
+  }
+}
 
 // Compute: the attention layer, with attention.npy streamed into `out` and
 // its statistics and plot panels gathered block by block into `r` (which the
@@ -201,6 +369,7 @@ struct Computed {
 template <class T>
 void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunReport& report,
                    Computed<T>& r, StageProgress* progress) {
+  if (plan.stack) return compute_stack<T>(plan, l, out, report, r, progress);
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
@@ -337,7 +506,10 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
                                        {"color_scale", to_string(plot_options.scale)},
                                        {"color_range", {plot.lo, plot.hi}}};
   }
-  if (c.save_weights) {
+  if (c.save_weights && plan.stack) {
+    out.stage_npz("weights.npz", stack_arrays(l.stack));
+    report.outputs["weights.npz"] = {{"layout", "native"}, {"dtype", dtype}};
+  } else if (c.save_weights) {
     auto native = weight_arrays(l.w);
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
                                              d.h, out.path("weights.npz")));
@@ -351,6 +523,7 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
     if (!d.value_is_key) stage("value.npy", unflatten<T>(axes, in.value, axes.key_shape(d.vdim)));
   } else if (c.save_inputs) {
     stage("query.npy", in.query);
+    if (plan.stack && plan.stack->kind == LayerKind::decoder) stage("memory.npy", l.memory);
     if (!d.key_is_query) stage("key.npy", in.key);
     if (!d.value_is_key) stage("value.npy", in.value);
   }
@@ -368,6 +541,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   report.threads = plan.threads;
   report.dims = d;
   report.use_bias = plan.use_bias;
+  report.stack = plan.stack;
   if (progress) progress->begin("load");
   const Loaded<T> l = load_stage<T>(plan, report, warn);
   report.load_ms = ms_since(t_load);
@@ -381,7 +555,11 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   OutputSet out(c.out_dir);
   // Only the files this run will write may not be inputs.
   std::vector<std::string> outputs = {"output.npy", "run.json"};
-  if (c.save_attention) outputs.push_back("attention.npy");
+  if (c.save_attention && !plan.stack) outputs.push_back("attention.npy");
+  if (c.save_attention && plan.stack)
+    outputs.insert(outputs.end(), {"self_attention.npy", "cross_attention.npy"});
+  if (c.save_hidden_states) outputs.push_back("hidden_states.npy");
+  if (c.save_inputs && plan.stack) outputs.push_back("memory.npy");
   if (c.plot) outputs.push_back("attention.png");
   if (c.save_weights) outputs.push_back("weights.npz");
   if (c.save_inputs) outputs.insert(outputs.end(), {"query.npy", "key.npy", "value.npy"});

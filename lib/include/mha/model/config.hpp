@@ -26,6 +26,10 @@ enum class MaskedRows { zero, uniform, nan };
 enum class ComputeType { float32, float64, bfloat16 };
 enum class OutputType { float16, float32, float64 };
 enum class MaskTrueMeans { attend, ignore };
+// What a run computes: one attention (the default), or a stack of Transformer
+// encoder or decoder layers around it (docs/layers.md).
+enum class LayerKind { attention, encoder, decoder };
+enum class Activation { relu, gelu, gelu_tanh };
 
 struct Config {
   // Hyperparameters; unset ones are inferred from files or defaults at run time.
@@ -71,6 +75,19 @@ struct Config {
   std::optional<double> softcap;         // logits <- c * tanh(logits / c)
   std::optional<std::vector<std::int64_t>> attention_axes;  // Keras attention_axes (N-D inputs)
 
+  // Transformer layers (docs/layers.md); unused with layer attention.
+  LayerKind layer = LayerKind::attention;
+  std::optional<std::int64_t> num_layers;  // unset: from the weights file, else 1
+  std::optional<std::int64_t> d_ff;        // unset: 4 * d_model
+  Activation activation = Activation::relu;
+  bool norm_first = false;  // pre-norm; false: post-norm (the paper's, PyTorch's default)
+  double layer_norm_eps = 1e-5;
+  std::optional<bool> final_norm;     // a LayerNorm after the stack; unset: as the weights have one
+  std::optional<std::string> memory;  // decoder: (B, S, d_model)
+  std::optional<std::vector<std::int64_t>> memory_key_lengths;  // decoder: memory padding
+  bool causal_given = false;  // causal was set (a decoder's self-attention is causal otherwise)
+  bool save_hidden_states = false;
+
   // Applies every key of a JSON object; `source` names it in errors
   // ("configs/x.json"). Unknown keys are errors that suggest the nearest key.
   void apply(const nlohmann::json& object, const std::string& source);
@@ -103,5 +120,7 @@ const char* to_string(MaskedRows m);
 const char* to_string(ComputeType t);
 const char* to_string(OutputType t);
 const char* to_string(MaskTrueMeans m);
+const char* to_string(LayerKind k);
+const char* to_string(Activation a);
 
 }  // namespace mha

@@ -53,6 +53,9 @@ std::vector<std::pair<std::string, NpyArray>> from_native(
     const std::map<std::string, NpyArray>& native, WeightsFormat format,
     std::optional<std::size_t> h, const std::string& what);
 
+// A 2-D array transposed (PyTorch's Linear stores x @ W as W^T).
+NpyArray transpose_2d(const NpyArray& a);
+
 // `mha weights convert`: reads `in` (.npz or directory) in layout `from`,
 // writes `out` (.npz, atomically) in layout `to`. Returns the layout read.
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,

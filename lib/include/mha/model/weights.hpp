@@ -36,18 +36,22 @@ const std::vector<std::string>& weight_names(bool use_bias);
 std::map<std::string, NpyArray> read_weight_arrays(const std::string& path);
 
 // Checks every tensor's presence and shape against `dims` and converts to T.
-// Errors name the tensor, its shape and the expected shape.
+// Errors name the tensor, its shape and the expected shape. `prefix` is put
+// before every name ("layers.0.self_attn.": docs/layers.md).
 template <class T>
 Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, const Dims& dims,
-                               bool use_bias, const std::string& path);
+                               bool use_bias, const std::string& path,
+                               const std::string& prefix = "");
 
 // Glorot-uniform kernels (fan_in = rows, fan_out = columns) and zero biases,
-// drawn from the streams "W_q", "W_k", ... of `seed`.
+// drawn from the streams "W_q", "W_k", ... (after `prefix`) of `seed`.
 template <class T>
-Weights<T> random_weights(const Dims& dims, bool use_bias, std::uint64_t seed, int threads = 0);
+Weights<T> random_weights(const Dims& dims, bool use_bias, std::uint64_t seed, int threads = 0,
+                          const std::string& prefix = "");
 
 // Named arrays for writing weights.npz in the native layout.
 template <class T>
-std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& weights);
+std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& weights,
+                                                             const std::string& prefix = "");
 
 }  // namespace mha

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "mha/model/attention_axes.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
+#include "mha/model/layer_weights.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/model/weight_formats.hpp"
 
@@ -27,6 +29,8 @@ class PlanFiles {
   const std::vector<std::size_t>& npy_shape(const std::string& path);
   DType npy_dtype(const std::string& path);  // after npy_shape(path) succeeded
   const NativeWeights& weights(const std::string& path, WeightsFormat format);
+  // A Transformer layer weights file, in native layer names.
+  const NativeWeights& layer_weights(const std::string& path, WeightsFormat format);
 
  private:
   std::map<std::string, std::vector<std::size_t>> shapes_;
@@ -44,6 +48,9 @@ struct RunPlan {
   bool use_bias = true;                    // the config's, else as the weights file has them
   Dims dims;
   MemoryEstimate memory;
+  // Transformer layers (config layer encoder or decoder): the stack's sizes,
+  // dims being its self-attention's. Null for an attention run.
+  std::optional<StackShape> stack;
 };
 
 // Checks, in `mha run`'s order and with its messages: the input files'

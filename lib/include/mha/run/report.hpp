@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
+#include "mha/model/layer_weights.hpp"
 
 namespace mha {
 
@@ -28,6 +30,11 @@ struct RunReport {
   std::uint64_t peak_rss_bytes = 0;
   nlohmann::json attention_stats;  // AttentionStats::to_json() with save_attention or plot
   nlohmann::json output_stats;     // npy_stats() of output.npy, else null
+  // Transformer layers: the stack's sizes (config gets num_layers, d_ff and
+  // final_norm as resolved; flops count every layer) and, with
+  // save_attention, per layer {"self_attention": stats, "cross_attention": stats}.
+  std::optional<StackShape> stack;
+  nlohmann::json layer_stats;
 
   nlohmann::json to_json() const;  // null members left out
 };

@@ -1,0 +1,60 @@
+// A stack of Transformer encoder or decoder layers around the attention
+// kernel (docs/layers.md), inference only. Per layer, with x (B, T, d_model):
+//
+//   post-norm (norm_first false)            pre-norm (norm_first true)
+//   x = norm1(x + SA(x))                    x = x + SA(norm1(x))
+//   x = norm2(x + CA(x, memory))  decoder   x = x + CA(norm2(x), memory)
+//   x = normF(x + FFN(x))                   x = x + FFN(normF(x))
+//
+// normF is norm2 in an encoder, norm3 in a decoder; FFN(x) = act(x W_1 +
+// b_1) W_2 + b_2. After the last layer, final_norm if the weights have one.
+// Every GEMM runs over all B*T rows at once, in row pieces fixed by the shape
+// (so the bits do not depend on the thread count); the attentions run
+// through attention_layer (fused unless maps are asked for). Memory: the
+// weights plus four (B, T, d_model) activations and one (B, T, d_ff).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/mask.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/layer_weights.hpp"
+
+namespace mha {
+
+template <class T>
+struct StackOptions {
+  LayerKind kind = LayerKind::encoder;
+  Activation activation = Activation::relu;
+  bool norm_first = false;
+  T eps = T(1e-5);
+  int threads = 0;
+  bool bf16_gemm = false;
+  // The attentions' options (scale, masked_rows, attention output, ...).
+  LayerOptions<T> self_attn, cross_attn;
+  // Called before layer l's attentions run, to point their sinks at the
+  // layer (attention maps); may be empty.
+  std::function<void(std::size_t l, LayerOptions<T>& self, LayerOptions<T>& cross)> before_layer;
+  // Called with each layer's output (B, T, d_model), before final_norm.
+  std::function<void(std::size_t l, const T* hidden)> after_layer;
+};
+
+// x (B, T, d_model), memory (B, S, d_model) for decoders (else null);
+// output (B, T, d_model) may not alias x.
+template <class T>
+void transformer_stack(const StackShape& shape, const T* x, const T* memory,
+                       const StackWeights<T>& weights, const Mask<T>& self_mask,
+                       const Mask<T>& cross_mask, const StackOptions<T>& options, T* output);
+
+// y (rows, d) = LayerNorm(x) * gamma + beta, statistics of each row in double.
+template <class T>
+void layer_norm(const T* x, std::size_t rows, std::size_t d, const Norm<T>& norm, T eps, T* y,
+                int threads);
+
+// act(x) in place over n values.
+template <class T>
+void activate(T* x, std::size_t n, Activation activation);
+
+}  // namespace mha

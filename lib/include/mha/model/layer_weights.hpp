@@ -1,0 +1,97 @@
+// The weights of a stack of Transformer encoder or decoder layers
+// (docs/layers.md), in native names per layer:
+//
+//   layers.N.self_attn.{W_q,b_q,W_k,b_k,W_v,b_v,W_o,b_o}   the attention's (weights.hpp)
+//   layers.N.cross_attn.{...}                              decoders only
+//   layers.N.ffn.W_1 (d_model, d_ff)  ffn.b_1 (d_ff)        x @ W, as the attention's
+//   layers.N.ffn.W_2 (d_ff, d_model)  ffn.b_2 (d_model)
+//   layers.N.norm1.{gamma,beta} (d_model)                   norm1, norm2 (encoder);
+//                                                           norm1..norm3 (decoder)
+//   final_norm.{gamma,beta} (d_model)                       with final_norm
+//
+// PyTorch state_dicts of nn.TransformerEncoderLayer / DecoderLayer (one
+// layer, no "layers.N." prefix) and nn.TransformerEncoder / Decoder convert
+// to these names exactly: self_attn and multihead_attn (cross) as
+// nn.MultiheadAttention's, linear1/linear2 transposed, normK.weight/bias as
+// gamma/beta, the stack's norm.* as final_norm.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xtensor.hpp>
+
+#include "mha/io/npy.hpp"
+#include "mha/model/config.hpp"
+#include "mha/model/dims.hpp"
+#include "mha/model/weight_formats.hpp"
+#include "mha/model/weights.hpp"
+
+namespace mha {
+
+template <class T>
+struct Norm {  // LayerNorm's scale and shift; empty: no such norm
+  xt::xtensor<T, 1> gamma, beta;
+  bool empty() const { return gamma.size() == 0; }
+};
+
+template <class T>
+struct FeedForward {  // act(x W_1 + b_1) W_2 + b_2
+  xt::xtensor<T, 2> W_1, W_2;
+  xt::xtensor<T, 1> b_1, b_2;
+};
+
+template <class T>
+struct TransformerLayer {
+  Weights<T> self_attn;
+  Weights<T> cross_attn;  // decoders; empty (0x0) for encoders
+  FeedForward<T> ffn;
+  Norm<T> norm1, norm2, norm3;  // norm3: decoders
+};
+
+template <class T>
+struct StackWeights {
+  std::vector<TransformerLayer<T>> layers;
+  Norm<T> final_norm;  // empty without final_norm
+};
+
+// The sizes a stack's weights have.
+struct StackShape {
+  LayerKind kind = LayerKind::encoder;
+  std::size_t num_layers = 1, d_ff = 1;
+  bool final_norm = false;
+  Dims self, cross;  // the attentions' (cross: decoders)
+};
+
+// The arrays of a layer weights file in native names (format auto: told
+// apart by the names). Unknown names are errors naming the tensor.
+NativeWeights layer_weights_to_native(const std::map<std::string, NpyArray>& arrays,
+                                      WeightsFormat format, const std::string& path);
+
+// Whether the names look like Transformer layer weights of either layout.
+bool has_layer_names(const std::map<std::string, NpyArray>& arrays);
+
+// How many layers the native names hold (the largest N of layers.N. + 1).
+std::size_t layer_count(const std::map<std::string, NpyArray>& native);
+
+// Checks every tensor's presence and shape against `shape` and converts to
+// T; errors name the tensor, its shape and the expected one. Tensors the
+// stack does not use (a cross_attn in an encoder, layers beyond num_layers)
+// are errors too.
+template <class T>
+StackWeights<T> stack_from_arrays(const std::map<std::string, NpyArray>& native,
+                                  const StackShape& shape, const std::string& path);
+
+// Glorot-uniform kernels and zero biases from the streams named as the
+// tensors (layers.0.self_attn.W_q, ...), LayerNorm gamma 1 and beta 0.
+template <class T>
+StackWeights<T> random_stack(const StackShape& shape, std::uint64_t seed, int threads = 0);
+
+// Named arrays for weights.npz, native names.
+template <class T>
+std::vector<std::pair<std::string, NpyArray>> stack_arrays(const StackWeights<T>& w);
+
+}  // namespace mha

@@ -1,0 +1,167 @@
+#include "mha/kernel/transformer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "mha/base/thread_pool.hpp"
+#include "mha/kernel/blas.hpp"
+
+namespace mha {
+
+namespace {
+
+// As attention.cpp's projections: a GEMM under this many multiply-adds is
+// one piece; larger ones are cut into 8 row pieces (fewer when a piece would
+// have under 16 rows), by the shape alone.
+constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
+constexpr std::size_t kGemmPieces = 8;
+// LayerNorm rows per task.
+constexpr std::size_t kNormRows = 64;
+
+template <class T>
+struct Buffer {  // uninitialized: every element is written before it is read
+  std::unique_ptr<T[]> data;
+  explicit Buffer(std::size_t n) : data(new T[n]) {}
+  T* get() const { return data.get(); }
+};
+
+// Y (rows, n) = act(X (rows, k) W (k, n) + b), in row pieces over the pool.
+template <class T>
+void linear(const T* X, std::size_t rows, std::size_t k, const xt::xtensor<T, 2>& W,
+            const xt::xtensor<T, 1>& b, T* Y, const Activation* act, int threads, bool bf16) {
+  const std::size_t n = W.shape()[1];
+  const std::size_t parts =
+      rows * n * k < kParallelGemmWork ? 1 : std::min<std::size_t>(kGemmPieces, (rows + 15) / 16);
+  parallel_for(parts, threads, [&](std::size_t p, int) {
+    const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+    if (r1 == r0) return;
+    for (std::size_t r = r0; r < r1; ++r) std::copy(b.data(), b.data() + n, Y + r * n);
+    gemm<T>(false, false, r1 - r0, n, k, T(1), X + r0 * k, k, W.data(), n, T(1), Y + r0 * n, n,
+            bf16);
+    if (act) activate(Y + r0 * n, (r1 - r0) * n, *act);
+  });
+}
+
+// x += y over n values.
+template <class T>
+void add_into(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+template <class T>
+void activate(T* x, std::size_t n, Activation activation) {
+  switch (activation) {
+    case Activation::relu:
+      for (std::size_t i = 0; i < n; ++i) x[i] = x[i] > T(0) ? x[i] : T(0);
+      return;
+    case Activation::gelu: {  // x Phi(x), exact
+      const T r = T(1) / std::sqrt(T(2));
+      for (std::size_t i = 0; i < n; ++i) x[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * r));
+      return;
+    }
+    case Activation::gelu_tanh: {  // PyTorch's approximate='tanh'
+      const T c = std::sqrt(T(2) / T(M_PI));
+      for (std::size_t i = 0; i < n; ++i) {
+        const T v = x[i];
+        x[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
+      }
+      return;
+    }
+  }
+}
+
+template <class T>
+void layer_norm(const T* x, std::size_t rows, std::size_t d, const Norm<T>& norm, T eps, T* y,
+                int threads) {
+  const std::size_t tasks = (rows + kNormRows - 1) / kNormRows;
+  parallel_for(tasks, threads, [&](std::size_t task, int) {
+    const std::size_t r1 = std::min(rows, (task + 1) * kNormRows);
+    for (std::size_t r = task * kNormRows; r < r1; ++r) {
+      const T* xr = x + r * d;
+      T* yr = y + r * d;
+      double sum = 0;
+      for (std::size_t i = 0; i < d; ++i) sum += xr[i];
+      const double mean = sum / static_cast<double>(d);
+      double sq = 0;
+      for (std::size_t i = 0; i < d; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
+      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(d) + static_cast<double>(eps));
+      for (std::size_t i = 0; i < d; ++i)
+        yr[i] = static_cast<T>((xr[i] - mean) * inv) * norm.gamma(i) + norm.beta(i);
+    }
+  });
+}
+
+template <class T>
+void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
+                       const StackWeights<T>& w, const Mask<T>& self_mask,
+                       const Mask<T>& cross_mask, const StackOptions<T>& opt, T* output) {
+  const Dims& d = s.self;
+  const std::size_t rows = d.B * d.T, n = rows * d.d_model;
+  const int threads = resolve_threads(opt.threads);
+  // x: the residual stream (the output buffer); y: a norm's output; a: an
+  // attention's or the FFN's output; f: the FFN's hidden layer.
+  T* x = output;
+  std::copy(x_in, x_in + n, x);
+  Buffer<T> y(n), a(n), f(rows * s.d_ff);
+  LayerOptions<T> self_opt = opt.self_attn, cross_opt = opt.cross_attn;
+  self_opt.threads = cross_opt.threads = threads;
+  const bool decoder = s.kind == LayerKind::decoder;
+  for (std::size_t l = 0; l < s.num_layers; ++l) {
+    const TransformerLayer<T>& L = w.layers[l];
+    if (opt.before_layer) opt.before_layer(l, self_opt, cross_opt);
+    const Norm<T>& ffn_norm = decoder ? L.norm3 : L.norm2;
+    auto ffn = [&](const T* in) {
+      linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, f.get(), &opt.activation, threads,
+             opt.bf16_gemm);
+      linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.b_2, a.get(), nullptr, threads, opt.bf16_gemm);
+    };
+    if (opt.norm_first) {
+      layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
+      attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, a.get());
+      add_into(x, a.get(), n);
+      if (decoder) {
+        layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
+        attention_layer<T>(s.cross, y.get(), memory, memory, L.cross_attn, cross_mask, cross_opt,
+                           a.get());
+        add_into(x, a.get(), n);
+      }
+      layer_norm(x, rows, d.d_model, ffn_norm, opt.eps, y.get(), threads);
+      ffn(y.get());
+      add_into(x, a.get(), n);
+    } else {
+      attention_layer<T>(d, x, x, x, L.self_attn, self_mask, self_opt, a.get());
+      add_into(a.get(), x, n);
+      layer_norm(a.get(), rows, d.d_model, L.norm1, opt.eps, x, threads);
+      if (decoder) {
+        attention_layer<T>(s.cross, x, memory, memory, L.cross_attn, cross_mask, cross_opt,
+                           a.get());
+        add_into(a.get(), x, n);
+        layer_norm(a.get(), rows, d.d_model, L.norm2, opt.eps, x, threads);
+      }
+      ffn(x);
+      add_into(a.get(), x, n);
+      layer_norm(a.get(), rows, d.d_model, ffn_norm, opt.eps, x, threads);
+    }
+    if (opt.after_layer) opt.after_layer(l, x);
+  }
+  if (!w.final_norm.empty()) {
+    layer_norm(x, rows, d.d_model, w.final_norm, opt.eps, y.get(), threads);
+    std::copy(y.get(), y.get() + n, x);
+  }
+}
+
+#define MHA_INSTANTIATE(T)                                                                     \
+  template void transformer_stack<T>(const StackShape&, const T*, const T*,                    \
+                                     const StackWeights<T>&, const Mask<T>&, const Mask<T>&,   \
+                                     const StackOptions<T>&, T*);                              \
+  template void layer_norm<T>(const T*, std::size_t, std::size_t, const Norm<T>&, T, T*, int); \
+  template void activate<T>(T*, std::size_t, Activation);
+MHA_INSTANTIATE(float)
+MHA_INSTANTIATE(double)
+#undef MHA_INSTANTIATE
+
+}  // namespace mha
