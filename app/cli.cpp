@@ -390,12 +390,22 @@ int do_run(const RunArgs& args) {
                    r["config"]["kv_seq_len"].get<std::size_t>(), png["cells"][0].get<std::size_t>(),
                    png["cells"][1].get<std::size_t>(), png["reduce"].get<std::string>());
   }
-  spdlog::info("{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
-               r["attention"].get<std::string>(), r["config"]["batch"].get<std::size_t>(),
-               r["config"]["seq_len"].get<std::size_t>(),
-               r["config"]["kv_seq_len"].get<std::size_t>(), r["config"]["h"].get<std::size_t>(),
-               r["config"]["d_k"].get<std::size_t>(), r["config"]["d_v"].get<std::size_t>(),
-               r["timings_ms"]["compute"].get<double>(), r["gflops_per_s"].get<double>());
+  if (r["config"]["layer"] != "attention")
+    spdlog::info(
+        "{}-layer {}, B={} T={} h={} d_model={} d_ff={}: {:.3f} ms compute, {:.2f} GFLOP/s",
+        r["config"]["num_layers"].get<std::size_t>(), r["config"]["layer"].get<std::string>(),
+        r["config"]["batch"].get<std::size_t>(), r["config"]["seq_len"].get<std::size_t>(),
+        r["config"]["h"].get<std::size_t>(), r["config"]["d_model"].get<std::size_t>(),
+        r["config"]["d_ff"].get<std::size_t>(), r["timings_ms"]["compute"].get<double>(),
+        r["gflops_per_s"].get<double>());
+  else
+    spdlog::info(
+        "{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
+        r["attention"].get<std::string>(), r["config"]["batch"].get<std::size_t>(),
+        r["config"]["seq_len"].get<std::size_t>(), r["config"]["kv_seq_len"].get<std::size_t>(),
+        r["config"]["h"].get<std::size_t>(), r["config"]["d_k"].get<std::size_t>(),
+        r["config"]["d_v"].get<std::size_t>(), r["timings_ms"]["compute"].get<double>(),
+        r["gflops_per_s"].get<double>());
   if (args.print_json) std::cout << r.dump(2) << std::endl;
   return 0;
 }

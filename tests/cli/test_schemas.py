@@ -56,6 +56,10 @@ class RunJson(Case):
                      "--window", "3", "--alibi", "--softcap", "30", "--causal", "bottom-right",
                      "--masked_rows", "nan", "--kv_seq_len", "5"],
         "streamed": ["--h", "2", "--d_model", "16", "--seq_len", "700", "--causal", "true"],
+        "decoder": ["--layer", "decoder", "--h", "2", "--d_model", "8", "--seq_len", "4",
+                    "--kv_seq_len", "5", "--num_layers", "2", "--save_attention",
+                    "--save_hidden_states", "--save_weights", "--save_inputs"],
+        "encoder": ["--config", "configs/encoder.json"],
     }
 
     def test_every_run_json_validates(self):

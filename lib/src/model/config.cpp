@@ -519,7 +519,11 @@ json Config::to_json() const {
   j["value"] = opt(value);
   j["weights"] = opt(weights);
   j["weights_format"] = to_string(weights_format);
-  j["causal"] = causal == Causal::none ? json(false) : json(to_string(causal));
+  // A decoder's default (causal) is its own: null until given, so a run.json's
+  // "top-left" (the plan sets it) still matches the config it came from.
+  j["causal"] = layer == LayerKind::decoder && !causal_given ? json(nullptr)
+                : causal == Causal::none                     ? json(false)
+                                                             : json(to_string(causal));
   j["mask"] = opt(mask);
   j["mask_true_means"] = to_string(mask_true_means);
   j["key_padding_mask"] = opt(key_padding_mask);
@@ -539,17 +543,15 @@ json Config::to_json() const {
   j["attention_axes"] = opt(attention_axes);
   j["output_dtype"] = output_dtype ? json(to_string(*output_dtype)) : json(nullptr);
   j["layer"] = to_string(layer);
-  if (layer != LayerKind::attention) {  // a plain attention run's run.json keeps its keys
-    j["num_layers"] = opt(num_layers);
-    j["d_ff"] = opt(d_ff);
-    j["activation"] = to_string(activation);
-    j["norm_first"] = norm_first;
-    j["layer_norm_eps"] = layer_norm_eps;
-    j["final_norm"] = opt(final_norm);
-    j["memory"] = opt(memory);
-    j["memory_key_lengths"] = opt(memory_key_lengths);
-    j["save_hidden_states"] = save_hidden_states;
-  }
+  j["num_layers"] = opt(num_layers);
+  j["d_ff"] = opt(d_ff);
+  j["activation"] = to_string(activation);
+  j["norm_first"] = norm_first;
+  j["layer_norm_eps"] = layer_norm_eps;
+  j["final_norm"] = opt(final_norm);
+  j["memory"] = opt(memory);
+  j["memory_key_lengths"] = opt(memory_key_lengths);
+  j["save_hidden_states"] = save_hidden_states;
   return j;
 }
 

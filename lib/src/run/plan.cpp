@@ -161,7 +161,10 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   }
   p.stack = s;
   // A decoder's self-attention is causal unless the config says otherwise.
-  if (c.layer == LayerKind::decoder && !c.causal_given) p.config.causal = Causal::top_left;
+  if (c.layer == LayerKind::decoder && !c.causal_given) {
+    p.config.causal = Causal::top_left;
+    p.config.causal_given = true;
+  }
   // Memory: the attention's estimate, plus every layer's weights, the
   // activations and the FFN's hidden layer.
   const std::size_t itemsize = c.dtype == ComputeType::float64 ? 8 : 4;

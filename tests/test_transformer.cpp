@@ -1,0 +1,278 @@
+// Transformer encoder and decoder stacks (kernel/transformer.hpp) against a
+// plain reference: the attention from reference.hpp, and LayerNorm, the
+// feed-forward network and the residual wiring written here as loops in
+// double from docs/layers.md, sharing no code with the kernel.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "mha/kernel/transformer.hpp"
+#include "mha/model/rng.hpp"
+#include "reference.hpp"
+
+using namespace mha;
+
+namespace {
+
+std::vector<double> to_vec(const double* p, std::size_t n) {
+  return std::vector<double>(p, p + n);
+}
+
+template <class Tensor>
+std::vector<double> to_vec(const Tensor& t) {
+  return std::vector<double>(t.begin(), t.end());
+}
+
+ref::Params params(const Weights<double>& w) {
+  return {to_vec(w.W_q), to_vec(w.b_q), to_vec(w.W_k), to_vec(w.b_k),
+          to_vec(w.W_v), to_vec(w.b_v), to_vec(w.W_o), to_vec(w.b_o)};
+}
+
+std::vector<double> ref_norm(const std::vector<double>& x, std::size_t d, const Norm<double>& n,
+                             double eps) {
+  std::vector<double> y(x.size());
+  for (std::size_t r = 0; r < x.size() / d; ++r) {
+    double mean = 0, var = 0;
+    for (std::size_t i = 0; i < d; ++i) mean += x[r * d + i] / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i)
+      var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i)
+      y[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + eps) * n.gamma(i) + n.beta(i);
+  }
+  return y;
+}
+
+double act(double v, Activation a) {
+  if (a == Activation::relu) return v > 0 ? v : 0;
+  if (a == Activation::gelu) return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+}
+
+std::vector<double> ref_ffn(const std::vector<double>& x, std::size_t rows, std::size_t d,
+                            std::size_t d_ff, const FeedForward<double>& f, Activation a) {
+  std::vector<double> h = ref::affine(x, rows, d, to_vec(f.W_1), to_vec(f.b_1), d_ff);
+  for (double& v : h) v = act(v, a);
+  return ref::affine(h, rows, d_ff, to_vec(f.W_2), to_vec(f.b_2), d);
+}
+
+ref::Sizes sizes(const Dims& d) {
+  ref::Sizes z;
+  z.B = d.B, z.T = d.T, z.S = d.S, z.h = d.h, z.d_model = d.d_model, z.d_k = d.d_k, z.d_v = d.d_v,
+  z.kdim = d.kdim, z.vdim = d.vdim, z.d_out = d.d_out;
+  return z;
+}
+
+std::vector<double> add(std::vector<double> a, const std::vector<double>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+// docs/layers.md, loop by loop.
+std::vector<double> reference_stack(const StackShape& s, const std::vector<double>& x_in,
+                                    const std::vector<double>& memory,
+                                    const StackWeights<double>& w, const ref::MaskSpec& self_mask,
+                                    const ref::MaskSpec& cross_mask, bool norm_first, Activation a,
+                                    double eps) {
+  const Dims& d = s.self;
+  const std::size_t rows = d.B * d.T, dm = d.d_model;
+  const bool decoder = s.kind == LayerKind::decoder;
+  const double scale = 1 / std::sqrt(static_cast<double>(d.d_k));
+  auto sa = [&](const std::vector<double>& y, const TransformerLayer<double>& L) {
+    return ref::multi_head_attention(sizes(d), y, y, y, params(L.self_attn), self_mask, scale,
+                                     MaskedRows::zero)
+        .output;
+  };
+  auto ca = [&](const std::vector<double>& y, const TransformerLayer<double>& L) {
+    return ref::multi_head_attention(sizes(s.cross), y, memory, memory, params(L.cross_attn),
+                                     cross_mask, scale, MaskedRows::zero)
+        .output;
+  };
+  std::vector<double> x = x_in;
+  for (const TransformerLayer<double>& L : w.layers) {
+    const Norm<double>& last = decoder ? L.norm3 : L.norm2;
+    if (norm_first) {
+      x = add(x, sa(ref_norm(x, dm, L.norm1, eps), L));
+      if (decoder) x = add(x, ca(ref_norm(x, dm, L.norm2, eps), L));
+      x = add(x, ref_ffn(ref_norm(x, dm, last, eps), rows, dm, s.d_ff, L.ffn, a));
+    } else {
+      x = ref_norm(add(x, sa(x, L)), dm, L.norm1, eps);
+      if (decoder) x = ref_norm(add(x, ca(x, L)), dm, L.norm2, eps);
+      x = ref_norm(add(x, ref_ffn(x, rows, dm, s.d_ff, L.ffn, a)), dm, last, eps);
+    }
+  }
+  if (!w.final_norm.empty()) x = ref_norm(x, dm, w.final_norm, eps);
+  return x;
+}
+
+// Random LayerNorm parameters and biases too, so that every tensor matters.
+void perturb(StackWeights<double>& w, std::uint64_t seed) {
+  std::uint64_t n = 0;
+  auto fill = [&](auto& t, double lo, double hi) {
+    RandomStream(seed, "perturb" + std::to_string(n++))
+        .fill_uniform<double>(t.data(), t.size(), lo, hi);
+  };
+  for (auto& L : w.layers) {
+    for (Weights<double>* a : {&L.self_attn, &L.cross_attn}) {
+      if (!a->has_bias()) continue;
+      fill(a->b_q, -0.5, 0.5), fill(a->b_k, -0.5, 0.5), fill(a->b_v, -0.5, 0.5),
+          fill(a->b_o, -0.5, 0.5);
+    }
+    fill(L.ffn.b_1, -0.5, 0.5), fill(L.ffn.b_2, -0.5, 0.5);
+    for (Norm<double>* nm : {&L.norm1, &L.norm2, &L.norm3})
+      if (!nm->empty()) fill(nm->gamma, 0.5, 1.5), fill(nm->beta, -0.5, 0.5);
+  }
+  if (!w.final_norm.empty()) fill(w.final_norm.gamma, 0.5, 1.5), fill(w.final_norm.beta, -0.5, 0.5);
+}
+
+}  // namespace
+
+TEST_CASE("transformer stacks match the double-precision reference", "[transformer]") {
+  struct Case {
+    LayerKind kind;
+    bool norm_first;
+    Activation act;
+    bool final_norm;
+    std::size_t layers;
+  };
+  const Case cases[] = {
+      {LayerKind::encoder, false, Activation::relu, false, 1},
+      {LayerKind::encoder, true, Activation::gelu, true, 2},
+      {LayerKind::encoder, false, Activation::gelu_tanh, false, 3},
+      {LayerKind::decoder, false, Activation::relu, false, 2},
+      {LayerKind::decoder, true, Activation::gelu, true, 2},
+  };
+  for (const Case& k : cases) {
+    INFO("kind " << to_string(k.kind) << " norm_first " << k.norm_first << " activation "
+                 << to_string(k.act) << " layers " << k.layers);
+    StackShape s;
+    s.kind = k.kind;
+    s.num_layers = k.layers;
+    s.d_ff = 40;
+    s.final_norm = k.final_norm;
+    Dims& d = s.self;
+    d.B = 2, d.T = 5, d.S = 5, d.h = 4, d.d_model = 16, d.d_k = d.d_v = 4;
+    d.kdim = d.vdim = d.d_out = 16;
+    s.cross = d;
+    s.cross.S = 7;
+    s.cross.key_is_query = false;
+    StackWeights<double> w = random_stack<double>(s, 11);
+    perturb(w, 12);
+    std::vector<double> x(d.B * d.T * d.d_model), memory(d.B * s.cross.S * d.d_model);
+    RandomStream(3, "x").fill_uniform<double>(x.data(), x.size(), -1, 1);
+    RandomStream(3, "memory").fill_uniform<double>(memory.data(), memory.size(), -1, 1);
+    // The decoder's self-attention causal, key padding on both attentions.
+    Mask<double> self_mask, cross_mask;
+    ref::MaskSpec self_ref, cross_ref;
+    self_mask.key_lengths = self_ref.key_lengths = {5, 3};
+    if (k.kind == LayerKind::decoder) self_mask.causal = self_ref.causal = Causal::top_left;
+    cross_mask.key_lengths = cross_ref.key_lengths = {7, 2};
+    StackOptions<double> opt;
+    opt.kind = k.kind;
+    opt.activation = k.act;
+    opt.norm_first = k.norm_first;
+    opt.eps = 1e-5;
+    opt.self_attn.scale = opt.cross_attn.scale = 0.5;  // 1 / sqrt(d_k)
+    std::vector<double> got(x.size());
+    transformer_stack<double>(s, x.data(), memory.data(), w, self_mask, cross_mask, opt,
+                              got.data());
+    const std::vector<double> want =
+        reference_stack(s, x, memory, w, self_ref, cross_ref, k.norm_first, k.act, 1e-5);
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+    CHECK(worst < 1e-12);
+    // float32 through the same kernel, within float32's rounding
+    StackWeights<float> wf;
+    {
+      // the same values in float: random_stack<float> draws the same streams, then perturb
+      // in double and round
+      StackWeights<double> wd = w;
+      wf = random_stack<float>(s, 11);
+      for (std::size_t l = 0; l < wd.layers.size(); ++l) {
+        auto copy = [](const auto& from, auto& to) {
+          for (std::size_t i = 0; i < from.size(); ++i)
+            to.data()[i] = static_cast<float>(from.data()[i]);
+        };
+        const auto& a = wd.layers[l];
+        auto& b = wf.layers[l];
+        for (auto [p, q] :
+             {std::pair{&a.self_attn, &b.self_attn}, std::pair{&a.cross_attn, &b.cross_attn}}) {
+          if (!p->has_bias()) continue;
+          copy(p->W_q, q->W_q), copy(p->W_k, q->W_k), copy(p->W_v, q->W_v), copy(p->W_o, q->W_o);
+          copy(p->b_q, q->b_q), copy(p->b_k, q->b_k), copy(p->b_v, q->b_v), copy(p->b_o, q->b_o);
+        }
+        copy(a.ffn.W_1, b.ffn.W_1), copy(a.ffn.b_1, b.ffn.b_1), copy(a.ffn.W_2, b.ffn.W_2),
+            copy(a.ffn.b_2, b.ffn.b_2);
+        for (auto [p, q] : {std::pair{&a.norm1, &b.norm1}, std::pair{&a.norm2, &b.norm2},
+                            std::pair{&a.norm3, &b.norm3}})
+          if (!p->empty()) copy(p->gamma, q->gamma), copy(p->beta, q->beta);
+      }
+      if (!wd.final_norm.empty()) {
+        for (std::size_t i = 0; i < wd.final_norm.gamma.size(); ++i) {
+          wf.final_norm.gamma(i) = static_cast<float>(wd.final_norm.gamma(i));
+          wf.final_norm.beta(i) = static_cast<float>(wd.final_norm.beta(i));
+        }
+      }
+    }
+    std::vector<float> xf(x.begin(), x.end()), mf(memory.begin(), memory.end()), gotf(x.size());
+    Mask<float> sm, cm;
+    sm.key_lengths = self_mask.key_lengths, sm.causal = self_mask.causal;
+    cm.key_lengths = cross_mask.key_lengths;
+    StackOptions<float> optf;
+    optf.kind = k.kind, optf.activation = k.act, optf.norm_first = k.norm_first, optf.eps = 1e-5f;
+    optf.self_attn.scale = optf.cross_attn.scale = 0.5f;
+    transformer_stack<float>(s, xf.data(), mf.data(), wf, sm, cm, optf, gotf.data());
+    double worst_f = 0;
+    for (std::size_t i = 0; i < gotf.size(); ++i)
+      worst_f = std::max(worst_f, std::abs(gotf[i] - want[i]));
+    CHECK(worst_f < 1e-4);
+  }
+}
+
+TEST_CASE("layer weights: PyTorch names convert to native ones", "[transformer]") {
+  // One nn.TransformerEncoderLayer's names (no layers.N. prefix), E = 4, d_ff = 6.
+  std::map<std::string, NpyArray> torch;
+  auto arr = [](std::vector<std::size_t> shape, float start) {
+    std::size_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+    return NpyArray::of(v.data(), shape);
+  };
+  torch["self_attn.in_proj_weight"] = arr({12, 4}, 0);
+  torch["self_attn.in_proj_bias"] = arr({12}, 100);
+  torch["self_attn.out_proj.weight"] = arr({4, 4}, 200);
+  torch["self_attn.out_proj.bias"] = arr({4}, 300);
+  torch["linear1.weight"] = arr({6, 4}, 400);
+  torch["linear1.bias"] = arr({6}, 500);
+  torch["linear2.weight"] = arr({4, 6}, 600);
+  torch["linear2.bias"] = arr({4}, 700);
+  torch["norm1.weight"] = arr({4}, 800);
+  torch["norm1.bias"] = arr({4}, 900);
+  torch["norm2.weight"] = arr({4}, 1000);
+  torch["norm2.bias"] = arr({4}, 1100);
+  const NativeWeights n = layer_weights_to_native(torch, WeightsFormat::auto_detect, "t.npz");
+  CHECK(n.format == WeightsFormat::torch);
+  CHECK(layer_count(n.arrays) == 1);
+  CHECK(n.arrays.at("layers.0.ffn.W_1").shape == std::vector<std::size_t>{4, 6});
+  CHECK(n.arrays.at("layers.0.norm2.beta").shape == std::vector<std::size_t>{4});
+  StackShape s;
+  s.d_ff = 6;
+  s.self.h = 2, s.self.d_model = s.self.kdim = s.self.vdim = s.self.d_out = 4;
+  s.self.d_k = s.self.d_v = 2;
+  const StackWeights<double> w = stack_from_arrays<double>(n.arrays, s, "t.npz");
+  // W_1 = linear1.weight transposed: W_1[i][j] = linear1.weight[j][i] = 400 + 4 j + i
+  CHECK(w.layers[0].ffn.W_1(1, 2) == 400 + 4 * 2 + 1);
+  CHECK(w.layers[0].norm1.gamma(3) == 803);
+  // W_k = in_proj_weight[4:8].T
+  CHECK(w.layers[0].self_attn.W_k(0, 1) == 4 * 5 + 0);
+  torch["self_attn.bias_k"] = arr({1, 1, 4}, 0);
+  CHECK_THROWS_WITH(layer_weights_to_native(torch, WeightsFormat::torch, "t.npz"),
+                    Catch::Contains("bias_k"));
+  torch.erase("self_attn.bias_k");
+  torch.erase("norm2.bias");
+  const NativeWeights m = layer_weights_to_native(torch, WeightsFormat::torch, "t.npz");
+  CHECK_THROWS_WITH(stack_from_arrays<double>(m.arrays, s, "t.npz"),
+                    "t.npz: missing weight tensor 'layers.0.norm2.beta' (d_model,)");
+}
