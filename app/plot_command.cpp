@@ -93,6 +93,8 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
   plot->add_option("file", args.file, "attention .npy: (B, h, T, S), (B, T, S) or (T, S)")
       ->required();
   plot->add_option("-o,--output", args.output, "PNG to write (default: FILE with .png)");
+  plot->add_option("--layer_index", args.layer,
+                   "layer to plot from a Transformer stack's (layers, B, h, T, S) maps");
   plot->add_option("--batch_index", args.batch, "batch element to plot (default 0)");
   plot->add_option("--head_indices", args.heads,
                    "heads to plot: all (default) or a list such as 0,3,5");
@@ -112,15 +114,38 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{8192}));
 }
 
+// Layer `l` of a (layers, ...) array: self_attention.npy of Transformer layers.
+NpyArray layer_slice(const NpyArray& a, std::size_t l, const std::string& file) {
+  if (a.shape.size() < 3)
+    fail_input("--layer_index: " + file + " has shape " + shape_str(a.shape) +
+               "; expected a layer axis first, (layers, B, h, T, S) or (layers, B, T, S)");
+  if (l >= a.shape[0])
+    fail_input("--layer_index " + std::to_string(l) + ": " + file + " holds " +
+               std::to_string(a.shape[0]) + " layers (shape " + shape_str(a.shape) +
+               "), indices 0 to " + std::to_string(a.shape[0] - 1));
+  NpyArray out;
+  out.dtype = a.dtype;
+  out.shape.assign(a.shape.begin() + 1, a.shape.end());
+  const std::size_t bytes = a.data.size() / a.shape[0];
+  out.data.assign(a.data.begin() + static_cast<std::ptrdiff_t>(l * bytes),
+                  a.data.begin() + static_cast<std::ptrdiff_t>((l + 1) * bytes));
+  return out;
+}
+
 int do_plot(const PlotArgs& args) {
   if (args.output.empty() && is_stream_input(args.file))
     fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
-  const NpyArray a = read_npy(args.file);
+  NpyArray a = read_npy(args.file);
+  if (args.layer) a = layer_slice(a, *args.layer, args.file);
   const std::string shape = shape_str(a.shape);
   if (!is_float(a.dtype))
     fail_input(args.file + ": " + a.describe() +
                "; expected attention weights of dtype float16, float32 or float64");
   const std::size_t rank = a.shape.size();
+  if (rank == 5 && !args.layer)
+    fail_input(args.file + ": shape " + shape +
+               " holds the maps of several layers (layers, B, h, T, S); choose one with "
+               "--layer_index");
   if (rank < 2 || rank > 4)
     fail_input(args.file + ": shape " + shape +
                "; expected attention weights (B, h, T, S), (B, T, S) or (T, S)");

@@ -22,6 +22,7 @@ struct PlotArgs {
   std::string labels, key_labels;
   int cell = 0;
   std::size_t max_cells = 0;
+  std::optional<std::size_t> layer;  // --layer_index: the first axis holds layers
 };
 
 void add_plot_command(CLI::App& app, PlotArgs& args);

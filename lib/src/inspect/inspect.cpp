@@ -388,6 +388,7 @@ void scan_any(Scan& sc) {
 struct Origin {
   std::string name;                    // for messages and InspectResult::file
   bool named_attention = false;        // attention.npy, or member "attention"
+  bool layer_maps = false;             // self_/cross_attention.npy: (layers, B, h, T, S)
   const std::string* bytes = nullptr;  // the member's whole .npy; null: the file `name`
 };
 
@@ -441,6 +442,8 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
       } else {
         candidate = false;  // not attention as the options describe it
       }
+    } else if (origin.layer_maps) {
+      if (rank == 5) axis = 2;  // (layers, B, h, T, S); rank 4 is averaged over heads
     } else if (rank == 4) {
       axis = 1;
     }
@@ -580,7 +583,9 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
                           const Warn& warn) {
   Origin origin;
   origin.name = path;
-  origin.named_attention = std::filesystem::path(path).filename() == "attention.npy";
+  const std::string file = std::filesystem::path(path).filename().string();
+  origin.layer_maps = file == "self_attention.npy" || file == "cross_attention.npy";
+  origin.named_attention = file == "attention.npy" || origin.layer_maps;
   if (is_stream_input(path)) origin.bytes = &stream_input_bytes(path);  // read once, by is_npz
   return inspect_array(origin, options, warn);
 }
@@ -595,7 +600,8 @@ std::vector<InspectResult> inspect_file(const std::string& path, const InspectOp
   for_each_npz_member(path, [&](const std::string& key, const std::string& bytes) {
     Origin origin;
     origin.name = path + ":" + key;
-    origin.named_attention = key == "attention";
+    origin.layer_maps = key == "self_attention" || key == "cross_attention";
+    origin.named_attention = key == "attention" || origin.layer_maps;
     origin.bytes = &bytes;
     results.push_back(inspect_array(origin, options, warn));
   });
