@@ -477,6 +477,40 @@ add_json("cfg_query_number.json", {"query": 5, "h": 2})
 add_json("cfg_nested_duplicate.json", '{"query": "files/q.npy", "h": 2, "extra": {"a": 1, "a": 2}}\n')
 
 
+# ---------------------------------------------------------------------------
+# Transformer layers (docs/layers.md): a 2-layer encoder's native weights
+# (d_model 8, h 2, d_ff 16), the same without one tensor, a decoder's, and a
+# memory of the wrong width. Their own generator, so that the files above keep
+# their bytes.
+
+layer_rng = np.random.default_rng(20261124)
+
+
+def layer_weights(layers, decoder=False, d=D, d_ff=16):
+    w = {}
+    for n in range(layers):
+        L = "layers.%d." % n
+        for block in ["self_attn."] + (["cross_attn."] if decoder else []):
+            for name in ("W_q", "W_k", "W_v", "W_o"):
+                w[L + block + name] = layer_rng.uniform(-0.5, 0.5, (d, d)).astype("<f4")
+            for name in ("b_q", "b_k", "b_v", "b_o"):
+                w[L + block + name] = np.zeros(d, "<f4")
+        w[L + "ffn.W_1"] = layer_rng.uniform(-0.5, 0.5, (d, d_ff)).astype("<f4")
+        w[L + "ffn.b_1"] = np.zeros(d_ff, "<f4")
+        w[L + "ffn.W_2"] = layer_rng.uniform(-0.5, 0.5, (d_ff, d)).astype("<f4")
+        w[L + "ffn.b_2"] = np.zeros(d, "<f4")
+        for norm in ["norm1", "norm2"] + (["norm3"] if decoder else []):
+            w[L + norm + ".gamma"] = np.ones(d, "<f4")
+            w[L + norm + ".beta"] = np.zeros(d, "<f4")
+    return w
+
+
+add("layers_enc2.npz", npz_of(layer_weights(2)))
+add("layers_enc2_missing_norm.npz", npz_of(with_(layer_weights(2), **{"layers.1.norm2.beta": None})))
+add("layers_dec1.npz", npz_of(layer_weights(1, decoder=True)))
+add("memory_width6.npy", np_save(layer_rng.uniform(0, 1, (B, S, 6)).astype("<f4")))
+
+
 def write_all(check):
     bad = []
     for name, data in sorted(files.items()):

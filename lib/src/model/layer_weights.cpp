@@ -172,6 +172,20 @@ NativeWeights layer_weights_to_native(const Arrays& arrays, WeightsFormat format
     fail_input(path +
                ": Keras layouts of Transformer layers are not read yet; use native or "
                "torch names (docs/layers.md)");
+  if (!has_layer_names(arrays)) {
+    std::string names;
+    for (const auto& [name, a] : arrays) {
+      if (names.size() > 60) {
+        names += ", ...";
+        break;
+      }
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    fail_input(path + ": holds no Transformer layer tensors (" + names +
+               "); expected native names such as layers.0.self_attn.W_q or a PyTorch "
+               "nn.TransformerEncoder/Decoder(Layer) state_dict (a single attention's weights go "
+               "with layer attention)");
+  }
   if (format == WeightsFormat::auto_detect) {
     const bool native = std::all_of(arrays.begin(), arrays.end(),
                                     [](const auto& kv) { return is_native_layer_name(kv.first); });
