@@ -198,7 +198,9 @@ BenchPlan bench_plan(const BenchArgs& args) {
     if (colon != std::string::npos) {
       cases.emplace_back(name, item.substr(colon + 1));
     } else {
-      for (const auto& v : bench_variants()) cases.emplace_back(name, v);
+      const BenchShape& shape = *std::find_if(shapes.begin(), shapes.end(),
+                                              [&](const auto& s) { return s.name == name; });
+      for (const auto& v : default_variants(shape)) cases.emplace_back(name, v);
     }
   }
   return plan;
@@ -268,6 +270,10 @@ int do_bench(const BenchArgs& args) {
                        {"gflops", r.gflops},
                        {"sgemm_fraction", r.sgemm_fraction},
                        {"peak_rss_bytes", r.peak_rss_bytes}});
+    if (r.layers) {
+      results.back()["layers"] = r.layers;
+      results.back()["d_ff"] = r.d_ff;
+    }
     if (one) {
       results.back()["one_shot"] = one->to_json();
       results.back()["one_shot"]["compute_over_warm"] = one->compute_ms / r.ms_median;

@@ -8,6 +8,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/transformer.hpp"
 #include "mha/model/rng.hpp"
 #include "mha/run/report.hpp"
 
@@ -62,6 +63,9 @@ const std::vector<BenchShape>& bench_shapes() {
       {"bert-s512", self_attention(1, 512, 512, 768, 12)},
       {"long-4k", self_attention(1, 4096, 4096, 512, 8)},
       {"decode-4k", self_attention(1, 1, 4096, 512, 8)},
+      // BERT-base's encoder layer, and a 6-layer stack of it (docs/layers.md).
+      {"bert-layer", self_attention(1, 512, 512, 768, 12), 1, 3072},
+      {"bert-6layers", self_attention(1, 512, 512, 768, 12), 6, 3072},
   };
   return shapes;
 }
@@ -69,6 +73,11 @@ const std::vector<BenchShape>& bench_shapes() {
 const std::vector<std::string>& bench_variants() {
   static const std::vector<std::string> variants = {"plain", "weights", "causal"};
   return variants;
+}
+
+std::vector<std::string> default_variants(const BenchShape& shape) {
+  if (shape.layers) return {"plain", "causal"};
+  return bench_variants();
 }
 
 const std::vector<std::string>& extra_bench_variants() {
@@ -103,6 +112,51 @@ double bf16_gemm_gflops(int threads, int repeat) {
   return gemm_gflops(threads, repeat, true);
 }
 
+namespace {
+
+// A stack of encoder layers (post-norm, relu, random weights) on the shape.
+BenchResult bench_layers(const BenchShape& shape, const std::string& variant, int threads,
+                         int repeat, double sgemm, bool bf16) {
+  if (variant != "plain" && variant != "causal")
+    fail_input("bench variant '" + variant + "' is not for layer shapes such as " + shape.name +
+               " (expected plain or causal)");
+  StackShape s;
+  s.kind = LayerKind::encoder;
+  s.num_layers = shape.layers;
+  s.d_ff = shape.d_ff;
+  s.self = s.cross = shape.dims;
+  const Dims& d = s.self;
+  const StackWeights<float> w = random_stack<float>(s, 0, threads);
+  std::vector<float> x = uniform(d.B * d.T * d.d_model, "query"), output(x.size());
+  Mask<float> mask, none;
+  if (variant == "causal") mask.causal = Causal::bottom_right;
+  StackOptions<float> opt;
+  opt.threads = threads;
+  opt.bf16_gemm = bf16;
+  opt.self_attn.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
+  opt.self_attn.bf16_gemm = bf16;
+  auto ms = time_ms(2, repeat, [&] {
+    transformer_stack<float>(s, x.data(), nullptr, w, mask, none, opt, output.data());
+  });
+  BenchResult r;
+  r.shape = shape.name;
+  r.variant = variant;
+  r.dtype = bf16 ? "bfloat16" : "float32";
+  r.dims = d;
+  r.layers = shape.layers;
+  r.d_ff = shape.d_ff;
+  r.flops = shape.layers *
+            (d.flops() + 4 * static_cast<std::uint64_t>(d.B * d.T) * d.d_model * shape.d_ff);
+  r.ms_median = median(ms);
+  r.ms_min = ms.front();
+  r.gflops = static_cast<double>(r.flops) / (r.ms_median * 1e6);
+  r.sgemm_fraction = sgemm > 0 ? r.gflops / sgemm : 0;
+  r.peak_rss_bytes = peak_rss_bytes();
+  return r;
+}
+
+}  // namespace
+
 BenchResult bench_case(const BenchShape& shape, const std::string& variant, int threads, int repeat,
                        double sgemm, std::size_t block_q, std::size_t block_k, bool bf16) {
   Dims d = shape.dims;
@@ -112,6 +166,7 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
       std::find(extra.begin(), extra.end(), variant) == extra.end())
     fail_input("unknown bench variant '" + variant +
                "' (expected plain, weights, causal, gqa, window, alibi or softcap)");
+  if (shape.layers) return bench_layers(shape, variant, threads, repeat, sgemm, bf16);
   // Grouped-query: a quarter as many key/value heads (Llama 2 70B's ratio is 1/8).
   if (variant == "gqa") d.kv_heads = d.h % 4 == 0 ? d.h / 4 : 1;
   std::vector<float> X_q = uniform(d.B * d.T * d.d_model, "query");

@@ -14,6 +14,9 @@ namespace mha {
 struct BenchShape {
   std::string name;
   Dims dims;  // self-attention unless dims.key_is_query is false
+  // Transformer encoder layers (post-norm, relu) around the attention; 0: the
+  // attention alone.
+  std::size_t layers = 0, d_ff = 0;
 };
 
 // tutorial, bert-s128, bert-s512, long-4k, decode-4k (see docs/benchmarks.md).
@@ -27,6 +30,9 @@ const std::vector<std::string>& bench_variants();
 // bottom-right causal), "softcap" (soft-cap 50). FLOPs are always counted
 // for the dense layer, so masked variants show more GFLOP/s than they do.
 const std::vector<std::string>& extra_bench_variants();
+// The variants a shape runs when none is named: plain and causal for layer
+// shapes, bench_variants() for the others.
+std::vector<std::string> default_variants(const BenchShape& shape);
 
 struct BenchResult {
   std::string shape, variant;
@@ -37,6 +43,7 @@ struct BenchResult {
   double gflops = 0;                 // flops / median time
   double sgemm_fraction = 0;         // gflops / sgemm_gflops
   std::uint64_t peak_rss_bytes = 0;  // of the process so far (cumulative)
+  std::size_t layers = 0, d_ff = 0;  // layer shapes
 };
 
 // GFLOP/s of a 2048^3 float32 GEMM split by rows over `threads` workers,
