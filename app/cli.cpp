@@ -79,6 +79,7 @@ struct ConvertArgs {
 void add_weights_command(CLI::App& app, ConvertArgs& args) {
   CLI::App* weights = app.add_subcommand("weights", "Work with weights files");
   weights->require_subcommand(1);
+  weights->fallthrough();  // -v/-q after `weights convert ...`
   CLI::App* convert =
       weights->add_subcommand("convert", "Convert weights between native, torch and keras layouts");
   convert->fallthrough();

@@ -77,3 +77,8 @@ endforeach()
 add_test(NAME cli.streams COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_streams.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.streams PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# Transformer layers end to end (docs/layers.md).
+add_test(NAME cli.layers COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_layers.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.layers PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

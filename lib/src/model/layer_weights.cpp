@@ -200,6 +200,47 @@ NativeWeights layer_weights_to_native(const Arrays& arrays, WeightsFormat format
   return {arrays, WeightsFormat::native, std::nullopt};
 }
 
+std::vector<std::pair<std::string, NpyArray>> layer_weights_from_native(const Arrays& native,
+                                                                        WeightsFormat format,
+                                                                        const std::string& what) {
+  if (format == WeightsFormat::native) return {native.begin(), native.end()};
+  if (format != WeightsFormat::torch)
+    fail_input(what + ": Transformer layers are written in native or torch names only");
+  std::vector<std::pair<std::string, NpyArray>> out;
+  std::map<std::string, Arrays> attention;  // "layers.0.self_attn." -> W_q, ...
+  for (const auto& [name, array] : native) {
+    if (name == "final_norm.gamma") out.emplace_back("norm.weight", array);
+    if (name == "final_norm.beta") out.emplace_back("norm.bias", array);
+    const auto [layer, rest] = split_layer(name);
+    if (layer == std::string::npos) continue;
+    const std::string L = "layers." + std::to_string(layer) + ".";
+    bool done = false;
+    for (const char* block : {"self_attn.", "cross_attn."})
+      if (starts_with(rest, block)) {
+        attention[L + block][rest.substr(std::string(block).size())] = array;
+        done = true;
+      }
+    if (done) continue;
+    if (rest == "ffn.W_1") out.emplace_back(L + "linear1.weight", transpose_2d(array));
+    if (rest == "ffn.b_1") out.emplace_back(L + "linear1.bias", array);
+    if (rest == "ffn.W_2") out.emplace_back(L + "linear2.weight", transpose_2d(array));
+    if (rest == "ffn.b_2") out.emplace_back(L + "linear2.bias", array);
+    for (const char* norm : {"norm1", "norm2", "norm3"}) {
+      if (rest == std::string(norm) + ".gamma") out.emplace_back(L + norm + ".weight", array);
+      if (rest == std::string(norm) + ".beta") out.emplace_back(L + norm + ".bias", array);
+    }
+  }
+  for (const auto& [prefix, arrays] : attention) {
+    const bool cross = prefix.find("cross_attn.") != std::string::npos;
+    const std::string torch = prefix.substr(0, prefix.find(cross ? "cross_attn." : "self_attn.")) +
+                              (cross ? "multihead_attn." : "self_attn.");
+    for (auto& [name, array] :
+         from_native(arrays, WeightsFormat::torch, std::nullopt, what + ":" + prefix))
+      out.emplace_back(torch + name, std::move(array));
+  }
+  return out;
+}
+
 std::size_t layer_count(const Arrays& native) {
   std::size_t n = 0;
   for (const auto& [name, a] : native) {

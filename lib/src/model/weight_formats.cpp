@@ -7,6 +7,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/output_set.hpp"
+#include "mha/model/layer_weights.hpp"
 #include "mha/model/weights.hpp"
 
 namespace mha {
@@ -332,11 +333,15 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
 
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
                                    std::optional<std::size_t> h, const std::string& out) {
-  NativeWeights native = to_native(read_weight_arrays(in), from, in);
+  const std::map<std::string, NpyArray> read = read_weight_arrays(in);
+  const bool layers = has_layer_names(read);  // Transformer layers (layer_weights.hpp)
+  NativeWeights native =
+      layers ? layer_weights_to_native(read, from, in) : to_native(read, from, in);
   if (h && native.h && *h != *native.h)
     fail_input("--h " + std::to_string(*h) + " disagrees with " + in + ", whose kernels hold " +
                std::to_string(*native.h) + " heads");
-  auto arrays = from_native(native.arrays, to, h ? h : native.h, in);
+  auto arrays = layers ? layer_weights_from_native(native.arrays, to, in)
+                       : from_native(native.arrays, to, h ? h : native.h, in);
   std::filesystem::path path(out);
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && std::filesystem::exists(in, ec) &&

@@ -104,9 +104,12 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
     s.final_norm = c.final_norm.value_or(false);
   }
   p.use_bias = true;
-  Config self = c;
+  Config self = c;  // the self-attention: key = value = the input; kv_seq_len is the memory's
   self.weights.reset();
+  self.kv_seq_len.reset();
   const Dims& d = p.dims = s.self = resolve_dims(self, shapes);
+  if (!d.key_is_query || !d.value_is_key || d.S != d.T)
+    fail_runtime("internal: a layer's self-attention did not resolve as self-attention");
   if (d.d_out != d.d_model)
     fail_input("d_out: " + std::to_string(d.d_out) + ", but a layer's residual connections need " +
                "d_out = d_model = " + std::to_string(d.d_model));

@@ -71,6 +71,12 @@ struct StackShape {
 NativeWeights layer_weights_to_native(const std::map<std::string, NpyArray>& arrays,
                                       WeightsFormat format, const std::string& path);
 
+// Native layer arrays in `format` (native or torch; keras is refused): for
+// torch, nn.TransformerEncoder/Decoder names (layers.N.self_attn.in_proj_weight,
+// multihead_attn, linear1, norm1, ..., norm.* for final_norm), exactly.
+std::vector<std::pair<std::string, NpyArray>> layer_weights_from_native(
+    const std::map<std::string, NpyArray>& native, WeightsFormat format, const std::string& what);
+
 // Whether the names look like Transformer layer weights of either layout.
 bool has_layer_names(const std::map<std::string, NpyArray>& arrays);
 

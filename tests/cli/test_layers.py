@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""Transformer layer runs end to end (docs/layers.md): the bundled encoder config, a decoder's
+files, weights convert between native and PyTorch names (exact, and a run from either gives the
+same bytes), the same bytes for any thread count, inspect and plot on the layer axis, and a
+sweep over num_layers and norm_first.
+
+  /usr/bin/python3 tests/cli/test_layers.py [Class]   (MHA_BIN = path to mha,
+                                                      MHA_SOURCE_DIR = repository root)
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+ROOT = os.path.abspath(os.environ.get("MHA_SOURCE_DIR", os.getcwd()))
+
+
+class Layers(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_layers_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def mha(self, args, code=0):
+        p = subprocess.run([MHA] + args + ["-q"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300)
+        self.assertEqual(p.returncode, code, f"mha {' '.join(args)}: {p.stderr}")
+        return p
+
+    def read(self, *p):
+        with open(self.path(*p), "rb") as f:
+            return f.read()
+
+    def test_bundled_encoder_config(self):
+        self.mha(["run", "--config", "configs/encoder.json", "--out_dir", self.path("enc")])
+        with open(self.path("enc", "run.json")) as f:
+            r = json.load(f)
+        self.assertEqual((r["config"]["layer"], r["config"]["num_layers"], r["config"]["d_ff"]),
+                         ("encoder", 2, 256))
+        maps = np.load(self.path("enc", "self_attention.npy"))
+        self.assertEqual(maps.shape, (2, 3, 4, 8, 8))
+        # key_lengths [8, 5, 3]: batch 2 attends to its first 3 keys only, in every layer
+        self.assertEqual(float(maps[:, 2, :, :, 3:].max()), 0.0)
+        np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-5)
+        hidden = np.load(self.path("enc", "hidden_states.npy"))
+        out = np.load(self.path("enc", "output.npy"))
+        self.assertEqual(hidden.shape, (2, 3, 8, 64))
+        self.assertTrue(np.array_equal(hidden[-1], out))  # post-norm, no final norm
+        # post-norm: every output row is normalized (gamma 1, beta 0)
+        np.testing.assert_allclose(out.mean(-1), 0, atol=1e-5)
+        np.testing.assert_allclose(out.std(-1), 1, atol=1e-3)
+        self.assertEqual(len(r["layer_stats"]), 2)
+        self.assertEqual(r["layer_stats"][0]["self_attention"]["mean"]["rows"], 3 * 4 * 8)
+
+    def test_decoder_convert_and_threads(self):
+        args = ["run", "--layer", "decoder", "--h", "4", "--d_model", "16", "--seq_len", "5",
+                "--kv_seq_len", "7", "--num_layers", "2", "--norm_first", "--final_norm",
+                "--activation", "gelu", "--memory_key_lengths", "7,3", "--batch", "2",
+                "--save_attention", "--save_weights", "--save_inputs"]
+        self.mha(args + ["--out_dir", self.path("a"), "--threads", "1"])
+        self.mha(args + ["--out_dir", self.path("b"), "--threads", "2"])
+        for f in ("output.npy", "self_attention.npy", "cross_attention.npy"):
+            self.assertEqual(self.read("a", f), self.read("b", f), f + " differs by threads")
+        cross = np.load(self.path("a", "cross_attention.npy"))
+        self.assertEqual(cross.shape, (2, 2, 4, 5, 7))
+        self.assertEqual(float(cross[:, 1, :, :, 3:].max()), 0.0)  # memory_key_lengths
+        self_maps = np.load(self.path("a", "self_attention.npy"))
+        self.assertEqual(float(np.triu(self_maps[0, 0, 0], 1).max()), 0.0)  # causal by default
+        # native -> torch -> native is exact; a run from the torch file gives the same bytes
+        self.mha(["weights", "convert", self.path("a", "weights.npz"), "--to", "torch", "-o",
+                  self.path("t.npz")])
+        self.mha(["weights", "convert", self.path("t.npz"), "--to", "native", "-o",
+                  self.path("n.npz")])
+        a, n, t = (np.load(self.path(p)) for p in ("a/weights.npz", "n.npz", "t.npz"))
+        self.assertEqual(sorted(a.files), sorted(n.files))
+        for k in a.files:
+            self.assertTrue(np.array_equal(a[k], n[k]), k)
+        self.assertIn("layers.1.multihead_attn.in_proj_weight", t.files)
+        self.assertIn("norm.weight", t.files)
+        self.mha(["run", "--layer", "decoder", "--h", "4", "--query", self.path("a", "query.npy"),
+                  "--memory", self.path("a", "memory.npy"), "--weights", self.path("t.npz"),
+                  "--activation", "gelu", "--norm_first", "--memory_key_lengths", "7,3",
+                  "--save_attention", "--out_dir", self.path("c")])  # the same (exact) path
+        self.assertEqual(self.read("a", "output.npy"), self.read("c", "output.npy"))
+
+    def test_inspect_plot_and_sweep(self):
+        self.mha(["run", "--layer", "encoder", "--h", "2", "--d_model", "8", "--seq_len", "4",
+                  "--num_layers", "3", "--save_attention", "--out_dir", self.path("e")])
+        maps = self.path("e", "self_attention.npy")
+        j = json.loads(self.mha(["inspect", "--json", maps]).stdout)
+        self.assertEqual(j["attention"]["heads_axis"], 2)
+        self.assertEqual(len(j["attention"]["heads"]), 2)
+        self.mha(["plot", maps, "--layer_index", "2", "-o", self.path("l2.png")])
+        self.assertEqual(self.read("l2.png")[:4], b"\x89PNG")
+        p = self.mha(["plot", maps, "-o", self.path("x.png")], code=2)
+        self.assertIn("choose one with --layer_index", p.stderr)
+        p = self.mha(["plot", maps, "--layer_index", "3", "-o", self.path("x.png")], code=2)
+        self.assertIn("holds 3 layers", p.stderr)
+        sweep = self.path("s.json")
+        with open(sweep, "w") as f:
+            json.dump({"base": {"layer": "encoder", "h": 2, "d_model": 8, "seq_len": 4},
+                       "grid": {"num_layers": [1, 2], "norm_first": [False, True]}}, f)
+        self.mha(["sweep", sweep, "--out_dir", self.path("sw")])
+        with open(self.path("sw", "results.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual([(r["num_layers"], r["norm_first"], r["status"]) for r in rows],
+                         [(1, False, "ok"), (1, True, "ok"), (2, False, "ok"), (2, True, "ok")])
+        self.assertEqual(len({r["output_crc32"] for r in rows}), 4)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
