@@ -117,5 +117,69 @@ class Layers(unittest.TestCase):
         self.assertEqual(len({r["output_crc32"] for r in rows}), 4)
 
 
+def numpy_tutorial_encoder(x, w, h, lengths, eps=1e-6):
+    """The Keras tutorials' EncoderLayer, transcribed: MHA (softmax(QK^T/sqrt(depth) + mask)V,
+    heads split from Dense(d_model) projections), Add & LayerNormalization(eps), then
+    Dense(dff, relu), Dense(d_model), Add & LayerNormalization(eps); inference, no dropout."""
+    B, T, d = x.shape
+    depth = d // h
+    def dense(v, W, b):
+        return v @ W + b
+    def norm(v, g, b):
+        mu = v.mean(-1, keepdims=True)
+        var = ((v - mu) ** 2).mean(-1, keepdims=True)
+        return (v - mu) / np.sqrt(var + eps) * g + b
+    def split(v):  # (B, T, d) -> (B, h, T, depth)
+        return v.reshape(B, T, h, depth).transpose(0, 2, 1, 3)
+    L = "layers.0."
+    q = split(dense(x, w[L + "self_attn.W_q"], w[L + "self_attn.b_q"]))
+    k = split(dense(x, w[L + "self_attn.W_k"], w[L + "self_attn.b_k"]))
+    v = split(dense(x, w[L + "self_attn.W_v"], w[L + "self_attn.b_v"]))
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(depth)
+    pad = np.arange(T)[None, :] >= np.asarray(lengths)[:, None]  # (B, S): 1 = padding
+    logits = logits + pad[:, None, None, :] * -1e9  # the tutorial's mask * -1e9
+    a = np.exp(logits - logits.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, T, d)
+    attn = dense(ctx, w[L + "self_attn.W_o"], w[L + "self_attn.b_o"])
+    out1 = norm(x + attn, w[L + "norm1.gamma"], w[L + "norm1.beta"])
+    ffn = dense(np.maximum(dense(out1, w[L + "ffn.W_1"], w[L + "ffn.b_1"]), 0),
+                w[L + "ffn.W_2"], w[L + "ffn.b_2"])
+    return norm(out1 + ffn, w[L + "norm2.gamma"], w[L + "norm2.beta"])
+
+
+class KerasTutorial(unittest.TestCase):
+    def test_tutorial_encoder_layer_against_numpy(self):
+        d = tempfile.mkdtemp(prefix="mha_layers_tut_")
+        try:
+            rng = np.random.default_rng(5)
+            B, T, dm, h, dff = 3, 6, 32, 4, 64
+            x = rng.standard_normal((B, T, dm))
+            np.save(os.path.join(d, "x.npy"), x)
+            w = {}
+            L = "layers.0."
+            for n in ("W_q", "W_k", "W_v", "W_o"):
+                w[L + "self_attn." + n] = rng.uniform(-0.3, 0.3, (dm, dm))
+            for n in ("b_q", "b_k", "b_v", "b_o"):
+                w[L + "self_attn." + n] = rng.uniform(-0.1, 0.1, dm)
+            w[L + "ffn.W_1"], w[L + "ffn.b_1"] = rng.uniform(-0.3, 0.3, (dm, dff)), rng.uniform(-0.1, 0.1, dff)
+            w[L + "ffn.W_2"], w[L + "ffn.b_2"] = rng.uniform(-0.3, 0.3, (dff, dm)), rng.uniform(-0.1, 0.1, dm)
+            for n in ("norm1", "norm2"):
+                w[L + n + ".gamma"], w[L + n + ".beta"] = rng.uniform(0.5, 1.5, dm), rng.uniform(-0.2, 0.2, dm)
+            np.savez(os.path.join(d, "w.npz"), **w)
+            lengths = [6, 4, 2]
+            p = subprocess.run([MHA, "run", "--layer", "encoder", "--h", str(h), "--query",
+                                os.path.join(d, "x.npy"), "--weights", os.path.join(d, "w.npz"),
+                                "--layer_norm_eps", "1e-6", "--key_lengths", "6,4,2",
+                                "--dtype", "float64", "--out_dir", os.path.join(d, "o"), "-q"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = np.load(os.path.join(d, "o", "output.npy"))
+            want = numpy_tutorial_encoder(x, w, h, lengths)
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
