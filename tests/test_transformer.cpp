@@ -134,6 +134,7 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
     Activation act;
     bool final_norm;
     std::size_t layers;
+    std::size_t T = 5, d_model = 16, d_ff = 40;  // big enough: GEMMs in pieces, FFN by columns
   };
   const Case cases[] = {
       {LayerKind::encoder, false, Activation::relu, false, 1},
@@ -141,6 +142,8 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
       {LayerKind::encoder, false, Activation::gelu_tanh, false, 3},
       {LayerKind::decoder, false, Activation::relu, false, 2},
       {LayerKind::decoder, true, Activation::gelu, true, 2},
+      {LayerKind::encoder, false, Activation::relu, false, 1, 24, 64, 256},
+      {LayerKind::decoder, true, Activation::gelu_tanh, true, 1, 40, 64, 192},
   };
   for (const Case& k : cases) {
     INFO("kind " << to_string(k.kind) << " norm_first " << k.norm_first << " activation "
@@ -148,11 +151,11 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
     StackShape s;
     s.kind = k.kind;
     s.num_layers = k.layers;
-    s.d_ff = 40;
+    s.d_ff = k.d_ff;
     s.final_norm = k.final_norm;
     Dims& d = s.self;
-    d.B = 2, d.T = 5, d.S = 5, d.h = 4, d.d_model = 16, d.d_k = d.d_v = 4;
-    d.kdim = d.vdim = d.d_out = 16;
+    d.B = 2, d.T = d.S = k.T, d.h = 4, d.d_model = k.d_model, d.d_k = d.d_v = k.d_model / 4;
+    d.kdim = d.vdim = d.d_out = k.d_model;
     s.cross = d;
     s.cross.S = 7;
     s.cross.key_is_query = false;
@@ -164,7 +167,7 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
     // The decoder's self-attention causal, key padding on both attentions.
     Mask<double> self_mask, cross_mask;
     ref::MaskSpec self_ref, cross_ref;
-    self_mask.key_lengths = self_ref.key_lengths = {5, 3};
+    self_mask.key_lengths = self_ref.key_lengths = {static_cast<std::int64_t>(k.T), 3};
     if (k.kind == LayerKind::decoder) self_mask.causal = self_ref.causal = Causal::top_left;
     cross_mask.key_lengths = cross_ref.key_lengths = {7, 2};
     StackOptions<double> opt;
@@ -172,7 +175,7 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
     opt.activation = k.act;
     opt.norm_first = k.norm_first;
     opt.eps = 1e-5;
-    opt.self_attn.scale = opt.cross_attn.scale = 0.5;  // 1 / sqrt(d_k)
+    opt.self_attn.scale = opt.cross_attn.scale = 1 / std::sqrt(static_cast<double>(d.d_k));
     std::vector<double> got(x.size());
     transformer_stack<double>(s, x.data(), memory.data(), w, self_mask, cross_mask, opt,
                               got.data());
@@ -221,7 +224,7 @@ TEST_CASE("transformer stacks match the double-precision reference", "[transform
     cm.key_lengths = cross_mask.key_lengths;
     StackOptions<float> optf;
     optf.kind = k.kind, optf.activation = k.act, optf.norm_first = k.norm_first, optf.eps = 1e-5f;
-    optf.self_attn.scale = optf.cross_attn.scale = 0.5f;
+    optf.self_attn.scale = optf.cross_attn.scale = 1 / std::sqrt(static_cast<float>(d.d_k));
     transformer_stack<float>(s, xf.data(), mf.data(), wf, sm, cm, optf, gotf.data());
     double worst_f = 0;
     for (std::size_t i = 0; i < gotf.size(); ++i)

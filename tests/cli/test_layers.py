@@ -92,6 +92,15 @@ class Layers(unittest.TestCase):
                   "--save_attention", "--out_dir", self.path("c")])  # the same (exact) path
         self.assertEqual(self.read("a", "output.npy"), self.read("c", "output.npy"))
 
+    def test_pieces_give_the_same_bytes_for_any_thread_count(self):
+        # large enough that every GEMM runs in pieces (the FFN's first one by columns)
+        args = ["run", "--layer", "decoder", "--h", "4", "--d_model", "64", "--seq_len", "40",
+                "--kv_seq_len", "33", "--d_ff", "256", "--num_layers", "2", "--batch", "2"]
+        for threads in ("1", "2", "3"):
+            self.mha(args + ["--threads", threads, "--out_dir", self.path("t" + threads)])
+        self.assertEqual(self.read("t1", "output.npy"), self.read("t2", "output.npy"))
+        self.assertEqual(self.read("t1", "output.npy"), self.read("t3", "output.npy"))
+
     def test_inspect_plot_and_sweep(self):
         self.mha(["run", "--layer", "encoder", "--h", "2", "--d_model", "8", "--seq_len", "4",
                   "--num_layers", "3", "--save_attention", "--out_dir", self.path("e")])
