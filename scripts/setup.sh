@@ -11,10 +11,11 @@ cd "$(dirname "$0")/.."
 with_tests=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
-          libpng-dev libfreetype-dev fonts-dejavu-core)
+          libpng-dev libfreetype-dev fonts-dejavu-core help2man python3-dev pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
-  packages+=(catch2 python3-numpy python3-torch python3-jsonschema parallel slurmctld slurmd slurm-client munge)
+  packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest parallel slurmctld slurmd
+            slurm-client munge)
 fi
 
 missing=()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# ctest downstream.find_package: install BUILD_DIR into a temporary prefix, then configure,
+# build and run tests/downstream against it with find_package(mha); check the pkg-config
+# file, the man page and the completion script landed.
+set -euo pipefail
+build_dir=$1
+here="$(cd "$(dirname "$0")" && pwd)"
+prefix="$(mktemp -d)"
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+for f in bin/mha lib/libmha.a include/mha/mha.hpp lib/cmake/mha/mhaConfig.cmake \
+         lib/pkgconfig/mha.pc share/bash-completion/completions/mha; do
+  [[ -e "$prefix/$f" ]] || { echo "downstream: $f was not installed" >&2; exit 1; }
+done
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists --print-errors mha
+[[ "$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion mha)" == \
+   "$("$prefix/bin/mha" --version | cut -d' ' -f2)" ]] || { echo "downstream: versions differ" >&2; exit 1; }
+cmake -S "$here" -B "$prefix/downstream-build" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$prefix/downstream-build" >/dev/null
+"$prefix/downstream-build/downstream"
