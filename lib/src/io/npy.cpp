@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "mha/base/error.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/io/stream_input.hpp"
 
 namespace mha {
@@ -627,6 +628,7 @@ const std::string& npy_stream(const std::string& path) {
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
+  if (const NpyArray* given = provided_npy(path)) return *given;
   if (is_stream_input(path)) return parse_npy(npy_stream(path), path);
   std::ifstream in;
   Header h = read_header(path, in);
@@ -649,6 +651,17 @@ NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name
 }
 
 NpyHeaderInfo read_npy_header(const std::string& path) {
+  if (const NpyArray* given = provided_npy(path)) {  // as encode_npy would write it
+    NpyHeaderInfo h;
+    h.descr = std::string(1, order_char(given->dtype)) + info(given->dtype).kind +
+              std::to_string(info(given->dtype).size);
+    h.dtype = given->dtype;
+    h.big_endian = host_is_big_endian();
+    h.shape = given->shape;
+    h.header_bytes = npy_header(given->dtype, given->shape).size();
+    h.data_bytes = given->data.size();
+    return h;
+  }
   if (is_stream_input(path)) return parse_npy_header(npy_stream(path), path);
   std::ifstream in;
   return info_of(read_header(path, in));

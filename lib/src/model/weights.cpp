@@ -4,6 +4,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/npz.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/model/rng.hpp"
 
 namespace mha {
@@ -37,6 +38,7 @@ xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std:
 }  // namespace
 
 std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
+  if (const auto* given = provided_weights(path)) return *given;
   std::error_code ec;
   std::map<std::string, NpyArray> arrays;
   if (fs::is_directory(path, ec)) {
