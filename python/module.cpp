@@ -43,20 +43,28 @@ mha::NpyArray to_npy(const py::array& in, const std::string& what) {
   mha::NpyArray out;
   const char kind = a.dtype().kind();
   const std::size_t item = static_cast<std::size_t>(a.itemsize());
-  if (kind == 'f' && item == 2) out.dtype = mha::DType::f2;
-  else if (kind == 'f' && item == 4) out.dtype = mha::DType::f4;
-  else if (kind == 'f' && item == 8) out.dtype = mha::DType::f8;
-  else if (kind == 'b') out.dtype = mha::DType::b1;
-  else if (kind == 'i' && item == 4) out.dtype = mha::DType::i4;
-  else if (kind == 'i' && item == 8) out.dtype = mha::DType::i8;
+  if (kind == 'f' && item == 2)
+    out.dtype = mha::DType::f2;
+  else if (kind == 'f' && item == 4)
+    out.dtype = mha::DType::f4;
+  else if (kind == 'f' && item == 8)
+    out.dtype = mha::DType::f8;
+  else if (kind == 'b')
+    out.dtype = mha::DType::b1;
+  else if (kind == 'i' && item == 4)
+    out.dtype = mha::DType::i4;
+  else if (kind == 'i' && item == 8)
+    out.dtype = mha::DType::i8;
   else
     throw mha::Error(mha::ErrorKind::invalid_input,
                      what + ": arrays of dtype " + std::string(py::str(a.dtype())) +
                          " are not read; expected float16, float32, float64, bool, int32 or int64");
   if (a.dtype().byteorder() == '>')
-    throw mha::Error(mha::ErrorKind::invalid_input,
-                     what + ": a big-endian array; use array.astype(array.dtype.newbyteorder('='))");
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) out.shape.push_back(static_cast<std::size_t>(a.shape(i)));
+    throw mha::Error(
+        mha::ErrorKind::invalid_input,
+        what + ": a big-endian array; use array.astype(array.dtype.newbyteorder('='))");
+  for (py::ssize_t i = 0; i < a.ndim(); ++i)
+    out.shape.push_back(static_cast<std::size_t>(a.shape(i)));
   const auto* p = static_cast<const unsigned char*>(a.data());
   out.data.assign(p, p + static_cast<std::size_t>(a.nbytes()));
   return out;
@@ -64,9 +72,7 @@ mha::NpyArray to_npy(const py::array& in, const std::string& what) {
 
 py::array to_numpy(const mha::NpyArray& a) {
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
-  const char* format = a.dtype == mha::DType::f2   ? "e"
-                       : a.dtype == mha::DType::f8 ? "d"
-                                                   : "f";
+  const char* format = a.dtype == mha::DType::f2 ? "e" : a.dtype == mha::DType::f8 ? "d" : "f";
   py::array out(py::dtype(format), shape);
   std::memcpy(out.mutable_data(), a.data.data(), a.data.size());
   return out;
@@ -159,8 +165,9 @@ struct TempDir {
   TempDir() {
     std::string pattern = (std::filesystem::temp_directory_path() / "mha_python_XXXXXX").string();
     if (!::mkdtemp(pattern.data()))
-      throw mha::Error(mha::ErrorKind::runtime, "cannot create a temporary directory in " +
-                                                    std::filesystem::temp_directory_path().string());
+      throw mha::Error(mha::ErrorKind::runtime,
+                       "cannot create a temporary directory in " +
+                           std::filesystem::temp_directory_path().string());
     path = pattern;
   }
   ~TempDir() {
@@ -176,10 +183,11 @@ py::tuple attention(const py::object& query, const py::object& key, const py::ob
   for (const auto& [k, v] : kwargs) config[k] = v;
   for (const char* reserved : {"query", "key", "value", "out_dir"})
     if (config.contains(reserved))
-      throw mha::Error(mha::ErrorKind::invalid_input,
-                       std::string(reserved) + ": give it as " +
-                           (std::string(reserved) == "out_dir" ? "mha.run's config (attention() writes no files)"
-                                                               : "a positional argument"));
+      throw mha::Error(
+          mha::ErrorKind::invalid_input,
+          std::string(reserved) + ": give it as " +
+              (std::string(reserved) == "out_dir" ? "mha.run's config (attention() writes no files)"
+                                                  : "a positional argument"));
   if (!query.is_none()) config["query"] = query;
   if (!key.is_none()) config["key"] = key;
   if (!value.is_none()) config["value"] = value;
@@ -192,7 +200,8 @@ py::tuple attention(const py::object& query, const py::object& key, const py::ob
   py::array output = to_numpy(mha::read_npy(dir.path + "/output.npy"));
   py::object maps = py::none();
   if (c.save_attention) {
-    const char* name = c.layer == mha::LayerKind::attention ? "/attention.npy" : "/self_attention.npy";
+    const char* name =
+        c.layer == mha::LayerKind::attention ? "/attention.npy" : "/self_attention.npy";
     maps = to_numpy(mha::read_npy(dir.path + name));
   }
   return py::make_tuple(output, maps);
@@ -227,8 +236,9 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
       mapping ? arrays_of(weights) : mha::read_weight_arrays(py::str(weights));
   const std::string what = mapping ? "weights" : std::string(py::str(weights));
   const bool layers = mha::has_layer_names(arrays);
-  const mha::NativeWeights native = layers ? mha::layer_weights_to_native(arrays, layout(from), what)
-                                           : mha::to_native(arrays, layout(from), what);
+  const mha::NativeWeights native = layers
+                                        ? mha::layer_weights_to_native(arrays, layout(from), what)
+                                        : mha::to_native(arrays, layout(from), what);
   const auto out = layers ? mha::layer_weights_from_native(native.arrays, layout(to), what)
                           : mha::from_native(native.arrays, layout(to), h ? h : native.h, what);
   py::dict result;
@@ -239,8 +249,9 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
 }  // namespace
 
 PYBIND11_MODULE(mha, m) {
-  m.doc() = "Multi-head attention (Vaswani et al. 2017) on the CPU: the mha tool's library on "
-            "NumPy arrays. docs/python.md has the guide.";
+  m.doc() =
+      "Multi-head attention (Vaswani et al. 2017) on the CPU: the mha tool's library on "
+      "NumPy arrays. docs/python.md has the guide.";
   m.attr("__version__") = MHA_VERSION;
   // mha::Error: bad input -> ValueError, anything else -> OSError; one line, the CLI's message.
   py::register_exception_translator([](std::exception_ptr p) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs any missing Debian packages and builds mha (Release) in build/.
 #   scripts/setup.sh          what `mha run` needs
-#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, GNU
-#                             parallel, and Slurm with munge for the single-node cluster tests)
+#   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, pytest,
+#                             jsonschema, matplotlib, GNU parallel, and Slurm with munge for the
+#                             single-node cluster tests)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
 set -euo pipefail
@@ -14,8 +15,8 @@ packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libop
           libpng-dev libfreetype-dev fonts-dejavu-core help2man python3-dev pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
-  packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest parallel slurmctld slurmd
-            slurm-client munge)
+  packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
+            parallel slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

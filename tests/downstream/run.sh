@@ -15,6 +15,13 @@ done
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists --print-errors mha
 [[ "$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion mha)" == \
    "$("$prefix/bin/mha" --version | cut -d' ' -f2)" ]] || { echo "downstream: versions differ" >&2; exit 1; }
+# The Python module, when it was built, from the documented path (docs/python.md).
+if [[ -n "$(ls "$build_dir"/python/mha.*.so 2>/dev/null)" ]]; then
+  PYTHONPATH="$prefix/lib/python3/dist-packages" /usr/bin/python3 -c \
+    "import mha, numpy as np; assert mha.attention(np.random.rand(2,5,16).astype('f4'), h=4)[0].shape == (2, 5, 16)"
+  [[ -e "$prefix/lib/python3/dist-packages/mha.pyi" ]] || { echo "downstream: no mha.pyi" >&2; exit 1; }
+fi
+[[ -e "$prefix/share/man/man1/mha.1" ]] || { echo "downstream: no man page" >&2; exit 1; }
 cmake -S "$here" -B "$prefix/downstream-build" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$prefix/downstream-build" >/dev/null

@@ -112,7 +112,7 @@ Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int 
 
 template <class T>
 std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w,
-                                                             const std::string& prefix) {
+                                                            const std::string& prefix) {
   std::vector<std::pair<std::string, NpyArray>> out;
   auto add = [&](const char* name, const auto& t) {
     std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());

@@ -1,0 +1,146 @@
+"""The Python module `mha` (docs/python.md) against the CLI, real PyTorch, and itself.
+
+    PYTHONPATH=build/python MHA_BIN=build/bin/mha python3 -m pytest tests/python
+"""
+import json
+import os
+import re
+import resource
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import mha
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+STUB = os.path.join(os.path.dirname(mha.__file__), "mha.pyi")
+
+
+def test_shape_and_version():
+    out, att = mha.attention(np.random.rand(2, 5, 16).astype("f4"), h=4)
+    assert out.shape == (2, 5, 16) and out.dtype == np.float32 and att is None
+    cli = subprocess.run([MHA, "--version"], capture_output=True, text=True).stdout
+    assert cli.strip() == "mha " + mha.__version__
+
+
+def test_same_bytes_as_the_cli(tmp_path):
+    q = np.random.default_rng(1).random((2, 6, 16), dtype=np.float32)
+    np.save(tmp_path / "q.npy", q)
+    config = {"h": 4, "causal": "bottom-right", "key_lengths": [6, 4], "save_attention": True,
+              "seed": 3}
+    flags = []
+    for k, v in config.items():
+        flags += [f"--{k}", ",".join(map(str, v)) if isinstance(v, list) else str(v).lower()]
+    p = subprocess.run([MHA, "run", "--query", str(tmp_path / "q.npy"), "--out_dir",
+                        str(tmp_path / "cli"), "-q"] + flags, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    report = mha.run(dict(config, query=q, out_dir=str(tmp_path / "py")))
+    assert report["status"] == "complete"
+    for f in ("output.npy", "attention.npy"):
+        assert (tmp_path / "cli" / f).read_bytes() == (tmp_path / "py" / f).read_bytes(), f
+    out, att = mha.attention(q, **config)
+    assert np.array_equal(out, np.load(tmp_path / "cli" / "output.npy"))
+    assert np.array_equal(att, np.load(tmp_path / "cli" / "attention.npy"))
+
+
+def test_against_torch_multihead_attention():
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    x, mem = torch.rand(2, 7, 32), torch.rand(2, 9, 32)
+    with torch.no_grad():
+        want, want_maps = m(x, mem, mem, need_weights=True, average_attn_weights=False)
+    out, maps = mha.attention(x, mem, mem, weights=m.state_dict(), h=4, save_attention=True)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(maps, want_maps.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_against_torch_transformer_encoder_layer():
+    torch.manual_seed(1)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                             norm_first=True, activation="gelu").eval()
+    x = torch.rand(2, 6, 32, dtype=torch.float64)
+    layer = layer.double()
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    with torch.no_grad():
+        want = layer(x, src_key_padding_mask=pad)
+    out, _ = mha.attention(x, layer="encoder", weights=layer.state_dict(), h=4, norm_first=True,
+                           activation="gelu", key_lengths=[6, 4], dtype="float64")
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_errors_carry_the_cli_messages(tmp_path):
+    x = np.random.rand(2, 5, 16).astype("f4")
+    with pytest.raises(ValueError, match=r"^mha.attention: key 'hh': unknown key \(did you mean 'h'\?\)$"):
+        mha.attention(x, hh=4)
+    with pytest.raises(ValueError, match="d_model = 16 is not divisible by h = 3"):
+        mha.attention(x, h=3)
+    with pytest.raises(ValueError, match="query: arrays of dtype complex64 are not read"):
+        mha.attention(x.astype(np.complex64), h=4)
+    with pytest.raises(ValueError, match=r"attention\(\) writes no files"):
+        mha.attention(x, h=4, out_dir="o")
+    with pytest.raises(ValueError, match="expected 'native', 'torch' or 'keras'"):
+        mha.convert_weights({"W_q": np.zeros((4, 4), "f4")}, to="onnx")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OSError):
+        mha.run({"h": 2, "d_model": 8, "seq_len": 3, "out_dir": str(blocker / "out")})
+    with pytest.raises(ValueError, match="cannot be a config value"):
+        mha.attention(x, h=4, causal=object())
+
+
+def test_threads_give_the_same_arrays():
+    x = np.random.default_rng(2).random((3, 150, 64), dtype=np.float32)
+    outs = [mha.attention(x, h=4, causal=True, save_attention=True, threads=t) for t in (1, 2, 3)]
+    for out, att in outs[1:]:
+        assert np.array_equal(out, outs[0][0]) and np.array_equal(att, outs[0][1])
+
+
+def test_the_gil_is_released_during_compute():
+    x = np.random.default_rng(3).random((1, 2048, 256), dtype=np.float32)
+    done, ticks = threading.Event(), [0]
+
+    def work():
+        mha.attention(x, h=8, causal=True, threads=1)
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    while not done.is_set():
+        ticks[0] += 1
+        time.sleep(0.001)
+    t.join()
+    assert ticks[0] > 20, "the main thread did not run while attention computed"
+
+
+def test_no_leak_over_10000_calls():
+    x = np.random.rand(1, 3, 8).astype("f4")
+    w = mha.convert_weights(mha.run({"h": 2, "d_model": 8, "seq_len": 3, "save_weights": True,
+                                     "out_dir": "/tmp/mha_pytest_leak"}) and
+                            np.load("/tmp/mha_pytest_leak/weights.npz"), to="native")
+    refs = (sys_refcount(x), sys_refcount(w["W_q"]))
+    for _ in range(200):  # warm up allocator pools
+        mha.attention(x, h=2, weights=w, threads=1)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(10000):
+        out, _ = mha.attention(x, h=2, weights=w, threads=1)
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert (sys_refcount(x), sys_refcount(w["W_q"])) == refs
+    assert rss1 - rss0 < 16 * 1024, f"peak RSS grew by {rss1 - rss0} KiB over 10000 calls"
+
+
+def sys_refcount(o):
+    import sys
+    return sys.getrefcount(o)
+
+
+def test_stub_lists_every_config_key():
+    text = subprocess.run([MHA, "run", "--help"], capture_output=True, text=True).stdout
+    keys = {m for m in re.findall(r"^  --([a-z_0-9]+)", text, re.M)} - {"config", "json", "help"}
+    with open(STUB) as f:
+        stub = f.read()
+    in_stub = set(re.findall(r"^    ([a-z_0-9]+): ", stub, re.M))
+    assert keys - {"out_dir"} <= in_stub, sorted(keys - in_stub)
