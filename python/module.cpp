@@ -97,12 +97,37 @@ std::map<std::string, mha::NpyArray> arrays_of(const py::handle& mapping) {
 // Registered in-memory inputs, released when the call ends.
 struct Provided {
   std::vector<std::string> paths;
+  std::vector<py::object> lent;  // arrays whose buffers a run uses in place
   ~Provided() {
     for (const auto& p : paths) mha::release_provided(p);
   }
   std::string npy(const py::array& a, const std::string& what) {
     paths.push_back(mha::provide_npy(to_npy(a, what)));
     return paths.back();
+  }
+  // The query, key or value: a C-contiguous float32/float64 array in native
+  // order is lent to the run without a copy (it uses it in place when the
+  // dtype is the compute type); anything else is copied as a file would be.
+  std::string input(const py::handle& v, const std::string& what) {
+    py::object obj = py::reinterpret_borrow<py::object>(v);
+    if (py::hasattr(obj, "detach")) obj = obj.attr("detach")().attr("cpu")().attr("numpy")();
+    if (py::isinstance<py::array>(obj)) {
+      const py::array a = py::reinterpret_borrow<py::array>(obj);
+      const char kind = a.dtype().kind();
+      const bool native = a.dtype().byteorder() != '>';
+      const bool contiguous = (a.flags() & py::array::c_style) != 0;
+      if (kind == 'f' && (a.itemsize() == 4 || a.itemsize() == 8) && native && contiguous) {
+        mha::NpyView view;
+        view.data = a.data();
+        view.dtype = a.itemsize() == 4 ? mha::DType::f4 : mha::DType::f8;
+        for (py::ssize_t i = 0; i < a.ndim(); ++i)
+          view.shape.push_back(static_cast<std::size_t>(a.shape(i)));
+        lent.push_back(obj);
+        paths.push_back(mha::provide_view(std::move(view)));
+        return paths.back();
+      }
+    }
+    return npy(py::array::ensure(obj), what);
   }
   std::string weights(const py::handle& mapping) {
     paths.push_back(mha::provide_weights(arrays_of(mapping)));
@@ -114,6 +139,9 @@ struct Provided {
 // weight dicts become in-memory inputs.
 json to_json(const std::string& key, const py::handle& v, Provided& provided) {
   if (v.is_none()) return nullptr;
+  if ((key == "query" || key == "key" || key == "value") &&
+      (py::isinstance<py::array>(v) || py::hasattr(v, "detach")))
+    return provided.input(v, key);
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   if (py::isinstance<py::int_>(v)) {
     try {

@@ -144,3 +144,31 @@ def test_stub_lists_every_config_key():
         stub = f.read()
     in_stub = set(re.findall(r"^    ([a-z_0-9]+): ", stub, re.M))
     assert keys - {"out_dir"} <= in_stub, sorted(keys - in_stub)
+
+
+RSS_SCRIPT = """
+import mha, numpy as np, resource, sys
+x = np.random.default_rng(0).random((64, 128, 1024), dtype=np.float32)  # 32 MiB
+if sys.argv[1] == "F":
+    x = np.asfortranarray(x)  # must be copied to C order
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+mha.attention(x, h=8, threads=2)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+"""
+
+
+def test_a_c_contiguous_float32_input_is_not_copied():
+    def growth_kib(order):
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(mha.__file__)))
+        p = subprocess.run([sys_executable(), "-c", RSS_SCRIPT, order], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return int(p.stdout)
+    borrowed, copied = growth_kib("C"), growth_kib("F")
+    # the Fortran-order input costs at least one more copy of its 32 MiB at the peak
+    assert copied - borrowed >= 24 * 1024, (borrowed, copied)
+
+
+def sys_executable():
+    import sys
+    return sys.executable

@@ -629,6 +629,14 @@ const std::string& npy_stream(const std::string& path) {
 
 NpyArray read_npy(const std::string& path) {
   if (const NpyArray* given = provided_npy(path)) return *given;
+  if (const NpyView* view = provided_view(path)) {
+    NpyArray a;
+    a.dtype = view->dtype;
+    a.shape = view->shape;
+    const auto* p = static_cast<const unsigned char*>(view->data);
+    a.data.assign(p, p + view->bytes());
+    return a;
+  }
   if (is_stream_input(path)) return parse_npy(npy_stream(path), path);
   std::ifstream in;
   Header h = read_header(path, in);
@@ -651,7 +659,15 @@ NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name
 }
 
 NpyHeaderInfo read_npy_header(const std::string& path) {
-  if (const NpyArray* given = provided_npy(path)) {  // as encode_npy would write it
+  const NpyArray* given = provided_npy(path);
+  const NpyView* view = given ? nullptr : provided_view(path);
+  NpyArray shape_only;  // a view's dtype and shape (no data)
+  if (view) {
+    shape_only.dtype = view->dtype;
+    shape_only.shape = view->shape;
+    given = &shape_only;
+  }
+  if (given) {  // as encode_npy would write it
     NpyHeaderInfo h;
     h.descr = std::string(1, order_char(given->dtype)) + info(given->dtype).kind +
               std::to_string(info(given->dtype).size);
@@ -659,7 +675,7 @@ NpyHeaderInfo read_npy_header(const std::string& path) {
     h.big_endian = host_is_big_endian();
     h.shape = given->shape;
     h.header_bytes = npy_header(given->dtype, given->shape).size();
-    h.data_bytes = given->data.size();
+    h.data_bytes = view ? view->bytes() : given->data.size();
     return h;
   }
   if (is_stream_input(path)) return parse_npy_header(npy_stream(path), path);

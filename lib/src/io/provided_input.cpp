@@ -11,6 +11,7 @@ struct Registry {
   std::mutex mutex;
   std::size_t next = 0;
   std::map<std::string, std::unique_ptr<NpyArray>> arrays;
+  std::map<std::string, std::unique_ptr<NpyView>> views;
   std::map<std::string, std::unique_ptr<std::map<std::string, NpyArray>>> weights;
 };
 
@@ -29,6 +30,28 @@ std::string provide_npy(NpyArray array) {
   return path;
 }
 
+std::size_t NpyView::bytes() const {
+  std::size_t n = itemsize(dtype);
+  for (std::size_t d : shape) n *= d;
+  return n;
+}
+
+std::string provide_view(NpyView view) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const std::string path = "<memory:" + std::to_string(r.next++) + ">";
+  r.views[path] = std::make_unique<NpyView>(std::move(view));
+  return path;
+}
+
+const NpyView* provided_view(const std::string& path) {
+  if (path.compare(0, 8, "<memory:") != 0) return nullptr;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.views.find(path);
+  return it == r.views.end() ? nullptr : it->second.get();
+}
+
 std::string provide_weights(std::map<std::string, NpyArray> arrays) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -41,6 +64,7 @@ void release_provided(const std::string& path) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.arrays.erase(path);
+  r.views.erase(path);
   r.weights.erase(path);
 }
 

@@ -13,6 +13,7 @@
 #include "mha/inspect/heatmap.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/png.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/mask.hpp"
@@ -189,21 +190,48 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
   auto finite = [&](const auto& tensor, const std::string& name) {
     if (!c.allow_nonfinite) check_finite(tensor, name);
   };
-  std::optional<NpyArray> q = read_optional(c.query), k = read_optional(c.key),
-                          v = read_optional(c.value);
+  // Buffers the caller lent in the compute type and shape are used in place
+  // (the Python module's arrays); the rest is read and converted.
+  auto borrow = [&](const std::optional<std::string>& path, std::size_t L,
+                    std::size_t F) -> const T* {
+    const NpyView* view = path && !axes.active() ? provided_view(*path) : nullptr;
+    if (!view || view->dtype != npy_dtype<T>()) return nullptr;
+    const bool fits = view->shape == std::vector<std::size_t>{d.B, L, F} ||
+                      (d.B == 1 && view->shape == std::vector<std::size_t>{L, F});
+    return fits ? static_cast<const T*>(view->data) : nullptr;
+  };
+  auto check_view = [&](const T* p, std::size_t L, std::size_t F, const std::string& path) {
+    if (!c.allow_nonfinite) check_finite(p, d.B * L * F, {d.B, L, F}, path);
+  };
+  const auto key_path = c.key ? c.key : c.value;  // query + value: the value is the key too
+  const T* q_view = borrow(c.query, d.T, d.d_model);
+  const T* k_view = d.key_is_query ? nullptr : borrow(key_path, d.S, d.kdim);
+  const T* v_view = d.value_is_key ? nullptr : borrow(c.value, d.S, d.vdim);
+  const bool need_v = (!d.value_is_key && !v_view) || (!d.key_is_query && !c.key && !k_view);
+  std::optional<NpyArray> q = q_view ? std::nullopt : read_optional(c.query),
+                          k = k_view ? std::nullopt : read_optional(c.key),
+                          v = need_v ? read_optional(c.value) : std::nullopt;
   for (auto* file : {&q, &k, &v})
     if (*file) **file = axes.gather(std::move(**file));
   Loaded<T> l;
   Inputs<T>& in = l.in;
-  in.query =
-      make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, plan.threads);
-  report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
-  q.reset();
-  if (c.query) finite(in.query, axes.label(*c.query));
-  if (!d.key_is_query) {
-    // With files, query+value means the value file is the key too.
+  if (q_view) {
+    in.query_view = q_view;
+    report.sources["query"] = file_source(*c.query);
+    check_view(q_view, d.T, d.d_model, *c.query);
+  } else {
+    in.query =
+        make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, plan.threads);
+    report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
+    q.reset();
+    if (c.query) finite(in.query, axes.label(*c.query));
+  }
+  if (!d.key_is_query && k_view) {
+    in.key_view = k_view;
+    report.sources["key"] = file_source(*key_path);
+    check_view(k_view, d.S, d.kdim, *key_path);
+  } else if (!d.key_is_query) {
     const auto& key_file = k ? k : v;
-    const auto key_path = c.key ? c.key : c.value;
     in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed,
                            plan.threads);
     report.sources["key"] =
@@ -213,7 +241,11 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
     report.sources["key"] = {{"same_as", "query"}};
   }
   k.reset();
-  if (!d.value_is_key) {
+  if (!d.value_is_key && v_view) {
+    in.value_view = v_view;
+    report.sources["value"] = file_source(*c.value);
+    check_view(v_view, d.S, d.vdim, *c.value);
+  } else if (!d.value_is_key) {
     in.value =
         make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed, plan.threads);
     report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
@@ -341,7 +373,7 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     if (progress) progress->add();
   };
   r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_model});
-  transformer_stack<T>(s, l.in.query.data(), decoder ? l.memory.data() : nullptr, l.stack, l.mask,
+  transformer_stack<T>(s, l.in.query_data(), decoder ? l.memory.data() : nullptr, l.stack, l.mask,
                        l.cross_mask, options, r.output.data());
   if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan)
     for (std::size_t i = 0; i < r.output.size(); ++i)
@@ -432,7 +464,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     };
   }
   r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
-  attention_layer<T>(d, l.in.query.data(), l.in.key_data(d), l.in.value_data(d), l.w, l.mask,
+  attention_layer<T>(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), l.w, l.mask,
                      options, r.output.data());
   if (r.attention_stream && !r.gathered.empty()) {
     const unsigned char* g = r.gathered.data();
@@ -522,10 +554,17 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
     if (!d.key_is_query) stage("key.npy", unflatten<T>(axes, in.key, axes.key_shape(d.kdim)));
     if (!d.value_is_key) stage("value.npy", unflatten<T>(axes, in.value, axes.key_shape(d.vdim)));
   } else if (c.save_inputs) {
-    stage("query.npy", in.query);
+    // A borrowed input is written from the caller's buffer.
+    auto owned = [&](const T* view, const xt::xtensor<T, 3>& tensor, std::size_t L, std::size_t F) {
+      if (!view) return tensor;
+      xt::xtensor<T, 3> t = xt::xtensor<T, 3>::from_shape({d.B, L, F});
+      std::copy(view, view + t.size(), t.data());
+      return t;
+    };
+    stage("query.npy", owned(in.query_view, in.query, d.T, d.d_model));
     if (plan.stack && plan.stack->kind == LayerKind::decoder) stage("memory.npy", l.memory);
-    if (!d.key_is_query) stage("key.npy", in.key);
-    if (!d.value_is_key) stage("value.npy", in.value);
+    if (!d.key_is_query) stage("key.npy", owned(in.key_view, in.key, d.S, d.kdim));
+    if (!d.value_is_key) stage("value.npy", owned(in.value_view, in.value, d.S, d.vdim));
   }
 }
 

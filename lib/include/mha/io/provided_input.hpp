@@ -14,6 +14,18 @@ namespace mha {
 
 // Registers an array or a weights dict; returns its path. Thread-safe.
 std::string provide_npy(NpyArray array);
+
+// A caller's C-order, native-order buffer, borrowed: it must outlive the
+// registration. Readers that can use it in place (a run's query, key and
+// value in the compute dtype) do; read_npy copies it like any other.
+struct NpyView {
+  const void* data = nullptr;
+  DType dtype = DType::f4;
+  std::vector<std::size_t> shape;
+  std::size_t bytes() const;
+};
+std::string provide_view(NpyView view);
+const NpyView* provided_view(const std::string& path);
 std::string provide_weights(std::map<std::string, NpyArray> arrays);
 
 // Forgets a registration (its path then reads as a missing file).

@@ -19,9 +19,18 @@ struct Inputs {
   xt::xtensor<T, 3> query;  // (B, T, d_model)
   xt::xtensor<T, 3> key;    // (B, S, kdim); empty when dims.key_is_query
   xt::xtensor<T, 3> value;  // (B, S, vdim); empty when dims.value_is_key
+  // Borrowed instead: a caller's buffer of the compute type in C order
+  // (mha/io/provided_input.hpp's views), used in place without a copy; the
+  // tensor above is then empty.
+  const T *query_view = nullptr, *key_view = nullptr, *value_view = nullptr;
 
-  const T* key_data(const Dims& d) const { return d.key_is_query ? query.data() : key.data(); }
-  const T* value_data(const Dims& d) const { return d.value_is_key ? key_data(d) : value.data(); }
+  const T* query_data() const { return query_view ? query_view : query.data(); }
+  const T* key_data(const Dims& d) const {
+    return d.key_is_query ? query_data() : key_view ? key_view : key.data();
+  }
+  const T* value_data(const Dims& d) const {
+    return d.value_is_key ? key_data(d) : value_view ? value_view : value.data();
+  }
 };
 
 // One input tensor of shape (B, L, F): converted from `file` if given (its
