@@ -82,3 +82,8 @@ set_tests_properties(cli.streams PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 add_test(NAME cli.layers COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_layers.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.layers PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# Weights from and to .safetensors.
+add_test(NAME cli.safetensors COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_safetensors.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.safetensors PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

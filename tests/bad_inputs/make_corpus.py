@@ -511,6 +511,42 @@ add("layers_dec1.npz", npz_of(layer_weights(1, decoder=True)))
 add("memory_width6.npy", np_save(layer_rng.uniform(0, 1, (B, S, 6)).astype("<f4")))
 
 
+# ---------------------------------------------------------------------------
+# .safetensors (mha/io/safetensors.hpp): a good file of the attention weights
+# above, then hostile headers and offsets, each assembled byte by byte.
+
+
+def safetensors(header, data=b"", length=None):
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h) if length is None else length) + h + data
+
+
+def st_tensors(arrays):
+    header, blobs, at = {}, [], 0
+    for name, a in arrays.items():
+        raw = np.asarray(a, "<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    return header, b"".join(blobs)
+
+
+st_header, st_data = st_tensors(weights)
+add("st_good.safetensors", safetensors(st_header, st_data))
+add("st_header_100GiB.safetensors", safetensors(b"{}", b"", length=100 << 30))
+add("st_header_past_eof.safetensors", safetensors(b'{"W_q": {}}', b"", length=4096))
+add("st_header_not_json.safetensors", safetensors(b"{W_q: 1}"))
+add("st_header_list.safetensors", safetensors(b"[1, 2]"))
+add("st_dtype_i8.safetensors", safetensors(with_(st_header, W_q=dict(st_header["W_q"], dtype="I8")), st_data))
+add("st_offsets_past_data.safetensors",
+    safetensors(with_(st_header, W_o=dict(st_header["W_o"], data_offsets=[st_header["W_o"]["data_offsets"][0], len(st_data) + 4])), st_data))
+add("st_shape_disagrees.safetensors", safetensors(with_(st_header, W_q=dict(st_header["W_q"], shape=[8, 9])), st_data))
+add("st_overlap.safetensors",
+    safetensors(with_(st_header, W_k=dict(st_header["W_k"], data_offsets=st_header["W_q"]["data_offsets"])), st_data))
+add("st_gap.safetensors", safetensors(st_header, st_data + b"\0" * 16))
+add("st_too_short.safetensors", b"\x08\0\0")
+
+
 def write_all(check):
     bad = []
     for name, data in sorted(files.items()):

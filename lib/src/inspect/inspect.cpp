@@ -14,6 +14,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/npz.hpp"
+#include "mha/io/safetensors.hpp"
 #include "mha/io/stream_input.hpp"
 
 namespace mha {
@@ -593,6 +594,16 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
 std::vector<InspectResult> inspect_file(const std::string& path, const InspectOptions& options,
                                         const Warn& warn) {
   std::vector<InspectResult> results;
+  if (std::filesystem::path(path).extension() == ".safetensors" || looks_like_safetensors(path)) {
+    for (const auto& [key, array] : read_safetensors(path)) {  // each tensor as its .npy
+      const std::string bytes = encode_npy(array);
+      Origin origin;
+      origin.name = path + ":" + key;
+      origin.bytes = &bytes;
+      results.push_back(inspect_array(origin, options, warn));
+    }
+    return results;
+  }
   if (!is_npz(path)) {
     results.push_back(inspect_npy(path, options, warn));
     return results;

@@ -7,6 +7,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/output_set.hpp"
+#include "mha/io/safetensors.hpp"
 #include "mha/model/layer_weights.hpp"
 #include "mha/model/weights.hpp"
 
@@ -348,7 +349,10 @@ WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, We
       std::filesystem::equivalent(path, in, ec))
     fail_input(out + ": output would overwrite the input; choose another path");
   OutputSet set(path.has_parent_path() ? path.parent_path().string() : ".");
-  set.stage_npz(path.filename().string(), arrays);
+  if (path.extension() == ".safetensors")
+    set.stage_bytes(path.filename().string(), encode_safetensors(arrays));
+  else
+    set.stage_npz(path.filename().string(), arrays);
   set.commit();
   return native.format;
 }

@@ -5,6 +5,7 @@
 #include "mha/base/error.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/io/provided_input.hpp"
+#include "mha/io/safetensors.hpp"
 #include "mha/model/rng.hpp"
 
 namespace mha {
@@ -48,6 +49,8 @@ std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
     }
     if (ec) fail_input(path + ": cannot list weights directory: " + ec.message());
     if (arrays.empty()) fail_input(path + ": weights directory holds no .npy files");
+  } else if (fs::path(path).extension() == ".safetensors" || looks_like_safetensors(path)) {
+    arrays = read_safetensors(path);
   } else {
     arrays = read_npz(path);
   }

@@ -1,0 +1,39 @@
+// .safetensors files (the format model hubs publish checkpoints in): an
+// 8-byte little-endian header length N, N bytes of JSON header
+// {"NAME": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
+//  "__metadata__": {...}}, then the tensors' raw little-endian bytes, offsets
+// relative to the end of the header.
+//
+// Reading checks everything before allocating: the header length against a
+// 100 MiB cap and the file's size, the JSON, every tensor's dtype (F32, F64,
+// F16, BF16), shape and offsets against the file and against its shape and
+// dtype, that no two tensors overlap and that the data has no gaps. BF16
+// tensors are widened to float32 exactly (bits << 16).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mha/io/npy.hpp"
+
+namespace mha {
+
+// Whether `path` starts like a safetensors file (a plausible header length
+// followed by '{'), for files not named .safetensors.
+bool looks_like_safetensors(const std::string& path);
+
+// Every tensor of the file; throws mha::Error (invalid_input) naming the file
+// and the tensor on anything malformed.
+std::map<std::string, NpyArray> read_safetensors(const std::string& path);
+
+// The same from bytes in memory; `name` starts every message.
+std::map<std::string, NpyArray> parse_safetensors(const std::string& bytes,
+                                                  const std::string& name);
+
+// The bytes of a safetensors file holding `tensors` (float16/32/64 only), in
+// the order given, aligned to 8 bytes as the reference writer does.
+std::string encode_safetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors);
+
+}  // namespace mha

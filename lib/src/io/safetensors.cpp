@@ -1,0 +1,224 @@
+#include "mha/io/safetensors.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/base/error.hpp"
+#include "mha/io/stream_input.hpp"
+
+namespace mha {
+
+namespace {
+
+using nlohmann::json;
+
+// The reference implementation's limit on the header: far above any real
+// checkpoint's (a few MiB for thousands of tensors).
+constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{100} << 20;
+
+struct Entry {
+  std::string name;
+  std::string dtype;
+  std::vector<std::size_t> shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
+std::size_t dtype_size(const std::string& d) {
+  if (d == "F64") return 8;
+  if (d == "F32") return 4;
+  if (d == "F16" || d == "BF16") return 2;
+  return 0;
+}
+
+std::uint64_t read_u64(const unsigned char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// The header's entries, checked against the data size, sorted by offset.
+std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size,
+                                const std::string& name) {
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& e) {
+    fail_input(name + ": the safetensors header is not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!header.is_object()) fail_input(name + ": the safetensors header is not a JSON object");
+  std::vector<Entry> entries;
+  for (const auto& [key, v] : header.items()) {
+    if (key == "__metadata__") continue;
+    const std::string what = name + ": tensor '" + key + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
+      fail_input(what + ": expected {\"dtype\", \"shape\", \"data_offsets\"}");
+    Entry e;
+    e.name = key;
+    if (!v["dtype"].is_string()) fail_input(what + ": dtype is not a string");
+    e.dtype = v["dtype"].get<std::string>();
+    const std::size_t item = dtype_size(e.dtype);
+    if (!item)
+      fail_input(what + ": dtype " + e.dtype + " is not read; expected F32, F64, F16 or BF16");
+    if (!v["shape"].is_array()) fail_input(what + ": shape is not a list");
+    std::uint64_t count = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t{1} << 40))
+        fail_input(what + ": shape " + v["shape"].dump() + " is not a list of sizes");
+      const std::uint64_t n = d.get<std::uint64_t>();
+      if (n && count > std::numeric_limits<std::uint64_t>::max() / n / item)
+        fail_input(what + ": shape " + v["shape"].dump() + " overflows");
+      count *= n;
+      e.shape.push_back(static_cast<std::size_t>(n));
+    }
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      fail_input(what + ": data_offsets is not [begin, end]");
+    e.begin = off[0].get<std::uint64_t>();
+    e.end = off[1].get<std::uint64_t>();
+    if (e.end < e.begin || e.end > data_size)
+      fail_input(what + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                 std::to_string(e.end) + "] lie outside the " + std::to_string(data_size) +
+                 " data bytes");
+    if (e.end - e.begin != count * item)
+      fail_input(what + ": data_offsets hold " + std::to_string(e.end - e.begin) +
+                 " bytes, but a " + e.dtype + " tensor of shape " + shape_str(e.shape) + " needs " +
+                 std::to_string(count * item));
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
+  std::uint64_t at = 0;
+  for (const Entry& e : entries) {
+    if (e.begin < at)
+      fail_input(name + ": tensor '" + e.name + "' overlaps the tensor before it (data_offsets " +
+                 std::to_string(e.begin) + " < " + std::to_string(at) + ")");
+    if (e.begin > at)
+      fail_input(name + ": bytes " + std::to_string(at) + " to " + std::to_string(e.begin) +
+                 " of the data belong to no tensor (a safetensors file has no gaps)");
+    at = e.end;
+  }
+  if (at != data_size)
+    fail_input(name + ": the last " + std::to_string(data_size - at) +
+               " data bytes belong to no tensor (a safetensors file has no gaps)");
+  return entries;
+}
+
+NpyArray tensor_of(const Entry& e, const unsigned char* data) {
+  NpyArray a;
+  a.shape = e.shape;
+  const std::size_t bytes = static_cast<std::size_t>(e.end - e.begin);
+  if (e.dtype == "BF16") {  // widened exactly: bfloat16 is float32's upper half
+    a.dtype = DType::f4;
+    a.data.resize(bytes * 2);
+    for (std::size_t i = 0; i < bytes / 2; ++i) {
+      const std::uint32_t bits =
+          (std::uint32_t{data[2 * i + 1]} << 24) | (std::uint32_t{data[2 * i]} << 16);
+      std::memcpy(&a.data[4 * i], &bits, 4);
+    }
+    return a;
+  }
+  a.dtype = e.dtype == "F64" ? DType::f8 : e.dtype == "F32" ? DType::f4 : DType::f2;
+  a.data.assign(data, data + bytes);  // little-endian, as this host
+  return a;
+}
+
+}  // namespace
+
+std::map<std::string, NpyArray> parse_safetensors(const std::string& bytes,
+                                                  const std::string& name) {
+  if (bytes.size() < 8) fail_input(name + ": too short for a safetensors file (under 8 bytes)");
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const std::uint64_t n = read_u64(p);
+  if (n > kMaxHeaderBytes)
+    fail_input(name + ": safetensors header length " + std::to_string(n) +
+               " is over the 104857600-byte (100 MiB) limit");
+  if (n > bytes.size() - 8)
+    fail_input(name + ": safetensors header length " + std::to_string(n) +
+               " runs past the end of the file (" + std::to_string(bytes.size()) + " bytes)");
+  const std::vector<Entry> entries =
+      parse_header(bytes.substr(8, static_cast<std::size_t>(n)), bytes.size() - 8 - n, name);
+  std::map<std::string, NpyArray> out;
+  for (const Entry& e : entries) out[e.name] = tensor_of(e, p + 8 + n + e.begin);
+  return out;
+}
+
+std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
+  if (is_stream_input(path)) return parse_safetensors(stream_input_bytes(path), path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open: " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  if (size < 8) fail_input(path + ": too short for a safetensors file (under 8 bytes)");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  const std::uint64_t n = read_u64(len);
+  const auto file_size = static_cast<std::uint64_t>(size);
+  if (n > kMaxHeaderBytes)
+    fail_input(path + ": safetensors header length " + std::to_string(n) +
+               " is over the 104857600-byte (100 MiB) limit");
+  if (n > file_size - 8)
+    fail_input(path + ": safetensors header length " + std::to_string(n) +
+               " runs past the end of the file (" + std::to_string(file_size) + " bytes)");
+  std::string header(static_cast<std::size_t>(n), '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const std::vector<Entry> entries = parse_header(header, file_size - 8 - n, path);
+  std::map<std::string, NpyArray> out;
+  std::vector<unsigned char> buffer;
+  for (const Entry& e : entries) {  // the offsets were checked: only declared bytes are read
+    buffer.resize(static_cast<std::size_t>(e.end - e.begin));
+    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+    if (!buffer.empty() && !in.read(reinterpret_cast<char*>(buffer.data()),
+                                    static_cast<std::streamsize>(buffer.size())))
+      fail_input(path + ": cannot read tensor '" + e.name + "' (was the file truncated?)");
+    out[e.name] = tensor_of(e, buffer.data());
+  }
+  return out;
+}
+
+bool looks_like_safetensors(const std::string& path) {
+  unsigned char head[9];
+  if (is_stream_input(path)) {  // a pipe is read once: look at the bytes kept from it
+    const std::string& bytes = stream_input_bytes(path);
+    if (bytes.size() < 9) return false;
+    std::memcpy(head, bytes.data(), 9);
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(head), 9)) return false;
+  }
+  return read_u64(head) <= kMaxHeaderBytes && head[8] == '{';
+}
+
+std::string encode_safetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors) {
+  json header = json::object();
+  std::uint64_t at = 0;
+  for (const auto& [name, a] : tensors) {
+    const char* dtype = a.dtype == DType::f8   ? "F64"
+                        : a.dtype == DType::f4 ? "F32"
+                        : a.dtype == DType::f2 ? "F16"
+                                               : nullptr;
+    if (!dtype)
+      fail_input(name + ": a " + a.describe() + " cannot be written to safetensors (floats only)");
+    header[name] = {
+        {"dtype", dtype}, {"shape", a.shape}, {"data_offsets", {at, at + a.data.size()}}};
+    at += a.data.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  out += text;
+  for (const auto& [name, a] : tensors)
+    out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size());
+  return out;
+}
+
+}  // namespace mha
