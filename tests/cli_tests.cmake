@@ -87,3 +87,8 @@ set_tests_properties(cli.layers PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 add_test(NAME cli.safetensors COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_safetensors.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.safetensors PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# Rotary position embeddings against NumPy transcriptions of LLaMA's and GPT-J's.
+add_test(NAME cli.rope COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_rope.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.rope PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

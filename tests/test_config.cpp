@@ -561,12 +561,14 @@ TEST_CASE("to_json lists every key and round-trips through apply", "[config]") {
   CHECK(defaults["key_lengths"].is_null());
 }
 
-TEST_CASE("config_keys: bare-flag keys are the booleans, causal and save_weights", "[config]") {
+TEST_CASE("config_keys: bare-flag keys are the booleans, causal, save_weights and rope",
+          "[config]") {
   for (const auto& k : mha::config_keys()) {
     INFO("key " << k.name);
     const std::string hint = k.value_hint;
     const std::string name = k.name;
-    CHECK(k.is_bool == (hint == "BOOL" || name == "causal" || name == "save_weights"));
+    CHECK(k.is_bool ==
+          (hint == "BOOL" || name == "causal" || name == "save_weights" || name == "rope"));
     CHECK(std::string(k.help).size() > 0);
   }
 }

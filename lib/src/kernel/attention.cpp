@@ -158,6 +158,52 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   return p;
 }
 
+// RoPE (attention.hpp) in place on `rows` rows of `heads` heads of width
+// d_k at X + r * ld + head * d_k, the row of batch b position t being r =
+// b * L + t. cos and sin come from a table of L x dim/2 angles, computed in
+// double: O(L d_k), never (B, L, d_k).
+template <class T>
+void rotate(T* X, std::size_t ld, std::size_t B, std::size_t L, std::size_t heads, std::size_t d_k,
+            const Rope& rope, std::size_t offset, int threads) {
+  const std::size_t dim = rope.dim ? rope.dim : d_k, half = dim / 2;
+  std::vector<T> cos_t(L * half), sin_t(L * half);
+  for (std::size_t t = 0; t < L; ++t)
+    for (std::size_t i = 0; i < half; ++i) {
+      const double pos = static_cast<double>(offset + t) / rope.scaling;
+      const double angle =
+          pos * std::pow(rope.theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+      cos_t[t * half + i] = static_cast<T>(std::cos(angle));
+      sin_t[t * half + i] = static_cast<T>(std::sin(angle));
+    }
+  const bool interleaved = rope.layout == RopeLayout::interleaved;
+  constexpr std::size_t kRows = 64;  // rows per task, fixed by the shape
+  parallel_for((B * L + kRows - 1) / kRows, threads, [&](std::size_t task, int) {
+    const std::size_t r1 = std::min(B * L, (task + 1) * kRows);
+    for (std::size_t r = task * kRows; r < r1; ++r) {
+      const T* c = &cos_t[(r % L) * half];
+      const T* sn = &sin_t[(r % L) * half];
+      for (std::size_t head = 0; head < heads; ++head) {
+        T* x = X + r * ld + head * d_k;
+        for (std::size_t i = 0; i < half; ++i) {
+          const std::size_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+          const T x0 = x[a], x1 = x[b];
+          x[a] = x0 * c[i] - x1 * sn[i];
+          x[b] = x1 * c[i] + x0 * sn[i];
+        }
+      }
+    }
+  });
+}
+
+// The projected Q and K of `p`, writable (p owns them).
+template <class T>
+void apply_rope(const Dims& d, Projections<T>& p, const Rope& rope, int threads) {
+  T* Q = p.qkv.get();
+  T* K = p.kv.data ? p.kv.get() : p.k.data ? p.k.get() : p.qkv.get() + d.h * d.d_k;
+  rotate(Q, p.ldq, d.B, d.T, d.h, d.d_k, rope, rope.offset, threads);
+  rotate(K, p.ldk, d.B, d.S, d.kv(), d.d_k, rope, 0, threads);
+}
+
 // What one head-block computation needs, shared read-only by all tasks.
 template <class T>
 struct Job {
@@ -379,7 +425,14 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
   }
   const int threads = resolve_threads(opt.threads);
-  const Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  if (opt.rope.layout != RopeLayout::none) {
+    const std::size_t dim = opt.rope.dim ? opt.rope.dim : d.d_k;
+    if (dim % 2 || dim > d.d_k)
+      fail_input("rope_dim: " + std::to_string(dim) +
+                 " must be even and at most d_k = " + std::to_string(d.d_k));
+    apply_rope(d, p, opt.rope, threads);
+  }
   Buffer<T> context(d.B * d.T * d.h * d.d_v);
   // Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
   // the fused kernel is fastest with large square blocks (fewer BLAS packing

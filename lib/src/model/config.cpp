@@ -68,6 +68,12 @@ const std::vector<ConfigKey> kKeys = {
     {"attention_axes", "LIST", "axes of an N-D query to attend over (Keras), e.g. 2,3", false},
     {"output_dtype", "TYPE",
      "dtype of written tensors: float16, float32 or float64 (default: the compute dtype)", false},
+    {"rope", "LAYOUT", "rotary positions on q and k: half (LLaMA), interleaved (GPT-J) or false",
+     true},
+    {"rope_theta", "FLOAT", "RoPE base (default 10000)", false},
+    {"rope_dim", "INT", "features per head that rotate (default d_k)", false},
+    {"position_offset", "INT", "the first query's position for RoPE (keys start at 0)", false},
+    {"rope_scaling", "FLOAT", "linear RoPE position scaling factor >= 1 (default 1)", false},
     // Transformer layers (docs/layers.md).
     {"layer", "KIND", "attention (default), encoder or decoder: Transformer layers around it",
      false},
@@ -162,6 +168,11 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
   if (key == "kv_heads") return size(c.kv_heads);
   if (key == "window") return size(c.window);
   if (key == "d_ff") return size(c.d_ff);
+  if (key == "rope_dim") return size(c.rope_dim);
+  if (key == "position_offset") {
+    c.position_offset = v.is_null() ? 0 : get_int(v, where, 0, kMaxSize);
+    return true;
+  }
   if (key == "num_layers") {
     c.num_layers = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 1, 1024));
     return true;
@@ -234,6 +245,17 @@ bool set_choice(Config& c, const std::string& key, const json& v, const std::str
     c.masked_rows = v.is_null() ? MaskedRows::zero : get_enum(v, where, names);
     return true;
   }
+  if (key == "rope") {
+    using R = Config::RopeKind;
+    if (v.is_null() || (v.is_boolean() && !v.get<bool>())) return c.rope = R::none, true;
+    if (v.is_boolean()) return c.rope = R::half, true;
+    static const std::pair<const char*, R> names[] = {{"half", R::half},
+                                                      {"interleaved", R::interleaved}};
+    for (const auto& [name, value] : names)
+      if (v.is_string() && v.get<std::string>() == name) return c.rope = value, true;
+    fail_input(where + ": expected false, true (= 'half'), 'half' or 'interleaved', got " +
+               json_excerpt(v));
+  }
   if (key == "layer") {
     static const std::pair<const char*, LayerKind> names[] = {{"attention", LayerKind::attention},
                                                               {"encoder", LayerKind::encoder},
@@ -286,6 +308,18 @@ bool set_number(Config& c, const std::string& key, const json& v, const std::str
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() == 0.0)
       fail_input(where + ": expected a finite non-zero number, got " + json_excerpt(v));
     c.scale = v.get<double>();
+    return true;
+  }
+  if (key == "rope_theta" || key == "rope_scaling") {
+    double& field = key == "rope_theta" ? c.rope_theta : c.rope_scaling;
+    if (v.is_null()) return field = key == "rope_theta" ? 10000 : 1, true;
+    const bool number = v.is_number() && std::isfinite(v.get<double>());
+    if (!number || (key == "rope_theta" ? v.get<double>() <= 0 : v.get<double>() < 1))
+      fail_input(where +
+                 (key == "rope_theta" ? ": expected a finite positive number, got "
+                                      : ": expected a finite number >= 1, got ") +
+                 json_excerpt(v));
+    field = v.get<double>();
     return true;
   }
   if (key == "layer_norm_eps") {
@@ -542,6 +576,12 @@ json Config::to_json() const {
   j["softcap"] = opt(softcap);
   j["attention_axes"] = opt(attention_axes);
   j["output_dtype"] = output_dtype ? json(to_string(*output_dtype)) : json(nullptr);
+  j["rope"] =
+      rope == RopeKind::none ? json(false) : json(rope == RopeKind::half ? "half" : "interleaved");
+  j["rope_theta"] = rope_theta;
+  j["rope_dim"] = opt(rope_dim);
+  j["position_offset"] = position_offset;
+  j["rope_scaling"] = rope_scaling;
   j["layer"] = to_string(layer);
   j["num_layers"] = opt(num_layers);
   j["d_ff"] = opt(d_ff);

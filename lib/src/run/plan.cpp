@@ -58,6 +58,17 @@ const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFo
 
 namespace {
 
+void check_rope(const Config& c, const Dims& d) {
+  if (!c.rope_dim) return;
+  if (c.rope == Config::RopeKind::none)
+    fail_input("rope_dim: " + std::to_string(*c.rope_dim) +
+               " without rope; set rope: half or "
+               "interleaved");
+  if (*c.rope_dim % 2 || static_cast<std::size_t>(*c.rope_dim) > d.d_k)
+    fail_input("rope_dim: " + std::to_string(*c.rope_dim) +
+               " must be even and at most d_k = " + std::to_string(d.d_k));
+}
+
 // The plan of a stack of Transformer layers (docs/layers.md): the input is
 // the query, the self-attention's sizes are resolved as an attention run's
 // (key = value = query), the cross-attention's keys come from the memory.
@@ -108,6 +119,7 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   self.weights.reset();
   self.kv_seq_len.reset();
   const Dims& d = p.dims = s.self = resolve_dims(self, shapes);
+  check_rope(c, d);
   if (!d.key_is_query || !d.value_is_key || d.S != d.T)
     fail_runtime("internal: a layer's self-attention did not resolve as self-attention");
   if (d.d_out != d.d_model)
@@ -215,6 +227,7 @@ RunPlan plan_run(const Config& c, PlanFiles& files) {
   // Biases: as the weights file has them, unless the config says otherwise.
   p.use_bias = c.use_bias.value_or(!p.weights || p.weights->arrays.count("b_q") > 0);
   const Dims& d = p.dims = resolve_dims(c, shapes);
+  check_rope(c, d);
   if (c.save_weights && c.save_weights_format != WeightsFormat::native && d.kv() != d.h)
     fail_input(std::string("save_weights: grouped-query weights (kv_heads = ") +
                std::to_string(d.kv()) + " < h = " + std::to_string(d.h) + ") have no " +

@@ -106,6 +106,18 @@ OutputType output_type(const Config& c) {
   return c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
 }
 
+Rope rope_of(const Config& c) {
+  Rope r;
+  r.layout = c.rope == Config::RopeKind::half          ? RopeLayout::half
+             : c.rope == Config::RopeKind::interleaved ? RopeLayout::interleaved
+                                                       : RopeLayout::none;
+  r.theta = c.rope_theta;
+  r.dim = c.rope_dim ? static_cast<std::size_t>(*c.rope_dim) : 0;
+  r.offset = static_cast<std::size_t>(c.position_offset);
+  r.scaling = c.rope_scaling;
+  return r;
+}
+
 // The tensors a run computes on, as the load stage made them.
 template <class T>
 struct Loaded {
@@ -310,8 +322,10 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   sa.allow_nonfinite = c.allow_nonfinite;
   sa.softcap = static_cast<T>(c.softcap.value_or(0.0));
   sa.bf16_gemm = options.bf16_gemm;
+  sa.rope = rope_of(c);
   LayerOptions<T>& ca = options.cross_attn;
   ca = sa;
+  ca.rope = Rope{};  // rotary positions are the self-attention's
   ca.softcap = T(0);
   ca.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.cross.d_k)));
   // Maps: (L, B, h, T, S), or (L, B, T, S) averaged over heads.
@@ -414,6 +428,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   options.softcap = static_cast<T>(c.softcap.value_or(0.0));
   options.bf16_gemm = c.dtype == ComputeType::bfloat16;
   options.progress = progress;
+  options.rope = rope_of(c);
   // The exact path feeds attention.npy (save_attention) and attention.png's
   // panels (plot) block by block; neither holds a whole map.
   if (c.save_attention || c.plot) {

@@ -42,6 +42,21 @@ template <class T>
 using AttentionSink = std::function<void(std::size_t b, std::size_t head, std::size_t t0,
                                          std::size_t rows, const T* block)>;
 
+// Rotary position embeddings (RoPE, Su et al. 2021) on each head's q and k,
+// after the projections: the first `dim` features of a head (all d_k when 0)
+// rotate in pairs by angle position * theta^(-2i/dim), pairs (i, i + dim/2)
+// (half: GPT-NeoX, LLaMA) or (2i, 2i + 1) (interleaved: GPT-J). Queries sit at
+// positions offset + t, keys at s; positions are divided by `scaling`
+// (linear position interpolation).
+enum class RopeLayout { none, half, interleaved };
+struct Rope {
+  RopeLayout layout = RopeLayout::none;
+  double theta = 10000;
+  std::size_t dim = 0;
+  std::size_t offset = 0;
+  double scaling = 1;
+};
+
 template <class T>
 struct LayerOptions {
   T scale = 1;
@@ -65,6 +80,7 @@ struct LayerOptions {
   bool bf16_gemm = false;
   // If set, the attention blocks (tasks) are counted into it as they finish.
   StageProgress* progress = nullptr;
+  Rope rope;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

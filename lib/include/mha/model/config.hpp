@@ -75,6 +75,13 @@ struct Config {
   std::optional<double> softcap;         // logits <- c * tanh(logits / c)
   std::optional<std::vector<std::int64_t>> attention_axes;  // Keras attention_axes (N-D inputs)
 
+  // Rotary position embeddings (docs/config.md, "Attention variants").
+  enum class RopeKind { none, half, interleaved } rope = RopeKind::none;
+  double rope_theta = 10000;
+  std::optional<std::int64_t> rope_dim;  // unset: d_k
+  std::int64_t position_offset = 0;      // the first query's position
+  double rope_scaling = 1;               // linear position scaling: positions / rope_scaling
+
   // Transformer layers (docs/layers.md); unused with layer attention.
   LayerKind layer = LayerKind::attention;
   std::optional<std::int64_t> num_layers;  // unset: from the weights file, else 1
