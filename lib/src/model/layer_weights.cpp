@@ -45,11 +45,15 @@ NativeWeights torch_layers_to_native(const Arrays& in, const std::string& path) 
   std::map<std::string, Arrays> attention;  // "layers.0.self_attn." -> its torch tensors
   NativeWeights out;
   out.format = WeightsFormat::torch;
-  for (const auto& [full, array] : in) {
+  for (const auto& entry : in) {  // no structured bindings: the lambda below captures them
+    const std::string& full = entry.first;
+    const NpyArray& array = entry.second;
     if (!starts_with(full, prefix))
       fail_input(path + ": unknown tensor '" + full + "' (the others start with '" + prefix + "')");
     const std::string name = full.substr(prefix.size());
-    auto [layer, rest] = split_layer(name);
+    const std::pair<std::size_t, std::string> split = split_layer(name);
+    const std::size_t layer = split.first;
+    const std::string& rest = split.second;
     std::string native_layer =
         "layers." + std::to_string(layer == std::string::npos ? 0 : layer) + ".";
     if (layer == std::string::npos && starts_with(name, "norm.")) {  // the stack's final norm
