@@ -92,3 +92,8 @@ set_tests_properties(cli.safetensors PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 add_test(NAME cli.rope COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_rope.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.rope PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# One layer of BERT, GPT-2 and LLaMA-style checkpoints by their own names (presets).
+add_test(NAME cli.presets COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_presets.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.presets PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

@@ -228,8 +228,8 @@ TEST_CASE("interop keys: weights_format, mask_true_means, key_padding_mask", "[c
     CHECK(std::string(mha::to_string(c.weights_format)) == f);
   }
   CHECK_THAT(error_of("weights_format", "onnx"),
-             Equals("run.json: key 'weights_format': expected 'auto', 'native', 'torch' or "
-                    "'keras', got \"onnx\""));
+             Equals("run.json: key 'weights_format': expected 'auto', 'native', 'torch', "
+                    "'keras', 'bert', 'gpt2' or 'llama', got \"onnx\""));
   set(c, "mask_true_means", "ignore");
   CHECK(c.mask_true_means == mha::MaskTrueMeans::ignore);
   set(c, "mask_true_means", nullptr);

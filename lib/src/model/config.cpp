@@ -45,7 +45,12 @@ const std::vector<ConfigKey> kKeys = {
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
     {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
-    {"weights_format", "LAYOUT", "weights layout: auto, native, torch or keras", false},
+    {"weights_format", "LAYOUT",
+     "weights layout: auto, native, torch, keras, or a checkpoint preset: bert, gpt2, llama",
+     false},
+    {"layer_index", "INT", "the layer to take from a whole-model checkpoint", false},
+    {"weights_prefix", "TEXT", "take the weights whose names start with this, prefix stripped",
+     false},
     {"causal", "MODE", "false, true (top-left) or bottom-right", true},
     {"mask", "PATH", ".npy mask: bool (true = attend) or float (added to logits)", false},
     {"mask_true_means", "MEANING", "true in a bool mask means attend (default) or ignore", false},
@@ -178,6 +183,15 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
     return true;
   }
   if (key == "memory") return path(c.memory);
+  if (key == "weights_prefix") {
+    c.weights_prefix =
+        v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a tensor name prefix"));
+    return true;
+  }
+  if (key == "layer_index") {
+    c.layer_index = v.is_null() ? std::nullopt : std::optional(get_int(v, where, 0, kMaxSize));
+    return true;
+  }
   if (key == "norm_first") return flag(c.norm_first, false);
   if (key == "final_norm") {
     c.final_norm = v.is_null() ? std::nullopt : std::optional(get_bool(v, where));
@@ -211,10 +225,10 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
 bool set_choice(Config& c, const std::string& key, const json& v, const std::string& where) {
   if (key == "weights_format") {
     static const std::pair<const char*, WeightsFormat> names[] = {
-        {"auto", WeightsFormat::auto_detect},
-        {"native", WeightsFormat::native},
-        {"torch", WeightsFormat::torch},
-        {"keras", WeightsFormat::keras}};
+        {"auto", WeightsFormat::auto_detect}, {"native", WeightsFormat::native},
+        {"torch", WeightsFormat::torch},      {"keras", WeightsFormat::keras},
+        {"bert", WeightsFormat::bert},        {"gpt2", WeightsFormat::gpt2},
+        {"llama", WeightsFormat::llama}};
     c.weights_format = v.is_null() ? WeightsFormat::auto_detect : get_enum(v, where, names);
     return true;
   }
@@ -553,6 +567,8 @@ json Config::to_json() const {
   j["value"] = opt(value);
   j["weights"] = opt(weights);
   j["weights_format"] = to_string(weights_format);
+  j["layer_index"] = opt(layer_index);
+  j["weights_prefix"] = opt(weights_prefix);
   // A decoder's default (causal) is its own: null until given, so a run.json's
   // "top-left" (the plan sets it) still matches the config it came from.
   j["causal"] = layer == LayerKind::decoder && !causal_given ? json(nullptr)

@@ -9,6 +9,7 @@
 #include "mha/io/output_set.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/model/layer_weights.hpp"
+#include "mha/model/presets.hpp"
 #include "mha/model/weights.hpp"
 
 namespace mha {
@@ -233,6 +234,12 @@ const char* to_string(WeightsFormat f) {
       return "torch";
     case WeightsFormat::keras:
       return "keras";
+    case WeightsFormat::bert:
+      return "bert";
+    case WeightsFormat::gpt2:
+      return "gpt2";
+    case WeightsFormat::llama:
+      return "llama";
   }
   return "?";
 }
@@ -262,6 +269,12 @@ WeightsFormat detect_weights_format(const Arrays& arrays, const std::string& pat
 }
 
 NativeWeights to_native(const Arrays& arrays, WeightsFormat format, const std::string& path) {
+  if (format == WeightsFormat::auto_detect)
+    if (const auto preset = detect_preset(arrays)) format = *preset;
+  if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
+      format == WeightsFormat::llama)
+    return preset_to_native(select_layer(arrays, format, std::nullopt, std::nullopt, path), format,
+                            path);
   if (format == WeightsFormat::auto_detect) format = detect_weights_format(arrays, path);
   if (format == WeightsFormat::torch) return torch_to_native(arrays, path);
   if (format == WeightsFormat::keras) return keras_to_native(arrays, path);
@@ -282,6 +295,11 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
   const bool bias = a.count("b_q");
   const NpyArray &W_q = a.at("W_q"), &W_k = a.at("W_k"), &W_v = a.at("W_v"), &W_o = a.at("W_o");
   std::vector<std::pair<std::string, NpyArray>> out;
+  if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
+      format == WeightsFormat::llama)
+    fail_input(what + ": " + to_string(format) +
+               " is a naming preset for reading checkpoints; "
+               "write native, torch or keras");
   if (format == WeightsFormat::native || format == WeightsFormat::auto_detect) {
     for (const auto& n : weight_names(bias)) out.emplace_back(n, a.at(n));
     return out;

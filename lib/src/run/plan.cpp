@@ -4,6 +4,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/kernel/mask.hpp"
+#include "mha/model/presets.hpp"
 #include "mha/model/weights.hpp"
 
 namespace mha {
@@ -28,12 +29,24 @@ DType PlanFiles::npy_dtype(const std::string& path) {
   return dtypes_.at(path);
 }
 
-const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format) {
-  const std::string key = std::string(to_string(format)) + ":" + path;
+const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format,
+                                        std::optional<std::int64_t> layer_index,
+                                        const std::optional<std::string>& prefix) {
+  const std::string key = std::string(to_string(format)) + ":" +
+                          (layer_index ? std::to_string(*layer_index) : "") + ":" +
+                          prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      weights_[key] = to_native(read_weight_arrays(path), format, path);
+      std::map<std::string, NpyArray> arrays = read_weight_arrays(path);
+      if (layer_index || prefix) {
+        std::optional<WeightsFormat> preset = detect_preset(arrays);
+        if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
+            format == WeightsFormat::llama)
+          preset = format;
+        arrays = select_layer(arrays, preset, layer_index, prefix, path);
+      }
+      weights_[key] = to_native(arrays, format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;
@@ -207,8 +220,16 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
 
 }  // namespace
 
-RunPlan plan_run(const Config& c, PlanFiles& files) {
+RunPlan plan_run(const Config& given, PlanFiles& files) {
   RunPlan p;
+  Config c = given;
+  // A checkpoint preset (bert, gpt2, llama) brings the model's settings (presets.hpp).
+  if (c.weights && c.layer == LayerKind::attention) {
+    const WeightsFormat f =
+        files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix).format;
+    if (f == WeightsFormat::bert || f == WeightsFormat::gpt2 || f == WeightsFormat::llama)
+      apply_preset_settings(c, f, *c.weights);
+  }
   p.config = c;
   p.threads = resolve_threads(c.threads);
   if (c.layer != LayerKind::attention) return plan_stack(c, files, std::move(p));
@@ -219,7 +240,7 @@ RunPlan plan_run(const Config& c, PlanFiles& files) {
   // attention_axes: N-D inputs run as (B', L, F), every other axis a batch axis.
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
-    p.weights = &files.weights(*c.weights, c.weights_format);
+    p.weights = &files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

@@ -27,8 +27,10 @@
 
 namespace mha {
 
-enum class WeightsFormat { auto_detect, native, torch, keras };
-const char* to_string(WeightsFormat format);  // "auto", "native", "torch", "keras"
+// bert, gpt2 and llama are naming presets of whole-model checkpoints
+// (presets.hpp): read only, one layer at a time.
+enum class WeightsFormat { auto_detect, native, torch, keras, bert, gpt2, llama };
+const char* to_string(WeightsFormat format);  // "auto", "native", "torch", "keras", "bert", ...
 
 // Guesses the layout from the tensor names; throws (invalid_input) naming
 // `path` when the names fit none.

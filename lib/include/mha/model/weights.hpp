@@ -52,6 +52,6 @@ Weights<T> random_weights(const Dims& dims, bool use_bias, std::uint64_t seed, i
 // Named arrays for writing weights.npz in the native layout.
 template <class T>
 std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& weights,
-                                                             const std::string& prefix = "");
+                                                            const std::string& prefix = "");
 
 }  // namespace mha

@@ -28,7 +28,10 @@ class PlanFiles {
  public:
   const std::vector<std::size_t>& npy_shape(const std::string& path);
   DType npy_dtype(const std::string& path);  // after npy_shape(path) succeeded
-  const NativeWeights& weights(const std::string& path, WeightsFormat format);
+  // One layer of a whole checkpoint with `layer_index` or `prefix` (presets.hpp).
+  const NativeWeights& weights(const std::string& path, WeightsFormat format,
+                               std::optional<std::int64_t> layer_index = std::nullopt,
+                               const std::optional<std::string>& prefix = std::nullopt);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format);
 
