@@ -130,7 +130,7 @@ class Presets(unittest.TestCase):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(maps, want_maps, rtol=1e-5, atol=1e-6)
 
-    def llama_like(self, model, biases):
+    def llama_like(self, model, biases, qk_norm=False):
         E, h, kv, d = 64, 4, 2, 16
         t = {"model.embed_tokens.weight": u(50, E)}
         for N in range(2):
@@ -142,9 +142,13 @@ class Presets(unittest.TestCase):
             if biases:
                 for n, m in (("q", h), ("k", kv), ("v", kv)):
                     t[p + f"self_attn.{n}_proj.bias"] = u(m * d)
+            if qk_norm:
+                t[p + "self_attn.q_norm.weight"] = rng.uniform(0.5, 1.5, d).astype(np.float32)
+                t[p + "self_attn.k_norm.weight"] = rng.uniform(0.5, 1.5, d).astype(np.float32)
             t[p + "input_layernorm.weight"], t[p + "mlp.gate_proj.weight"] = u(E), u(96, E)
         self.save(model, t, {"model_type": model, "num_attention_heads": h,
-                             "num_key_value_heads": kv, "rope_theta": 500000.0})
+                             "num_key_value_heads": kv, "rope_theta": 500000.0,
+                             "rms_norm_eps": 1e-5})
         x = rng.standard_normal((2, 9, E)).astype(np.float32)
         out, maps = self.run_mha(model, x, "--layer_index", "1")
         p = "model.layers.1.self_attn."
@@ -156,7 +160,11 @@ class Presets(unittest.TestCase):
             for n in ("q", "k", "v"):
                 w["W_" + n] = np.concatenate([w["W_" + n], t[p + f"{n}_proj.bias"][None, :]], 0)
         w = {k: v.astype(np.float64) for k, v in w.items()}
-        want, want_maps = llama_attention(x64, x64, w, h, kv, 500000.0, d, 0, True, False)
+        norms = None
+        if qk_norm:
+            norms = (t[p + "q_norm.weight"].astype(np.float64), t[p + "k_norm.weight"].astype(np.float64))
+        want, want_maps = llama_attention(x64, x64, w, h, kv, 500000.0, d, 0, True, False,
+                                          qk_norm=norms, eps=1e-5)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(maps, want_maps, rtol=1e-5, atol=1e-6)
 
@@ -165,6 +173,9 @@ class Presets(unittest.TestCase):
 
     def test_qwen2_biases(self):
         self.llama_like("qwen2", biases=True)
+
+    def test_qwen3_qk_norm(self):
+        self.llama_like("qwen3", biases=False, qk_norm=True)
 
     def test_errors_list_the_layers(self):
         self.save("g", {f"h.{N}.attn.c_attn.weight": u(8, 24) for N in (0, 1, 2)} |

@@ -35,13 +35,21 @@ def llama_rope(x, pos, theta, dim, interleaved):
     return np.concatenate((rot * cos + rotated * sin, rest), -1)
 
 
-def llama_attention(x, kv, w, h, kv_heads, theta, dim, offset, causal, interleaved, scaling=1.0):
+def rms_norm(x, g, eps):
+    """Qwen3RMSNorm over each head's features: x / sqrt(mean(x^2) + eps) * g."""
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def llama_attention(x, kv, w, h, kv_heads, theta, dim, offset, causal, interleaved, scaling=1.0,
+                    qk_norm=None, eps=1e-6):
     B, T, _ = x.shape
     S = kv.shape[1]
     d = w["W_q"].shape[1] // h
     q = (x @ w["W_q"]).reshape(B, T, h, d).transpose(0, 2, 1, 3)
     k = (kv @ w["W_k"]).reshape(B, S, kv_heads, d).transpose(0, 2, 1, 3)
     v = (kv @ w["W_v"]).reshape(B, S, kv_heads, d).transpose(0, 2, 1, 3)
+    if qk_norm is not None:  # Qwen3: q_norm, k_norm per head, before the rotary positions
+        q, k = rms_norm(q, qk_norm[0], eps), rms_norm(k, qk_norm[1], eps)
     q = llama_rope(q, (np.arange(T) + offset) / scaling, theta, dim, interleaved)
     k = llama_rope(k, np.arange(S) / scaling, theta, dim, interleaved)
     k, v = np.repeat(k, h // kv_heads, 1), np.repeat(v, h // kv_heads, 1)  # repeat_kv

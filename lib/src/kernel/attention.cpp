@@ -195,6 +195,25 @@ void rotate(T* X, std::size_t ld, std::size_t B, std::size_t L, std::size_t head
   });
 }
 
+// QK-norm in place: each head's d_k features x <- x / sqrt(mean(x^2) + eps) * g,
+// the mean in double, on `rows` rows of `heads` heads at X + r * ld.
+template <class T>
+void rms_norm_heads(T* X, std::size_t ld, std::size_t rows, std::size_t heads, std::size_t d_k,
+                    const xt::xtensor<T, 1>& g, T eps, int threads) {
+  constexpr std::size_t kRows = 64;
+  parallel_for((rows + kRows - 1) / kRows, threads, [&](std::size_t task, int) {
+    const std::size_t r1 = std::min(rows, (task + 1) * kRows);
+    for (std::size_t r = task * kRows; r < r1; ++r)
+      for (std::size_t head = 0; head < heads; ++head) {
+        T* x = X + r * ld + head * d_k;
+        double sq = 0;
+        for (std::size_t i = 0; i < d_k; ++i) sq += static_cast<double>(x[i]) * x[i];
+        const T inv = static_cast<T>(1 / std::sqrt(sq / static_cast<double>(d_k) + eps));
+        for (std::size_t i = 0; i < d_k; ++i) x[i] = x[i] * inv * g(i);
+      }
+  });
+}
+
 // The projected Q and K of `p`, writable (p owns them).
 template <class T>
 void apply_rope(const Dims& d, Projections<T>& p, const Rope& rope, int threads) {
@@ -426,6 +445,12 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   }
   const int threads = resolve_threads(opt.threads);
   Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  if (w.q_norm.size()) {  // QK-norm, before the rotary positions
+    T* Q = p.qkv.get();
+    T* K = p.kv.data ? p.kv.get() : p.k.data ? p.k.get() : p.qkv.get() + d.h * d.d_k;
+    rms_norm_heads(Q, p.ldq, d.B * d.T, d.h, d.d_k, w.q_norm, opt.qk_norm_eps, threads);
+    rms_norm_heads(K, p.ldk, d.B * d.S, d.kv(), d.d_k, w.k_norm, opt.qk_norm_eps, threads);
+  }
   if (opt.rope.layout != RopeLayout::none) {
     const std::size_t dim = opt.rope.dim ? opt.rope.dim : d.d_k;
     if (dim % 2 || dim > d.d_k)

@@ -79,6 +79,8 @@ const std::vector<ConfigKey> kKeys = {
     {"rope_dim", "INT", "features per head that rotate (default d_k)", false},
     {"position_offset", "INT", "the first query's position for RoPE (keys start at 0)", false},
     {"rope_scaling", "FLOAT", "linear RoPE position scaling factor >= 1 (default 1)", false},
+    {"qk_norm_eps", "FLOAT", "QK-norm RMSNorm epsilon, with q_norm/k_norm weights (default 1e-6)",
+     false},
     // Transformer layers (docs/layers.md).
     {"layer", "KIND", "attention (default), encoder or decoder: Transformer layers around it",
      false},
@@ -334,6 +336,13 @@ bool set_number(Config& c, const std::string& key, const json& v, const std::str
                                       : ": expected a finite number >= 1, got ") +
                  json_excerpt(v));
     field = v.get<double>();
+    return true;
+  }
+  if (key == "qk_norm_eps") {
+    if (v.is_null()) return c.qk_norm_eps = 1e-6, true;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0)
+      fail_input(where + ": expected a finite positive number, got " + json_excerpt(v));
+    c.qk_norm_eps = v.get<double>();
     return true;
   }
   if (key == "layer_norm_eps") {
@@ -598,6 +607,7 @@ json Config::to_json() const {
   j["rope_dim"] = opt(rope_dim);
   j["position_offset"] = position_offset;
   j["rope_scaling"] = rope_scaling;
+  j["qk_norm_eps"] = qk_norm_eps;
   j["layer"] = to_string(layer);
   j["num_layers"] = opt(num_layers);
   j["d_ff"] = opt(d_ff);

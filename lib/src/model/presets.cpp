@@ -138,6 +138,10 @@ NativeWeights preset_to_native(const Arrays& a, WeightsFormat preset, const std:
   for (const char* p : {"q", "k", "v", "o"})
     n[std::string("W_") + p] =
         transposed(need(a, s + p + "_proj.weight", path), path + ": " + s + p + "_proj.weight");
+  if (a.count(s + "q_norm.weight") || a.count(s + "k_norm.weight")) {  // Qwen3's QK-norm
+    n["q_norm"] = need(a, s + "q_norm.weight", path);
+    n["k_norm"] = need(a, s + "k_norm.weight", path);
+  }
   if (a.count(s + "q_proj.bias")) {  // Qwen2: q, k, v biases; the output projection has none
     for (const char* p : {"q", "k", "v"})
       n[std::string("b_") + p] = need(a, s + p + "_proj.bias", path);
@@ -176,6 +180,9 @@ void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& w
     if (c.rope_theta == 10000 && model.contains("rope_theta") && model["rope_theta"].is_number())
       c.rope_theta = model["rope_theta"].get<double>();
     if (!c.d_k && number("head_dim")) c.d_k = number("head_dim");
+    if (c.qk_norm_eps == 1e-6 && model.contains("rms_norm_eps") &&
+        model["rms_norm_eps"].is_number())
+      c.qk_norm_eps = model["rms_norm_eps"].get<double>();
   }
   if ((preset == WeightsFormat::gpt2 || preset == WeightsFormat::llama) && !c.causal_given) {
     c.causal = Causal::top_left;

@@ -52,6 +52,7 @@ std::string keras_name(std::string name) {
 }
 
 bool is_native_name(const std::string& name) {
+  if (name == "q_norm" || name == "k_norm") return true;  // QK-norm (weights.hpp)
   const auto& known = weight_names(true);
   return std::find(known.begin(), known.end(), name) != known.end();
 }
@@ -302,8 +303,12 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
                "write native, torch or keras");
   if (format == WeightsFormat::native || format == WeightsFormat::auto_detect) {
     for (const auto& n : weight_names(bias)) out.emplace_back(n, a.at(n));
+    for (const char* n : {"q_norm", "k_norm"})
+      if (a.count(n)) out.emplace_back(n, a.at(n));
     return out;
   }
+  if (a.count("q_norm"))
+    fail_input(what + ": QK-norm weights have no " + to_string(format) + " layout; write native");
   // Grouped-query weights (kv_heads < h) have fewer K columns than Q columns;
   // neither framework layer stores them.
   if (W_k.shape[1] != W_q.shape[1])

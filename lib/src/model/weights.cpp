@@ -85,6 +85,10 @@ Weights<T> weights_from_arrays(const std::map<std::string, NpyArray>& arrays, co
     w.b_v = take<T, 1>(arrays, prefix + "b_v", {kdv}, "(" + kv + "*d_v,)", path);
     w.b_o = take<T, 1>(arrays, prefix + "b_o", {d.d_out}, "(d_out,)", path);
   }
+  if (arrays.count(prefix + "q_norm") || arrays.count(prefix + "k_norm")) {  // both or neither
+    w.q_norm = take<T, 1>(arrays, prefix + "q_norm", {d.d_k}, "(d_k,)", path);
+    w.k_norm = take<T, 1>(arrays, prefix + "k_norm", {d.d_k}, "(d_k,)", path);
+  }
   return w;
 }
 
@@ -129,6 +133,7 @@ std::vector<std::pair<std::string, NpyArray>> weight_arrays(const Weights<T>& w,
   if (w.has_bias()) add("b_v", w.b_v);
   add("W_o", w.W_o);
   if (w.has_bias()) add("b_o", w.b_o);
+  if (w.q_norm.size()) add("q_norm", w.q_norm), add("k_norm", w.k_norm);
   return out;
 }
 

@@ -429,6 +429,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   options.bf16_gemm = c.dtype == ComputeType::bfloat16;
   options.progress = progress;
   options.rope = rope_of(c);
+  options.qk_norm_eps = static_cast<T>(c.qk_norm_eps);
   // The exact path feeds attention.npy (save_attention) and attention.png's
   // panels (plot) block by block; neither holds a whole map.
   if (c.save_attention || c.plot) {

@@ -81,6 +81,7 @@ struct LayerOptions {
   // If set, the attention blocks (tasks) are counted into it as they finish.
   StageProgress* progress = nullptr;
   Rope rope;
+  T qk_norm_eps = T(1e-6);  // with the weights' q_norm and k_norm (weights.hpp)
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

@@ -83,6 +83,7 @@ struct Config {
   std::optional<std::int64_t> rope_dim;  // unset: d_k
   std::int64_t position_offset = 0;      // the first query's position
   double rope_scaling = 1;               // linear position scaling: positions / rope_scaling
+  double qk_norm_eps = 1e-6;             // QK-norm's RMSNorm epsilon (with q_norm/k_norm weights)
 
   // Transformer layers (docs/layers.md); unused with layer attention.
   LayerKind layer = LayerKind::attention;

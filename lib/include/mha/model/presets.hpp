@@ -7,7 +7,8 @@
 //          h.N.attn.c_proj.{weight,bias}; causal
 //   llama  LLaMA, Mistral, Qwen2: model.layers.N.self_attn.{q,k,v,o}_proj.weight (out, in),
 //          no biases (Qwen2: q/k/v biases, o none: b_o is zero); grouped-query heads from the
-//          shapes; causal; rotary positions (half layout)
+//          shapes; causal; rotary positions (half layout); Qwen3's QK-norm
+//          (self_attn.{q,k}_norm.weight)
 //
 // Tensors of the layer that are not its attention (LayerNorms, MLPs, buffers
 // such as GPT-2's attn.bias) are left aside. A checkpoint's config.json, when
