@@ -114,6 +114,25 @@ double bf16_gemm_gflops(int threads, int repeat) {
 
 namespace {
 
+// A case's result from its timings (sorted, ms) and FLOP count.
+BenchResult result_of(const BenchShape& shape, const std::string& variant, bool bf16, const Dims& d,
+                      std::uint64_t flops, const std::vector<double>& ms, double sgemm) {
+  BenchResult r;
+  r.shape = shape.name;
+  r.variant = variant;
+  r.dtype = bf16 ? "bfloat16" : "float32";
+  r.dims = d;
+  r.layers = shape.layers;
+  r.d_ff = shape.d_ff;
+  r.flops = flops;
+  r.ms_median = median(ms);
+  r.ms_min = ms.front();
+  r.gflops = static_cast<double>(r.flops) / (r.ms_median * 1e6);
+  r.sgemm_fraction = sgemm > 0 ? r.gflops / sgemm : 0;
+  r.peak_rss_bytes = peak_rss_bytes();
+  return r;
+}
+
 // A stack of encoder layers (post-norm, relu, random weights) on the shape.
 BenchResult bench_layers(const BenchShape& shape, const std::string& variant, int threads,
                          int repeat, double sgemm, bool bf16) {
@@ -138,21 +157,10 @@ BenchResult bench_layers(const BenchShape& shape, const std::string& variant, in
   auto ms = time_ms(2, repeat, [&] {
     transformer_stack<float>(s, x.data(), nullptr, w, mask, none, opt, output.data());
   });
-  BenchResult r;
-  r.shape = shape.name;
-  r.variant = variant;
-  r.dtype = bf16 ? "bfloat16" : "float32";
-  r.dims = d;
-  r.layers = shape.layers;
-  r.d_ff = shape.d_ff;
-  r.flops = shape.layers *
-            (d.flops() + 4 * static_cast<std::uint64_t>(d.B * d.T) * d.d_model * shape.d_ff);
-  r.ms_median = median(ms);
-  r.ms_min = ms.front();
-  r.gflops = static_cast<double>(r.flops) / (r.ms_median * 1e6);
-  r.sgemm_fraction = sgemm > 0 ? r.gflops / sgemm : 0;
-  r.peak_rss_bytes = peak_rss_bytes();
-  return r;
+  return result_of(shape, variant, bf16, d,
+                   shape.layers * (d.flops() + 4 * static_cast<std::uint64_t>(d.B * d.T) *
+                                                   d.d_model * shape.d_ff),
+                   ms, sgemm);
 }
 
 }  // namespace
@@ -201,18 +209,7 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
   auto ms = time_ms(2, repeat, [&] {
     attention_layer<float>(d, X_q.data(), kv, kv, w, mask, opt, output.data());
   });
-  BenchResult r;
-  r.shape = shape.name;
-  r.variant = variant;
-  r.dtype = bf16 ? "bfloat16" : "float32";
-  r.dims = d;
-  r.flops = d.flops();
-  r.ms_median = median(ms);
-  r.ms_min = ms.front();
-  r.gflops = static_cast<double>(r.flops) / (r.ms_median * 1e6);
-  r.sgemm_fraction = sgemm > 0 ? r.gflops / sgemm : 0;
-  r.peak_rss_bytes = peak_rss_bytes();
-  return r;
+  return result_of(shape, variant, bf16, d, d.flops(), ms, sgemm);
 }
 
 }  // namespace mha
