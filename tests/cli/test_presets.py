@@ -177,6 +177,24 @@ class Presets(unittest.TestCase):
     def test_qwen3_qk_norm(self):
         self.llama_like("qwen3", biases=False, qk_norm=True)
 
+    def test_one_layer_reads_only_its_bytes(self):
+        # the same two layers with and without a 64 MiB embedding: picking layer 1 reads
+        # that layer's tensors only, so the embedding costs no memory
+        E, h = 32, 4
+        t = {}
+        for N in range(2):
+            t[f"h.{N}.attn.c_attn.weight"], t[f"h.{N}.attn.c_attn.bias"] = u(E, 3 * E), u(3 * E)
+            t[f"h.{N}.attn.c_proj.weight"], t[f"h.{N}.attn.c_proj.bias"] = u(E, E), u(E)
+        self.save("small", t, {"n_head": h})
+        self.save("big", dict(t, **{"wte.weight": np.ones((16384, 1024), np.float32)}), {"n_head": h})
+        x = rng.standard_normal((1, 4, E)).astype(np.float32)
+        peaks = {}
+        for model in ("small", "big"):
+            out, _ = self.run_mha(model, x, "--layer_index", "1")
+            with open(os.path.join(self.dir, "out", "run.json")) as f:
+                peaks[model] = json.load(f)["peak_rss_bytes"]
+        self.assertLess(peaks["big"] - peaks["small"], 16 << 20, peaks)
+
     def test_errors_list_the_layers(self):
         self.save("g", {f"h.{N}.attn.c_attn.weight": u(8, 24) for N in (0, 1, 2)} |
                   {f"h.{N}.attn.c_attn.bias": u(24) for N in (0, 1, 2)} |

@@ -150,9 +150,11 @@ std::map<std::string, NpyArray> parse_safetensors(const std::string& bytes,
   return out;
 }
 
-std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
-  if (is_stream_input(path)) return parse_safetensors(stream_input_bytes(path), path);
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+// The file's header entries (checked) and the data's offset in the file.
+std::vector<Entry> read_entries(const std::string& path, std::ifstream& in, std::uint64_t& start) {
+  in.open(path, std::ios::binary);
   if (!in) fail_input(path + ": cannot open: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
@@ -170,18 +172,53 @@ std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
                " runs past the end of the file (" + std::to_string(file_size) + " bytes)");
   std::string header(static_cast<std::size_t>(n), '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
-  const std::vector<Entry> entries = parse_header(header, file_size - 8 - n, path);
+  start = 8 + n;
+  return parse_header(header, file_size - 8 - n, path);
+}
+
+}  // namespace
+
+std::vector<std::string> safetensors_names(const std::string& path) {
+  std::vector<std::string> names;
+  if (is_stream_input(path)) {
+    for (const auto& [name, a] : parse_safetensors(stream_input_bytes(path), path))
+      names.push_back(name);
+    return names;
+  }
+  std::ifstream in;
+  std::uint64_t start = 0;
+  for (const Entry& e : read_entries(path, in, start)) names.push_back(e.name);
+  return names;
+}
+
+std::map<std::string, NpyArray> read_safetensors(const std::string& path,
+                                                 const std::set<std::string>& only) {
+  if (is_stream_input(path)) {
+    std::map<std::string, NpyArray> all = parse_safetensors(stream_input_bytes(path), path), out;
+    for (auto& [name, a] : all)
+      if (only.count(name)) out[name] = std::move(a);
+    return out;
+  }
+  std::ifstream in;
+  std::uint64_t start = 0;
+  const std::vector<Entry> entries = read_entries(path, in, start);
   std::map<std::string, NpyArray> out;
   std::vector<unsigned char> buffer;
   for (const Entry& e : entries) {  // the offsets were checked: only declared bytes are read
+    if (!only.count(e.name)) continue;
     buffer.resize(static_cast<std::size_t>(e.end - e.begin));
-    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+    in.seekg(static_cast<std::streamoff>(start + e.begin));
     if (!buffer.empty() && !in.read(reinterpret_cast<char*>(buffer.data()),
                                     static_cast<std::streamsize>(buffer.size())))
       fail_input(path + ": cannot read tensor '" + e.name + "' (was the file truncated?)");
     out[e.name] = tensor_of(e, buffer.data());
   }
   return out;
+}
+
+std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
+  const std::vector<std::string> names = safetensors_names(path);
+  return read_safetensors(path, std::set<std::string>(names.begin(), names.end()));
 }
 
 bool looks_like_safetensors(const std::string& path) {

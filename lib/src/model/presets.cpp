@@ -21,12 +21,6 @@ const std::regex& layer_pattern(WeightsFormat p) {
   return p == WeightsFormat::bert ? bert : p == WeightsFormat::gpt2 ? gpt2 : any;
 }
 
-bool has(const Arrays& a, const char* fragment) {
-  for (const auto& [name, x] : a)
-    if (name.find(fragment) != std::string::npos) return true;
-  return false;
-}
-
 NpyArray transposed(const NpyArray& a, const std::string& what) {
   if (a.shape.size() != 2)
     fail_input(what + " has shape " + shape_str(a.shape) + ", expected a matrix");
@@ -55,27 +49,40 @@ const NpyArray& need(const Arrays& a, const std::string& name, const std::string
 
 }  // namespace
 
-std::optional<WeightsFormat> detect_preset(const Arrays& a) {
-  if (has(a, "attention.self.query.")) return WeightsFormat::bert;
-  if (has(a, "attn.c_attn.")) return WeightsFormat::gpt2;
-  if (has(a, "self_attn.q_proj.")) return WeightsFormat::llama;
+std::optional<WeightsFormat> detect_preset(const std::vector<std::string>& names) {
+  auto has = [&](const char* fragment) {
+    for (const auto& name : names)
+      if (name.find(fragment) != std::string::npos) return true;
+    return false;
+  };
+  if (has("attention.self.query.")) return WeightsFormat::bert;
+  if (has("attn.c_attn.")) return WeightsFormat::gpt2;
+  if (has("self_attn.q_proj.")) return WeightsFormat::llama;
   return std::nullopt;
 }
 
-Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
-                    std::optional<std::int64_t> layer_index,
-                    const std::optional<std::string>& prefix, const std::string& path) {
-  Arrays out;
+std::optional<WeightsFormat> detect_preset(const Arrays& a) {
+  std::vector<std::string> names;
+  for (const auto& [name, x] : a) names.push_back(name);
+  return detect_preset(names);
+}
+
+std::map<std::string, std::string> layer_names(const std::vector<std::string>& names,
+                                               std::optional<WeightsFormat> preset,
+                                               std::optional<std::int64_t> layer_index,
+                                               const std::optional<std::string>& prefix,
+                                               const std::string& path) {
+  std::map<std::string, std::string> out;  // full name -> the layer's own name
   if (prefix) {
-    for (const auto& [name, x] : a)
-      if (name.compare(0, prefix->size(), *prefix) == 0) out[name.substr(prefix->size())] = x;
+    for (const auto& name : names)
+      if (name.compare(0, prefix->size(), *prefix) == 0) out[name] = name.substr(prefix->size());
     if (out.empty())
       fail_input(path + ": no tensor name starts with weights_prefix '" + *prefix + "'");
     return out;
   }
   const std::regex& pattern = layer_pattern(preset.value_or(WeightsFormat::llama));
   std::map<std::int64_t, std::string> layers;  // number -> prefix
-  for (const auto& [name, x] : a) {
+  for (const auto& name : names) {
     std::smatch m;
     if (std::regex_search(name, m, pattern))
       layers[std::stoll(m[2].str())] = m[1].str() + m[2].str() + ".";
@@ -84,7 +91,8 @@ Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
     if (layer_index)
       fail_input(path + ": layer_index " + std::to_string(*layer_index) +
                  ", but the file's tensor names are numbered by no layer");
-    return a;  // already one layer's names
+    for (const auto& name : names) out[name] = name;  // already one layer's names
+    return out;
   }
   std::string found;
   for (const auto& [n, p] : layers) found += (found.empty() ? "" : ", ") + std::to_string(n);
@@ -95,9 +103,20 @@ Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
   auto it = layers.find(index);
   if (it == layers.end())
     fail_input(path + ": no layer " + std::to_string(index) + "; the file holds layers " + found);
-  for (const auto& [name, x] : a)
+  for (const auto& name : names)
     if (name.compare(0, it->second.size(), it->second) == 0)
-      out[name.substr(it->second.size())] = x;
+      out[name] = name.substr(it->second.size());
+  return out;
+}
+
+Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
+                    std::optional<std::int64_t> layer_index,
+                    const std::optional<std::string>& prefix, const std::string& path) {
+  std::vector<std::string> names;
+  for (const auto& [name, x] : a) names.push_back(name);
+  Arrays out;
+  for (const auto& [full, own] : layer_names(names, preset, layer_index, prefix, path))
+    out[own] = a.at(full);
   return out;
 }
 

@@ -1,8 +1,13 @@
 #include "mha/run/plan.hpp"
 
+#include <filesystem>
+#include <set>
+
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/io/provided_input.hpp"
+#include "mha/io/safetensors.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/model/presets.hpp"
 #include "mha/model/weights.hpp"
@@ -38,13 +43,26 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      std::map<std::string, NpyArray> arrays = read_weight_arrays(path);
-      if (layer_index || prefix) {
-        std::optional<WeightsFormat> preset = detect_preset(arrays);
-        if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
-            format == WeightsFormat::llama)
-          preset = format;
-        arrays = select_layer(arrays, preset, layer_index, prefix, path);
+      const bool named_preset = format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
+                                format == WeightsFormat::llama;
+      std::map<std::string, NpyArray> arrays;
+      if ((layer_index || prefix) && !provided_weights(path) &&
+          (std::filesystem::path(path).extension() == ".safetensors" ||
+           looks_like_safetensors(path))) {
+        // One layer of a checkpoint: its names from the header, then its bytes only.
+        const std::vector<std::string> names = safetensors_names(path);
+        const auto preset = named_preset ? std::optional(format) : detect_preset(names);
+        std::set<std::string> wanted;
+        const auto selected = layer_names(names, preset, layer_index, prefix, path);
+        for (const auto& [full, own] : selected) wanted.insert(full);
+        std::map<std::string, NpyArray> layer = read_safetensors(path, wanted);
+        for (const auto& [full, own] : selected) arrays[own] = std::move(layer.at(full));
+      } else {
+        arrays = read_weight_arrays(path);
+        if (layer_index || prefix) {
+          const auto preset = named_preset ? std::optional(format) : detect_preset(arrays);
+          arrays = select_layer(arrays, preset, layer_index, prefix, path);
+        }
       }
       weights_[key] = to_native(arrays, format, path);
     } catch (const Error& e) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,13 @@ bool looks_like_safetensors(const std::string& path);
 // Every tensor of the file; throws mha::Error (invalid_input) naming the file
 // and the tensor on anything malformed.
 std::map<std::string, NpyArray> read_safetensors(const std::string& path);
+
+// The tensor names of the file (its header alone, with every check), and the
+// named tensors only: each is read from its own offsets, so one layer of a
+// large checkpoint costs that layer's bytes.
+std::vector<std::string> safetensors_names(const std::string& path);
+std::map<std::string, NpyArray> read_safetensors(const std::string& path,
+                                                 const std::set<std::string>& only);
 
 // The same from bytes in memory; `name` starts every message.
 std::map<std::string, NpyArray> parse_safetensors(const std::string& bytes,

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,15 @@ namespace mha {
 
 // The preset the names follow (bert, gpt2 or llama), if any.
 std::optional<WeightsFormat> detect_preset(const std::map<std::string, NpyArray>& arrays);
+std::optional<WeightsFormat> detect_preset(const std::vector<std::string>& names);
+
+// Which of `names` select_layer keeps, each mapped to its name within the
+// layer: lets a checkpoint reader fetch one layer's bytes only.
+std::map<std::string, std::string> layer_names(const std::vector<std::string>& names,
+                                               std::optional<WeightsFormat> preset,
+                                               std::optional<std::int64_t> layer_index,
+                                               const std::optional<std::string>& prefix,
+                                               const std::string& path);
 
 // One layer's tensors with their layer prefix stripped: the names under
 // `prefix` if given, else layer `layer_index` of the preset's numbering, else
