@@ -89,7 +89,10 @@ class Presets(unittest.TestCase):
         self.assertEqual(p.returncode, code, p.stderr)
         if code:
             return p.stderr
-        return np.load(os.path.join(out, "output.npy")), np.load(os.path.join(out, "attention.npy"))
+        maps = os.path.join(out, "attention.npy")  # layer runs: self_attention.npy
+        if not os.path.exists(maps):
+            maps = os.path.join(out, "self_attention.npy")
+        return np.load(os.path.join(out, "output.npy")), np.load(maps)
 
     def save(self, model, tensors, config):
         os.makedirs(os.path.join(self.dir, model))
@@ -97,8 +100,7 @@ class Presets(unittest.TestCase):
         with open(os.path.join(self.dir, model, "config.json"), "w") as f:
             json.dump(config, f)
 
-    def test_bert(self):
-        E, h, I = 32, 4, 64
+    def bert_checkpoint(self, E, h, I):
         t = {"embeddings.word_embeddings.weight": u(50, E)}
         for N in range(2):
             p = f"encoder.layer.{N}."
@@ -108,12 +110,41 @@ class Presets(unittest.TestCase):
             t[p + "attention.output.LayerNorm.weight"], t[p + "attention.output.LayerNorm.bias"] = u(E), u(E)
             t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = u(I, E), u(I)
             t[p + "output.dense.weight"], t[p + "output.dense.bias"] = u(E, I), u(E)
-        self.save("bert", t, {"model_type": "bert", "num_attention_heads": h, "hidden_size": E})
+            t[p + "output.LayerNorm.weight"], t[p + "output.LayerNorm.bias"] = u(E) + 1, u(E)
+        self.save("bert", t, {"model_type": "bert", "num_attention_heads": h, "hidden_size": E,
+                              "layer_norm_eps": 1e-12})
+        return t
+
+    def test_bert(self):
+        E, h, I = 32, 4, 64
+        t = self.bert_checkpoint(E, h, I)
         x = rng.standard_normal((2, 7, E)).astype(np.float32)
         out, maps = self.run_mha("bert", x, "--layer_index", "1")
         want, want_maps = bert_self_attention(x.astype(np.float64), t, 1, h)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(maps, want_maps, rtol=1e-5, atol=1e-6)
+
+    def test_bert_whole_layer(self):
+        E, h, I = 32, 4, 64
+        t = self.bert_checkpoint(E, h, I)
+        x = rng.standard_normal((2, 7, E))
+        out, maps = self.run_mha("bert", x, "--layer_index", "1", "--layer", "encoder",
+                                 "--dtype", "float64")[0], None
+        # transformers' BertLayer: BertAttention (self + dense, Add & LayerNorm), then
+        # BertIntermediate (dense, gelu) and BertOutput (dense, Add & LayerNorm), eps 1e-12
+        p = "encoder.layer.1."
+        def norm(v, name):
+            mu = v.mean(-1, keepdims=True)
+            var = ((v - mu) ** 2).mean(-1, keepdims=True)
+            return (v - mu) / np.sqrt(var + 1e-12) * t[p + name + ".weight"] + t[p + name + ".bias"]
+        from math import erf, sqrt
+        gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / sqrt(2))))
+        attn, _ = bert_self_attention(x, t, 1, h)
+        h1 = norm(x + attn, "attention.output.LayerNorm")
+        inter = gelu(h1 @ t[p + "intermediate.dense.weight"].T + t[p + "intermediate.dense.bias"])
+        want = norm(h1 + inter @ t[p + "output.dense.weight"].T + t[p + "output.dense.bias"],
+                    "output.LayerNorm")
+        np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-9)
 
     def test_gpt2(self):
         E, h = 32, 4

@@ -174,6 +174,28 @@ NativeWeights preset_to_native(const Arrays& a, WeightsFormat preset, const std:
   return w;
 }
 
+NativeWeights bert_layer_to_native(const Arrays& a, const std::string& path) {
+  NativeWeights w;
+  w.format = WeightsFormat::bert;
+  for (auto& [name, array] : preset_to_native(a, WeightsFormat::bert, path).arrays)
+    w.arrays["layers.0.self_attn." + name] = array;
+  auto norm = [&](const std::string& from, const std::string& to) {
+    // nn.LayerNorm's weight/bias, or gamma/beta in checkpoints converted from TensorFlow
+    const bool tf = a.count(from + ".gamma") > 0;
+    w.arrays["layers.0." + to + ".gamma"] = need(a, from + (tf ? ".gamma" : ".weight"), path);
+    w.arrays["layers.0." + to + ".beta"] = need(a, from + (tf ? ".beta" : ".bias"), path);
+  };
+  norm("attention.output.LayerNorm", "norm1");
+  norm("output.LayerNorm", "norm2");
+  w.arrays["layers.0.ffn.W_1"] =
+      transposed(need(a, "intermediate.dense.weight", path), path + ": intermediate.dense.weight");
+  w.arrays["layers.0.ffn.b_1"] = need(a, "intermediate.dense.bias", path);
+  w.arrays["layers.0.ffn.W_2"] =
+      transposed(need(a, "output.dense.weight", path), path + ": output.dense.weight");
+  w.arrays["layers.0.ffn.b_2"] = need(a, "output.dense.bias", path);
+  return w;
+}
+
 void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& weights_path) {
   const std::filesystem::path file =
       std::filesystem::path(weights_path).parent_path() / "config.json";
@@ -202,6 +224,14 @@ void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& w
     if (c.qk_norm_eps == 1e-6 && model.contains("rms_norm_eps") &&
         model["rms_norm_eps"].is_number())
       c.qk_norm_eps = model["rms_norm_eps"].get<double>();
+  }
+  if (preset == WeightsFormat::bert && c.layer != LayerKind::attention) {
+    c.activation = Activation::gelu;  // BERT's hidden_act
+    c.norm_first = false;
+    if (c.layer_norm_eps == 1e-5)
+      c.layer_norm_eps = model.contains("layer_norm_eps") && model["layer_norm_eps"].is_number()
+                             ? model["layer_norm_eps"].get<double>()
+                             : 1e-12;
   }
   if ((preset == WeightsFormat::gpt2 || preset == WeightsFormat::llama) && !c.causal_given) {
     c.causal = Causal::top_left;

@@ -34,6 +34,41 @@ DType PlanFiles::npy_dtype(const std::string& path) {
   return dtypes_.at(path);
 }
 
+namespace {
+
+bool is_preset(WeightsFormat f) {
+  return f == WeightsFormat::bert || f == WeightsFormat::gpt2 || f == WeightsFormat::llama;
+}
+
+// A weights file's arrays; with layer_index or prefix, one layer's, its prefix
+// stripped (presets.hpp), reading only that layer's bytes from a .safetensors.
+std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFormat format,
+                                             std::optional<std::int64_t> layer_index,
+                                             const std::optional<std::string>& prefix) {
+  const bool named_preset = is_preset(format);
+  std::map<std::string, NpyArray> arrays;
+  if ((layer_index || prefix) && !provided_weights(path) &&
+      (std::filesystem::path(path).extension() == ".safetensors" || looks_like_safetensors(path))) {
+    // One layer of a checkpoint: its names from the header, then its bytes only.
+    const std::vector<std::string> names = safetensors_names(path);
+    const auto preset = named_preset ? std::optional(format) : detect_preset(names);
+    std::set<std::string> wanted;
+    const auto selected = layer_names(names, preset, layer_index, prefix, path);
+    for (const auto& [full, own] : selected) wanted.insert(full);
+    std::map<std::string, NpyArray> layer = read_safetensors(path, wanted);
+    for (const auto& [full, own] : selected) arrays[own] = std::move(layer.at(full));
+  } else {
+    arrays = read_weight_arrays(path);
+    if (layer_index || prefix) {
+      const auto preset = named_preset ? std::optional(format) : detect_preset(arrays);
+      arrays = select_layer(arrays, preset, layer_index, prefix, path);
+    }
+  }
+  return arrays;
+}
+
+}  // namespace
+
 const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format,
                                         std::optional<std::int64_t> layer_index,
                                         const std::optional<std::string>& prefix) {
@@ -43,28 +78,7 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      const bool named_preset = format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
-                                format == WeightsFormat::llama;
-      std::map<std::string, NpyArray> arrays;
-      if ((layer_index || prefix) && !provided_weights(path) &&
-          (std::filesystem::path(path).extension() == ".safetensors" ||
-           looks_like_safetensors(path))) {
-        // One layer of a checkpoint: its names from the header, then its bytes only.
-        const std::vector<std::string> names = safetensors_names(path);
-        const auto preset = named_preset ? std::optional(format) : detect_preset(names);
-        std::set<std::string> wanted;
-        const auto selected = layer_names(names, preset, layer_index, prefix, path);
-        for (const auto& [full, own] : selected) wanted.insert(full);
-        std::map<std::string, NpyArray> layer = read_safetensors(path, wanted);
-        for (const auto& [full, own] : selected) arrays[own] = std::move(layer.at(full));
-      } else {
-        arrays = read_weight_arrays(path);
-        if (layer_index || prefix) {
-          const auto preset = named_preset ? std::optional(format) : detect_preset(arrays);
-          arrays = select_layer(arrays, preset, layer_index, prefix, path);
-        }
-      }
-      weights_[key] = to_native(arrays, format, path);
+      weights_[key] = to_native(layer_arrays(path, format, layer_index, prefix), format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;
@@ -73,12 +87,25 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
   return weights_[key];
 }
 
-const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFormat format) {
-  const std::string key = std::string("layers:") + to_string(format) + ":" + path;
+const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFormat format,
+                                              std::optional<std::int64_t> layer_index,
+                                              const std::optional<std::string>& prefix) {
+  const std::string key = std::string("layers:") + to_string(format) + ":" +
+                          (layer_index ? std::to_string(*layer_index) : "") + ":" +
+                          prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      weights_[key] = layer_weights_to_native(read_weight_arrays(path), format, path);
+      std::map<std::string, NpyArray> arrays = layer_arrays(path, format, layer_index, prefix);
+      const auto preset = is_preset(format) ? std::optional(format) : detect_preset(arrays);
+      if (preset == WeightsFormat::bert)
+        weights_[key] = bert_layer_to_native(arrays, path);
+      else if (preset)
+        fail_input(path + ": whole " + to_string(*preset) +
+                   " layers are not read yet (their norms and MLPs differ from this tool's "
+                   "layers); use layer attention for their attention");
+      else
+        weights_[key] = layer_weights_to_native(arrays, format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;
@@ -128,7 +155,8 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   s.kind = c.layer;
   const NativeWeights* lw = nullptr;
   if (c.weights) {
-    lw = p.weights = &files.layer_weights(*c.weights, c.weights_format);
+    lw = p.weights =
+        &files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
     shapes.weights_name = *c.weights;
     // The self-attention's sizes from layer 0's, as an attention run's from its file.
     const std::string prefix = "layers.0.self_attn.";
@@ -242,11 +270,13 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   RunPlan p;
   Config c = given;
   // A checkpoint preset (bert, gpt2, llama) brings the model's settings (presets.hpp).
-  if (c.weights && c.layer == LayerKind::attention) {
+  if (c.weights) {
     const WeightsFormat f =
-        files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix).format;
-    if (f == WeightsFormat::bert || f == WeightsFormat::gpt2 || f == WeightsFormat::llama)
-      apply_preset_settings(c, f, *c.weights);
+        c.layer == LayerKind::attention
+            ? files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix).format
+            : files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix)
+                  .format;
+    if (is_preset(f)) apply_preset_settings(c, f, *c.weights);
   }
   p.config = c;
   p.threads = resolve_threads(c.threads);

@@ -55,9 +55,17 @@ std::map<std::string, NpyArray> select_layer(const std::map<std::string, NpyArra
 NativeWeights preset_to_native(const std::map<std::string, NpyArray>& layer, WeightsFormat preset,
                                const std::string& path);
 
+// One BERT layer whole (with layer encoder): the attention as preset_to_native,
+// attention.output.LayerNorm -> norm1, intermediate.dense -> ffn W_1/b_1,
+// output.dense -> ffn W_2/b_2, output.LayerNorm -> norm2, in native layer names
+// (layers.0.*).
+NativeWeights bert_layer_to_native(const std::map<std::string, NpyArray>& layer,
+                                   const std::string& path);
+
 // A preset's settings in `c`, where the config leaves them unset: from the
 // checkpoint's config.json beside `weights_path` (h, kv_heads, rope_theta)
-// and from the model's definition (gpt2, llama: causal; llama: rope half).
+// and from the model's definition (gpt2, llama: causal; llama: rope half;
+// bert layers: gelu, post-norm, layer_norm_eps from config.json or 1e-12).
 void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& weights_path);
 
 }  // namespace mha

@@ -33,7 +33,9 @@ class PlanFiles {
                                std::optional<std::int64_t> layer_index = std::nullopt,
                                const std::optional<std::string>& prefix = std::nullopt);
   // A Transformer layer weights file, in native layer names.
-  const NativeWeights& layer_weights(const std::string& path, WeightsFormat format);
+  const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
+                                     std::optional<std::int64_t> layer_index = std::nullopt,
+                                     const std::optional<std::string>& prefix = std::nullopt);
 
  private:
   std::map<std::string, std::vector<std::size_t>> shapes_;
