@@ -33,6 +33,7 @@
 #include "plot_command.hpp"
 #include "run_progress.hpp"
 #include "sweep_command.hpp"
+#include "view_command.hpp"
 
 namespace mha::cli {
 namespace {
@@ -46,6 +47,7 @@ constexpr int kExitFailure = 1;
 struct RunArgs {
   std::string config_file;
   bool print_json = false;
+  bool html = false;
   std::map<std::string, CLI::Option*> keys;
   std::map<std::string, std::string> values;
 };
@@ -62,6 +64,8 @@ void add_run_command(CLI::App& app, RunArgs& args) {
       "Every config key is also a flag; docs/config.md lists them.");
   run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
   run->add_flag("--json", args.print_json, "Also print run.json to stdout");
+  run->add_flag("--html", args.html,
+                "Also write view.html, the attention viewer page (turns on save_attention)");
   for (const auto& key : config_keys()) {
     CLI::Option* opt =
         run->add_option("--" + std::string(key.name), args.values[key.name], key.help);
@@ -374,6 +378,7 @@ void setup_logging(int verbosity) {
 
 int do_run(const RunArgs& args) {
   Config config = build_config(args);
+  if (args.html) config.save_attention = true;
   spdlog::debug("config: {}", config.to_json().dump());
   StageProgress progress;
   RunProgressLine line(progress, ::isatty(STDERR_FILENO) == 1 &&
@@ -413,6 +418,12 @@ int do_run(const RunArgs& args) {
         r["config"]["h"].get<std::size_t>(), r["config"]["d_k"].get<std::size_t>(),
         r["config"]["d_v"].get<std::size_t>(), r["timings_ms"]["compute"].get<double>(),
         r["gflops_per_s"].get<double>());
+  if (args.html) {
+    // The same page `mha view OUT_DIR` writes, from the files just committed.
+    ViewArgs view;
+    view.path = config.out_dir;
+    write_attention_view(view, (std::filesystem::path(config.out_dir) / "view.html").string());
+  }
   if (args.print_json) std::cout << r.dump(2) << std::endl;
   return 0;
 }
@@ -461,6 +472,8 @@ int main(const std::vector<std::string>& argv) {
   add_inspect_command(app, inspect_args);
   PlotArgs plot_args;
   add_plot_command(app, plot_args);
+  ViewArgs view_args;
+  add_view_command(app, view_args);
 
   const std::set<std::string> known = long_option_names(app);
   std::vector<std::string> args = argv;
@@ -499,6 +512,7 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("sweep")) return do_sweep(sweep_args);
     if (app.got_subcommand("inspect")) return do_inspect(inspect_args);
     if (app.got_subcommand("plot")) return do_plot(plot_args);
+    if (app.got_subcommand("view")) return do_view(view_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -1,4 +1,5 @@
 #include "sweep_command.hpp"
+#include "view_command.hpp"
 
 #include "cli.hpp"
 
@@ -477,6 +478,24 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
   sweep->add_flag("--skip_invalid", args.skip_invalid,
                   "run the valid runs even if some are invalid (they are listed)");
   sweep->add_option("--out_dir", args.out_dir, "override the sweep file's out_dir");
+  sweep->add_flag("--report", args.report,
+                  "after collecting, write report.html (interactive charts) and report.png "
+                  "(`mha view OUT_DIR` writes them later)");
+  sweep->add_option("--y", args.report_y, "--report: the results column to chart (compute_ms)");
+  sweep->add_option("--x", args.report_x, "--report: the swept key along x");
+  sweep->add_option("--group", args.report_group, "--report: one line per value of this key");
+}
+
+// --report: the sweep's report.html and report.png from the results just collected.
+static void report(const SweepArgs& args, const Sweep& sweep) {
+  if (!args.report) return;
+  ViewArgs view;
+  view.y = args.report_y;
+  view.x = args.report_x;
+  view.group = args.report_group;
+  const std::filesystem::path dir(sweep.out_dir);
+  write_sweep_report(sweep.out_dir, view, (dir / "report.html").string(),
+                     (dir / "report.png").string());
 }
 
 int do_sweep(const SweepArgs& args) {
@@ -488,6 +507,7 @@ int do_sweep(const SweepArgs& args) {
     validate_sweep(sweep);
     const CollectSummary s = collect_results(sweep);
     for (const auto& f : s.files) spdlog::info("wrote {}", f);
+    report(args, sweep);
     spdlog::info("{} run(s): {} ok, {} failed, {} invalid, {} without a result yet",
                  sweep.runs.size(), s.ok, s.failed, s.invalid, s.missing);
     if (s.missing) {
@@ -589,7 +609,10 @@ int do_sweep(const SweepArgs& args) {
     const CollectSummary s = collect_results(sweep);
     spdlog::info("wrote {} and {} ({} ok, {} failed, {} invalid, {} without a result)",
                  s.files.at(0), s.files.at(1), s.ok, s.failed, s.invalid, s.missing);
+    report(args, sweep);
   } else {
+    if (args.report)
+      spdlog::warn("--report: a shard has only its own rows; give --report to --collect");
     spdlog::info(
         "shard {} finished; after every shard, `mha sweep {} --collect` writes "
         "results.jsonl and results.csv",

@@ -15,6 +15,8 @@ struct SweepArgs {
   int jobs = 1;
   bool resume = false, dry_run = false, collect = false, skip_invalid = false;
   bool shard_given = false;  // --shard "" is an error, not "no shard"
+  bool report = false;       // report.html and report.png after collecting
+  std::string report_y, report_x, report_group;
 };
 
 void add_sweep_command(CLI::App& app, SweepArgs& args);

@@ -2,7 +2,8 @@
 # Installs any missing Debian packages and builds mha (Release) in build/.
 #   scripts/setup.sh          what `mha run` needs
 #   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, pytest,
-#                             jsonschema, matplotlib, GNU parallel, and Slurm with munge for the
+#                             jsonschema, matplotlib, headless Chromium for the viewer's
+#                             browser tests, GNU parallel, and Slurm with munge for the
 #                             single-node cluster tests)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
@@ -12,11 +13,11 @@ cd "$(dirname "$0")/.."
 with_tests=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
-          libpng-dev libfreetype-dev fonts-dejavu-core help2man python3-dev pybind11-dev)
+          libpng-dev libfreetype-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
-            parallel slurmctld slurmd slurm-client munge)
+            chromium parallel slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -550,6 +550,12 @@ CollectSummary collect_results(const Sweep& sweep) {
   OutputSet out(sweep.out_dir);
   out.stage_bytes("results.jsonl", jsonl);
   out.stage_bytes("results.csv", results_csv(rows));
+  // What a report needs beyond the rows: which columns were swept.
+  const json meta = {{"schema_version", kResultsSchemaVersion},
+                     {"sweep_file", sweep.path},
+                     {"swept_keys", sweep.swept_keys},
+                     {"runs", sweep.runs.size()}};
+  out.stage_bytes("sweep.json", meta.dump(2) + "\n");
   out.commit();
   summary.files = out.committed();
   return summary;

@@ -1,0 +1,477 @@
+// mha view: the attention viewer. Reads the page's inline data (attention_view.cpp),
+// unpacks each map set (base64 -> inflate -> unshuffle bytes -> typed array of
+// shape (layers, B, h, T, S)) and draws heads, tokens, statistics and the run.
+// Nothing is fetched from a network. window.mhaView exposes the state for tests.
+(function () {
+  'use strict';
+  const D = JSON.parse(document.getElementById('mha-data').textContent);
+  const $ = (id) => document.getElementById(id);
+  const VIRIDIS = D.viridis;                      // 256 RGB entries, entry i at i / 255
+  const NAN_RGB = [128, 128, 128];                // as the PNG plot draws NaN
+  const HEAD_COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
+                       '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#393b79', '#ad494a'];
+  const GRID_PX = 168;     // a head's panel side in the grid, CSS pixels
+  const DETAIL_PX = 640;   // the enlarged head's map side
+  const THUMB_PX = 56;     // layer x head overview
+  const TOKEN_MAX = 64;    // token view for T and S up to this
+  const state = { map: 0, layer: 0, batch: 0, scale: 'shared', detail: null, region: null,
+                  sort: { key: 'head', dir: 1 }, tokenHeads: null, ready: false };
+  let W = [];              // per map set: Float32Array or Float64Array
+
+  // ---- data ----
+  async function unpack(m) {
+    const text = atob(m.data);
+    const bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+    const shuffled = new Uint8Array(await new Response(stream).arrayBuffer());
+    const item = m.dtype === 'float32' ? 4 : 8;
+    const n = shuffled.length / item;
+    if (n !== m.layers * m.B * m.h * m.T * m.S) throw new Error(m.name + ': data holds ' + n + ' weights, expected ' + m.layers * m.B * m.h * m.T * m.S);
+    const out = new Uint8Array(shuffled.length);
+    for (let k = 0; k < item; k++) {
+      const base = k * n;
+      for (let i = 0; i < n; i++) out[i * item + k] = shuffled[base + i];
+    }
+    return item === 4 ? new Float32Array(out.buffer) : new Float64Array(out.buffer);
+  }
+  const M = () => D.maps[state.map];
+  // Offset of map (l, b, head) in its set's array.
+  function mapOffset(m, l, b, head) { return (((l * m.B + b) * m.h + head) * m.T) * m.S; }
+  function weight(mi, l, b, head, t, s) { const m = D.maps[mi]; return W[mi][mapOffset(m, l, b, head) + t * m.S + s]; }
+
+  // The shortest decimal that reads back as the stored value (float32 or float64).
+  function exact(v, dtype) {
+    if (Number.isNaN(v)) return 'NaN';
+    if (dtype === 'float32') {
+      for (let p = 1; p <= 9; p++) {
+        const s = v.toPrecision(p);
+        if (Math.fround(parseFloat(s)) === v) return String(parseFloat(s));
+      }
+    }
+    return String(v);
+  }
+  function short(v) { return Number.isNaN(v) ? 'NaN' : (Math.abs(v) >= 0.001 || v === 0 ? v.toFixed(3) : v.toExponential(2)); }
+  function queryLabel(t) { return D.query_labels.length ? D.query_labels[t] : null; }
+  function keyLabel(s) {
+    if (D.key_labels.length) return D.key_labels[s];
+    if (D.query_labels.length && M().S === M().T) return D.query_labels[s];
+    return null;
+  }
+  function headName(m, i) { return m.head_axis ? 'head ' + i : 'mean over heads'; }
+
+  // ---- colours ----
+  // The range [lo, hi] of a set of maps: lo = min(0, smallest), hi = largest.
+  function rangeOf(mi, l, b, heads) {
+    const m = D.maps[mi], w = W[mi];
+    let lo = 0, hi = -Infinity;
+    for (const head of heads) {
+      const o = mapOffset(m, l, b, head), n = m.T * m.S;
+      for (let i = 0; i < n; i++) {
+        const v = w[o + i];
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+    }
+    if (!(hi > lo)) hi = lo + 1;
+    return [lo, hi];
+  }
+  function colorOf(v, range) {
+    if (Number.isNaN(v)) return NAN_RGB;
+    let x = (v - range[0]) / (range[1] - range[0]);
+    x = x < 0 ? 0 : x > 1 ? 1 : x;
+    return VIRIDIS[Math.round(x * 255)];
+  }
+  function headRange(head) {
+    const heads = state.scale === 'shared' ? [...Array(M().h).keys()] : [head];
+    return rangeOf(state.map, state.layer, state.batch, heads);
+  }
+
+  // Draws region {t0, t1, s0, s1} of a head's map into `canvas`, at most `px`
+  // cells per side: f map cells per drawn cell (block max, NaN if any NaN),
+  // cell = pixels per drawn cell. Returns the geometry hover needs.
+  function drawMap(canvas, mi, l, b, head, region, px, range, margin) {
+    const m = D.maps[mi], w = W[mi];
+    const R = region.t1 - region.t0, C = region.s1 - region.s0;
+    const f = Math.max(1, Math.ceil(Math.max(R, C) / px));
+    const rows = Math.ceil(R / f), cols = Math.ceil(C / f);
+    const cell = Math.max(1, Math.min(48, Math.floor(px / Math.max(rows, cols))));
+    const off = document.createElement('canvas');
+    off.width = cols; off.height = rows;
+    const octx = off.getContext('2d');
+    const img = octx.createImageData(cols, rows);
+    const o = mapOffset(m, l, b, head);
+    for (let i = 0; i < rows; i++) {
+      for (let j = 0; j < cols; j++) {
+        let v = -Infinity;
+        const ta = region.t0 + i * f, tb = Math.min(region.t1, ta + f);
+        const sa = region.s0 + j * f, sb = Math.min(region.s1, sa + f);
+        for (let t = ta; t < tb && !Number.isNaN(v); t++) {
+          for (let s = sa; s < sb; s++) {
+            const x = w[o + t * m.S + s];
+            if (Number.isNaN(x)) { v = NaN; break; }
+            if (x > v) v = x;
+          }
+        }
+        const c = colorOf(v, range), p = 4 * (i * cols + j);
+        img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2]; img.data[p + 3] = 255;
+      }
+    }
+    octx.putImageData(img, 0, 0);
+    const ml = margin ? margin.left : 0, mt = margin ? margin.top : 0;
+    canvas.width = ml + cols * cell; canvas.height = mt + rows * cell;
+    const ctx = canvas.getContext('2d');
+    ctx.imageSmoothingEnabled = false;
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    ctx.drawImage(off, ml, mt, cols * cell, rows * cell);
+    const geo = { mi, l, b, head, region, f, rows, cols, cell, left: ml, top: mt };
+    canvas.dataset.cell = cell; canvas.dataset.factor = f;
+    canvas.dataset.left = ml; canvas.dataset.top = mt;
+    canvas.mhaGeometry = geo;
+    return geo;
+  }
+
+  // What the mouse is over: the map cells under (x, y) of a drawn canvas.
+  function cellAt(canvas, event) {
+    const g = canvas.mhaGeometry, r = canvas.getBoundingClientRect();
+    const x = (event.clientX - r.left) * canvas.width / r.width - g.left;
+    const y = (event.clientY - r.top) * canvas.height / r.height - g.top;
+    const j = Math.floor(x / g.cell), i = Math.floor(y / g.cell);
+    if (i < 0 || j < 0 || i >= g.rows || j >= g.cols) return null;
+    const t0 = g.region.t0 + i * g.f, s0 = g.region.s0 + j * g.f;
+    return { g, t0, t1: Math.min(g.region.t1, t0 + g.f), s0, s1: Math.min(g.region.s1, s0 + g.f) };
+  }
+  function tip(event, text) {
+    const el = $('tooltip');
+    if (!text) { el.hidden = true; return; }
+    el.textContent = text;
+    el.hidden = false;
+    const x = Math.min(event.clientX + 14, window.innerWidth - el.offsetWidth - 4);
+    const y = Math.min(event.clientY + 14, window.innerHeight - el.offsetHeight - 4);
+    el.style.left = x + 'px'; el.style.top = y + 'px';
+  }
+  function describe(c) {
+    const m = D.maps[c.g.mi];
+    const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + c.g.l : '') + ' · batch ' + c.g.b];
+    if (c.t1 - c.t0 === 1 && c.s1 - c.s0 === 1) {
+      const q = queryLabel(c.t0), k = keyLabel(c.s0);
+      lines.push('query ' + c.t0 + (q !== null ? ' "' + q + '"' : ''));
+      lines.push('key ' + c.s0 + (k !== null ? ' "' + k + '"' : ''));
+      lines.push('weight ' + exact(weight(c.g.mi, c.g.l, c.g.b, c.g.head, c.t0, c.s0), m.dtype));
+    } else {
+      let v = -Infinity;
+      for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
+        const x = weight(c.g.mi, c.g.l, c.g.b, c.g.head, t, s);
+        if (Number.isNaN(x) || x > v) v = x;
+      }
+      lines.push('queries ' + c.t0 + '–' + (c.t1 - 1) + ', keys ' + c.s0 + '–' + (c.s1 - 1));
+      lines.push('max weight ' + exact(v, m.dtype) + ' (zoom in for single cells)');
+    }
+    return lines.join('\n');
+  }
+  function hoverable(canvas) {
+    canvas.addEventListener('mousemove', (e) => { const c = cellAt(canvas, e); tip(e, c && describe(c)); });
+    canvas.addEventListener('mouseleave', (e) => tip(e, null));
+  }
+
+  // ---- the legend ----
+  function drawLegend(range) {
+    const bar = $('legend-bar'), ctx = bar.getContext('2d');
+    for (let x = 0; x < bar.width; x++) {
+      const c = VIRIDIS[Math.round(x / (bar.width - 1) * 255)];
+      ctx.fillStyle = 'rgb(' + c.join(',') + ')';
+      ctx.fillRect(x, 0, 1, bar.height);
+    }
+    if (state.scale === 'shared') {
+      $('legend-lo').textContent = short(range[0]);
+      $('legend-hi').textContent = short(range[1]);
+      $('legend-note').textContent = 'linear, shared by the heads of this view';
+    } else {
+      $('legend-lo').textContent = 'min(0, head min)';
+      $('legend-hi').textContent = 'head max';
+      $('legend-note').textContent = 'linear, each head its own range (in its title)';
+    }
+  }
+
+  // ---- the grid of heads ----
+  function drawGrid() {
+    const m = M(), grid = $('grid');
+    grid.textContent = '';
+    const shared = rangeOf(state.map, state.layer, state.batch, [...Array(m.h).keys()]);
+    drawLegend(shared);
+    for (let head = 0; head < m.h; head++) {
+      const fig = document.createElement('figure');
+      fig.className = 'panel' + (state.detail === head ? ' selected' : '');
+      const cap = document.createElement('figcaption');
+      const range = state.scale === 'shared' ? shared : rangeOf(state.map, state.layer, state.batch, [head]);
+      cap.textContent = headName(m, head) + (state.scale === 'per_head' ? ' · ' + short(range[0]) + '–' + short(range[1]) : '');
+      const canvas = document.createElement('canvas');
+      canvas.dataset.head = head;
+      drawMap(canvas, state.map, state.layer, state.batch, head, { t0: 0, t1: m.T, s0: 0, s1: m.S }, GRID_PX, range);
+      hoverable(canvas);
+      canvas.addEventListener('click', () => openDetail(head));
+      fig.append(cap, canvas);
+      grid.append(fig);
+    }
+  }
+
+  // ---- the enlarged head ----
+  function openDetail(head) {
+    const m = M();
+    state.detail = head;
+    state.region = { t0: 0, t1: m.T, s0: 0, s1: m.S };
+    $('detail-section').hidden = false;
+    drawGrid();
+    drawDetail();
+    $('detail-section').scrollIntoView({ block: 'nearest' });
+  }
+  function drawDetail() {
+    if (state.detail === null) return;
+    const m = M(), r = state.region, canvas = $('detail');
+    const range = headRange(state.detail);
+    const R = r.t1 - r.t0, C = r.s1 - r.s0;
+    const labels = Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
+    const margin = labels ? { left: 90, top: 90 } : { left: 0, top: 0 };
+    const g = drawMap(canvas, state.map, state.layer, state.batch, state.detail, r, DETAIL_PX, range, margin);
+    if (labels) {
+      const ctx = canvas.getContext('2d');
+      ctx.fillStyle = '#1f2328';
+      ctx.font = '11px system-ui, "DejaVu Sans", sans-serif';
+      ctx.textBaseline = 'middle';
+      ctx.textAlign = 'right';
+      for (let t = r.t0; t < r.t1; t++) {
+        const q = queryLabel(t);
+        ctx.fillText((q !== null ? q + ' ' : '') + t, g.left - 4, g.top + (t - r.t0 + 0.5) * g.cell, g.left - 6);
+      }
+      for (let s = r.s0; s < r.s1; s++) {
+        const k = keyLabel(s);
+        ctx.save();
+        ctx.translate(g.left + (s - r.s0 + 0.5) * g.cell, g.top - 4);
+        ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = 'left';
+        ctx.fillText((k !== null ? k + ' ' : '') + s, 0, 0, g.top - 6);
+        ctx.restore();
+      }
+    }
+    $('detail-title').textContent = headName(m, state.detail) + (m.layer_axis ? ' · layer ' + state.layer : '') +
+      ' · queries ' + r.t0 + '–' + (r.t1 - 1) + ', keys ' + r.s0 + '–' + (r.s1 - 1) +
+      (g.f > 1 ? ' · ' + g.f + '×' + g.f + ' cells per pixel block (max)' : ' · full resolution');
+  }
+  function setupDetail() {
+    const canvas = $('detail');
+    hoverable(canvas);
+    let start = null;
+    canvas.addEventListener('mousedown', (e) => { start = cellAt(canvas, e); e.preventDefault(); });
+    window.addEventListener('mouseup', (e) => {
+      if (!start) return;
+      const end = cellAt(canvas, e) || start;
+      const t0 = Math.min(start.t0, end.t0), t1 = Math.max(start.t1, end.t1);
+      const s0 = Math.min(start.s0, end.s0), s1 = Math.max(start.s1, end.s1);
+      start = null;
+      if (t1 - t0 >= 1 && s1 - s0 >= 1 && (t1 - t0 < state.region.t1 - state.region.t0 || s1 - s0 < state.region.s1 - state.region.s0)) {
+        state.region = { t0, t1, s0, s1 };
+        drawDetail();
+      }
+    });
+    canvas.addEventListener('wheel', (e) => {
+      const c = cellAt(canvas, e);
+      if (!c) return;
+      e.preventDefault();
+      const m = M(), r = state.region, k = e.deltaY < 0 ? 0.5 : 2;
+      const zoom = (a0, a1, at, n) => {
+        const len = Math.max(1, Math.min(n, Math.round((a1 - a0) * k)));
+        let lo = Math.round(at - (at - a0) * len / (a1 - a0));
+        lo = Math.max(0, Math.min(n - len, lo));
+        return [lo, lo + len];
+      };
+      const [t0, t1] = zoom(r.t0, r.t1, c.t0, m.T), [s0, s1] = zoom(r.s0, r.s1, c.s0, m.S);
+      state.region = { t0, t1, s0, s1 };
+      drawDetail();
+    }, { passive: false });
+    $('zoom-out').addEventListener('click', () => { const m = M(); state.region = { t0: 0, t1: m.T, s0: 0, s1: m.S }; drawDetail(); });
+    $('detail-close').addEventListener('click', () => { state.detail = null; $('detail-section').hidden = true; drawGrid(); });
+  }
+
+  // ---- layers x heads ----
+  function drawOverview() {
+    const m = M(), table = $('overview');
+    $('overview-section').hidden = !(m.layers > 1);
+    if (m.layers <= 1) return;
+    table.textContent = '';
+    const head = document.createElement('tr');
+    head.append(document.createElement('th'));
+    for (let i = 0; i < m.h; i++) { const th = document.createElement('th'); th.textContent = 'head ' + i; head.append(th); }
+    table.append(head);
+    for (let l = 0; l < m.layers; l++) {
+      const tr = document.createElement('tr');
+      const th = document.createElement('th'); th.textContent = 'layer ' + l; tr.append(th);
+      const range = rangeOf(state.map, l, state.batch, [...Array(m.h).keys()]);
+      for (let i = 0; i < m.h; i++) {
+        const td = document.createElement('td'), canvas = document.createElement('canvas');
+        canvas.dataset.layer = l; canvas.dataset.head = i;
+        drawMap(canvas, state.map, l, state.batch, i, { t0: 0, t1: m.T, s0: 0, s1: m.S }, THUMB_PX,
+                state.scale === 'shared' ? range : rangeOf(state.map, l, state.batch, [i]));
+        hoverable(canvas);
+        canvas.addEventListener('click', () => { state.layer = l; $('layer').value = l; render(); openDetail(i); });
+        td.append(canvas); tr.append(td);
+      }
+      table.append(tr);
+    }
+  }
+
+  // ---- tokens ----
+  function drawTokens() {
+    const m = M(), svg = $('tokens');
+    const show = m.T <= TOKEN_MAX && m.S <= TOKEN_MAX;
+    $('tokens-section').hidden = !show;
+    if (!show) return;
+    if (!state.tokenHeads || state.tokenHeads.length !== m.h) state.tokenHeads = Array(m.h).fill(true);
+    const picks = $('head-picks');
+    picks.textContent = '';
+    for (let i = 0; i < m.h; i++) {
+      const label = document.createElement('label'), box = document.createElement('input'), sw = document.createElement('span');
+      box.type = 'checkbox'; box.checked = state.tokenHeads[i]; box.dataset.head = i;
+      box.addEventListener('change', () => { state.tokenHeads[i] = box.checked; drawTokens(); });
+      sw.className = 'swatch'; sw.style.background = HEAD_COLORS[i % HEAD_COLORS.length];
+      label.append(box, sw, document.createTextNode(headName(m, i)));
+      picks.append(label);
+    }
+    const NS = 'http://www.w3.org/2000/svg', row = 22, width = 600, xq = 170, xk = 430;
+    svg.textContent = '';
+    svg.setAttribute('width', width);
+    svg.setAttribute('height', Math.max(m.T, m.S) * row + 10);
+    const lines = [];
+    for (let i = 0; i < m.h; i++) {
+      if (!state.tokenHeads[i]) continue;
+      for (let t = 0; t < m.T; t++) for (let s = 0; s < m.S; s++) {
+        const v = weight(state.map, state.layer, state.batch, i, t, s);
+        if (!(v > 0.005)) continue;
+        const line = document.createElementNS(NS, 'line');
+        line.setAttribute('x1', xq + 6); line.setAttribute('y1', 10 + (t + 0.5) * row);
+        line.setAttribute('x2', xk - 6); line.setAttribute('y2', 10 + (s + 0.5) * row);
+        line.setAttribute('stroke', HEAD_COLORS[i % HEAD_COLORS.length]);
+        line.setAttribute('stroke-width', 2);
+        line.setAttribute('stroke-opacity', Math.min(1, v));
+        line.dataset.query = t; line.dataset.key = s; line.dataset.head = i;
+        lines.push(line); svg.append(line);
+      }
+    }
+    const focus = (attr, idx, el) => {
+      for (const line of lines) line.style.display = idx === null || line.dataset[attr] === String(idx) ? '' : 'none';
+      for (const t of svg.querySelectorAll('text')) t.classList.toggle('active', t === el);
+    };
+    const text = (x, y, anchor, str, attr, idx) => {
+      const el = document.createElementNS(NS, 'text');
+      el.setAttribute('x', x); el.setAttribute('y', y); el.setAttribute('text-anchor', anchor);
+      el.setAttribute('dominant-baseline', 'middle');
+      el.textContent = str; el.dataset[attr] = idx;
+      el.addEventListener('mouseenter', () => focus(attr, idx, el));
+      el.addEventListener('mouseleave', () => focus(attr, null, null));
+      svg.append(el);
+    };
+    for (let t = 0; t < m.T; t++) { const q = queryLabel(t); text(xq, 10 + (t + 0.5) * row, 'end', (q !== null ? q : 'q' + t), 'query', t); }
+    for (let s = 0; s < m.S; s++) { const k = keyLabel(s); text(xk, 10 + (s + 0.5) * row, 'start', (k !== null ? k : 'k' + s), 'key', s); }
+  }
+
+  // ---- statistics and the run ----
+  const STAT_COLUMNS = [['head', 'head'], ['entropy', 'entropy'], ['entropy_fraction', 'entropy / log S'],
+    ['max_weight', 'max weight'], ['distance', 'distance'], ['diagonal', 'diagonal'],
+    ['first_key', 'first key'], ['causal', 'causal']];
+  function drawStats() {
+    const m = M(), scope = $('stats-scope').value;
+    const stats = scope === 'all' ? m.stats_all[state.layer] : m.stats[state.layer][state.batch];
+    const rows = stats.heads.map((s, i) => Object.assign({ head: i }, s));
+    const { key, dir } = state.sort;
+    rows.sort((a, b) => {
+      const x = a[key], y = b[key];
+      if (x === y) return a.head - b.head;
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      return (x < y ? -1 : 1) * dir;
+    });
+    const table = $('stats');
+    table.textContent = '';
+    const thead = document.createElement('thead'), tr = document.createElement('tr');
+    for (const [k, label] of STAT_COLUMNS) {
+      const th = document.createElement('th');
+      th.textContent = label; th.dataset.key = k;
+      if (k === key) th.setAttribute('aria-sort', dir > 0 ? 'ascending' : 'descending');
+      th.addEventListener('click', () => { state.sort = { key: k, dir: k === key ? -dir : 1 }; drawStats(); });
+      tr.append(th);
+    }
+    thead.append(tr); table.append(thead);
+    const tbody = document.createElement('tbody');
+    for (const r of rows) {
+      const row = document.createElement('tr');
+      row.dataset.head = r.head;
+      for (const [k] of STAT_COLUMNS) {
+        const td = document.createElement('td'), v = r[k];
+        td.textContent = k === 'head' ? (m.head_axis ? String(v) : 'mean') : typeof v === 'number' ? v.toFixed(4) : v === null || v === undefined ? '—' : String(v);
+        row.append(td);
+      }
+      row.addEventListener('click', () => openDetail(r.head));
+      tbody.append(row);
+    }
+    table.append(tbody);
+  }
+  function drawRun() {
+    const run = D.run;
+    if (!run) { $('config').textContent = 'no run.json beside ' + D.maps[0].file; return; }
+    const shown = { config: run.config, timings_ms: run.timings_ms, threads: run.threads, blas: run.blas, outputs: run.outputs };
+    $('config').textContent = JSON.stringify(shown, null, 2);
+  }
+
+  // ---- controls ----
+  function fillSelect(sel, n, name) {
+    sel.textContent = '';
+    for (let i = 0; i < n; i++) { const o = document.createElement('option'); o.value = i; o.textContent = name(i); sel.append(o); }
+  }
+  function setupControls() {
+    fillSelect($('map'), D.maps.length, (i) => D.maps[i].name);
+    $('map-pick').hidden = D.maps.length < 2;
+    const refill = () => {
+      const m = M();
+      fillSelect($('layer'), m.layers, String);
+      $('layer-pick').hidden = !m.layer_axis;
+      fillSelect($('batch'), m.B, String);
+      state.layer = Math.min(state.layer, m.layers - 1);
+      state.batch = Math.min(state.batch, m.B - 1);
+      $('layer').value = state.layer; $('batch').value = state.batch;
+    };
+    refill();
+    $('map').addEventListener('change', () => { state.map = +$('map').value; state.detail = null; $('detail-section').hidden = true; refill(); render(); });
+    $('layer').addEventListener('change', () => { state.layer = +$('layer').value; render(); });
+    $('batch').addEventListener('change', () => { state.batch = +$('batch').value; render(); });
+    $('scale').addEventListener('change', () => { state.scale = $('scale').value; render(); });
+    $('stats-scope').addEventListener('change', drawStats);
+  }
+  function render() {
+    drawGrid();
+    if (state.detail !== null) drawDetail();
+    drawOverview();
+    drawTokens();
+    drawStats();
+  }
+
+  async function main() {
+    $('title').textContent = 'mha view · ' + D.title;
+    $('subtitle').textContent = D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
+      'B = ' + m.B + ', h = ' + m.h + ', T = ' + m.T + ', S = ' + m.S + ' (' + m.dtype + ')').join(' · ') +
+      ' · mha ' + D.version;
+    if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
+    W = await Promise.all(D.maps.map(unpack));
+    setupControls();
+    setupDetail();
+    drawRun();
+    render();
+    state.ready = true;
+    document.body.dataset.ready = '1';
+  }
+  window.mhaView = { state, data: D, weights: () => W, exact, render, openDetail };
+  main().catch((e) => {
+    const el = $('error');
+    el.hidden = false;
+    el.textContent = 'The page could not be drawn: ' + e.message;
+    console.error(e);
+  });
+})();

@@ -1,0 +1,125 @@
+// mha sweep report: a sweep's results.jsonl rows (inline, sweep_view.cpp) charted
+// with Chart.js (Debian's libjs-chart.js, inlined): any numeric column against a
+// swept key, one line per value of another. Runs that share x and the group
+// are averaged into one point, as the PNG (sweep_chart) does. window.mhaChart
+// is the Chart.js instance, for tests.
+(function () {
+  'use strict';
+  const D = JSON.parse(document.getElementById('mha-data').textContent);
+  const $ = (id) => document.getElementById(id);
+  const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+                  '#7f7f7f', '#bcbd22', '#17becf'];  // Tableau 10, as the PNG
+  const ok = D.rows.filter((r) => r.status === 'ok');
+  const text = (v) => (typeof v === 'string' ? v : JSON.stringify(v));
+  let chart = null;
+
+  function numericKey(key) { return ok.every((r) => !(key in r) || typeof r[key] === 'number'); }
+
+  // Series as sweep_chart builds them: name -> Map(x -> [sum, count]).
+  function series(y, x, group) {
+    const order = [], points = new Map(), categories = [];
+    const numericX = x === 'index' || numericKey(x);
+    const add = (name, xv, yv) => {
+      if (!points.has(name)) { points.set(name, new Map()); order.push(name); }
+      const p = points.get(name);
+      if (!p.has(xv)) p.set(xv, [0, 0]);
+      if (typeof yv === 'number' && Number.isFinite(yv)) { const e = p.get(xv); e[0] += yv; e[1] += 1; }
+    };
+    for (const r of ok) {
+      if (!(x in r) || !(y in r)) continue;
+      let xv;
+      if (numericX) xv = r[x];
+      else {
+        const t = text(r[x]);
+        if (!categories.includes(t)) categories.push(t);
+        xv = categories.indexOf(t);
+      }
+      const g = group ? group + '=' + (group in r ? text(r[group]) : '?') : '';
+      const yv = r[y];
+      if (Array.isArray(yv)) yv.forEach((v, i) => add((g ? g + ' · ' : '') + 'head ' + i, xv, v));
+      else if (typeof yv === 'boolean') add(g || y, xv, yv ? 1 : 0);
+      else if (typeof yv === 'number') add(g || y, xv, yv);
+    }
+    return {
+      categories,
+      sets: order.map((name) => ({
+        name,
+        points: [...points.get(name).entries()].sort((a, b) => a[0] - b[0])
+          .map(([xv, [sum, n]]) => ({ x: xv, y: n ? sum / n : null })),
+      })),
+    };
+  }
+
+  function draw() {
+    const y = $('y').value, x = $('x').value, group = $('group').value;
+    const { categories, sets } = series(y, x, group);
+    const logX = $('log-x').checked && categories.length === 0, logY = $('log-y').checked;
+    const datasets = sets.map((s, i) => ({
+      label: s.name, data: s.points, showLine: true, spanGaps: false,
+      borderColor: COLORS[i % COLORS.length], backgroundColor: COLORS[i % COLORS.length],
+      borderWidth: 2, pointRadius: 4,
+    }));
+    const config = {
+      type: 'scatter',
+      data: { datasets },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false,
+        plugins: {
+          title: { display: true, text: y + ' against ' + x + (group ? ' for each ' + group : '') },
+          tooltip: { callbacks: { label: (c) => c.dataset.label + ': ' + x + ' = ' + (categories.length ? categories[c.parsed.x] : c.parsed.x) + ', ' + y + ' = ' + c.parsed.y } },
+        },
+        scales: {
+          x: { type: logX ? 'logarithmic' : 'linear', title: { display: true, text: x },
+               ticks: categories.length ? { stepSize: 1, callback: (v) => categories[v] ?? '' } : {} },
+          y: { type: logY ? 'logarithmic' : 'linear', title: { display: true, text: y } },
+        },
+      },
+    };
+    if (chart) chart.destroy();
+    chart = new Chart($('chart'), config);
+    window.mhaChart = chart;
+    const averaged = ok.length > sets.reduce((n, s) => n + s.points.length, 0) && !Array.isArray(ok[0][y]);
+    $('chart-note').textContent = ok.length + ' finished runs' + (D.rows.length > ok.length ? ' (' + (D.rows.length - ok.length) + ' failed, not charted)' : '') +
+      (averaged ? '; runs sharing ' + x + (group ? ' and ' + group : '') + ' are averaged into one point' : '');
+  }
+
+  function table() {
+    const cols = ['name', 'status', ...D.swept_keys.filter((k) => k !== 'name' && k !== 'status'),
+                  ...D.numeric_columns.filter((k) => !D.swept_keys.includes(k) && !Array.isArray(ok[0][k]))];
+    const t = $('runs'), head = document.createElement('tr');
+    for (const c of cols) { const th = document.createElement('th'); th.textContent = c; head.append(th); }
+    t.append(head);
+    for (const r of D.rows) {
+      const tr = document.createElement('tr');
+      for (const c of cols) {
+        const td = document.createElement('td'), v = r[c];
+        td.textContent = v === undefined || v === null ? '' : typeof v === 'number' && !Number.isInteger(v) ? v.toPrecision(5) : text(v);
+        tr.append(td);
+      }
+      t.append(tr);
+    }
+  }
+
+  function options(sel, list, chosen, extra) {
+    for (const v of (extra || []).concat(list)) {
+      const o = document.createElement('option'); o.value = v; o.textContent = v || '(none)'; sel.append(o);
+    }
+    sel.value = chosen;
+  }
+
+  try {
+    $('title').textContent = 'mha sweep report · ' + D.title;
+    $('subtitle').textContent = (D.description ? D.description + ' · ' : '') + D.rows.length + ' runs, swept: ' + D.swept_keys.join(', ') + ' · mha ' + D.version;
+    options($('y'), D.numeric_columns, D.choice.y);
+    options($('x'), D.swept_keys.concat(['index']), D.choice.x);
+    options($('group'), D.swept_keys, D.choice.group, ['']);
+    for (const id of ['y', 'x', 'group', 'log-x', 'log-y']) $(id).addEventListener('change', draw);
+    draw();
+    table();
+    document.body.dataset.ready = '1';
+  } catch (e) {
+    $('error').hidden = false;
+    $('error').textContent = 'The report could not be drawn: ' + e.message;
+    console.error(e);
+  }
+})();

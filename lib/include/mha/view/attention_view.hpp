@@ -1,0 +1,69 @@
+// The attention viewer's data: the maps of a run (or of .npy files) with
+// their token labels, per-head statistics and run.json, and the one
+// self-contained HTML page `mha view` and `mha run --html` write from them.
+//
+//   mha::AttentionView v = mha::read_attention_view("out/default", {});
+//   std::string html = mha::attention_page(v);  // no network when it opens
+//
+// A map set is one attention file, seen as (layers, B, h, T, S): attention.npy
+// (B, h, T, S) has layers = 1; averaged (B, T, S) maps have h = 1 ("mean");
+// self_attention.npy and cross_attention.npy of Transformer stacks have their
+// own layer axis. The weights go into the page exactly as stored (float32 or
+// float64; float16 widened to float32), byte-shuffled, deflated and base64'd
+// (docs/attention-maps.md gives the sizes this makes).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/io/npy.hpp"
+
+namespace mha {
+
+struct AttentionMapSet {
+  std::string name;  // "attention", "self_attention", "cross_attention", or the file's stem
+  std::string file;  // where it was read from
+  std::size_t layers = 1, B = 1, h = 1, T = 0, S = 0;
+  bool layer_axis = false, head_axis = false;
+  NpyArray array;            // float32 or float64, C order (layers, B, h, T, S)
+  nlohmann::json stats;      // [layer][batch] -> AttentionStats::to_json(), and
+  nlohmann::json stats_all;  // [layer] over every batch element
+};
+
+struct AttentionView {
+  std::string title;                      // the run directory or file
+  std::vector<AttentionMapSet> maps;      // at least one
+  std::vector<std::string> query_labels;  // T labels, or empty (positions)
+  std::vector<std::string> key_labels;    // S labels, or empty (query_labels when S = T)
+  nlohmann::json run;                     // run.json, or null
+};
+
+struct ViewOptions {
+  std::string labels, key_labels;          // label files, one token per line
+  std::optional<std::size_t> batch_index;  // keep one batch element
+};
+
+// The most weights one page holds (float32: 32 MiB before compression).
+constexpr std::size_t kMaxViewWeights = std::size_t{8} << 20;
+
+// `path` is a run directory (its run.json and attention.npy, or a stack's
+// self_attention.npy and cross_attention.npy) or one attention .npy (with the
+// run.json beside it, if any). Throws mha::Error (invalid_input) naming the
+// file and what was expected: not a float array, a rank other than 2 to 5,
+// weights outside [0, 1], labels whose count is not T (or S), a batch_index
+// out of range, more than kMaxViewWeights weights, or a directory with no
+// attention file.
+AttentionView read_attention_view(const std::string& path, const ViewOptions& options);
+
+// One attention file as a map set; `name` labels it in the page.
+AttentionMapSet read_map_set(const std::string& file, const std::string& name,
+                             const ViewOptions& options);
+
+// The page: HTML, CSS, script and data inline.
+std::string attention_page(const AttentionView& view);
+
+}  // namespace mha

@@ -1,0 +1,262 @@
+#include "mha/view/sweep_view.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "mha/base/error.hpp"
+#include "mha/view/page.hpp"
+
+namespace mha {
+namespace {
+
+namespace fs = std::filesystem;
+using ordered_json = nlohmann::ordered_json;
+
+// Columns that describe a run's result or bookkeeping, never a swept setting.
+const std::set<std::string>& result_columns() {
+  static const std::set<std::string> kColumns = {"schema_version",
+                                                 "index",
+                                                 "name",
+                                                 "status",
+                                                 "attention",
+                                                 "flops",
+                                                 "gflops_per_s",
+                                                 "peak_rss_bytes",
+                                                 "load_ms",
+                                                 "compute_ms",
+                                                 "write_ms",
+                                                 "wall_ms",
+                                                 "finished_at",
+                                                 "shard",
+                                                 "output_crc32",
+                                                 "output_mean",
+                                                 "output_std",
+                                                 "output_min",
+                                                 "output_max",
+                                                 "attention_entropy",
+                                                 "attention_entropy_fraction",
+                                                 "attention_max_weight",
+                                                 "attention_distance",
+                                                 "attention_diagonal",
+                                                 "attention_first_key",
+                                                 "attention_causal",
+                                                 "attention_entropy_per_head",
+                                                 "run_dir",
+                                                 "exit_code",
+                                                 "error"};
+  return kColumns;
+}
+
+bool is_ok(const ordered_json& row) {
+  return row.value("status", "") == "ok";
+}
+
+std::string value_text(const ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s.empty() ? "(none)" : s;
+}
+
+bool numeric_key(const SweepView& v, const std::string& key) {
+  for (const auto& row : v.rows)
+    if (is_ok(row) && row.contains(key) && !row[key].is_number()) return false;
+  return true;
+}
+
+std::size_t distinct_values(const SweepView& v, const std::string& key) {
+  std::set<std::string> seen;
+  for (const auto& row : v.rows)
+    if (is_ok(row) && row.contains(key)) seen.insert(row[key].dump());
+  return seen.size();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail_input(path + ": cannot be read; expected a sweep's results (run `mha sweep` first)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+SweepView read_sweep_view(const std::string& dir) {
+  SweepView v;
+  v.dir = dir;
+  const std::string results = (fs::path(dir) / "results.jsonl").string();
+  std::istringstream lines(read_text(results));
+  std::string line;
+  for (std::size_t n = 1; std::getline(lines, line); ++n) {
+    if (line.empty()) continue;
+    ordered_json row = ordered_json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.is_object())
+      fail_input(results + ": line " + std::to_string(n) +
+                 " is not a JSON object; expected one results row per line");
+    v.rows.push_back(std::move(row));
+  }
+  if (std::none_of(v.rows.begin(), v.rows.end(), is_ok))
+    fail_input(results + ": no finished (ok) run to chart" +
+               (v.rows.empty() ? std::string(" (the file is empty)") : std::string()));
+  const std::string meta = (fs::path(dir) / "sweep.json").string();
+  std::error_code ec;
+  if (fs::is_regular_file(meta, ec)) {
+    ordered_json m = ordered_json::parse(read_text(meta), nullptr, false);
+    if (m.is_discarded() || !m.is_object() || !m.contains("swept_keys") ||
+        !m["swept_keys"].is_array())
+      fail_input(meta + ": expected a JSON object with \"swept_keys\", as `mha sweep` writes");
+    for (const auto& k : m["swept_keys"])
+      if (k.is_string()) v.swept_keys.push_back(k.get<std::string>());
+    v.description = m.value("description", "");
+  } else {
+    for (const auto& [key, value] : v.rows.front().items())
+      if (!result_columns().count(key) && distinct_values(v, key) > 1) v.swept_keys.push_back(key);
+  }
+  // y candidates, in the rows' column order.
+  std::set<std::string> seen;
+  for (const auto& row : v.rows) {
+    if (!is_ok(row)) continue;
+    for (const auto& [key, value] : row.items()) {
+      if (seen.count(key) || key == "index" || key == "schema_version" || key == "exit_code")
+        continue;
+      seen.insert(key);
+      bool numeric = false, other = false;
+      for (const auto& r : v.rows) {
+        if (!is_ok(r) || !r.contains(key) || r[key].is_null()) continue;
+        const auto& x = r[key];
+        if (x.is_number() || x.is_boolean())
+          numeric = true;
+        else if (x.is_array() && std::all_of(x.begin(), x.end(), [](const ordered_json& e) {
+                   return e.is_number() || e.is_null();
+                 }))
+          numeric = true;
+        else
+          other = true;
+      }
+      if (numeric && !other) v.numeric_columns.push_back(key);
+    }
+  }
+  return v;
+}
+
+ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
+  ChartChoice c = wanted;
+  const auto has = [](const std::vector<std::string>& list, const std::string& key) {
+    return std::find(list.begin(), list.end(), key) != list.end();
+  };
+  if (c.y.empty())
+    c.y = has(v.numeric_columns, "compute_ms") ? "compute_ms" : v.numeric_columns.at(0);
+  if (!has(v.numeric_columns, c.y))
+    fail_input("--y " + c.y + ": not a numeric column of " + v.dir +
+               "/results.jsonl; expected one of " + join(v.numeric_columns));
+  if (c.x.empty()) {
+    for (const auto& k : v.swept_keys)
+      if (numeric_key(v, k) && distinct_values(v, k) > 1) {
+        c.x = k;
+        break;
+      }
+    if (c.x.empty() && !v.swept_keys.empty()) c.x = v.swept_keys.front();
+    if (c.x.empty()) c.x = "index";
+  } else if (!has(v.swept_keys, c.x) && c.x != "index") {
+    fail_input("--x " + c.x + ": not a swept key of " + v.dir + "; expected one of " +
+               join(v.swept_keys) + " (or index)");
+  }
+  if (c.group.empty()) {
+    for (const auto& k : v.swept_keys)
+      if (k != c.x && distinct_values(v, k) > 1) {
+        c.group = k;
+        break;
+      }
+  } else if (c.group == "none") {
+    c.group.clear();
+  } else if (!has(v.swept_keys, c.group) || c.group == c.x) {
+    fail_input("--group " + c.group + ": not a swept key of " + v.dir + " other than --x " + c.x +
+               "; expected one of " + join(v.swept_keys) + " (or none)");
+  }
+  return c;
+}
+
+LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
+  LineChart chart;
+  chart.title = c.y + " against " + c.x + (c.group.empty() ? "" : " for each " + c.group);
+  chart.x_label = c.x;
+  chart.y_label = c.y;
+  // series name -> x -> (sum, count); series in order of first appearance.
+  std::vector<std::string> order;
+  std::map<std::string, std::map<double, std::pair<double, int>>> points;
+  std::map<std::string, std::string> x_text;  // categorical x: value -> position
+  std::vector<std::string> categories;
+  const bool numeric_x = numeric_key(v, c.x);
+  auto add = [&](const std::string& series, double x, double y) {
+    if (!points.count(series)) order.push_back(series);
+    auto& p = points[series][x];
+    if (std::isfinite(y)) p.first += y, p.second += 1;
+  };
+  for (const auto& row : v.rows) {
+    if (!is_ok(row) || !row.contains(c.x) || !row.contains(c.y)) continue;
+    double x;
+    if (numeric_x) {
+      x = row[c.x].get<double>();
+    } else {
+      const std::string t = value_text(row[c.x]);
+      auto it = std::find(categories.begin(), categories.end(), t);
+      if (it == categories.end()) categories.push_back(t), it = categories.end() - 1;
+      x = static_cast<double>(it - categories.begin());
+    }
+    const std::string group =
+        c.group.empty() ? ""
+                        : c.group + "=" + (row.contains(c.group) ? value_text(row[c.group]) : "?");
+    const auto& y = row[c.y];
+    if (y.is_array()) {
+      for (std::size_t i = 0; i < y.size(); ++i)
+        add((group.empty() ? "" : group + " · ") + "head " + std::to_string(i), x,
+            y[i].is_number() ? y[i].get<double>() : NAN);
+    } else if (y.is_number() || y.is_boolean()) {
+      add(group.empty() ? c.y : group, x,
+          y.is_boolean() ? (y.get<bool>() ? 1.0 : 0.0) : y.get<double>());
+    }
+  }
+  for (const auto& name : order) {
+    ChartSeries s;
+    s.name = name;
+    for (const auto& [x, sum] : points[name]) {
+      s.x.push_back(x);
+      s.y.push_back(sum.second ? sum.first / sum.second : NAN);
+    }
+    chart.series.push_back(std::move(s));
+  }
+  if (!numeric_x) {
+    chart.x_label += " (";
+    for (std::size_t i = 0; i < categories.size(); ++i)
+      chart.x_label += (i ? ", " : "") + std::to_string(i) + " = " + categories[i];
+    chart.x_label += ")";
+  }
+  return chart;
+}
+
+std::string sweep_page(const SweepView& v, const ChartChoice& c) {
+  nlohmann::ordered_json data;
+  data["kind"] = "sweep";
+  data["title"] = v.dir;
+  data["description"] = v.description;
+  data["version"] = MHA_VERSION;
+  data["swept_keys"] = v.swept_keys;
+  data["numeric_columns"] = v.numeric_columns;
+  data["choice"] = {{"y", c.y}, {"x", c.x}, {"group", c.group}};
+  data["rows"] = v.rows;
+  return html_page("mha sweep report: " + v.dir, std::string(page_asset("sweep.html")),
+                   data.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                   {"chart.min.js", "sweep.js"});
+}
+
+}  // namespace mha
