@@ -89,7 +89,9 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
   plot->footer(
       "Examples (after `mha run --config configs/default.json`):\n"
       "  mha plot out/default/attention.npy --batch_index 1 --head_indices 0,1 -o out/heads.png\n"
-      "  mha plot out/default/attention.npy --average_heads --color_scale log -o out/mean.png");
+      "  mha plot out/default/attention.npy --average_heads --color_scale log -o out/mean.png\n"
+      "  mha plot out/default/attention.npy --color_range per_head -o out/per_head.png\n"
+      "  mha plot out/default/attention.npy --vmin 0 --vmax 0.5 -o out/fixed.png");
   plot->add_option("file", args.file, "attention .npy: (B, h, T, S), (B, T, S) or (T, S)")
       ->required();
   plot->add_option("-o,--output", args.output, "PNG to write (default: FILE with .png)");
@@ -101,6 +103,16 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
   plot->add_flag("--average_heads", args.average, "one panel: the mean over the (selected) heads");
   plot->add_option("--color_scale", args.scale, "color scale: linear (default, from 0) or log")
       ->check(CLI::IsMember({"linear", "log"}));
+  plot->add_option("--color_range", args.color_range,
+                   "color range: shared (default, one for all panels) or per_head (each panel "
+                   "its own, shown under its title)")
+      ->check(CLI::IsMember({"shared", "per_head"}));
+  plot->add_option("--vmin", args.vmin,
+                   "fixed bottom of the color range (lower values take its color; default: "
+                   "0 or the smallest value, log: the smallest positive value)");
+  plot->add_option("--vmax", args.vmax,
+                   "fixed top of the color range (higher values take its color; default: the "
+                   "largest value)");
   plot->add_option("--labels", args.labels,
                    "token labels, one per line: T of them (and the keys' too when S = T)");
   plot->add_option("--key_labels", args.key_labels, "key token labels, one per line: S of them");
@@ -133,6 +145,12 @@ NpyArray layer_slice(const NpyArray& a, std::size_t l, const std::string& file) 
 }
 
 int do_plot(const PlotArgs& args) {
+  PlotOptions options;
+  options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
+  options.range =
+      args.color_range == "per_head" ? ColorRangeMode::per_head : ColorRangeMode::shared;
+  options.vmin = args.vmin, options.vmax = args.vmax;
+  check_color_limits(options, "--");
   if (args.output.empty() && is_stream_input(args.file))
     fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
   NpyArray a = read_npy(args.file);
@@ -158,11 +176,9 @@ int do_plot(const PlotArgs& args) {
                (rank == 2 ? " is a single (T, S) map, batch 0"
                           : " holds B = " + std::to_string(B) + " batch elements (shape " + shape +
                                 "), indices 0 to " + std::to_string(B - 1)));
-  PlotOptions options;
   options.batch = args.batch;
   options.heads = parse_heads(args.heads, h, rank == 4, args.file, shape);
   options.average = args.average;
-  options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
   options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
   options.cell = args.cell;
   const std::string queries = "T = " + std::to_string(T) + " query positions";
@@ -237,9 +253,13 @@ int do_plot(const PlotArgs& args) {
                                ? std::to_string(plot.cell_w)
                                : std::to_string(plot.cell_w) + "x" + std::to_string(plot.cell_h);
   spdlog::info(
-      "wrote {} ({}x{} px: {} panel(s) of {}x{} cells at {} px; color {}, {:.3g} to {:.3g})",
+      "wrote {} ({}x{} px: {} panel(s) of {}x{} cells at {} px; color {}{}, {:.3g} to {:.3g}{})",
       out_path, plot.image.width(), plot.image.height(), n, panels.rows(), panels.cols(), cell,
-      to_string(options.scale), plot.lo, plot.hi);
+      to_string(options.scale), options.range == ColorRangeMode::per_head ? " per head" : "",
+      plot.lo, plot.hi, options.range == ColorRangeMode::per_head ? " over all panels" : "");
+  if (options.range == ColorRangeMode::per_head)
+    for (std::size_t p = 0; p < n; ++p)
+      spdlog::debug("{}: color {:.3g} to {:.3g}", titles[p], plot.panel_lo[p], plot.panel_hi[p]);
   if (panels.factor() > 1)
     spdlog::info("downsampled {}x{} to {}x{} cells by block {} ({}x{} weights per cell)", T, S,
                  panels.rows(), panels.cols(), to_string(options.reduce), panels.factor(),

@@ -19,6 +19,8 @@ struct PlotArgs {
   std::string heads = "all";
   bool average = false;
   std::string scale = "linear", reduce = "max";
+  std::string color_range = "shared";  // --color_range: shared or per_head
+  std::optional<double> vmin, vmax;    // --vmin, --vmax: fixed ends of the color range
   std::string labels, key_labels;
   int cell = 0;
   std::size_t max_cells = 0;

@@ -454,6 +454,217 @@ TEST_CASE("plot: log color scale over the positive range", "[plot]") {
   CHECK(plot.caption.find("color: log10, 0.0001 to 1") != std::string::npos);
 }
 
+// The color of value v on the linear range [lo, hi], as the tests expect it:
+// viridis of the position, clamped to the ends.
+Rgb linear_color(double v, double lo, double hi) {
+  return mha::viridis(std::clamp((v - lo) / (hi - lo), 0.0, 1.0));
+}
+
+Rgb log_color(double v, double lo, double hi) {
+  if (v <= lo) return mha::viridis_table()[0];
+  return mha::viridis(std::clamp(std::log10(v / lo) / std::log10(hi / lo), 0.0, 1.0));
+}
+
+TEST_CASE("plot: fixed vmin and vmax, values beyond clamped", "[plot]") {
+  AttentionPanels panels(1, 1, 7);
+  const std::vector<double> a = {0.0, 0.1, 0.15, 0.2, 0.3, 0.4, 0.9};
+  feed(panels, a);
+  const auto& table = mha::viridis_table();
+  PlotOptions options;
+  SECTION("both ends") {
+    options.vmin = 0.1, options.vmax = 0.3;
+    const mha::Plot plot = mha::render_attention(panels, {"head 0"}, options, "b");
+    CHECK(plot.lo == 0.1);
+    CHECK(plot.hi == 0.3);
+    CHECK(cell_pixel(plot, 0, 0, 0) == table[0]);  // below vmin: clamped
+    CHECK(cell_pixel(plot, 0, 0, 1) == table[0]);
+    CHECK(cell_pixel(plot, 0, 0, 2) == linear_color(0.15, 0.1, 0.3));
+    CHECK(cell_pixel(plot, 0, 0, 2) == table[64]);  // round(255 * 0.25)
+    CHECK(cell_pixel(plot, 0, 0, 3) == table[128]);
+    CHECK(cell_pixel(plot, 0, 0, 4) == table[255]);
+    CHECK(cell_pixel(plot, 0, 0, 5) == table[255]);  // above vmax: clamped
+    CHECK(cell_pixel(plot, 0, 0, 6) == table[255]);
+    CHECK(plot.caption == "b \xc2\xb7 color: linear, 0.1 (vmin) to 0.3 (vmax)");
+    CHECK(plot.bar_labels ==
+          std::vector<std::string>{"\xe2\x89\xa5 0.3", "0.2", "\xe2\x89\xa4 0.1"});
+    // The bar itself still runs from the lowest color to the highest.
+    CHECK(plot.image.at(plot.color_bar.center_x(), plot.color_bar.y) == table[255]);
+    CHECK(plot.image.at(plot.color_bar.center_x(), plot.color_bar.y + plot.color_bar.h - 1) ==
+          table[0]);
+  }
+  SECTION("vmax only: the bottom from the data") {
+    options.vmax = 0.45;
+    const mha::Plot plot = mha::render_attention(panels, {"head 0"}, options, "b");
+    CHECK(plot.lo == 0);
+    CHECK(plot.hi == 0.45);
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      INFO("cell " << j);
+      CHECK(cell_pixel(plot, 0, 0, j) == linear_color(a[j], 0, 0.45));
+    }
+    CHECK(cell_pixel(plot, 0, 0, 6) == table[255]);
+    CHECK(plot.bar_labels == std::vector<std::string>{"\xe2\x89\xa5 0.45", "0.225", "0"});
+    CHECK(plot.caption == "b \xc2\xb7 color: linear, 0 to 0.45 (vmax)");
+  }
+  SECTION("vmin only: the top from the data; given values are written as given") {
+    options.vmin = 0.123456;
+    const mha::Plot plot = mha::render_attention(panels, {"head 0"}, options, "b");
+    CHECK(plot.lo == 0.123456);
+    CHECK(plot.hi == 0.9);
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      INFO("cell " << j);
+      CHECK(cell_pixel(plot, 0, 0, j) == linear_color(a[j], 0.123456, 0.9));
+    }
+    CHECK(plot.bar_labels.front() == "0.9");
+    CHECK(plot.bar_labels.back() == "\xe2\x89\xa4 0.123456");
+    CHECK(plot.caption == "b \xc2\xb7 color: linear, 0.123456 (vmin) to 0.9");
+  }
+  SECTION("a fixed end beyond all the data: the other end moves past it") {
+    options.vmin = 2;
+    const mha::Plot plot = mha::render_attention(panels, {"head 0"}, options, "b");
+    CHECK(plot.lo == 2);
+    CHECK(plot.hi == 3);
+    for (std::size_t j = 0; j < a.size(); ++j) CHECK(cell_pixel(plot, 0, 0, j) == table[0]);
+  }
+  SECTION("log scale") {
+    AttentionPanels logs(1, 1, 5);
+    feed(logs, std::vector<double>{1e-4, 1e-3, 1e-2, 1e-1, 0.0});
+    options.scale = mha::ColorScale::log;
+    options.vmin = 1e-3, options.vmax = 1e-1;
+    const mha::Plot plot = mha::render_attention(logs, {"head 0"}, options, "b");
+    CHECK(cell_pixel(plot, 0, 0, 0) == table[0]);  // below vmin
+    CHECK(cell_pixel(plot, 0, 0, 1) == table[0]);
+    CHECK(cell_pixel(plot, 0, 0, 2) == table[128]);  // halfway in log10
+    CHECK(cell_pixel(plot, 0, 0, 3) == table[255]);
+    CHECK(cell_pixel(plot, 0, 0, 4) == table[0]);  // zero
+    CHECK(plot.caption == "b \xc2\xb7 color: log10, 0.001 (vmin) to 0.1 (vmax)");
+    options.vmin.reset();
+    options.vmax = 1e-2;  // the bottom from the data: 1e-4
+    const mha::Plot top = mha::render_attention(logs, {"head 0"}, options, "b");
+    CHECK(top.lo == 1e-4);
+    CHECK(top.hi == 1e-2);
+    CHECK(cell_pixel(top, 0, 0, 1) == table[128]);
+    CHECK(cell_pixel(top, 0, 0, 3) == table[255]);
+  }
+}
+
+TEST_CASE("plot: vmin and vmax that cannot be a range are refused", "[plot]") {
+  AttentionPanels panels(1, 2, 2);
+  feed(panels, one_hot_diagonal(2));
+  PlotOptions options;
+  options.vmin = 0.5, options.vmax = 0.5;
+  require_invalid([&] { mha::render_attention(panels, {"head 0"}, options, "b"); },
+                  "attention plot: vmin 0.5 is not below vmax 0.5: expected vmin < vmax");
+  options.vmin = 0.6;
+  require_invalid([&] { mha::check_color_limits(options, "--"); },
+                  "--vmin 0.6 is not below --vmax 0.5: expected vmin < vmax");
+  options.vmin = kNaN;
+  require_invalid([&] { mha::check_color_limits(options, "--"); },
+                  "--vmin nan: expected a finite number");
+  options.vmin.reset();
+  options.vmax = std::numeric_limits<double>::infinity();
+  require_invalid([&] { mha::check_color_limits(options, "--"); },
+                  "--vmax inf: expected a finite number");
+  options.vmax = 1;
+  options.vmin = -0.5;
+  mha::check_color_limits(options, "--");  // negative ends are fine on a linear scale
+  options.scale = mha::ColorScale::log;
+  require_invalid([&] { mha::check_color_limits(options, "--"); },
+                  "--vmin -0.5 with --color_scale log: expected a positive value");
+  options.vmin = 0;
+  require_invalid([&] { mha::render_attention(panels, {"head 0"}, options, "b"); },
+                  "vmin 0 with color_scale log: expected a positive value");
+  options.vmin.reset();
+  options.vmax = -1;
+  require_invalid([&] { mha::check_color_limits(options, "--"); },
+                  "--vmax -1 with --color_scale log: expected a positive value");
+}
+
+TEST_CASE("plot: per-head color ranges", "[plot]") {
+  // Three 2x3 panels of different ranges: [0, 1], [0, 0.1] and [-0.2, 0.3].
+  AttentionPanels panels(3, 2, 3);
+  const std::vector<double> a = {0.0,  0.5,  1.0,  0.25, 0.75, 0.1,    // panel 0
+                                 0.01, 0.02, 0.05, 0.1,  0.0,  0.03,   // panel 1
+                                 -0.2, 0.0,  0.3,  0.05, 0.1,  -0.1};  // panel 2
+  feed(panels, a);
+  const std::vector<std::string> titles = {"head 0", "head 1", "head 2"};
+  const std::vector<double> lo = {0, 0, -0.2}, hi = {1, 0.1, 0.3};
+  PlotOptions options;
+  options.range = mha::ColorRangeMode::per_head;
+  auto check_cells = [&](const mha::Plot& plot, const std::vector<double>& los,
+                         const std::vector<double>& his) {
+    for (std::size_t p = 0; p < 3; ++p)
+      for (std::size_t i = 0; i < 2; ++i)
+        for (std::size_t j = 0; j < 3; ++j) {
+          INFO("panel " << p << ", cell " << i << ", " << j);
+          CHECK(cell_pixel(plot, p, i, j) == linear_color(a[(p * 2 + i) * 3 + j], los[p], his[p]));
+        }
+  };
+  const auto& table = mha::viridis_table();
+
+  SECTION("each panel's own range") {
+    const mha::Plot plot = mha::render_attention(panels, titles, options, "b");
+    CHECK(plot.panel_lo == lo);
+    CHECK(plot.panel_hi == hi);
+    CHECK(plot.lo == -0.2);
+    CHECK(plot.hi == 1);
+    check_cells(plot, lo, hi);
+    CHECK(cell_pixel(plot, 1, 1, 0) == table[255]);  // 0.1 tops panel 1 ...
+    CHECK(cell_pixel(plot, 0, 1, 2) == table[26]);   // ... but not panel 0: round(25.5)
+    CHECK(cell_pixel(plot, 2, 0, 2) == table[255]);
+    CHECK(cell_pixel(plot, 2, 0, 0) == table[0]);
+    // Each range is written under its title, above its panel.
+    REQUIRE(plot.ranges.size() == 3);
+    for (std::size_t p = 0; p < 3; ++p) {
+      INFO("panel " << p);
+      CHECK(plot.ranges[p].y >= plot.titles[p].y + plot.titles[p].h);
+      CHECK(plot.ranges[p].y + plot.ranges[p].h <= plot.panels[p].y);
+      CHECK(count_not(plot.image, plot.ranges[p], kWhite) > 20);
+    }
+    CHECK(plot.bar_labels == std::vector<std::string>{"head max", "", "head min"});
+    CHECK(plot.caption == "b \xc2\xb7 color: linear, per head (ranges under the titles)");
+    // The shared range of the same panels: one scale, no range lines.
+    const mha::Plot shared = mha::render_attention(panels, titles, PlotOptions{}, "b");
+    CHECK(shared.panel_lo == std::vector<double>(3, -0.2));
+    CHECK(shared.panel_hi == std::vector<double>(3, 1.0));
+    CHECK(shared.ranges.empty());
+    check_cells(shared, shared.panel_lo, shared.panel_hi);
+    CHECK(cell_pixel(shared, 1, 1, 0) != table[255]);
+  }
+  SECTION("vmax overrides every panel's top, vmin every bottom") {
+    options.vmax = 0.5;
+    const mha::Plot top = mha::render_attention(panels, titles, options, "b");
+    CHECK(top.panel_lo == lo);
+    CHECK(top.panel_hi == std::vector<double>(3, 0.5));
+    check_cells(top, lo, {0.5, 0.5, 0.5});
+    CHECK(cell_pixel(top, 0, 0, 2) == table[255]);  // 1 > vmax: clamped
+    CHECK(top.bar_labels == std::vector<std::string>{"\xe2\x89\xa5 0.5", "", "head min"});
+    CHECK(top.caption == "b \xc2\xb7 color: linear, per head (ranges under the titles), vmax 0.5");
+    options.vmax.reset();
+    options.vmin = 0.02;
+    const mha::Plot bottom = mha::render_attention(panels, titles, options, "b");
+    CHECK(bottom.panel_lo == std::vector<double>(3, 0.02));
+    CHECK(bottom.panel_hi == hi);
+    check_cells(bottom, {0.02, 0.02, 0.02}, hi);
+    CHECK(cell_pixel(bottom, 2, 0, 0) == table[0]);  // -0.2 < vmin: clamped
+    CHECK(bottom.bar_labels == std::vector<std::string>{"head max", "", "\xe2\x89\xa4 0.02"});
+  }
+  SECTION("log: each panel from its smallest positive value to its largest") {
+    AttentionPanels logs(2, 1, 4);
+    feed(logs, std::vector<double>{1e-4, 1e-2, 1.0, 0.0,     // panel 0: 1e-4 to 1
+                                   1e-3, 1e-2, 1e-1, 0.0});  // panel 1: 1e-3 to 1e-1
+    options.scale = mha::ColorScale::log;
+    const mha::Plot plot = mha::render_attention(logs, {"head 0", "head 1"}, options, "b");
+    CHECK(plot.panel_lo == std::vector<double>{1e-4, 1e-3});
+    CHECK(plot.panel_hi == std::vector<double>{1.0, 1e-1});
+    CHECK(cell_pixel(plot, 0, 0, 1) == table[128]);
+    CHECK(cell_pixel(plot, 1, 0, 0) == table[0]);
+    CHECK(cell_pixel(plot, 1, 0, 1) == table[128]);
+    CHECK(cell_pixel(plot, 1, 0, 2) == table[255]);
+    CHECK(cell_pixel(plot, 1, 0, 3) == table[0]);  // zero
+    CHECK(cell_pixel(plot, 0, 0, 2) == log_color(1.0, 1e-4, 1.0));
+  }
+}
+
 TEST_CASE("plot: token labels", "[plot]") {
   AttentionPanels panels(1, 4, 4);
   feed(panels, one_hot_diagonal(4));

@@ -276,6 +276,83 @@ class PlotCommand(Case):
         self.assertEqual(rgb(pixels, x + 99 * cell, y + 99 * cell), VIRIDIS[255])
         self.assertEqual(rgb(pixels, x + cell, y), VIRIDIS[0])
 
+    def two_ranges(self):
+        """(1, 2, 4, 4) float64: head 0 in [0, 1], head 1 in [0, 0.1], each with its largest value
+        at (0, 0) and a zero at (3, 3)."""
+        rng = np.random.default_rng(7)
+        a = rng.uniform(0.0, 1.0, (1, 2, 4, 4))
+        a[0, 0] /= a[0, 0].max()
+        a[0, 1] = 0.1 * a[0, 1] / a[0, 1].max()
+        for h in range(2):
+            k = np.argmax(a[0, h])
+            a[0, h].flat[k], a[0, h, 0, 0] = a[0, h, 0, 0], a[0, h].flat[k]
+            a[0, h, 3, 3] = 0
+        return a, self.save("ranges.npy", a)
+
+    def cells(self, png, first_color, cell, heads):
+        """The center colors of the 4 x 4 cells of `heads` panels side by side, found from the
+        first pixel of each panel's cell (0, 0) color."""
+        _, _, pixels = read_png(png)
+        out, x = [], 0
+        for color in first_color[:heads]:
+            x0, y0 = find(pixels, color, x)
+            out.append([[rgb(pixels, x0 + j * cell + cell // 2, y0 + i * cell + cell // 2)
+                         for j in range(4)] for i in range(4)])
+            x = x0 + 4 * cell + 1
+        return out
+
+    def test_per_head_color_range(self):
+        a, f = self.two_ranges()
+        png = self.path("per_head.png")
+        _, err = self.ok(["plot", f, "--color_range", "per_head", "--cell", "20", "-o", png])
+        self.assertIn("color linear per head, 0 to 1 over all panels", err)
+        # Each head on its own range [0, its max]: both cells (0, 0) take the top color.
+        got = self.cells(png, [VIRIDIS[255], VIRIDIS[255]], 20, 2)
+        for h in range(2):
+            want = [[viridis(v / a[0, h].max()) for v in row] for row in a[0, h]]
+            self.assertEqual(got[h], want, f"head {h}")
+        # Shared (the default): head 1 on head 0's range, so nothing of it reaches the top.
+        shared = self.path("shared.png")
+        self.ok(["plot", f, "--cell", "20", "-o", shared])
+        got = self.cells(shared, [VIRIDIS[255], viridis(0.1)], 20, 2)
+        self.assertEqual(got[1], [[viridis(v) for v in row] for row in a[0, 1]])
+        # Per head with log colors: each from its smallest positive value to its largest.
+        logs = self.path("log.png")
+        self.ok(["plot", f, "--color_range", "per_head", "--color_scale", "log", "--cell", "20",
+                 "-o", logs])
+        got = self.cells(logs, [VIRIDIS[255], VIRIDIS[255]], 20, 2)
+        for h in range(2):
+            m = a[0, h]
+            lo, hi = m[m > 0].min(), m.max()
+            want = [[viridis(np.log10(v / lo) / np.log10(hi / lo)) if v > 0 else VIRIDIS[0]
+                     for v in row] for row in m]
+            self.assertEqual(got[h], want, f"head {h}")
+
+    def test_vmin_vmax(self):
+        a, f = self.two_ranges()
+        png = self.path("fixed.png")
+        _, err = self.ok(["plot", f, "--vmin", "0.2", "--vmax", "0.6", "--cell", "20", "-o", png])
+        self.assertIn("color linear, 0.2 to 0.6", err)
+        # Head 0's (0, 0) holds 1, above vmax: it takes the top color, as do all above 0.6;
+        # head 1 lies below vmin everywhere: the bottom color.
+        got = self.cells(png, [VIRIDIS[255], VIRIDIS[0]], 20, 2)
+        want = [[viridis(np.clip((v - 0.2) / 0.4, 0, 1)) for v in row] for row in a[0, 0]]
+        self.assertEqual(got[0], want)
+        self.assertEqual(got[1], [[VIRIDIS[0]] * 4] * 4)
+        # Per head with vmax: every panel's top is 0.05, its bottom its own (0).
+        png = self.path("per_head_vmax.png")
+        self.ok(["plot", f, "--color_range", "per_head", "--vmax", "0.05", "--cell", "20",
+                 "-o", png])
+        got = self.cells(png, [VIRIDIS[255], VIRIDIS[255]], 20, 2)
+        for h in range(2):
+            want = [[viridis(min(v / 0.05, 1)) for v in row] for row in a[0, h]]
+            self.assertEqual(got[h], want, f"head {h}")
+        # Only one end: the other from the data; log with fixed ends.
+        self.ok(["plot", f, "--vmax", "0.5", "-o", self.path("top.png")])
+        _, err = self.ok(["plot", f, "--vmin", "0.01", "--vmax", "0.1", "--color_scale", "log",
+                          "-o", self.path("log.png")])
+        self.assertIn("color log, 0.01 to 0.1", err)
+
     def test_pytorch_attention_weights(self):
         try:
             import torch
@@ -337,6 +414,26 @@ class PlotErrors(Case):
         self.expect_error(["plot"], "file is required")
         self.expect_error(["plot", a, "-o", self.tmp], "expected a file name for the PNG")
         self.expect_error(["plot", a, "-o", a], "would overwrite its input")
+
+    def test_color_range_errors(self):
+        a = self.save("a.npy", np.full((2, 3, 4, 4), 0.25, np.float32))
+        self.expect_error(["plot", a, "--vmin", "0.5", "--vmax", "0.5"],
+                          "--vmin 0.5 is not below --vmax 0.5: expected vmin < vmax")
+        self.expect_error(["plot", a, "--vmin", "0.7", "--vmax", "0.2"],
+                          "--vmin 0.7 is not below --vmax 0.2: expected vmin < vmax")
+        self.expect_error(["plot", a, "--vmin", "nan"],
+                          "--vmin nan: expected a finite number for an end of the color range")
+        self.expect_error(["plot", a, "--vmax", "inf"],
+                          "--vmax inf: expected a finite number for an end of the color range")
+        self.expect_error(["plot", a, "--vmin", "0", "--color_scale", "log"],
+                          "--vmin 0 with --color_scale log: expected a positive value")
+        self.expect_error(["plot", a, "--vmin", "-0.1", "--color_scale", "log",
+                           "--color_range", "per_head"],
+                          "--vmin -0.1 with --color_scale log: expected a positive value")
+        self.expect_error(["plot", a, "--vmax", "-1", "--color_scale", "log"],
+                          "--vmax -1 with --color_scale log: expected a positive value")
+        self.expect_error(["plot", a, "--vmin", "abc"], "--vmin")
+        self.expect_error(["plot", a, "--color_range", "spread"], "--color_range: spread not in")
 
 
 if __name__ == "__main__":

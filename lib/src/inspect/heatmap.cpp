@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 
@@ -35,6 +36,12 @@ constexpr int kTileOverhead = 150;
 std::string format_value(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string format_fixed(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
@@ -89,27 +96,50 @@ struct ColorRange {
   }
 };
 
-ColorRange color_range(const AttentionPanels& panels, ColorScale scale, bool& has_nan) {
+// The extremes of the finite values of panels [p0, p1).
+struct Extent {
   double lo = kInf, hi = -kInf, lo_positive = kInf;
-  has_nan = false;
-  for (std::size_t p = 0; p < panels.panels(); ++p)
+};
+
+Extent extent(const AttentionPanels& panels, std::size_t p0, std::size_t p1, bool& has_nan) {
+  Extent e;
+  for (std::size_t p = p0; p < p1; ++p)
     for (std::size_t i = 0; i < panels.rows(); ++i)
       for (std::size_t j = 0; j < panels.cols(); ++j) {
         const double v = panels.cell(p, i, j);
         if (std::isnan(v)) has_nan = true;
         if (!std::isfinite(v)) continue;
-        lo = std::min(lo, v), hi = std::max(hi, v);
-        if (v > 0) lo_positive = std::min(lo_positive, v);
+        e.lo = std::min(e.lo, v), e.hi = std::max(e.hi, v);
+        if (v > 0) e.lo_positive = std::min(e.lo_positive, v);
       }
+  return e;
+}
+
+// The color range of values spanning `e`, with the fixed ends of `options`
+// in place of the data's; a data end on the wrong side of a fixed end moves
+// 1 (log: a decade) beyond it.
+ColorRange color_range(const Extent& e, const PlotOptions& options) {
+  const ColorScale scale = options.scale;
+  double lo = e.lo, hi = e.hi;
   if (scale == ColorScale::linear) {
     if (hi < lo) lo = 0, hi = 1;  // nothing finite
     lo = std::min(lo, 0.0);
     if (hi <= lo) hi = lo + 1;  // all zero
-    return {scale, lo, hi};
+  } else if (!(hi > 0)) {
+    lo = 0.1, hi = 1;  // nothing positive: all below the range
+  } else {
+    lo = e.lo_positive;
+    if (hi <= lo) lo = hi / 10;  // one value only: it takes the top color
   }
-  if (!(hi > 0)) return {scale, 0.1, 1};  // nothing positive: all below the range
-  lo = lo_positive;
-  if (hi <= lo) lo = hi / 10;  // one value only: it takes the top color
+  if (options.vmin) lo = *options.vmin;
+  if (options.vmax) hi = *options.vmax;
+  if (hi <= lo) {
+    const bool log = scale == ColorScale::log;
+    if (options.vmax && !options.vmin)
+      lo = log ? hi / 10 : hi - 1;
+    else
+      hi = log ? lo * 10 : lo + 1;
+  }
   return {scale, lo, hi};
 }
 
@@ -155,6 +185,7 @@ std::vector<std::string> wrap(const std::vector<std::string>& parts, int width) 
 }
 
 Layout plan(const AttentionPanels& panels, const std::vector<std::string>& titles,
+            const std::vector<std::string>& range_texts,
             const std::vector<std::string>& caption_parts,
             const std::vector<std::string>& bar_texts, const std::vector<std::string>& query_labels,
             const std::vector<std::string>& key_labels, CellSize cell, bool labels) {
@@ -169,6 +200,7 @@ Layout plan(const AttentionPanels& panels, const std::vector<std::string>& title
   const int axis_h = measure_text("query t", kAxisPx).height;
   const int tick_h = measure_text("0", kTickPx).height;
   t.title_h = measure_text("head", kTitlePx).height + 4;
+  if (!range_texts.empty()) t.title_h += tick_h + 2;  // per-head ranges: a line under the title
   if (labels) {
     for (const auto& s : query_labels)
       L.query_labels.push_back(fit_text(s, t.label_px, kMaxLabelWidth));
@@ -188,12 +220,16 @@ Layout plan(const AttentionPanels& panels, const std::vector<std::string>& title
   int right = 1;
   for (const auto& title : titles)
     right = std::max(right, (measure_text(title, kTitlePx).width - t.panel_w) / 2 + 1);
+  for (const auto& text : range_texts)
+    right = std::max(right, (measure_text(text, kTickPx).width - t.panel_w) / 2 + 1);
   right = std::max(right, (measure_text("key s", kAxisPx).width - t.panel_w) / 2 + 1);
   right = std::max(right, max_width({std::to_string(panels.S() - 1)}, kTickPx) / 2 + 1);
   int left_extra = 0;  // a wide title over a narrow panel may stick out to the left too
   for (const auto& title : titles)
     left_extra =
         std::max(left_extra, (measure_text(title, kTitlePx).width - t.panel_w) / 2 - t.left);
+  for (const auto& text : range_texts)
+    left_extra = std::max(left_extra, (measure_text(text, kTickPx).width - t.panel_w) / 2 - t.left);
   t.left += std::max(0, left_extra);
   t.w = t.left + t.panel_w + right;
   t.h = t.title_h + 1 + t.panel_h + t.bottom;
@@ -247,6 +283,36 @@ const char* to_string(Reduce r) {
 
 const char* to_string(ColorScale s) {
   return s == ColorScale::linear ? "linear" : "log";
+}
+
+const char* to_string(ColorRangeMode m) {
+  return m == ColorRangeMode::shared ? "shared" : "per_head";
+}
+
+void check_color_limits(const PlotOptions& options, const std::string& prefix,
+                        const std::string& lead) {
+  auto text = [](double v) {  // the shortest that reads back as v
+    char buf[32];
+    for (int digits = 6; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+      if (!std::isfinite(v) || std::strtod(buf, nullptr) == v) break;
+    }
+    return std::string(buf);
+  };
+  const std::pair<const char*, const std::optional<double>*> ends[] = {{"vmin", &options.vmin},
+                                                                       {"vmax", &options.vmax}};
+  for (const auto& [name, value] : ends)
+    if (*value && !std::isfinite(**value))
+      fail_input(lead + prefix + name + " " + text(**value) +
+                 ": expected a finite number for an end of the color range");
+  if (options.vmin && options.vmax && !(*options.vmin < *options.vmax))
+    fail_input(lead + prefix + "vmin " + text(*options.vmin) + " is not below " + prefix + "vmax " +
+               text(*options.vmax) + ": expected vmin < vmax");
+  if (options.scale == ColorScale::log)
+    for (const auto& [name, value] : ends)
+      if (*value && !(**value > 0))
+        fail_input(lead + prefix + name + " " + text(**value) + " with " + prefix +
+                   "color_scale log: expected a positive value (its log10 ends the range)");
 }
 
 std::size_t default_max_cells(std::size_t panels) {
@@ -324,8 +390,8 @@ double AttentionPanels::cell(std::size_t p, std::size_t i, std::size_t j) const 
 // Panel p: its title, its cells, the query axis on its left and the key
 // axis below it, at its place in the grid of L.
 void draw_panel(Image& img, const AttentionPanels& panels, std::size_t p,
-                const std::string& title_text, const Layout& L, const CellSize& size, bool labels,
-                const ColorRange& range, Plot& plot) {
+                const std::string& title_text, const std::string& range_text, const Layout& L,
+                const CellSize& size, bool labels, const ColorRange& range, Plot& plot) {
   const TileLayout& t = L.tile;
   const std::size_t f = panels.factor();
   const int axis_h = measure_text("query t", kAxisPx).height;
@@ -339,6 +405,13 @@ void draw_panel(Image& img, const AttentionPanels& panels, std::size_t p,
   const Box title_box{panel.center_x() - title.width / 2, ty, title.width, title.height};
   draw_text(img, title_box.x, title_box.y, title_text, kTitlePx, kInk);
   plot.titles.push_back(title_box);
+  // Its own color range under it (per_head).
+  if (!range_text.empty()) {
+    const TextBox r = measure_text(range_text, kTickPx);
+    const Box range_box{panel.center_x() - r.width / 2, ty + title.height + 2, r.width, r.height};
+    draw_text(img, range_box.x, range_box.y, range_text, kTickPx, kInk);
+    plot.ranges.push_back(range_box);
+  }
 
   // Cells.
   for (std::size_t i = 0; i < panels.rows(); ++i)
@@ -435,9 +508,31 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
     fail_input("attention plot: cell size " + std::to_string(options.cell) +
                " px; expected 1 to 64, or 0 for automatic");
 
+  check_color_limits(options, "", "attention plot: ");
+
+  // One color range for all panels, or one each.
   Plot plot;
-  const ColorRange range = color_range(panels, options.scale, plot.has_nan);
-  plot.lo = range.lo, plot.hi = range.hi;
+  const bool per_head = options.range == ColorRangeMode::per_head;
+  std::vector<ColorRange> ranges;
+  if (per_head) {
+    for (std::size_t p = 0; p < n; ++p)
+      ranges.push_back(color_range(extent(panels, p, p + 1, plot.has_nan), options));
+  } else {
+    ranges.assign(n, color_range(extent(panels, 0, n, plot.has_nan), options));
+  }
+  plot.lo = kInf, plot.hi = -kInf;
+  for (const ColorRange& r : ranges) {
+    plot.panel_lo.push_back(r.lo), plot.panel_hi.push_back(r.hi);
+    plot.lo = std::min(plot.lo, r.lo), plot.hi = std::max(plot.hi, r.hi);
+  }
+  // Fixed ends are written as given (up to 6 digits), the data's to 3.
+  const std::string vmin_text = options.vmin ? format_fixed(*options.vmin) : "";
+  const std::string vmax_text = options.vmax ? format_fixed(*options.vmax) : "";
+  auto lo_text = [&](const ColorRange& r) { return options.vmin ? vmin_text : format_value(r.lo); };
+  auto hi_text = [&](const ColorRange& r) { return options.vmax ? vmax_text : format_value(r.hi); };
+  std::vector<std::string> range_texts;
+  if (per_head)
+    for (const ColorRange& r : ranges) range_texts.push_back(lo_text(r) + " to " + hi_text(r));
 
   // Which labels, at which cell size.
   const bool want_labels = !options.query_labels.empty() || !options.key_labels.empty();
@@ -459,25 +554,44 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
   }
 
   std::vector<std::string> caption = {subject};
-  caption.push_back(std::string("color: ") +
-                    (range.scale == ColorScale::linear ? "linear" : "log10") + ", " +
-                    format_value(range.lo) + " to " + format_value(range.hi));
+  const std::string scale_name = options.scale == ColorScale::linear ? "linear" : "log10";
+  if (!per_head) {
+    caption.push_back("color: " + scale_name + ", " + lo_text(ranges[0]) +
+                      (options.vmin ? " (vmin)" : "") + " to " + hi_text(ranges[0]) +
+                      (options.vmax ? " (vmax)" : ""));
+  } else {
+    std::string part = "color: " + scale_name + ", per head (ranges under the titles)";
+    if (options.vmin) part += ", vmin " + vmin_text;
+    if (options.vmax) part += ", vmax " + vmax_text;
+    caption.push_back(part);
+  }
   if (f > 1)
     caption.push_back("downsampled " + times(f, f) + " by block " + to_string(panels.reduce()) +
                       " (" + times(panels.T(), panels.S()) + " to " +
                       times(panels.rows(), panels.cols()) + ")");
   if (plot.has_nan) caption.push_back("grey: NaN");
-  const double mid = range.scale == ColorScale::linear ? (range.lo + range.hi) / 2
-                                                       : std::sqrt(range.lo * range.hi);
-  const std::vector<std::string> bar_texts = {format_value(range.hi), format_value(mid),
-                                              format_value(range.lo), "NaN"};
+  // Color bar: fixed ends with U+2265 or U+2264 (values beyond take their
+  // color), per-head ends as such, the middle when both ends are common.
+  const ColorRange& first = ranges[0];
+  const bool common_lo = !per_head || options.vmin, common_hi = !per_head || options.vmax;
+  const double mid = options.scale == ColorScale::linear ? (first.lo + first.hi) / 2
+                                                         : std::sqrt(first.lo * first.hi);
+  std::vector<std::string> bar_texts = {options.vmax ? "\xe2\x89\xa5 " + vmax_text
+                                        : common_hi  ? hi_text(first)
+                                                     : "head max",
+                                        common_lo && common_hi ? format_value(mid) : "",
+                                        options.vmin ? "\xe2\x89\xa4 " + vmin_text
+                                        : common_lo  ? lo_text(first)
+                                                     : "head min",
+                                        "NaN"};
+  plot.bar_labels.assign(bar_texts.begin(), bar_texts.begin() + 3);
 
   // Shrink an automatic cell until the image fits; labels go last.
   Layout L;
   CellSize size;
   for (;;) {
     size = cell_size(panels, cell, !options.cell);
-    L = plan(panels, titles, caption, bar_texts,
+    L = plan(panels, titles, range_texts, caption, bar_texts,
              labels ? options.query_labels : std::vector<std::string>{},
              labels ? options.key_labels : std::vector<std::string>{}, size, labels);
     if (L.width <= kMaxPlotSide && L.height <= kMaxPlotSide) break;
@@ -503,7 +617,8 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
   Image& img = plot.image;
 
   for (std::size_t p = 0; p < n; ++p)
-    draw_panel(img, panels, p, titles[p], L, size, labels, range, plot);
+    draw_panel(img, panels, p, titles[p], per_head ? range_texts[p] : std::string(), L, size,
+               labels, ranges[p], plot);
 
   draw_color_bar(img, L, bar_texts, plot);
 

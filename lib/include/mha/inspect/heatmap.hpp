@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,13 @@ namespace mha {
 
 enum class Reduce { max, mean };
 enum class ColorScale { linear, log };
+// One color range for all panels, or one per panel (each panel's own
+// extremes, shown under its title).
+enum class ColorRangeMode { shared, per_head };
 
-const char* to_string(Reduce r);      // "max", "mean"
-const char* to_string(ColorScale s);  // "linear", "log"
+const char* to_string(Reduce r);          // "max", "mean"
+const char* to_string(ColorScale s);      // "linear", "log"
+const char* to_string(ColorRangeMode m);  // "shared", "per_head"
 
 // Everything `mha plot` and `mha run --plot` can choose about a plot.
 struct PlotOptions {
@@ -47,6 +52,12 @@ struct PlotOptions {
   bool average = false;            // one panel: the mean over those heads
   // How to draw it (render_attention).
   ColorScale scale = ColorScale::linear;
+  ColorRangeMode range = ColorRangeMode::shared;
+  // Fixed ends of the color range, in values (not their log): they replace
+  // the ends found in the data, for every panel when per_head; values beyond
+  // them take the end colors. Finite, vmin < vmax, and positive on a log
+  // scale (check_color_limits).
+  std::optional<double> vmin, vmax;
   std::vector<std::string> query_labels;  // T token labels for the query axis, or none
   std::vector<std::string> key_labels;    // S token labels for the key axis, or none
   int cell = 0;                           // pixels per cell side, 1..64; 0: automatic
@@ -103,30 +114,50 @@ struct Plot {
   Image image;
   std::vector<Box> panels;         // panel p's cells: cell (i, j) at x + j*cell_w, y + i*cell_h
   std::vector<Box> titles;         // panel p's title text
+  std::vector<Box> ranges;         // per_head: panel p's range, the line under its title
   Box color_bar;                   // top row is the color of `hi`, bottom row that of `lo`
   int cell_w = 0, cell_h = 0;      // pixels per cell: square unless stretched (below)
-  double lo = 0, hi = 0;           // the color range, in values (not their log)
+  double lo = 0, hi = 0;           // the color range, in values (not their log); per_head:
+                                   // the lowest of panel_lo and the highest of panel_hi
+  std::vector<double> panel_lo;    // panel p's color range: panel_lo[p] to panel_hi[p]
+  std::vector<double> panel_hi;    // (shared: lo and hi for every panel)
   bool labels = false;             // token labels were drawn
   bool has_nan = false;            // some cell is NaN (drawn in kNanColor)
   std::string caption;             // the caption's parts joined by " · "
   std::vector<std::string> notes;  // what was left out and why, one sentence each
+  // The color bar's texts at its top, middle and bottom.
+  std::vector<std::string> bar_labels;
 };
 
 // The color of NaN cells: mid grey, outside viridis' range of hues.
 constexpr Rgb kNanColor{128, 128, 128};
 
+// Throws mha::Error (invalid_input) when options.vmin or options.vmax is not
+// finite, vmin >= vmax, or either is <= 0 on a log scale: one line starting
+// with `lead` that names them `prefix` + "vmin" (prefix "--" for flags) and
+// says what was expected.
+void check_color_limits(const PlotOptions& options, const std::string& prefix,
+                        const std::string& lead = "");
+
 // Draws `panels` with titles[p] above panel p; `subject` starts the caption
 // ("attention.npy, batch 0"). Colors: viridis over [lo, hi], linear with
 // lo = min(0, smallest value) and hi = the largest, or (ColorScale::log) over
 // log10 from the smallest positive value to the largest, values at or below
-// lo taking the lowest color. Cells are square, options.cell pixels, or
-// automatic: about 400 pixels per panel side, 1 to 36 per cell (at least 12
-// when labels fit then), shrunk until the image fits kMaxPlotSide, and
-// stretched along a side of few cells to make it 48 pixels (a (1, S) map is
-// a strip 36 pixels tall). Token labels need undownsampled
-// maps and cells of 11 pixels or more; otherwise they are left out and a note
-// says why. Throws mha::Error (invalid_input) when the titles or labels do
-// not match the panels, or when an explicit cell size cannot fit.
+// lo taking the lowest color. The values are those of all panels
+// (ColorRangeMode::shared) or of each panel alone (per_head: its range is
+// printed under its title). options.vmin and vmax replace lo and hi, for
+// every panel; a data end on the wrong side of a fixed one is put 1 (log: a
+// factor of 10) beyond it. Values beyond the range take its end colors. The
+// color bar gives the range's values; "head min" and "head max" for per-head
+// ends, and fixed ends after U+2264 and U+2265 (less / greater or equal).
+// Cells are square, options.cell pixels, or automatic: about 400 pixels per
+// panel side, 1 to 36 per cell (at least 12 when labels fit then), shrunk
+// until the image fits kMaxPlotSide, and stretched along a side of few cells
+// to make it 48 pixels (a (1, S) map is a strip 36 pixels tall). Token labels
+// need undownsampled maps and cells of 11 pixels or more; otherwise they are
+// left out and a note says why. Throws mha::Error (invalid_input) when the
+// titles or labels do not match the panels, when an explicit cell size cannot
+// fit, or as check_color_limits(options, "", "attention plot: ").
 Plot render_attention(const AttentionPanels& panels, const std::vector<std::string>& titles,
                       const PlotOptions& options, const std::string& subject);
 
