@@ -160,9 +160,10 @@ ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
     fail_input("--y " + c.y + ": not a numeric column of " + v.dir +
                "/results.jsonl; expected one of " + join(v.numeric_columns));
   if (c.x.empty()) {
-    for (const auto& k : v.swept_keys)
-      if (numeric_key(v, k) && distinct_values(v, k) > 1) {
-        c.x = k;
+    // The grid's innermost axis: the last swept key with numbers that vary.
+    for (auto k = v.swept_keys.rbegin(); k != v.swept_keys.rend(); ++k)
+      if (numeric_key(v, *k) && distinct_values(v, *k) > 1) {
+        c.x = *k;
         break;
       }
     if (c.x.empty() && !v.swept_keys.empty()) c.x = v.swept_keys.front();
@@ -172,9 +173,9 @@ ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
                join(v.swept_keys) + " (or index)");
   }
   if (c.group.empty()) {
-    for (const auto& k : v.swept_keys)
-      if (k != c.x && distinct_values(v, k) > 1) {
-        c.group = k;
+    for (auto k = v.swept_keys.rbegin(); k != v.swept_keys.rend(); ++k)
+      if (*k != c.x && distinct_values(v, *k) > 1) {
+        c.group = *k;
         break;
       }
   } else if (c.group == "none") {

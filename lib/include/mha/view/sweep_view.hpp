@@ -39,8 +39,9 @@ struct ChartChoice {
 // file when it is missing or malformed, or has no ok row to chart.
 SweepView read_sweep_view(const std::string& dir);
 
-// Fills what `wanted` leaves empty: y compute_ms, x the first swept key with
-// numeric values, group the next swept key that takes several values. Throws
+// Fills what `wanted` leaves empty: y compute_ms, x the last swept key with
+// numbers that vary (a grid's innermost axis), group the swept key before it
+// that takes several values. Throws
 // mha::Error (invalid_input) for a y that is not a numeric column, or an x or
 // group that is not a swept key (the message lists the choices).
 ChartChoice choose_chart(const SweepView& view, const ChartChoice& wanted);

@@ -1,0 +1,399 @@
+#!/usr/bin/python3
+"""The viewer's pages in a real browser (headless Chromium over the DevTools protocol,
+tests/view/browser.py): `mha view` of a known attention.npy (pixels of chosen cells against
+viridis of their weights, shared and per-head scales, a synthetic hover's exact weight and
+tokens, batch switching, the enlarged head and its zoom, the sortable statistics, the token
+view), `mha run --html` of the default config and of a Transformer stack, a 12 x 512 x 512 page,
+and `mha sweep --report` (one series per group with the runs' points, and the PNG). Bad inputs
+exit 2 with one line and write nothing (these run without a browser too).
+
+  /usr/bin/python3 tests/view/test_view.py [Class]   (MHA_BIN = path to mha,
+                                                     MHA_SOURCE_DIR = repository root)
+Exits 77 (ctest: skipped) when Chromium is missing and a browser test was asked for.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from browser import Browser, chromium_path  # noqa: E402
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+ROOT = os.path.abspath(os.environ.get("MHA_SOURCE_DIR", os.getcwd()))
+READY = ("document.body.dataset.ready === '1' || "
+         "!document.getElementById('error').hidden")
+
+
+def viridis():
+    """The 256 viridis entries, read from the library's table (entry i at i / 255)."""
+    with open(os.path.join(ROOT, "lib/src/inspect/viridis_table.inc")) as f:
+        rows = re.findall(r"\{\s*(\d+),\s*(\d+),\s*(\d+)\}", f.read())
+    assert len(rows) == 256, len(rows)
+    return [tuple(int(v) for v in r) for r in rows]
+
+
+VIRIDIS = viridis()
+
+
+def color(v, lo, hi):
+    x = min(1.0, max(0.0, (v - lo) / (hi - lo)))
+    return VIRIDIS[int(np.floor(x * 255 + 0.5))]
+
+
+def mha(*args, cwd=None):
+    return subprocess.run([MHA, *args], capture_output=True, text=True, cwd=cwd or ROOT)
+
+
+def known_maps(B=2, h=3, T=4, S=6, seed=5):
+    """Softmax rows of float32; head 2 spans only about 0.1 to 0.25 (a flat map on a scale from 0)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(B, h, T, S)) * np.array([2.0, 1.0, 0.3])[None, :, None, None]
+    w = np.exp(logits)
+    w /= w.sum(-1, keepdims=True)
+    return w.astype(np.float32)
+
+
+class BrowserCase(unittest.TestCase):
+    browser = None
+
+    @classmethod
+    def setUpClass(cls):
+        if chromium_path() is None:
+            raise unittest.SkipTest("chromium not found")
+        cls.dir = tempfile.mkdtemp(prefix="mha_view_")
+        cls.browser = Browser(1400, 1000)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def open(self, page):
+        b = self.browser
+        b.open(page)
+        b.wait_for(READY, 30)
+        self.assertEqual(b.evaluate("document.getElementById('error').textContent"), "")
+        return b
+
+    def assert_clean(self):
+        self.assertEqual(self.browser.errors, [])
+        # Self-contained: the page fetched nothing but itself.
+        self.assertEqual(self.browser.requests, [self.browser.url])
+
+    def cell_center(self, selector, t, s):
+        """Page coordinates of cell (t, s) of a full-resolution canvas."""
+        g = self.browser.evaluate(
+            "(() => { const c = document.querySelector(%s); const r = c.getBoundingClientRect();"
+            " return [r.left, r.top, r.width / c.width, +c.dataset.cell, +c.dataset.factor,"
+            " +c.dataset.left, +c.dataset.top]; })()" % json.dumps(selector))
+        left, top, css, cell, factor, ml, mt = g
+        self.assertEqual(factor, 1, "the canvas is downsampled")
+        return (left + (ml + (s + 0.5) * cell) * css, top + (mt + (t + 0.5) * cell) * css)
+
+    def tooltip(self):
+        return self.browser.evaluate("document.getElementById('tooltip').textContent")
+
+
+class AttentionPage(BrowserCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.w = known_maps()
+        np.save(os.path.join(cls.dir, "attention.npy"), cls.w)
+        cls.queries = ["the", "cat", "sat", "<down>"]
+        cls.keys = ["k0", "k1", "k2", "k3", "k4", "k&5"]
+        for name, labels in (("q.txt", cls.queries), ("k.txt", cls.keys)):
+            with open(os.path.join(cls.dir, name), "w") as f:
+                f.write("\n".join(labels) + "\n")
+        cls.page = os.path.join(cls.dir, "page.html")
+        r = mha("view", os.path.join(cls.dir, "attention.npy"), "--labels",
+                os.path.join(cls.dir, "q.txt"), "--key_labels", os.path.join(cls.dir, "k.txt"),
+                "-o", cls.page)
+        assert r.returncode == 0, r.stderr
+
+    def setUp(self):
+        self.open(self.page)
+
+    def check_pixels(self, b, ranges):
+        """Cells of every head of batch b have viridis of (w - lo) / (hi - lo)."""
+        _, _, rows = self.browser.screenshot()
+        for head in range(self.w.shape[1]):
+            lo, hi = ranges[head]
+            for t, s in ((0, 0), (1, 4), (3, 5), (2, 2)):
+                x, y = self.cell_center('#grid canvas[data-head="%d"]' % head, t, s)
+                got = rows[int(y)][int(x)]
+                want = color(float(self.w[b, head, t, s]), lo, hi)
+                self.assertEqual(got, want, "batch %d head %d cell (%d, %d) weight %r" %
+                                 (b, head, t, s, self.w[b, head, t, s]))
+
+    def test_panels_and_shared_colors(self):
+        self.assertEqual(self.browser.evaluate("document.querySelectorAll('#grid canvas').length"), 3)
+        self.check_pixels(0, [(0.0, float(self.w[0].max()))] * 3)
+        self.assert_clean()
+
+    def test_per_head_scale(self):
+        b = self.browser
+        b.evaluate("(() => { const s = document.getElementById('scale'); s.value = 'per_head';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        self.check_pixels(0, [(0.0, float(self.w[0, i].max())) for i in range(3)])
+        # The flat head 2 now uses the whole scale: its largest weight is viridis' top.
+        caption = b.evaluate("document.querySelectorAll('#grid figcaption')[2].textContent")
+        self.assertIn("head 2", caption)
+        self.assertIn("%.3f" % self.w[0, 2].max(), caption)
+        self.assert_clean()
+
+    def test_batch_switch(self):
+        self.browser.evaluate("(() => { const s = document.getElementById('batch'); s.value = '1';"
+                              " s.dispatchEvent(new Event('change')); })()")
+        self.check_pixels(1, [(0.0, float(self.w[1].max()))] * 3)
+
+    def test_hover_shows_exact_weight_and_tokens(self):
+        b = self.browser
+        for head, t, s in ((1, 2, 3), (0, 3, 5), (2, 0, 0)):
+            x, y = self.cell_center('#grid canvas[data-head="%d"]' % head, t, s)
+            b.mouse_move(x, y)
+            text = self.tooltip()
+            self.assertIn("head %d" % head, text)
+            self.assertIn('query %d "%s"' % (t, self.queries[t]), text)
+            self.assertIn('key %d "%s"' % (s, self.keys[s]), text)
+            shown = re.search(r"weight (\S+)", text).group(1)
+            self.assertEqual(np.float32(shown), self.w[0, head, t, s], text)
+            # The shortest decimal that reads back as the stored float32.
+            self.assertLessEqual(len(shown.replace("0.", "", 1)), 9)
+        self.assert_clean()
+
+    def test_enlarge_zoom_and_hover(self):
+        b = self.browser
+        x, y = self.cell_center('#grid canvas[data-head="1"]', 0, 0)
+        b.click(x, y)
+        b.wait_for("!document.getElementById('detail-section').hidden")
+        self.assertIn("head 1", b.evaluate("document.getElementById('detail-title').textContent"))
+        # Drag from cell (1, 2) to (2, 4): the region becomes queries 1-2, keys 2-4.
+        x0, y0 = self.cell_center("#detail", 1, 2)
+        x1, y1 = self.cell_center("#detail", 2, 4)
+        b.mouse_move(x0, y0)
+        b.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x0, "y": y0,
+                                            "button": "left", "buttons": 1, "clickCount": 1})
+        b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x1, "y": y1,
+                                            "button": "left", "buttons": 1})
+        b.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x1, "y": y1,
+                                            "button": "left", "buttons": 0, "clickCount": 1})
+        self.assertEqual(b.evaluate("JSON.stringify(mhaView.state.region)"),
+                         json.dumps({"t0": 1, "t1": 3, "s0": 2, "s1": 5}, separators=(",", ":")))
+        x, y = self.cell_center("#detail", 1, 2)  # region cell (1, 2) = map cell (2, 4)
+        b.mouse_move(x, y)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", self.tooltip()).group(1)),
+                         self.w[0, 1, 2, 4])
+        self.assert_clean()
+
+    def test_statistics_table_sorts(self):
+        b = self.browser
+        heads = lambda: [int(v) for v in b.evaluate(  # noqa: E731
+            "[...document.querySelectorAll('#stats tbody tr')].map(r => r.dataset.head)")]
+        self.assertEqual(heads(), [0, 1, 2])
+        w = self.w[0].astype(np.float64)
+        entropy = -(w * np.log(w)).sum(-1).mean(-1)  # per head, over its rows
+        b.evaluate("document.querySelector('#stats th[data-key=\"entropy\"]').click()")
+        self.assertEqual(heads(), list(np.argsort(entropy)))
+        b.evaluate("document.querySelector('#stats th[data-key=\"entropy\"]').click()")
+        self.assertEqual(heads(), list(np.argsort(-entropy)))
+        cells = b.evaluate("[...document.querySelectorAll('#stats tbody tr')]"
+                           ".map(r => +r.children[1].textContent)")
+        np.testing.assert_allclose(cells, np.sort(entropy)[::-1], atol=6e-5)
+        self.assertIn("no run.json", b.evaluate("document.getElementById('config').textContent"))
+
+    def test_token_view(self):
+        b = self.browser
+        self.assertFalse(b.evaluate("document.getElementById('tokens-section').hidden"))
+        texts = b.evaluate("[...document.querySelectorAll('#tokens text')].map(t => t.textContent)")
+        self.assertEqual(texts, self.queries + self.keys)
+        # Lines of weight above 0.005, one per (head, query, key), opacity = weight.
+        lines = b.evaluate("[...document.querySelectorAll('#tokens line')].map(l =>"
+                           " [+l.dataset.head, +l.dataset.query, +l.dataset.key,"
+                           " +l.getAttribute('stroke-opacity')])")
+        want = {(i, t, s) for i in range(3) for t in range(4) for s in range(6)
+                if self.w[0, i, t, s] > 0.005}
+        self.assertEqual({tuple(l[:3]) for l in lines}, want)
+        for head, t, s, opacity in lines:
+            self.assertAlmostEqual(opacity, float(self.w[0, head, t, s]), places=6)
+        # Unticking head 0 removes its lines; hovering query 1 leaves only its lines shown.
+        b.evaluate("document.querySelector('#head-picks input[data-head=\"0\"]').click()")
+        self.assertEqual(b.evaluate("document.querySelectorAll('#tokens line[data-head=\"0\"]').length"), 0)
+        b.evaluate("document.querySelector('#tokens text[data-query=\"1\"]')"
+                   ".dispatchEvent(new Event('mouseenter'))")
+        shown = b.evaluate("[...document.querySelectorAll('#tokens line')]"
+                           ".filter(l => l.style.display !== 'none').map(l => +l.dataset.query)")
+        self.assertTrue(shown and set(shown) == {1}, shown)
+        self.assert_clean()
+
+
+class RunHtml(BrowserCase):
+    def test_default_config(self):
+        out = os.path.join(self.dir, "default")
+        r = mha("run", "--config", "configs/default.json", "--html", "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("view.html", r.stderr)
+        b = self.open(os.path.join(out, "view.html"))
+        w = np.load(os.path.join(out, "attention.npy"))
+        run = json.load(open(os.path.join(out, "run.json")))
+        self.assertEqual(b.evaluate("document.querySelectorAll('#grid canvas').length"), 8)
+        b.evaluate("(() => { const s = document.getElementById('stats-scope'); s.value = 'all';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        shown = b.evaluate("[...document.querySelectorAll('#stats tbody tr')]"
+                           ".map(r => +r.children[1].textContent)")
+        want = [h["entropy"] for h in run["attention_stats"]["heads"]]
+        np.testing.assert_allclose(shown, want, atol=6e-5)
+        x, y = self.cell_center('#grid canvas[data-head="5"]', 3, 1)
+        b.mouse_move(x, y)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", self.tooltip()).group(1)),
+                         w[0, 5, 3, 1])
+        self.assertIn('"seq_len": 5', b.evaluate("document.getElementById('config').textContent"))
+        self.assert_clean()
+        self.browser.save_screenshot(os.path.join(self.dir, "default.png"))
+
+    def test_layers_overview(self):
+        out = os.path.join(self.dir, "encoder")
+        r = mha("run", "--config", "configs/encoder.json", "--html", "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "view.html"))
+        self.assertFalse(b.evaluate("document.getElementById('layer-pick').hidden"))
+        self.assertEqual(b.evaluate("document.querySelectorAll('#overview canvas').length"), 2 * 4)
+        w = np.load(os.path.join(out, "self_attention.npy"))  # (layers, B, h, T, T)
+        b.evaluate("(() => { const s = document.getElementById('layer'); s.value = '1';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        x, y = self.cell_center('#grid canvas[data-head="2"]', 1, 0)
+        b.mouse_move(x, y)
+        text = self.tooltip()
+        self.assertIn("layer 1", text)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", text).group(1)), w[1, 0, 2, 1, 0])
+        self.assert_clean()
+
+
+class LargePage(BrowserCase):
+    def test_12_heads_of_512(self):
+        out = os.path.join(self.dir, "large")
+        r = mha("run", "--h", "12", "--d_model", "768", "--seq_len", "512", "--batch", "1",
+                "--html", "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        page = os.path.join(out, "view.html")
+        self.assertLess(os.path.getsize(page), 15 * 1000 * 1000)
+        b = self.open(page)
+        self.assertEqual(b.evaluate("document.querySelectorAll('#grid canvas').length"), 12)
+        self.assertGreater(b.evaluate("+document.querySelector('#grid canvas').dataset.factor"), 1)
+        # Zoom the enlarged head to 40 x 40 cells: full resolution, exact weights.
+        b.evaluate("mhaView.openDetail(7)")
+        b.evaluate("mhaView.state.region = {t0: 100, t1: 140, s0: 300, s1: 340}; mhaView.render()")
+        self.assertIn("full resolution", b.evaluate("document.getElementById('detail-title').textContent"))
+        w = np.load(os.path.join(out, "attention.npy"), mmap_mode="r")
+        x, y = self.cell_center("#detail", 5, 9)
+        b.mouse_move(x, y)
+        text = self.tooltip()
+        self.assertIn("query 105", text)
+        self.assertIn("key 309", text)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", text).group(1)), w[0, 7, 105, 309])
+        self.assert_clean()
+
+
+class SweepReport(BrowserCase):
+    def test_chart_series_and_png(self):
+        sweep = os.path.join(self.dir, "sweep.json")
+        out = os.path.join(self.dir, "sweep")
+        with open(sweep, "w") as f:
+            json.dump({"base": {"d_model": 32, "batch": 1, "seed": 0, "save_attention": True},
+                       "grid": {"h": [1, 2, 4], "seq_len": [8, 16, 32, 64]}, "out_dir": out}, f)
+        r = mha("sweep", sweep, "--report")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
+        b = self.open(os.path.join(out, "report.html"))
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
+        self.assertEqual([g[0] for g in got], ["h=1", "h=2", "h=4"])
+        for label, points in got:
+            h = int(label.split("=")[1])
+            want = sorted((r["seq_len"], r["compute_ms"]) for r in rows if r["h"] == h)
+            self.assertEqual([tuple(p) for p in points], want)
+        # Another column and grouping: entropy per head against h, one line per head.
+        b.evaluate("(() => { const y = document.getElementById('y'), x = document.getElementById('x'),"
+                   " g = document.getElementById('group'); y.value = 'attention_entropy_per_head';"
+                   " x.value = 'h'; g.value = ''; g.dispatchEvent(new Event('change')); })()")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
+        self.assertEqual([g[0] for g in got], ["head 0", "head 1", "head 2", "head 3"])
+        head3 = dict(got[3][1])
+        self.assertEqual(sorted(head3), [4])  # only h = 4 runs have a head 3
+        want = np.mean([r["attention_entropy_per_head"][3] for r in rows if r["h"] == 4])
+        self.assertAlmostEqual(head3[4], want, places=9)
+        self.assert_clean()
+        with open(os.path.join(out, "report.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # mha view of the directory writes the same report.
+        r = mha("view", out, "--y", "attention_entropy", "-o", os.path.join(self.dir, "again.html"),
+                "--png", "-")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("attention_entropy against seq_len for each h", r.stderr)
+
+
+class BadInputs(unittest.TestCase):
+    """Exit 2, one line naming the file and what was expected, nothing written."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_view_bad_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def p(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def refuse(self, args, needle):
+        before = set(os.listdir(self.dir))
+        r = mha(*args)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(needle, lines[0])
+        self.assertEqual(set(os.listdir(self.dir)), before, "something was written")
+
+    def test_bad_inputs(self):
+        np.save(self.p("output.npy"), np.full((2, 5, 8), 3.5, np.float32))
+        self.refuse(["view", self.p("output.npy")], "expected attention weights in [0, 1]")
+        np.save(self.p("ints.npy"), np.ones((2, 3, 4, 4), np.int64))
+        self.refuse(["view", self.p("ints.npy")], "expected attention weights of dtype")
+        np.save(self.p("flat.npy"), np.full(7, 0.5, np.float32))
+        self.refuse(["view", self.p("flat.npy")], "expected attention weights (T, S)")
+        np.save(self.p("a.npy"), known_maps())
+        with open(self.p("three.txt"), "w") as f:
+            f.write("a\nb\nc\n")
+        self.refuse(["view", self.p("a.npy"), "--labels", self.p("three.txt")], "three.txt")
+        self.refuse(["view", self.p("a.npy"), "--batch_index", "2"], "--batch_index 2")
+        os.mkdir(self.p("empty_run"))
+        self.refuse(["view", self.p("empty_run")], "no attention.npy")
+        os.mkdir(self.p("sweep"))
+        open(self.p("sweep", "results.jsonl"), "w").close()
+        self.refuse(["view", self.p("sweep")], "no finished (ok) run")
+        self.refuse(["view", self.p("missing.npy")], "missing.npy")
+
+    def test_bad_chart_choices(self):
+        out = self.p("s")
+        with open(self.p("s.json"), "w") as f:
+            json.dump({"base": {"d_model": 16, "batch": 1, "seq_len": 4}, "grid": {"h": [1, 2]},
+                       "out_dir": out}, f)
+        self.assertEqual(mha("sweep", self.p("s.json")).returncode, 0)
+        self.refuse(["view", out, "--y", "nonsense"], "--y nonsense: not a numeric column")
+        self.refuse(["view", out, "--x", "seq_len"], "--x seq_len: not a swept key")
+        self.refuse(["view", out, "--labels", self.p("s.json")], "is a sweep directory")
+
+
+if __name__ == "__main__":
+    wanted = sys.argv[1:]
+    browser_tests = {"AttentionPage", "RunHtml", "LargePage", "SweepReport"}
+    if chromium_path() is None and (not wanted or set(wanted) & browser_tests):
+        print("SKIP: chromium not found (scripts/setup.sh --test installs it)")
+        sys.exit(77)
+    unittest.main(argv=[sys.argv[0], *wanted], verbosity=2)
