@@ -465,6 +465,7 @@
     drawRun();
     render();
     state.ready = true;
+    document.body.dataset.readyMs = performance.now().toFixed(1);  // since navigation started
     document.body.dataset.ready = '1';
   }
   window.mhaView = { state, data: D, weights: () => W, exact, render, openDetail };

@@ -61,7 +61,7 @@ class Readme(Scratch):
     def test_every_readme_example_runs(self):
         lines = readme_examples()
         commands = {shlex.split(l)[1] for l in lines}
-        self.assertEqual(commands, {"run", "compare", "weights", "inspect", "plot", "sweep", "bench"},
+        self.assertEqual(commands, {"run", "compare", "weights", "inspect", "plot", "view", "sweep", "bench"},
                          "one example per subcommand")
         out_dirs = [shlex.split(l)[shlex.split(l).index("--out_dir") + 1] for l in lines
                     if "--out_dir" in shlex.split(l)]
