@@ -277,6 +277,27 @@ class RunHtml(BrowserCase):
         self.assert_clean()
 
 
+    def test_attention_axes_run_is_viewed_flattened(self):
+        # Keras' N-D layout (B, 5, h, 3, 4, 3, 4) is the flattened run's (10, h, 12, 12).
+        grid = os.path.join(self.dir, "grid.npy")
+        np.save(grid, np.random.default_rng(1).normal(size=(2, 5, 3, 4, 16)).astype(np.float32))
+        out = os.path.join(self.dir, "grid")
+        r = mha("run", "--query", grid, "--h", "4", "--attention_axes", "2,3", "--html",
+                "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "view.html"))
+        self.assertIn("B = 10, h = 4, T = 12, S = 12",
+                      b.evaluate("document.getElementById('subtitle').textContent"))
+        w = np.load(os.path.join(out, "attention.npy")).reshape(10, 4, 12, 12)
+        b.evaluate("(() => { const s = document.getElementById('batch'); s.value = '7';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        x, y = self.cell_center('#grid canvas[data-head="3"]', 5, 11)
+        b.mouse_move(x, y)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", self.tooltip()).group(1)),
+                         w[7, 3, 5, 11])
+        self.assert_clean()
+
+
 class LargePage(BrowserCase):
     def test_12_heads_of_512(self):
         out = os.path.join(self.dir, "large")

@@ -66,15 +66,52 @@ std::string shape_text(const std::vector<std::size_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+// run.json beside the maps, or null when there is none.
+nlohmann::json read_run_json(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json run = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (run.is_discarded() || !run.is_object())
+    fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
+  return run;
+}
+
+// A run with attention_axes writes attention.npy in Keras' N-D layout, a
+// reshape of the flattened run's (B', h, T, S) (or (B', T, S) averaged),
+// whose sizes run.json's config holds: the maps are viewed as that.
+std::vector<std::size_t> flattened_shape(const nlohmann::json& run, const std::string& name) {
+  if (name != "attention" || !run.is_object() || !run.contains("attention_axes") ||
+      !run.contains("config"))
+    return {};
+  const nlohmann::json& c = run["config"];
+  const auto size = [&](const char* key) {
+    return c.contains(key) && c[key].is_number_unsigned() ? c[key].get<std::size_t>() : 0;
+  };
+  if (!size("batch") || !size("h") || !size("seq_len") || !size("kv_seq_len")) return {};
+  if (c.value("average_heads", false)) return {size("batch"), size("seq_len"), size("kv_seq_len")};
+  return {size("batch"), size("h"), size("seq_len"), size("kv_seq_len")};
+}
+
 }  // namespace
 
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
-                             const ViewOptions& options) {
+                             const ViewOptions& options, const std::vector<std::size_t>& as_shape) {
   AttentionMapSet m;
   m.name = name;
   m.file = file;
   NpyArray a = read_npy(file);
   const std::string shape = shape_text(a.shape);
+  if (!as_shape.empty()) {
+    std::size_t n = 1;
+    for (std::size_t d : as_shape) n *= d;
+    if (n != a.size())
+      fail_input(file + ": shape " + shape + " is not a reshape of " + shape_text(as_shape) +
+                 ", the flattened run run.json describes");
+    a.shape = as_shape;
+  }
   if (!is_float(a.dtype))
     fail_input(file + ": " + a.describe() +
                "; expected attention weights of dtype float16, float32 or float64");
@@ -145,32 +182,27 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
 AttentionView read_attention_view(const std::string& path, const ViewOptions& options) {
   AttentionView v;
   std::error_code ec;
-  std::string run_json;
   if (fs::is_directory(path, ec)) {
     v.title = path;
+    const std::string run_json = (fs::path(path) / "run.json").string();
+    v.run = read_run_json(run_json);
     for (const char* name : {"attention", "self_attention", "cross_attention"}) {
       const std::string file = (fs::path(path) / (std::string(name) + ".npy")).string();
-      if (fs::exists(file, ec)) v.maps.push_back(read_map_set(file, name, options));
+      if (fs::exists(file, ec))
+        v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
     }
     if (v.maps.empty())
       fail_input(path +
                  ": no attention.npy, self_attention.npy or cross_attention.npy in this "
                  "directory; expected a run's out_dir with save_attention, a sweep's out_dir "
                  "(results.jsonl) or an attention .npy file");
-    run_json = (fs::path(path) / "run.json").string();
   } else {
     if (!fs::exists(path, ec)) fail_input(path + ": no such file or directory");
     v.title = path;
-    v.maps.push_back(read_map_set(path, fs::path(path).stem().string(), options));
-    run_json = (fs::path(path).parent_path() / "run.json").string();
-  }
-  if (fs::is_regular_file(run_json, ec)) {
-    std::ifstream in(run_json, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    v.run = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (v.run.is_discarded() || !v.run.is_object())
-      fail_input(run_json + ": not a JSON object; expected the run.json `mha run` writes");
+    const fs::path file(path);
+    v.run = read_run_json((file.parent_path() / "run.json").string());
+    const std::string stem = file.stem().string();
+    v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
   }
   const AttentionMapSet& first = v.maps.front();
   if (!options.labels.empty())

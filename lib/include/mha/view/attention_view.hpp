@@ -8,7 +8,8 @@
 // A map set is one attention file, seen as (layers, B, h, T, S): attention.npy
 // (B, h, T, S) has layers = 1; averaged (B, T, S) maps have h = 1 ("mean");
 // self_attention.npy and cross_attention.npy of Transformer stacks have their
-// own layer axis. The weights go into the page exactly as stored (float32 or
+// own layer axis; attention_axes runs' N-D maps are read as the flattened run's
+// (B', h, T, S) that run.json describes. The weights go into the page exactly as stored (float32 or
 // float64; float16 widened to float32), byte-shuffled, deflated and base64'd
 // (docs/attention-maps.md gives the sizes this makes).
 #pragma once
@@ -59,9 +60,12 @@ constexpr std::size_t kMaxViewWeights = std::size_t{8} << 20;
 // attention file.
 AttentionView read_attention_view(const std::string& path, const ViewOptions& options);
 
-// One attention file as a map set; `name` labels it in the page.
+// One attention file as a map set; `name` labels it in the page. A non-empty
+// `as_shape` reads the array as that shape (the same number of weights):
+// attention_axes runs' N-D maps as the flattened (B', h, T, S).
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
-                             const ViewOptions& options);
+                             const ViewOptions& options,
+                             const std::vector<std::size_t>& as_shape = {});
 
 // The page: HTML, CSS, script and data inline.
 std::string attention_page(const AttentionView& view);
