@@ -325,7 +325,9 @@
     const show = m.T <= TOKEN_MAX && m.S <= TOKEN_MAX;
     $('tokens-section').hidden = !show;
     if (!show) return;
-    if (!state.tokenHeads || state.tokenHeads.length !== m.h) state.tokenHeads = Array(m.h).fill(true);
+    // Every head at first, unless that is too many lines to draw at once.
+    if (!state.tokenHeads || state.tokenHeads.length !== m.h)
+      state.tokenHeads = Array.from({ length: m.h }, (_, i) => i === 0 || m.h * m.T * m.S <= 20000);
     const picks = $('head-picks');
     picks.textContent = '';
     for (let i = 0; i < m.h; i++) {
