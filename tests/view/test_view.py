@@ -399,6 +399,11 @@ class BadInputs(unittest.TestCase):
         open(self.p("sweep", "results.jsonl"), "w").close()
         self.refuse(["view", self.p("sweep")], "no finished (ok) run")
         self.refuse(["view", self.p("missing.npy")], "missing.npy")
+        # Too many weights for a page: refused from the header (a sparse 64 MiB file).
+        big = np.lib.format.open_memmap(self.p("big.npy"), mode="w+", dtype=np.float32,
+                                        shape=(4, 16, 512, 512))
+        del big
+        self.refuse(["view", self.p("big.npy")], "a page holds at most 8388608")
 
     def test_bad_chart_choices(self):
         out = self.p("s")

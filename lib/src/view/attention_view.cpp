@@ -11,6 +11,7 @@
 #include "mha/inspect/colormap.hpp"
 #include "mha/inspect/heatmap.hpp"
 #include "mha/io/float16.hpp"
+#include "mha/io/stream_input.hpp"
 #include "mha/view/page.hpp"
 
 namespace mha {
@@ -102,6 +103,22 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
   AttentionMapSet m;
   m.name = name;
   m.file = file;
+  // A file too large for a page is refused from its header, before its data
+  // are read (one batch element of it may still fit).
+  if (!is_stream_input(file)) {
+    const NpyHeaderInfo header = read_npy_header(file);
+    const std::vector<std::size_t>& dims = as_shape.empty() ? header.shape : as_shape;
+    std::size_t weights = header.size();
+    const std::size_t rank = dims.size();
+    if (options.batch_index && rank >= 3 && dims[rank >= 4 ? rank - 4 : rank - 3] > 0)
+      weights /= dims[rank >= 4 ? rank - 4 : rank - 3];
+    if (weights > kMaxViewWeights)
+      fail_input(file + ": shape " + shape_text(header.shape) + " holds " +
+                 std::to_string(weights) + " weights" +
+                 (options.batch_index ? " per batch element" : "") + "; a page holds at most " +
+                 std::to_string(kMaxViewWeights) +
+                 " (choose one batch element with --batch_index, or view fewer heads)");
+  }
   NpyArray a = read_npy(file);
   const std::string shape = shape_text(a.shape);
   if (!as_shape.empty()) {
