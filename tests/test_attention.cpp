@@ -412,6 +412,46 @@ TEMPLATE_TEST_CASE("multi_head_attention matches the reference without a mask", 
   }
 }
 
+TEMPLATE_TEST_CASE("self-attention in batch pieces matches the reference and the whole batch",
+                   "[attention][pieces]", float, double) {
+  // Self-attention with B >= 8 and T within one query block runs in batch
+  // pieces (attention.cpp, pieced_layer); B not a multiple of 8 gives pieces
+  // of different sizes. Masks and every masked_rows policy go through them.
+  const Shape shapes[] = {
+      {8, 5, 5, 2, 16, 8, 8, 16, 16, 16, true, Sharing::self},
+      {9, 7, 7, 3, 12, 5, 4, 12, 12, 10, true, Sharing::self},
+      {17, 3, 3, 4, 8, 2, 3, 8, 8, 8, false, Sharing::self},
+  };
+  TempDir dir("pieces");
+  for (const Shape& s : shapes) {
+    const mha::Dims d = s.dims();
+    const Problem pr = make_problem(d, s.bias, s.sharing, 5);
+    check_against_reference<TestType>(pr, ref::MaskSpec{}, mha::Mask<TestType>{}, default_scale(d),
+                                      MaskedRows::zero);
+    std::vector<std::int64_t> lengths(d.B);
+    for (std::size_t b = 0; b < d.B; ++b) lengths[b] = static_cast<std::int64_t>(b % (d.S + 1));
+    ref::MaskSpec spec;
+    spec.causal = Causal::top_left;
+    spec.key_lengths = lengths;
+    const auto mask = load_spec<TestType>(dir, spec, d);
+    for (MaskedRows policy : kPolicies)
+      check_against_reference<TestType>(pr, spec, mask, default_scale(d), policy);
+    // The same numbers as three buffers take the whole-batch path: the
+    // pieces change where the work is cut, not the result beyond rounding.
+    Problem whole = pr.rounded<TestType>();
+    whole.sharing = Sharing::separate;
+    whole.X_k = whole.X_v = whole.X_q;
+    const auto a = run_kernel<TestType>(pr.rounded<TestType>(), mask, default_scale(d),
+                                        MaskedRows::zero, true, false);
+    const auto b =
+        run_kernel<TestType>(whole, mask, default_scale(d), MaskedRows::zero, true, false);
+    expect_close("pieced output against the whole batch", a.output,
+                 std::vector<double>(b.output.begin(), b.output.end()));
+    expect_close("pieced attention against the whole batch", a.attention,
+                 std::vector<double>(b.attention.begin(), b.attention.end()));
+  }
+}
+
 TEMPLATE_TEST_CASE("multi_head_attention uses the given scale", "[attention]", float, double) {
   const mha::Dims d = make_dims(2, 4, 6, 3, 9, 7, 5, 9, 9, 9);
   const Problem pr = make_problem(d, true, Sharing::separate, 11);

@@ -147,13 +147,21 @@ def test_stub_lists_every_config_key():
 
 
 RSS_SCRIPT = """
-import mha, numpy as np, resource, sys
-x = np.random.default_rng(0).random((64, 128, 1024), dtype=np.float32)  # 32 MiB
-if sys.argv[1] == "F":
-    x = np.asfortranarray(x)  # must be copied to C order
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import mha, numpy as np, sys
+# The peak RSS of this process's memory (KiB): VmHWM starts afresh at exec, whereas
+# getrusage's ru_maxrss keeps the parent's peak (pytest's, with torch loaded).
+def peak():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
+# 32 MiB, filled a slice at a time so that no temporary raises the peak before `base`;
+# the Fortran-order one must be copied to C order.
+x = np.empty((64, 128, 1024), dtype=np.float32, order=sys.argv[1])
+rng = np.random.default_rng(0)
+for i in range(64):
+    x[i] = rng.random((128, 1024), dtype=np.float32)
+base = peak()
 mha.attention(x, h=8, threads=2)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+print(peak() - base)
 """
 
 

@@ -233,19 +233,21 @@ struct Job {
   std::size_t block_q, block_k;
   T* context;                   // (B*T, h*d_v): head i's output in columns [i*d_v, (i+1)*d_v)
   std::atomic<bool>* overflow;  // set when a row's logits overflowed T (see all_masked)
+  // The batch element p and context start at: 0, or a piece's first (pieced_layer).
+  std::size_t b0 = 0;
 
   const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
-    return p.Q + (b * d.T + t0) * p.ldq + head * d.d_k;
+    return p.Q + ((b - b0) * d.T + t0) * p.ldq + head * d.d_k;
   }
   // Query head `head` reads key/value head head / group (grouped-query attention).
   const T* K(std::size_t b, std::size_t head) const {
-    return p.K + b * d.S * p.ldk + head / d.group() * d.d_k;
+    return p.K + (b - b0) * d.S * p.ldk + head / d.group() * d.d_k;
   }
   const T* V(std::size_t b, std::size_t head) const {
-    return p.V + b * d.S * p.ldv + head / d.group() * d.d_v;
+    return p.V + (b - b0) * d.S * p.ldv + head / d.group() * d.d_v;
   }
   T* ctx(std::size_t b, std::size_t head, std::size_t t0) const {
-    return context + (b * d.T + t0) * d.h * d.d_v + head * d.d_v;
+    return context + ((b - b0) * d.T + t0) * d.h * d.d_v + head * d.d_v;
   }
   // Keys at or beyond this index are masked for all of rows [t0, t0 + rows).
   std::size_t key_end(std::size_t b, std::size_t t0, std::size_t rows) const {
@@ -429,9 +431,111 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
 }
 
+// Logits beyond T's range in some row, where no policy asked for NaN.
+template <class T>
+[[noreturn]] void fail_overflow() {
+  fail_input(std::string("the attention logits overflow ") +
+             (sizeof(T) == 4 ? "float32" : "float64") +
+             " (|scale * q.k| beyond its range) for some query rows; " +
+             (sizeof(T) == 4 ? "use dtype float64 or smaller inputs or weights"
+                             : "use smaller inputs or weights") +
+             " (allow_nonfinite writes NaN for those rows instead)");
+}
+
 // The fused path splits keys until it has this many tasks: enough for the
 // pools this tool runs on, fixed so that results do not follow the threads.
 constexpr std::size_t kMinTasks = 8;
+
+// Self-attention whose sequences fit one query block, with no RoPE or
+// QK-norm, and at least kGemmPieces batch elements: it runs in kGemmPieces
+// batch pieces, each task projecting its piece's rows into its thread's
+// scratch, attending, and projecting the context into the output. The
+// (B*T, width) projections and the (B*T, h*d_v) context are never held
+// whole, so a one-shot run page-faults a few hundred KiB of scratch instead
+// of several MiB (the tutorial shape: 3.2 MiB). Pieces depend on B alone,
+// never on the threads.
+template <class T>
+bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
+                       const LayerOptions<T>& opt, std::size_t block_q) {
+  return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
+         !w.q_norm.size() && opt.rope.layout == RopeLayout::none &&
+         (opt.attention == AttentionOutput::none || opt.attention == AttentionOutput::per_head);
+}
+
+template <class T>
+void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>& mask,
+                  const LayerOptions<T>& opt, std::size_t block_q, std::size_t block_k, int threads,
+                  T* output) {
+  const std::size_t hdk = d.h * d.d_k, kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
+  const std::size_t width = hdk + kdk + kdv, hdv = d.h * d.d_v, T_ = d.T;
+  const bool bias = w.has_bias();
+  auto proj = [&](const xt::xtensor<T, 2>& W, const xt::xtensor<T, 1>& b, std::size_t col) {
+    return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
+  };
+  const std::vector<Projection<T>> qkv = {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk),
+                                          proj(w.W_v, w.b_v, hdk + kdk)};
+  const Projection<T> out{w.W_o.data(), d.d_out, bias ? w.b_o.data() : nullptr, 0};
+  const bool fused = opt.attention == AttentionOutput::none;
+  struct Scratch {
+    std::vector<T> qkv, context, work;
+  };
+  std::vector<Scratch> scratch(threads);
+  std::atomic<bool> overflow{false};
+  if (opt.progress) opt.progress->begin("compute", d.B * d.h);
+  parallel_for(kGemmPieces, threads, [&](std::size_t piece, int thread) {
+    const std::size_t b0 = d.B * piece / kGemmPieces, b1 = d.B * (piece + 1) / kGemmPieces;
+    const std::size_t rows = (b1 - b0) * T_;
+    Scratch& s = scratch[thread];
+    s.qkv.resize(rows * width);
+    s.context.resize(rows * hdv);
+    // qkv (rows, width) = X[b0 T : b1 T] [W_q | W_k | W_v] + b, one GEMM per projection.
+    for (const auto& pr : qkv) {
+      T* y = s.qkv.data() + pr.col;
+      T beta = 0;
+      if (pr.b) {
+        for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b, pr.b + pr.n, y + r * width);
+        beta = 1;
+      }
+      gemm<T>(false, false, rows, pr.n, d.d_model, T(1), X + b0 * T_ * d.d_model, d.d_model, pr.W,
+              pr.n, beta, y, width, opt.bf16_gemm);
+    }
+    Projections<T> p;
+    p.Q = s.qkv.data(), p.K = p.Q + hdk, p.V = p.K + kdk;
+    p.ldq = p.ldk = p.ldv = width;
+    Job<T> job{d, mask, opt, p, block_q, block_k, s.context.data(), &overflow};
+    job.b0 = b0;
+    for (std::size_t b = b0; b < b1; ++b)
+      for (std::size_t head = 0; head < d.h; ++head) {
+        if (fused) {
+          s.work.resize(T_ * block_k + T_ * d.d_v + 2 * T_ + block_k);
+          T *P = s.work.data(), *O = P + T_ * block_k, *m = O + T_ * d.d_v, *l = m + T_;
+          flash_block(job, b, head, 0, T_, 0, d.S, P, O, m, l, l + T_);
+          finish_rows(job, b, head, 0, T_, O, l);
+        } else {
+          T* A;
+          if (opt.attention_buffer) {
+            A = opt.attention_buffer + (b * d.h + head) * T_ * d.S;
+          } else {
+            s.work.resize(T_ * d.S);
+            A = s.work.data();
+          }
+          exact_block(job, b, head, 0, T_, A);
+          if (!opt.attention_buffer && opt.sink) opt.sink(b, head, 0, T_, A);
+        }
+        if (opt.progress) opt.progress->add();
+      }
+    // output[b0 T : b1 T] (rows, d_out) = context W_o + b_o
+    T* y = output + b0 * T_ * d.d_out;
+    T beta = 0;
+    if (out.b) {
+      for (std::size_t r = 0; r < rows; ++r) std::copy(out.b, out.b + d.d_out, y + r * d.d_out);
+      beta = 1;
+    }
+    gemm<T>(false, false, rows, d.d_out, hdv, T(1), s.context.data(), hdv, out.W, d.d_out, beta, y,
+            d.d_out, opt.bf16_gemm);
+  });
+  if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
+}
 
 }  // namespace
 
@@ -444,6 +548,14 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
   }
   const int threads = resolve_threads(opt.threads);
+  // Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
+  // the fused kernel is fastest with large square blocks (fewer BLAS packing
+  // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
+  const bool fused = opt.attention == AttentionOutput::none;
+  const std::size_t block_q = opt.block_q ? opt.block_q : fused ? 512 : 128;
+  const std::size_t block_k = opt.block_k ? opt.block_k : 512;
+  if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, block_q))
+    return pieced_layer(d, X_q, w, mask, opt, block_q, block_k, threads, output);
   Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
   if (w.q_norm.size()) {  // QK-norm, before the rotary positions
     T* Q = p.qkv.get();
@@ -459,20 +571,8 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     apply_rope(d, p, opt.rope, threads);
   }
   Buffer<T> context(d.B * d.T * d.h * d.d_v);
-  // Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
-  // the fused kernel is fastest with large square blocks (fewer BLAS packing
-  // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
-  const bool fused = opt.attention == AttentionOutput::none;
-  const std::size_t default_q = fused ? 512 : 128;
   std::atomic<bool> overflow{false};
-  Job<T> job{d,
-             mask,
-             opt,
-             p,
-             opt.block_q ? opt.block_q : default_q,
-             opt.block_k ? opt.block_k : 512,
-             context.get(),
-             &overflow};
+  Job<T> job{d, mask, opt, p, block_q, block_k, context.get(), &overflow};
   const std::size_t Bq = std::min(job.block_q, d.T);
   const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
   auto rows_of = [&](std::size_t qb) { return std::min(Bq, d.T - qb * Bq); };
@@ -575,13 +675,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       if (opt.progress) opt.progress->add();
     });
   }
-  if (overflow && !opt.allow_nonfinite)
-    fail_input(std::string("the attention logits overflow ") +
-               (sizeof(T) == 4 ? "float32" : "float64") +
-               " (|scale * q.k| beyond its range) for some query rows; " +
-               (sizeof(T) == 4 ? "use dtype float64 or smaller inputs or weights"
-                               : "use smaller inputs or weights") +
-               " (allow_nonfinite writes NaN for those rows instead)");
+  if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
   const Projection<T> out{w.W_o.data(), d.d_out, w.has_bias() ? w.b_o.data() : nullptr, 0};
