@@ -219,11 +219,18 @@
   function openDetail(head) {
     const m = M();
     state.detail = head;
+    $('head').value = head;
     state.region = { t0: 0, t1: m.T, s0: 0, s1: m.S };
     $('detail-section').hidden = false;
     drawGrid();
     drawDetail();
     $('detail-section').scrollIntoView({ block: 'nearest' });
+  }
+  function closeDetail() {
+    state.detail = null;
+    $('head').value = '';
+    $('detail-section').hidden = true;
+    drawGrid();
   }
   function drawDetail() {
     if (state.detail === null) return;
@@ -289,7 +296,7 @@
       drawDetail();
     }, { passive: false });
     $('zoom-out').addEventListener('click', () => { const m = M(); state.region = { t0: 0, t1: m.T, s0: 0, s1: m.S }; drawDetail(); });
-    $('detail-close').addEventListener('click', () => { state.detail = null; $('detail-section').hidden = true; drawGrid(); });
+    $('detail-close').addEventListener('click', closeDetail);
   }
 
   // ---- layers x heads ----
@@ -436,6 +443,11 @@
       fillSelect($('layer'), m.layers, String);
       $('layer-pick').hidden = !m.layer_axis;
       fillSelect($('batch'), m.B, String);
+      fillSelect($('head'), m.h, (i) => headName(m, i));
+      const all = document.createElement('option');
+      all.value = ''; all.textContent = 'all (grid)';
+      $('head').prepend(all);
+      $('head').value = state.detail === null ? '' : state.detail;
       state.layer = Math.min(state.layer, m.layers - 1);
       state.batch = Math.min(state.batch, m.B - 1);
       $('layer').value = state.layer; $('batch').value = state.batch;
@@ -444,6 +456,7 @@
     $('map').addEventListener('change', () => { state.map = +$('map').value; state.detail = null; $('detail-section').hidden = true; refill(); render(); });
     $('layer').addEventListener('change', () => { state.layer = +$('layer').value; render(); });
     $('batch').addEventListener('change', () => { state.batch = +$('batch').value; render(); });
+    $('head').addEventListener('change', () => { if ($('head').value === '') closeDetail(); else openDetail(+$('head').value); });
     $('scale').addEventListener('change', () => { state.scale = $('scale').value; render(); });
     $('stats-scope').addEventListener('change', drawStats);
   }

@@ -176,6 +176,7 @@ class AttentionPage(BrowserCase):
         b.click(x, y)
         b.wait_for("!document.getElementById('detail-section').hidden")
         self.assertIn("head 1", b.evaluate("document.getElementById('detail-title').textContent"))
+        self.assertEqual(b.evaluate("document.getElementById('head').value"), "1")
         # Drag from cell (1, 2) to (2, 4): the region becomes queries 1-2, keys 2-4.
         x0, y0 = self.cell_center("#detail", 1, 2)
         x1, y1 = self.cell_center("#detail", 2, 4)
@@ -192,6 +193,19 @@ class AttentionPage(BrowserCase):
         b.mouse_move(x, y)
         self.assertEqual(np.float32(re.search(r"weight (\S+)", self.tooltip()).group(1)),
                          self.w[0, 1, 2, 4])
+        self.assert_clean()
+
+    def test_head_selector_enlarges_and_closes(self):
+        b = self.browser
+        b.evaluate("(() => { const s = document.getElementById('head'); s.value = '2';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        self.assertFalse(b.evaluate("document.getElementById('detail-section').hidden"))
+        self.assertIn("head 2", b.evaluate("document.getElementById('detail-title').textContent"))
+        self.assertTrue(b.evaluate("document.querySelector('#grid figure:nth-child(3)')"
+                                   ".classList.contains('selected')"))
+        b.evaluate("(() => { const s = document.getElementById('head'); s.value = '';"
+                   " s.dispatchEvent(new Event('change')); })()")
+        self.assertTrue(b.evaluate("document.getElementById('detail-section').hidden"))
         self.assert_clean()
 
     def test_statistics_table_sorts(self):
