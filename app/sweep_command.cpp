@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -494,27 +495,57 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
 }
 
 // --report: the sweep's report.html and report.png from the results just collected.
-static void report(const SweepArgs& args, const Sweep& sweep) {
-  if (!args.report) return;
+// False (and one error line) when the report cannot be made, for instance
+// when no run finished: the sweep's own results stand, and it exits 2.
+static bool report(const SweepArgs& args, const Sweep& sweep) {
+  if (!args.report) return true;
   ViewArgs view;
   view.y = args.report_y;
   view.x = args.report_x;
   view.group = args.report_group;
   const std::filesystem::path dir(sweep.out_dir);
-  write_sweep_report(sweep.out_dir, view, (dir / "report.html").string(),
-                     (dir / "report.png").string());
+  try {
+    write_sweep_report(sweep.out_dir, view, (dir / "report.html").string(),
+                       (dir / "report.png").string());
+    return true;
+  } catch (const Error& e) {
+    spdlog::error("--report: {}", e.what());
+    return false;
+  }
+}
+
+// --x and --group name swept keys, checked before anything runs.
+static void check_report_options(const SweepArgs& args, const Sweep& sweep) {
+  if (!args.report) {
+    if (!args.report_y.empty() || !args.report_x.empty() || !args.report_group.empty())
+      fail_input("--y, --x and --group choose the chart of --report; give --report too");
+    return;
+  }
+  std::string keys;
+  for (const auto& k : sweep.swept_keys) keys += (keys.empty() ? "" : ", ") + k;
+  const auto swept = [&](const std::string& k) {
+    return std::find(sweep.swept_keys.begin(), sweep.swept_keys.end(), k) != sweep.swept_keys.end();
+  };
+  if (!args.report_x.empty() && args.report_x != "index" && !swept(args.report_x))
+    fail_input("--x " + args.report_x + ": not a swept key of " + args.file + "; expected one of " +
+               keys + " (or index)");
+  if (!args.report_group.empty() && args.report_group != "none" &&
+      (!swept(args.report_group) || args.report_group == args.report_x))
+    fail_input("--group " + args.report_group + ": not a swept key of " + args.file +
+               " other than --x; expected one of " + keys + " (or none)");
 }
 
 int do_sweep(const SweepArgs& args) {
   std::optional<std::string> out_dir;
   if (!args.out_dir.empty()) out_dir = args.out_dir;
   Sweep sweep = load_sweep(args.file, out_dir);
+  check_report_options(args, sweep);
 
   if (args.collect) {
     validate_sweep(sweep);
     const CollectSummary s = collect_results(sweep);
     for (const auto& f : s.files) spdlog::info("wrote {}", f);
-    report(args, sweep);
+    const bool reported = report(args, sweep);
     spdlog::info("{} run(s): {} ok, {} failed, {} invalid, {} without a result yet",
                  sweep.runs.size(), s.ok, s.failed, s.invalid, s.missing);
     if (s.missing) {
@@ -530,7 +561,7 @@ int do_sweep(const SweepArgs& args) {
           s.missing, names);
       return 1;
     }
-    return 0;
+    return reported ? 0 : 2;
   }
 
   Shard shard;
@@ -612,11 +643,12 @@ int do_sweep(const SweepArgs& args) {
     if (draining && runner.running() == 0) break;
   }
   progress.done();
+  bool reported = true;
   if (shard.count == 1) {
     const CollectSummary s = collect_results(sweep);
     spdlog::info("wrote {} and {} ({} ok, {} failed, {} invalid, {} without a result)",
                  s.files.at(0), s.files.at(1), s.ok, s.failed, s.invalid, s.missing);
-    report(args, sweep);
+    reported = report(args, sweep);
   } else {
     if (args.report)
       spdlog::warn("--report: a shard has only its own rows; give --report to --collect");
@@ -635,7 +667,7 @@ int do_sweep(const SweepArgs& args) {
                   failures, todo.size());
     return 1;
   }
-  return 0;
+  return reported ? 0 : 2;
 }
 
 }  // namespace mha::cli

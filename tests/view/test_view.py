@@ -419,6 +419,28 @@ class BadInputs(unittest.TestCase):
         del big
         self.refuse(["view", self.p("big.npy")], "a page holds at most 8388608")
 
+    def test_sweep_report_errors(self):
+        # No run finished: results are still written, the report is refused, exit 2.
+        out = self.p("failed")
+        with open(self.p("f.json"), "w") as f:
+            json.dump({"base": {"d_model": 16, "batch": 1, "seq_len": 4,
+                                "weights": self.p("nonexistent.npz")},
+                       "grid": {"h": [1, 2]}, "out_dir": out}, f)
+        r = mha("sweep", self.p("f.json"), "--report", "--skip_invalid")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--report: " + os.path.join(out, "results.jsonl") + ": no finished (ok) run",
+                      r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "results.jsonl")))
+        self.assertFalse(os.path.exists(os.path.join(out, "report.html")))
+        # A chart key that is not swept is refused before any run.
+        r = mha("sweep", self.p("f.json"), "--report", "--x", "seq_len", "--out_dir", self.p("x"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--x seq_len: not a swept key", r.stderr)
+        self.assertFalse(os.path.exists(self.p("x")))
+        r = mha("sweep", self.p("f.json"), "--y", "compute_ms", "--out_dir", self.p("y"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("give --report too", r.stderr)
+
     def test_bad_chart_choices(self):
         out = self.p("s")
         with open(self.p("s.json"), "w") as f:
