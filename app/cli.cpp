@@ -248,8 +248,9 @@ int do_bench(const BenchArgs& args) {
   for (const auto& [name, variant] : cases)
     for (const bool bf16 : bf16s) runs.emplace_back(name, variant, bf16);
   for (const auto& [name, variant, bf16] : runs) {
-    const BenchShape& shape =
-        *std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
+    const std::string& wanted = name;  // a lambda cannot capture a structured binding in C++17
+    const BenchShape& shape = *std::find_if(shapes.begin(), shapes.end(),
+                                            [&](const auto& s) { return s.name == wanted; });
     const BenchResult r =
         bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k, bf16);
     std::optional<OneShot> one;
@@ -355,9 +356,10 @@ Config build_config(const RunArgs& args) {
     if (opt->count() == 0) continue;
     std::string text = opt->results().empty() ? std::string() : opt->results().front();
     // A bare bool flag (`--save_attention`) means true; other keys need a value.
+    const std::string& key = name;  // a lambda cannot capture a structured binding in C++17
     const bool is_bool =
         std::any_of(config_keys().begin(), config_keys().end(),
-                    [&](const ConfigKey& k) { return k.is_bool && name == k.name; });
+                    [&](const ConfigKey& k) { return k.is_bool && key == k.name; });
     if (is_bool && (opt->results().empty() || text.empty())) text = "true";
     if (opt->results().empty() && !is_bool)
       throw Error(ErrorKind::invalid_input, "--" + name + ": expected a value");
