@@ -10,7 +10,7 @@ _mha() {
     esac
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "run weights compare bench sweep inspect plot --help --version -v -q" -- "$cur"))
+    COMPREPLY=($(compgen -W "run weights compare bench sweep inspect plot view --help --version -v -q" -- "$cur"))
     return
   fi
   if [[ $cur == -* ]]; then
