@@ -447,7 +447,8 @@ template <class T>
 constexpr std::size_t kMinTasks = 8;
 
 // Self-attention whose sequences fit one query block, with no RoPE or
-// QK-norm, and at least kGemmPieces batch elements: it runs in kGemmPieces
+// QK-norm, and at least kGemmPieces batch elements (any attention output):
+// it runs in kGemmPieces
 // batch pieces, each task projecting its piece's rows into its thread's
 // scratch, attending, and projecting the context into the output. The
 // (B*T, width) projections and the (B*T, h*d_v) context are never held
@@ -458,8 +459,7 @@ template <class T>
 bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
                        const LayerOptions<T>& opt, std::size_t block_q) {
   return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
-         !w.q_norm.size() && opt.rope.layout == RopeLayout::none &&
-         (opt.attention == AttentionOutput::none || opt.attention == AttentionOutput::per_head);
+         !w.q_norm.size() && opt.rope.layout == RopeLayout::none;
 }
 
 template <class T>
@@ -476,12 +476,14 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
                                           proj(w.W_v, w.b_v, hdk + kdk)};
   const Projection<T> out{w.W_o.data(), d.d_out, bias ? w.b_o.data() : nullptr, 0};
   const bool fused = opt.attention == AttentionOutput::none;
+  const bool mean = opt.attention == AttentionOutput::mean_over_heads;
+  const T inv_h = T(1) / static_cast<T>(d.h);
   struct Scratch {
-    std::vector<T> qkv, context, work;
+    std::vector<T> qkv, context, work, mean;
   };
   std::vector<Scratch> scratch(threads);
   std::atomic<bool> overflow{false};
-  if (opt.progress) opt.progress->begin("compute", d.B * d.h);
+  if (opt.progress) opt.progress->begin("compute", mean ? d.B : d.B * d.h);
   parallel_for(kGemmPieces, threads, [&](std::size_t piece, int thread) {
     const std::size_t b0 = d.B * piece / kGemmPieces, b1 = d.B * (piece + 1) / kGemmPieces;
     const std::size_t rows = (b1 - b0) * T_;
@@ -504,13 +506,30 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
     p.ldq = p.ldk = p.ldv = width;
     Job<T> job{d, mask, opt, p, block_q, block_k, s.context.data(), &overflow};
     job.b0 = b0;
-    for (std::size_t b = b0; b < b1; ++b)
+    for (std::size_t b = b0; b < b1; ++b) {
+      // The mean over heads (B, T, S), accumulated head by head as the
+      // whole-batch path does.
+      T* mean_b = nullptr;
+      if (mean) {
+        if (opt.attention_buffer) {
+          mean_b = opt.attention_buffer + b * T_ * d.S;
+        } else {
+          s.mean.resize(T_ * d.S);
+          mean_b = s.mean.data();
+        }
+        std::fill(mean_b, mean_b + T_ * d.S, T(0));
+      }
       for (std::size_t head = 0; head < d.h; ++head) {
         if (fused) {
           s.work.resize(T_ * block_k + T_ * d.d_v + 2 * T_ + block_k);
           T *P = s.work.data(), *O = P + T_ * block_k, *m = O + T_ * d.d_v, *l = m + T_;
           flash_block(job, b, head, 0, T_, 0, d.S, P, O, m, l, l + T_);
           finish_rows(job, b, head, 0, T_, O, l);
+        } else if (mean) {
+          s.work.resize(T_ * d.S);
+          T* A = s.work.data();
+          exact_block(job, b, head, 0, T_, A);
+          for (std::size_t i = 0; i < T_ * d.S; ++i) mean_b[i] += A[i] * inv_h;
         } else {
           T* A;
           if (opt.attention_buffer) {
@@ -522,8 +541,11 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
           exact_block(job, b, head, 0, T_, A);
           if (!opt.attention_buffer && opt.sink) opt.sink(b, head, 0, T_, A);
         }
-        if (opt.progress) opt.progress->add();
+        if (opt.progress && !mean) opt.progress->add();
       }
+      if (mean && !opt.attention_buffer && opt.sink) opt.sink(b, 0, 0, T_, mean_b);
+      if (opt.progress && mean) opt.progress->add();
+    }
     // output[b0 T : b1 T] (rows, d_out) = context W_o + b_o
     T* y = output + b0 * T_ * d.d_out;
     T beta = 0;
