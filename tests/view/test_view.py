@@ -374,6 +374,19 @@ class SweepReport(BrowserCase):
         self.assertIn("attention_entropy against seq_len for each h", r.stderr)
 
 
+    def test_bundled_heads_vs_length(self):
+        # The issue's example: compute time against seq_len, one line per h.
+        out = os.path.join(self.dir, "hvl")
+        r = mha("sweep", "configs/sweeps/heads_vs_length.json", "--report", "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "report.html"))
+        self.assertEqual(b.evaluate("mhaChart.options.plugins.title.text"),
+                         "compute_ms against seq_len for each h")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => p.x)])")
+        self.assertEqual(got, [["h=%d" % h, [32, 128, 512]] for h in (1, 2, 4, 8)])
+        self.assert_clean()
+
+
 class BadInputs(unittest.TestCase):
     """Exit 2, one line naming the file and what was expected, nothing written."""
 
