@@ -75,6 +75,22 @@ struct Projection {
   std::size_t col;
 };
 
+// Y[:, col : col + n] (rows, n; ldy) = X (rows, k; ldx) W + b for one
+// projection, in one GEMM: the bias is broadcast into Y first so that the
+// GEMM with beta = 1 adds the product.
+template <class T>
+void project_rows(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
+                  const Projection<T>& pr, T* Y, std::size_t ldy, bool bf16) {
+  if (rows == 0) return;
+  T* y = Y + pr.col;
+  T beta = 0;
+  if (pr.b) {
+    for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b, pr.b + pr.n, y + r * ldy);
+    beta = 1;
+  }
+  gemm<T>(false, false, rows, pr.n, k, T(1), X, ldx, pr.W, pr.n, beta, y, ldy, bf16);
+}
+
 // Y[:, col_j : col_j + n_j] (rows, n_j; ldy) = X (rows, k; ldx) W_j + b_j for
 // every projection j, in row pieces spread over the pool. Each weight matrix
 // is used in place (no packing of [W_q | W_k | W_v] into a new array). The
@@ -93,15 +109,7 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
     const std::size_t p = task / projections.size();
     const Projection<T>& pr = projections[task % projections.size()];
     const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
-    T* y = Y + pr.col;
-    T beta = 0;
-    if (pr.b) {
-      for (std::size_t r = r0; r < r1; ++r) std::copy(pr.b, pr.b + pr.n, y + r * ldy);
-      beta = 1;
-    }
-    if (r1 > r0)
-      gemm<T>(false, false, r1 - r0, pr.n, k, T(1), X + r0 * ldx, ldx, pr.W, pr.n, beta,
-              y + r0 * ldy, ldy, bf16);
+    project_rows(X + r0 * ldx, ldx, r1 - r0, k, pr, Y + r0 * ldy, ldy, bf16);
   });
 }
 
@@ -491,16 +499,9 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
     s.qkv.resize(rows * width);
     s.context.resize(rows * hdv);
     // qkv (rows, width) = X[b0 T : b1 T] [W_q | W_k | W_v] + b, one GEMM per projection.
-    for (const auto& pr : qkv) {
-      T* y = s.qkv.data() + pr.col;
-      T beta = 0;
-      if (pr.b) {
-        for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b, pr.b + pr.n, y + r * width);
-        beta = 1;
-      }
-      gemm<T>(false, false, rows, pr.n, d.d_model, T(1), X + b0 * T_ * d.d_model, d.d_model, pr.W,
-              pr.n, beta, y, width, opt.bf16_gemm);
-    }
+    for (const auto& pr : qkv)
+      project_rows(X + b0 * T_ * d.d_model, d.d_model, rows, d.d_model, pr, s.qkv.data(), width,
+                   opt.bf16_gemm);
     Projections<T> p;
     p.Q = s.qkv.data(), p.K = p.Q + hdk, p.V = p.K + kdk;
     p.ldq = p.ldk = p.ldv = width;
@@ -547,14 +548,8 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
       if (opt.progress && mean) opt.progress->add();
     }
     // output[b0 T : b1 T] (rows, d_out) = context W_o + b_o
-    T* y = output + b0 * T_ * d.d_out;
-    T beta = 0;
-    if (out.b) {
-      for (std::size_t r = 0; r < rows; ++r) std::copy(out.b, out.b + d.d_out, y + r * d.d_out);
-      beta = 1;
-    }
-    gemm<T>(false, false, rows, d.d_out, hdv, T(1), s.context.data(), hdv, out.W, d.d_out, beta, y,
-            d.d_out, opt.bf16_gemm);
+    project_rows(s.context.data(), hdv, rows, hdv, out, output + b0 * T_ * d.d_out, d.d_out,
+                 opt.bf16_gemm);
   });
   if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
 }
