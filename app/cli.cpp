@@ -424,7 +424,12 @@ int do_run(const RunArgs& args) {
     // The same page `mha view OUT_DIR` writes, from the files just committed.
     ViewArgs view;
     view.path = config.out_dir;
-    write_attention_view(view, (std::filesystem::path(config.out_dir) / "view.html").string());
+    try {
+      write_attention_view(view, (std::filesystem::path(config.out_dir) / "view.html").string());
+    } catch (const Error& e) {
+      throw Error(e.kind(),
+                  std::string("the run's outputs are written, view.html is not: ") + e.what());
+    }
   }
   if (args.print_json) std::cout << r.dump(2) << std::endl;
   return 0;
