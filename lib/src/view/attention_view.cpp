@@ -1,7 +1,6 @@
 #include "mha/view/attention_view.hpp"
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -67,6 +66,12 @@ std::string shape_text(const std::vector<std::size_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+// The batch axis of a rank-3 (B, T, S), rank-4 (B, h, T, S) or rank-5
+// (layers, B, h, T, S) map array.
+std::size_t batch_axis(std::size_t rank) {
+  return rank >= 4 ? rank - 4 : rank - 3;
+}
+
 // run.json beside the maps, or null when there is none.
 nlohmann::json read_run_json(const std::string& path) {
   std::error_code ec;
@@ -110,8 +115,8 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
     const std::vector<std::size_t>& dims = as_shape.empty() ? header.shape : as_shape;
     std::size_t weights = header.size();
     const std::size_t rank = dims.size();
-    if (options.batch_index && rank >= 3 && dims[rank >= 4 ? rank - 4 : rank - 3] > 0)
-      weights /= dims[rank >= 4 ? rank - 4 : rank - 3];
+    if (options.batch_index && rank >= 3 && dims[batch_axis(rank)] > 0)
+      weights /= dims[batch_axis(rank)];
     if (weights > kMaxViewWeights)
       fail_input(file + ": shape " + shape_text(header.shape) + " holds " +
                  std::to_string(weights) + " weights" +
@@ -141,7 +146,7 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
   const std::vector<std::size_t>& s = a.shape;
   m.T = s[rank - 2];
   m.S = s[rank - 1];
-  m.B = rank >= 3 ? s[rank - (rank >= 4 ? 4 : 3)] : 1;
+  m.B = rank >= 3 ? s[batch_axis(rank)] : 1;
   m.h = rank >= 4 ? s[rank - 3] : 1;
   m.layers = rank == 5 ? s[0] : 1;
   m.head_axis = rank >= 4;
@@ -154,12 +159,7 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
     wide.dtype = DType::f4;
     wide.shape = a.shape;
     wide.data.resize(a.size() * 4);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::uint16_t bits;
-      std::memcpy(&bits, a.data.data() + 2 * i, 2);
-      const float x = half_to_float(bits);
-      std::memcpy(wide.data.data() + 4 * i, &x, 4);
-    }
+    convert(a, reinterpret_cast<float*>(wide.data.data()), file);
     a = std::move(wide);
   }
   if (options.batch_index) {
@@ -176,7 +176,7 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
       kept.insert(kept.end(), p, p + block);
     }
     a.data = std::move(kept);
-    a.shape[rank >= 4 ? rank - 4 : rank - 3] = 1;
+    a.shape[batch_axis(rank)] = 1;
     m.B = 1;
   }
   if (a.size() > kMaxViewWeights)
