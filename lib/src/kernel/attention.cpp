@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "linear.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
@@ -45,73 +46,11 @@ bool has_nan(const T* x, std::size_t n) {
   return false;
 }
 
-// Below this many multiply-adds a GEMM runs as one piece: splitting it costs
-// more in wake-ups than it saves.
-constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
-// Larger GEMMs are cut into this many row pieces (fewer when a piece would
-// have under 16 rows), whatever the thread count: a GEMM's rounding can
-// depend on its row count (OpenBLAS picks kernels by shape), so pieces that
-// followed the threads would make the output differ between thread counts.
-// Eight balances 1, 2, 4 and 8 threads.
-constexpr std::size_t kGemmPieces = 8;
-
-// An uninitialized array: the GEMMs below write every element, and zeroing
-// first would only add a pass over memory the process touches for the first
-// time (page faults are a large part of a one-shot run's cost).
-template <class T>
-struct Buffer {
-  std::unique_ptr<T[]> data;
-  explicit Buffer(std::size_t n = 0) : data(n ? new T[n] : nullptr) {}
-  T* get() const { return data.get(); }
-};
-
-// One projection of a fused GEMM: columns [col, col + n) of Y get X W + b,
-// W (k, n; ldw), b (n) or null.
-template <class T>
-struct Projection {
-  const T* W;
-  std::size_t n;
-  const T* b;
-  std::size_t col;
-};
-
-// Y[:, col : col + n] (rows, n; ldy) = X (rows, k; ldx) W + b for one
-// projection, in one GEMM: the bias is broadcast into Y first so that the
-// GEMM with beta = 1 adds the product.
-template <class T>
-void project_rows(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
-                  const Projection<T>& pr, T* Y, std::size_t ldy, bool bf16) {
-  if (rows == 0) return;
-  T* y = Y + pr.col;
-  T beta = 0;
-  if (pr.b) {
-    for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b, pr.b + pr.n, y + r * ldy);
-    beta = 1;
-  }
-  gemm<T>(false, false, rows, pr.n, k, T(1), X, ldx, pr.W, pr.n, beta, y, ldy, bf16);
-}
-
-// Y[:, col_j : col_j + n_j] (rows, n_j; ldy) = X (rows, k; ldx) W_j + b_j for
-// every projection j, in row pieces spread over the pool. Each weight matrix
-// is used in place (no packing of [W_q | W_k | W_v] into a new array). The
-// bias is broadcast into Y first so one GEMM with beta = 1 adds the product.
-template <class T>
-void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
-             const std::vector<Projection<T>>& projections, T* Y, std::size_t ldy, int threads,
-             bool bf16) {
-  std::size_t width = 0;
-  for (const auto& pr : projections) width += pr.n;
-  const std::size_t work = rows * width * k;
-  const std::size_t parts =
-      work < kParallelGemmWork ? 1 : std::min<std::size_t>(kGemmPieces, (rows + 15) / 16);
-  const std::size_t tasks = parts * projections.size();
-  parallel_for(tasks, threads, [&](std::size_t task, int) {
-    const std::size_t p = task / projections.size();
-    const Projection<T>& pr = projections[task % projections.size()];
-    const std::size_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
-    project_rows(X + r0 * ldx, ldx, r1 - r0, k, pr, Y + r0 * ldy, ldy, bf16);
-  });
-}
+using detail::Buffer;
+using detail::kGemmPieces;
+using detail::project;
+using detail::project_rows;
+using detail::Projection;
 
 // The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
 // and leading dimension into one or more shared buffers.

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "linear.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
 
@@ -12,49 +13,20 @@ namespace mha {
 
 namespace {
 
-// As attention.cpp's projections: a GEMM under this many multiply-adds is
-// one piece; larger ones are cut into 8 row pieces (fewer when a piece would
-// have under 16 rows), by the shape alone.
-constexpr std::size_t kParallelGemmWork = std::size_t{1} << 18;
-constexpr std::size_t kGemmPieces = 8;
 // LayerNorm rows per task.
 constexpr std::size_t kNormRows = 64;
 
-template <class T>
-struct Buffer {  // uninitialized: every element is written before it is read
-  std::unique_ptr<T[]> data;
-  explicit Buffer(std::size_t n) : data(new T[n]) {}
-  T* get() const { return data.get(); }
-};
+using detail::Buffer;
 
-// Y (rows, n) = act(X (rows, k) W (k, n) + b), in pieces over the pool: row
-// pieces, or column pieces when Y is wider than tall (the FFN's first GEMM),
-// which keeps every piece's GEMM tall enough for OpenBLAS's kernels (BERT-base
-// layer: 0.81 -> 0.85-0.88 of the sgemm rate). Pieces follow the shape only.
+// Y (rows, n) = act(X (rows, k) W (k, n) + b), in pieces over the pool
+// (linear.hpp: column pieces when Y is wider than tall, as the FFN's first
+// GEMM is: BERT-base layer 0.81 -> 0.85-0.88 of the sgemm rate).
 template <class T>
 void linear(const T* X, std::size_t rows, std::size_t k, const xt::xtensor<T, 2>& W,
             const xt::xtensor<T, 1>& b, T* Y, const Activation* act, int threads, bool bf16) {
   const std::size_t n = W.shape()[1];
-  const bool by_columns = n > rows;
-  const std::size_t extent = by_columns ? n : rows;
-  const std::size_t parts =
-      rows * n * k < kParallelGemmWork ? 1 : std::min<std::size_t>(kGemmPieces, (extent + 15) / 16);
-  parallel_for(parts, threads, [&](std::size_t p, int) {
-    const std::size_t i0 = extent * p / parts, i1 = extent * (p + 1) / parts;
-    if (i1 == i0) return;
-    if (by_columns) {
-      for (std::size_t r = 0; r < rows; ++r)
-        std::copy(b.data() + i0, b.data() + i1, Y + r * n + i0);
-      gemm<T>(false, false, rows, i1 - i0, k, T(1), X, k, W.data() + i0, n, T(1), Y + i0, n, bf16);
-      if (act)
-        for (std::size_t r = 0; r < rows; ++r) activate(Y + r * n + i0, i1 - i0, *act);
-      return;
-    }
-    for (std::size_t r = i0; r < i1; ++r) std::copy(b.data(), b.data() + n, Y + r * n);
-    gemm<T>(false, false, i1 - i0, n, k, T(1), X + i0 * k, k, W.data(), n, T(1), Y + i0 * n, n,
-            bf16);
-    if (act) activate(Y + i0 * n, (i1 - i0) * n, *act);
-  });
+  detail::project<T>(X, k, rows, k, {{W.data(), n, b.size() ? b.data() : nullptr, 0}}, Y, n,
+                     threads, bf16, act);
 }
 
 // x += y over n values.
