@@ -24,6 +24,7 @@
 #include "mha/io/output_set.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/vexp.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/run/bench.hpp"
@@ -232,8 +233,9 @@ int do_bench(const BenchArgs& args) {
   nlohmann::json results = nlohmann::json::array();
   if (!args.json) {
     std::cout << fmt::format(
-        "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels\n", sgemm, threads,
-        blas_load().core);
+        "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels; direct GEMM {}, "
+        "exp {}\n",
+        sgemm, threads, blas_load().core, direct_gemm_isa(), vexp_isa());
     if (any_bf16)
       std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
                                bf16_gemm);
@@ -302,7 +304,8 @@ int do_bench(const BenchArgs& args) {
                           {"repeat", args.repeat},
                           {"sgemm_gflops", sgemm},
                           {"results", results},
-                          {"blas", blas_load().to_json()}};
+                          {"blas", blas_load().to_json()},
+                          {"kernels", kernels_json()}};
     if (any_bf16) {
       out["bf16_gemm_gflops"] = bf16_gemm;
       out["bf16_gemm_backend"] = bf16_gemm_backend();

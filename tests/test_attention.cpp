@@ -452,6 +452,32 @@ TEMPLATE_TEST_CASE("self-attention in batch pieces matches the reference and the
   }
 }
 
+TEMPLATE_TEST_CASE("query blocks of 256 rows and more match the reference", "[attention][direct]",
+                   float, double) {
+  // From 256 query rows per block the fused kernel computes scale Q_i K_i^T
+  // from a transposed copy of K_i's block by the direct GEMM (float32 on
+  // AVX2/AVX-512; run with MHA_DIRECT_GEMM=blas for OpenBLAS): odd d_k, a
+  // scale that is not a power of two, key blocks cut short by S, causal masks
+  // and key_lengths.
+  const Shape shapes[] = {
+      {1, 300, 300, 2, 24, 20, 9, 24, 24, 16, true, Sharing::self},
+      {2, 260, 530, 3, 18, 7, 17, 10, 12, 5, true, Sharing::separate},
+  };
+  TempDir dir("direct");
+  for (const Shape& s : shapes) {
+    const mha::Dims d = s.dims();
+    const Problem pr = make_problem(d, s.bias, s.sharing, 13);
+    check_against_reference<TestType>(pr, ref::MaskSpec{}, mha::Mask<TestType>{}, 0.37,
+                                      MaskedRows::zero);
+    ref::MaskSpec spec;
+    spec.causal = Causal::bottom_right;
+    spec.key_lengths = {static_cast<std::int64_t>(d.S), static_cast<std::int64_t>(d.S / 3)};
+    spec.key_lengths.resize(d.B);
+    const auto mask = load_spec<TestType>(dir, spec, d);
+    check_against_reference<TestType>(pr, spec, mask, default_scale(d), MaskedRows::zero);
+  }
+}
+
 TEMPLATE_TEST_CASE("multi_head_attention uses the given scale", "[attention]", float, double) {
   const mha::Dims d = make_dims(2, 4, 6, 3, 9, 7, 5, 9, 9, 9);
   const Problem pr = make_problem(d, true, Sharing::separate, 11);

@@ -5,6 +5,7 @@ precedence, reproducibility, and every documented error path with its exit code.
 Run by ctest as: /usr/bin/python3 tests/cli/test_cli.py  (MHA_BIN = path to mha,
 MHA_SOURCE_DIR = repository root).
 """
+import io
 import json
 import os
 import shutil
@@ -280,6 +281,30 @@ class BlasKernels(Case):
         for f in ("output.npy", "attention.npy"):
             np.testing.assert_allclose(np.load(os.path.join(a, f)), np.load(os.path.join(b, f)),
                                        rtol=1e-5, atol=1e-6)
+
+    def test_direct_gemm_builds_give_the_same_bytes(self):
+        # 300 query rows: the fused kernel's P V_i and Q_i K_i^T both go
+        # through the direct GEMM, whose AVX2 and AVX-512 builds compute each
+        # element by the same chain of FMAs; OpenBLAS ("blas") agrees to rounding.
+        args = ["run", "--h", "2", "--d_model", "48", "--seq_len", "300", "--batch", "2",
+                "--causal", "true", "--seed", "3"]
+        outputs = {}
+        for isa in ("avx512", "avx2", "blas"):
+            d = self.path(isa)
+            env = dict(os.environ, MHA_DIRECT_GEMM=isa)
+            p = subprocess.run([MHA] + args + ["--out_dir", d], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            outputs[load_json(os.path.join(d, "run.json"))["kernels"]["direct_gemm"]] = \
+                read_bytes(os.path.join(d, "output.npy"))
+        self.assertIn("blas", outputs)
+        if "avx512" in outputs and "avx2" in outputs:
+            self.assertEqual(outputs["avx512"], outputs["avx2"])
+        vector = outputs.get("avx512") or outputs.get("avx2")
+        if vector is not None:
+            self.assertNotEqual(vector, outputs["blas"])  # another summation order
+            np.testing.assert_allclose(np.load(io.BytesIO(vector)),
+                                       np.load(io.BytesIO(outputs["blas"])), rtol=1e-5, atol=1e-6)
 
 
 class Bench(Case):

@@ -6,8 +6,11 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "direct_gemm.hpp"
 #include "linear.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
@@ -51,6 +54,17 @@ using detail::kGemmPieces;
 using detail::project;
 using detail::project_rows;
 using detail::Projection;
+
+// C (m, n; ldc) = A (m, k; lda) B (k, n; ldb), or C += A B when `accumulate`:
+// a block product of the attention, through the direct GEMM (no packing;
+// direct_gemm.hpp) for float32 where the CPU has one, else through gemm().
+template <class T>
+void block_product(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t lda,
+                   const T* B, std::size_t ldb, T* C, std::size_t ldc, bool accumulate, bool bf16) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!bf16 && detail::direct_gemm(m, n, k, A, lda, B, ldb, C, ldc, accumulate)) return;
+  gemm<T>(false, false, m, n, k, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc, bf16);
+}
 
 // The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
 // and leading dimension into one or more shared buffers.
@@ -267,11 +281,28 @@ void masked_row_output(const Job<T>& job, std::size_t b, std::size_t head, T* ou
   for (std::size_t c = 0; c < d.d_v; ++c) out[c] /= static_cast<T>(d.S);
 }
 
+// Y (cols, rows; ldy) = scale * X (rows, cols; ldx)^T, in 16 x 16 tiles
+// (each tile's reads and writes stay within a few cache lines).
+template <class T>
+void transpose_scaled(const T* X, std::size_t ldx, std::size_t rows, std::size_t cols, T scale,
+                      T* Y, std::size_t ldy) {
+  constexpr std::size_t kTile = 16;
+  for (std::size_t r0 = 0; r0 < rows; r0 += kTile)
+    for (std::size_t c0 = 0; c0 < cols; c0 += kTile) {
+      const std::size_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (std::size_t c = c0; c < c1; ++c)
+        for (std::size_t r = r0; r < r1; ++r) Y[c * ldy + r] = scale * X[r * ldx + c];
+    }
+}
+
+// Query rows from which flash_block computes Q_i K_i^T by the direct GEMM.
+constexpr std::size_t kDirectScoreRows = 256;
+
 // Fused attention of rows [t0, t0 + rows) of one head over keys [s_begin,
 // s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
 // per row the running max m, running sum l and unnormalized output O
 // (rows, d_v), rescaled by exp(m_old - m_new) as each key block arrives.
-// P (rows, block_k) and X (block_k) are scratch.
+// P (rows, block_k) and X (block_k (d_k + 1)) are scratch.
 template <class T>
 void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
                  std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l,
@@ -287,11 +318,22 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   const std::size_t end = std::min(s_end, job.key_end(b, t0, rows));
   // A window hides the keys before key_begin of the block's first row.
   const std::size_t begin = std::max(s_begin, job.mask.key_begin(d, t0));
+  // Q_i K_i^T through the direct GEMM needs K_i's block transposed: worth it
+  // once enough query rows share the copy (not for decoding's single row).
+  const bool direct = std::is_same_v<T, float> && !job.opt.bf16_gemm && rows >= kDirectScoreRows &&
+                      std::string_view(direct_gemm_isa()) != "blas";
+  T* KT = X + Bk;
   for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
-    gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk, job.p.ldk,
-            T(0), P, Bk, job.opt.bf16_gemm);
+    if (direct) {
+      // KT (d_k, n; ld Bk) = scale * K_i[s0:s0+n]^T, then P = Q_i KT.
+      transpose_scaled(K + s0 * job.p.ldk, job.p.ldk, n, d.d_k, job.opt.scale, KT, Bk);
+      block_product(rows, n, d.d_k, Q, job.p.ldq, KT, Bk, P, Bk, false, false);
+    } else {
+      gemm<T>(false, true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
+              job.p.ldk, T(0), P, Bk, job.opt.bf16_gemm);
+    }
     if (job.opt.softcap > 0) softcap_rows(P, rows, n, Bk, job.opt.softcap, X);
     if (!job.mask.empty()) job.mask.apply(d, b, head, t0, t0 + rows, s0, s0 + n, P, Bk);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -311,8 +353,8 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
       m[r] = m_new;
     }
     // O (rows, d_v) += P V_i[s0:s0+n]
-    gemm<T>(false, false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv, T(1), O,
-            d.d_v, job.opt.bf16_gemm);
+    block_product(rows, d.d_v, n, P, Bk, V + s0 * job.p.ldv, job.p.ldv, O, d.d_v, true,
+                  job.opt.bf16_gemm);
   }
 }
 
@@ -461,7 +503,7 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
       }
       for (std::size_t head = 0; head < d.h; ++head) {
         if (fused) {
-          s.work.resize(T_ * block_k + T_ * d.d_v + 2 * T_ + block_k);
+          s.work.resize(T_ * block_k + T_ * d.d_v + 2 * T_ + block_k * (d.d_k + 1));
           T *P = s.work.data(), *O = P + T_ * block_k, *m = O + T_ * d.d_v, *l = m + T_;
           flash_block(job, b, head, 0, T_, 0, d.S, P, O, m, l, l + T_);
           finish_rows(job, b, head, 0, T_, O, l);
@@ -554,9 +596,9 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
       auto& s = scratch[thread];
-      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq + job.block_k);
+      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq + job.block_k * (d.d_k + 1));
       T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
-      T* X = l + Bq;  // (block_k) softcap scratch
+      T* X = l + Bq;  // (block_k (d_k + 1)) flash_block's scratch
       if (splits > 1) {
         O = part_O.data() + task * Bq * d.d_v;
         m = part_m.data() + task * Bq;

@@ -641,6 +641,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
                                        {"key_shape", axes.key_shape(d.kdim)}};
   if (c.dtype == ComputeType::bfloat16) result.report["bf16_gemm"] = bf16_gemm_backend();
   result.report["blas"] = blas_load().to_json();
+  result.report["kernels"] = kernels_json();
   out.stage_bytes("run.json", result.report.dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.files = out.committed();

@@ -30,6 +30,17 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 // MHA_BF16_GEMM=sgemm|sbgemm in the environment picks one (sbgemm must exist).
 const char* bf16_gemm_backend();
 
+// What runs the attention's float32 block products (the fused kernel's
+// P V_i and Q_i K_i^T): "avx512" or "avx2" for the direct GEMM, which reads
+// its operands without packing them, or "blas" for OpenBLAS's sgemm (a CPU
+// without AVX2 and FMA). MHA_DIRECT_GEMM=avx512|avx2|blas in the environment
+// picks one the CPU supports. The two vector builds give the same bits.
+const char* direct_gemm_isa();
+
+// {"direct_gemm": direct_gemm_isa(), "exp": vexp_isa()}: the vector kernels
+// this process runs, for run.json and `mha bench --json`.
+nlohmann::json kernels_json();
+
 // For tests: routes the "sbgemm" backend to `fn` (a cblas_sbgemm with
 // CBLAS's enum values as ints: order 101 row-major, trans 111 no / 112 yes),
 // or back to OpenBLAS's with nullptr.

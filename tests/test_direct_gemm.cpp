@@ -1,0 +1,159 @@
+// The direct GEMM (lib/src/kernel/direct_gemm.hpp), each ISA this CPU has run
+// directly: against double loops on shapes that hit every row remainder
+// (rows mod 6), every column remainder (full and partial registers), K = 0
+// and 1, strided operands, overwrite and accumulate; nothing written outside
+// C's rows and columns; the same bits from AVX2 and AVX-512 and for any
+// cutting of the rows or columns; the run-time choice.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../lib/src/kernel/direct_gemm.hpp"
+#include "../lib/src/kernel/vexp_impl.hpp"
+#include "mha/kernel/blas.hpp"
+
+namespace {
+
+using GemmFn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::size_t,
+                        const float*, std::size_t, float*, std::size_t, bool);
+
+struct Impl {
+  const char* name;
+  GemmFn fn;
+};
+
+std::vector<Impl> available() {
+  std::vector<Impl> impls;
+  if (mha::detail::cpu_has_avx2()) impls.push_back({"avx2", mha::detail::direct_gemm_avx2});
+  if (mha::detail::cpu_has_avx512()) impls.push_back({"avx512", mha::detail::direct_gemm_avx512});
+  return impls;
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = u(rng);
+  return x;
+}
+
+// One problem: A (rows, K; lda), B (K, N; ldb), C (rows, N; ldc), the
+// leading dimensions padded so that strides are exercised, and C's padding
+// filled with a sentinel the kernel must leave alone.
+struct Problem {
+  std::size_t rows, N, K, lda, ldb, ldc;
+  std::vector<float> A, B, C;
+  static constexpr float kSentinel = 12345.0f;
+  Problem(std::size_t rows_, std::size_t N_, std::size_t K_, unsigned seed)
+      : rows(rows_), N(N_), K(K_), lda(K_ + 3), ldb(N_ + 5), ldc(N_ + 7) {
+    A = random_floats(rows * lda + 1, seed);
+    B = random_floats(K * ldb + 1, seed + 1);
+    C.assign(rows * ldc + 16, kSentinel);
+    const std::vector<float> c0 = random_floats(rows * N, seed + 2);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < N; ++c) C[r * ldc + c] = c0[r * N + c];
+  }
+  // C (+)= A B in double, element (r, c).
+  double reference(std::size_t r, std::size_t c, bool accumulate, const std::vector<float>& C0) {
+    double sum = accumulate ? C0[r * ldc + c] : 0.0;
+    for (std::size_t k = 0; k < K; ++k)
+      sum += static_cast<double>(A[r * lda + k]) * static_cast<double>(B[k * ldb + c]);
+    return sum;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("direct_gemm matches double loops on every remainder", "[direct_gemm]") {
+  const auto impls = available();
+  if (impls.empty()) {
+    WARN("no AVX2 on this CPU: the attention uses OpenBLAS, nothing to check");
+    return;
+  }
+  unsigned seed = 1;
+  for (const Impl& impl : impls)
+    for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13})
+      for (std::size_t N : {1, 7, 8, 15, 16, 17, 33, 64, 65, 100, 130})
+        for (std::size_t K : {0, 1, 9, 64})
+          for (bool accumulate : {false, true}) {
+            Problem p(rows, N, K, ++seed);
+            const std::vector<float> C0 = p.C;
+            impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, p.C.data(), p.ldc,
+                    accumulate);
+            INFO(impl.name << " rows " << rows << " N " << N << " K " << K << " accumulate "
+                           << accumulate);
+            double worst = 0;
+            std::size_t untouched = 0, outside = 0;
+            for (std::size_t i = 0; i < p.C.size(); ++i) {
+              const std::size_t r = i / p.ldc, c = i % p.ldc;
+              if (r < rows && c < N) {
+                const double ref = p.reference(r, c, accumulate, C0);
+                worst = std::max(worst, std::abs(p.C[i] - ref));
+                untouched += p.C[i] == Problem::kSentinel;
+              } else {
+                outside += p.C[i] != Problem::kSentinel;
+              }
+            }
+            // |sum| <= K + 1 terms of magnitude <= 1: float rounding of K + 1 terms.
+            CHECK(worst <= 1e-6 * static_cast<double>(K + 2));
+            CHECK(untouched == 0);
+            CHECK(outside == 0);
+          }
+}
+
+TEST_CASE("direct_gemm: the same bits from every ISA and every cut", "[direct_gemm]") {
+  const auto impls = available();
+  if (impls.empty()) {
+    WARN("no AVX2 on this CPU: nothing to check");
+    return;
+  }
+  const std::size_t rows = 23, N = 77, K = 150;
+  Problem p(rows, N, K, 99);
+  std::vector<float> whole = p.C;
+  impls.front().fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, whole.data(), p.ldc, true);
+  for (const Impl& impl : impls) {
+    INFO(impl.name);
+    std::vector<float> again = p.C;
+    impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, again.data(), p.ldc, true);
+    CHECK(again == whole);
+    // Rows 0-4, 5-22 and columns 0-30, 31-76 as four calls.
+    std::vector<float> cut = p.C;
+    for (std::size_t r0 : {0, 5})
+      for (std::size_t c0 : {0, 31}) {
+        const std::size_t r1 = r0 == 0 ? 5 : rows, c1 = c0 == 0 ? 31 : N;
+        impl.fn(r1 - r0, c1 - c0, K, p.A.data() + r0 * p.lda, p.lda, p.B.data() + c0, p.ldb,
+                cut.data() + r0 * p.ldc + c0, p.ldc, true);
+      }
+    CHECK(cut == whole);
+  }
+}
+
+TEST_CASE("direct_gemm_isa and MHA_DIRECT_GEMM select the kernel", "[direct_gemm]") {
+  using mha::detail::select_direct_gemm_isa;
+  const bool avx2 = mha::detail::cpu_has_avx2(), avx512 = mha::detail::cpu_has_avx512();
+  const std::string best = avx512 ? "avx512" : avx2 ? "avx2" : "blas";
+  CHECK(std::string(select_direct_gemm_isa(nullptr)) == best);
+  CHECK(std::string(select_direct_gemm_isa("bogus")) == best);
+  CHECK(std::string(select_direct_gemm_isa("blas")) == "blas");
+  CHECK(std::string(select_direct_gemm_isa("avx2")) == (avx2 ? "avx2" : "blas"));
+  CHECK(std::string(select_direct_gemm_isa("avx512")) == best);
+  const std::string isa = mha::direct_gemm_isa();
+  CHECK(isa == select_direct_gemm_isa(std::getenv("MHA_DIRECT_GEMM")));
+  // The public entry point runs the chosen kernel, or declines for "blas".
+  Problem p(7, 20, 9, 5);
+  std::vector<float> C = p.C;
+  const bool ran = mha::detail::direct_gemm(7, 20, 9, p.A.data(), p.lda, p.B.data(), p.ldb,
+                                            C.data(), p.ldc, false);
+  CHECK(ran == (isa != "blas"));
+  if (ran) {
+    std::vector<float> expected = p.C;
+    (isa == "avx512" ? mha::detail::direct_gemm_avx512 : mha::detail::direct_gemm_avx2)(
+        7, 20, 9, p.A.data(), p.lda, p.B.data(), p.ldb, expected.data(), p.ldc, false);
+    CHECK(C == expected);
+  } else {
+    CHECK(C == p.C);
+  }
+}
