@@ -13,6 +13,7 @@
 #include "direct_gemm.hpp"
 #include "linear.hpp"
 #include "mha/base/error.hpp"
+#include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/vexp.hpp"
@@ -50,6 +51,9 @@ bool has_nan(const T* x, std::size_t n) {
 }
 
 using detail::Buffer;
+// A growable array in large_array.hpp's memory (scratch of the tasks).
+template <class T>
+using Array = std::vector<T, ArrayAllocator<T>>;
 using detail::kGemmPieces;
 using detail::project;
 using detail::project_rows;
@@ -468,7 +472,7 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
   const bool mean = opt.attention == AttentionOutput::mean_over_heads;
   const T inv_h = T(1) / static_cast<T>(d.h);
   struct Scratch {
-    std::vector<T> qkv, context, work, mean;
+    Array<T> qkv, context, work, mean;
   };
   std::vector<Scratch> scratch(threads);
   std::atomic<bool> overflow{false};
@@ -586,7 +590,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       splits =
           std::min<std::size_t>((kMinTasks + head_blocks - 1) / head_blocks, d.S / job.block_k);
     const std::size_t span = (d.S + splits - 1) / splits;
-    std::vector<std::vector<T>> scratch(threads);
+    std::vector<Array<T>> scratch(threads);
     // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
     std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
     std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
@@ -634,7 +638,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       }
     }
   } else if (opt.attention == AttentionOutput::per_head) {
-    std::vector<std::vector<T>> scratch(threads);
+    std::vector<Array<T>> scratch(threads);
     if (opt.progress) opt.progress->begin("compute", d.B * d.h * q_blocks);
     parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
       const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
@@ -653,7 +657,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
     });
   } else {
     // Mean over heads: one task per (b, query block) accumulates all heads.
-    std::vector<std::vector<T>> scratch(threads);
+    std::vector<Array<T>> scratch(threads);
     const T inv_h = T(1) / static_cast<T>(d.h);
     if (opt.progress) opt.progress->begin("compute", d.B * q_blocks);
     parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
@@ -26,11 +27,16 @@ constexpr std::size_t kGemmPieces = 8;
 
 // An uninitialized array: the GEMMs write every element, and zeroing first
 // would only add a pass over memory the process touches for the first time
-// (page faults are a large part of a one-shot run's cost).
+// (page faults are a large part of a one-shot run's cost; large arrays get
+// huge pages, large_array.hpp).
 template <class T>
 struct Buffer {
-  std::unique_ptr<T[]> data;
-  explicit Buffer(std::size_t n = 0) : data(n ? new T[n] : nullptr) {}
+  struct Free {
+    void operator()(T* p) const noexcept { free_array(p); }
+  };
+  std::unique_ptr<T[], Free> data;
+  explicit Buffer(std::size_t n = 0)
+      : data(n ? static_cast<T*>(allocate_array(n * sizeof(T))) : nullptr) {}
   T* get() const { return data.get(); }
 };
 

@@ -9,6 +9,7 @@
 #include <xtensor/xarray.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/large_array.hpp"
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/inspect/heatmap.hpp"
 #include "mha/io/output_set.hpp"
@@ -287,7 +288,8 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
 // What the compute stage produced besides the files it streamed.
 template <class T>
 struct Computed {
-  xt::xarray<T> output;                   // (B, T, d_out), or its N-D layout
+  // (B, T, d_out), or its N-D layout; in huge pages when large (large_array.hpp)
+  xt::xarray<T, xt::layout_type::row_major, ArrayAllocator<T>> output;
   std::optional<AttentionStats> stats;    // of every block the sink saw
   std::optional<AttentionPanels> panels;  // batch 0's maps, downsampled, for attention.png
   // attention.npy in output_dtype, gathered in memory when small (else empty:
@@ -386,7 +388,7 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
                         });
     if (progress) progress->add();
   };
-  r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_model});
+  r.output = decltype(r.output)::from_shape({d.B, d.T, d.d_model});
   transformer_stack<T>(s, l.in.query_data(), decoder ? l.memory.data() : nullptr, l.stack, l.mask,
                        l.cross_mask, options, r.output.data());
   if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan)
@@ -479,7 +481,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
       if (plotted && b == 0) plotted->add_rows(head, t0, rows, block);
     };
   }
-  r.output = xt::xarray<T>::from_shape({d.B, d.T, d.d_out});
+  r.output = decltype(r.output)::from_shape({d.B, d.T, d.d_out});
   attention_layer<T>(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), l.w, l.mask,
                      options, r.output.data());
   if (r.attention_stream && !r.gathered.empty()) {

@@ -1,0 +1,66 @@
+// large_array.hpp: alignment, usability and the huge-page advice of large
+// arrays; ordinary memory for small ones; the allocator in a std::vector.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mha/base/large_array.hpp"
+
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that holds `p`.
+std::string vm_flags_of(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("allocate_array aligns and advises large arrays", "[large_array]") {
+  for (std::size_t bytes :
+       {std::size_t{1}, std::size_t{100}, std::size_t{4096}, mha::kLargeArrayBytes - 1,
+        mha::kLargeArrayBytes, std::size_t{5} << 20}) {
+    INFO(bytes << " bytes");
+    void* p = mha::allocate_array(bytes);
+    REQUIRE(p != nullptr);
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    CHECK(a % 64 == 0);
+    std::memset(p, 0x5a, bytes);  // all of it is writable
+    CHECK(static_cast<unsigned char*>(p)[bytes - 1] == 0x5a);
+    if (bytes >= mha::kLargeArrayBytes) {
+      CHECK(a % (std::size_t{2} << 20) == 0);
+      // madvise(MADV_HUGEPAGE) shows as "hg" among the mapping's flags.
+      const std::string flags = vm_flags_of(p);
+      REQUIRE(!flags.empty());
+      CHECK(flags.find(" hg") != std::string::npos);
+    }
+    mha::free_array(p);
+  }
+  mha::free_array(nullptr);
+}
+
+TEST_CASE("ArrayAllocator serves std::vector", "[large_array]") {
+  std::vector<float, mha::ArrayAllocator<float>> v(3u << 20, 1.5f);  // 12 MiB
+  CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % (std::size_t{2} << 20) == 0);
+  v.resize(10);
+  v.shrink_to_fit();
+  CHECK(v.size() == 10);
+  CHECK(v[9] == 1.5f);
+}
