@@ -1,6 +1,7 @@
 // The direct GEMM (lib/src/kernel/direct_gemm.hpp), each ISA this CPU has run
 // directly: against double loops on shapes that hit every row remainder
-// (rows mod 6), every column remainder (full and partial registers), K = 0
+// (rows mod 6, and past a block of 192 rows), every column remainder (full
+// and partial registers), K = 0
 // and 1, strided operands, overwrite and accumulate; nothing written outside
 // C's rows and columns; the same bits from AVX2 and AVX-512 and for any
 // cutting of the rows or columns; the run-time choice.
@@ -75,7 +76,7 @@ TEST_CASE("direct_gemm matches double loops on every remainder", "[direct_gemm]"
   }
   unsigned seed = 1;
   for (const Impl& impl : impls)
-    for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13})
+    for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13, 197})
       for (std::size_t N : {1, 7, 8, 15, 16, 17, 33, 64, 65, 100, 130})
         for (std::size_t K : {0, 1, 9, 64})
           for (bool accumulate : {false, true}) {

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
