@@ -302,11 +302,18 @@ void transpose_scaled(const T* X, std::size_t ldx, std::size_t rows, std::size_t
 // Query rows from which flash_block computes Q_i K_i^T by the direct GEMM.
 constexpr std::size_t kDirectScoreRows = 256;
 
+// Elements of flash_block's scratch for query blocks of Bq rows and key
+// blocks of Bk: P (Bq, Bk), O (Bq, d_v), m and l (Bq), X (Bk), and K_i's block
+// transposed (d_k, Bk) when Bq allows the direct score product.
+inline std::size_t flash_scratch(const Dims& d, std::size_t Bq, std::size_t Bk) {
+  return Bq * Bk + Bq * d.d_v + 2 * Bq + Bk + (Bq >= kDirectScoreRows ? d.d_k * Bk : 0);
+}
+
 // Fused attention of rows [t0, t0 + rows) of one head over keys [s_begin,
 // s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
 // per row the running max m, running sum l and unnormalized output O
 // (rows, d_v), rescaled by exp(m_old - m_new) as each key block arrives.
-// P (rows, block_k) and X (block_k (d_k + 1)) are scratch.
+// P (rows, block_k) and X (the rest of flash_scratch) are scratch.
 template <class T>
 void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t t0,
                  std::size_t rows, std::size_t s_begin, std::size_t s_end, T* P, T* O, T* m, T* l,
@@ -507,7 +514,7 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
       }
       for (std::size_t head = 0; head < d.h; ++head) {
         if (fused) {
-          s.work.resize(T_ * block_k + T_ * d.d_v + 2 * T_ + block_k * (d.d_k + 1));
+          s.work.resize(flash_scratch(d, T_, block_k));
           T *P = s.work.data(), *O = P + T_ * block_k, *m = O + T_ * d.d_v, *l = m + T_;
           flash_block(job, b, head, 0, T_, 0, d.S, P, O, m, l, l + T_);
           finish_rows(job, b, head, 0, T_, O, l);
@@ -555,7 +562,9 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
   const bool fused = opt.attention == AttentionOutput::none;
   const std::size_t block_q = opt.block_q ? opt.block_q : fused ? 512 : 128;
-  const std::size_t block_k = opt.block_k ? opt.block_k : 512;
+  // Key blocks never longer than the keys: the scratch blocks follow them.
+  const std::size_t block_k =
+      std::min<std::size_t>(opt.block_k ? opt.block_k : 512, std::max<std::size_t>(d.S, 1));
   if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, block_q))
     return pieced_layer(d, X_q, w, mask, opt, block_q, block_k, threads, output);
   Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
@@ -600,9 +609,9 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
       const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
       const std::size_t t0 = qb * Bq, rows = rows_of(qb);
       auto& s = scratch[thread];
-      s.resize(Bq * job.block_k + Bq * d.d_v + 2 * Bq + job.block_k * (d.d_k + 1));
+      s.resize(flash_scratch(d, Bq, job.block_k));
       T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
-      T* X = l + Bq;  // (block_k (d_k + 1)) flash_block's scratch
+      T* X = l + Bq;  // the rest of flash_scratch
       if (splits > 1) {
         O = part_O.data() + task * Bq * d.d_v;
         m = part_m.data() + task * Bq;
