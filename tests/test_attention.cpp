@@ -83,7 +83,7 @@ std::vector<double> uniform(std::uint64_t seed, const std::string& name, std::si
 }
 
 template <class T, std::size_t N>
-std::vector<double> to_vector(const xt::xtensor<T, N>& t) {
+std::vector<double> to_vector(const mha::Tensor<T, N>& t) {
   return std::vector<double>(t.data(), t.data() + t.size());
 }
 

@@ -81,12 +81,12 @@ void check_case(const Case& c, MaskedRows policy, int threads, std::size_t block
     for (double& x : *v) x = static_cast<double>(static_cast<T>(x));
 
   mha::Weights<T> w;
-  auto fill2 = [](xt::xtensor<T, 2>& t, std::size_t r, std::size_t cols,
+  auto fill2 = [](mha::Tensor<T, 2>& t, std::size_t r, std::size_t cols,
                   const std::vector<double>& v) {
     t.resize({r, cols});
     std::copy(v.begin(), v.end(), t.begin());
   };
-  auto fill1 = [](xt::xtensor<T, 1>& t, const std::vector<double>& v) {
+  auto fill1 = [](mha::Tensor<T, 1>& t, const std::vector<double>& v) {
     t.resize({v.size()});
     std::copy(v.begin(), v.end(), t.begin());
   };

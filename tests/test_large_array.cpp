@@ -1,6 +1,7 @@
 // large_array.hpp: alignment, usability and the huge-page advice of large
 // arrays; ordinary memory for small ones; the allocator in a std::vector.
 #include <catch2/catch.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -41,7 +42,7 @@ TEST_CASE("allocate_array aligns and advises large arrays", "[large_array]") {
     void* p = mha::allocate_array(bytes);
     REQUIRE(p != nullptr);
     const auto a = reinterpret_cast<std::uintptr_t>(p);
-    CHECK(a % 64 == 0);
+    CHECK(a % alignof(std::max_align_t) == 0);
     std::memset(p, 0x5a, bytes);  // all of it is writable
     CHECK(static_cast<unsigned char*>(p)[bytes - 1] == 0x5a);
     if (bytes >= mha::kLargeArrayBytes) {

@@ -2,19 +2,20 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 
 namespace mha {
 
 namespace {
+std::atomic<bool> g_huge{true};
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-constexpr std::size_t kAlign = 64;  // a cache line: enough for every vector load
 }  // namespace
 
 void* allocate_array(std::size_t bytes) {
   if (bytes == 0) bytes = 1;
-  if (bytes < kLargeArrayBytes) {
-    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (bytes < kLargeArrayBytes || !g_huge.load(std::memory_order_relaxed)) {
+    void* p = std::malloc(bytes);
     if (!p) throw std::bad_alloc();
     return p;
   }
@@ -31,6 +32,10 @@ void* allocate_array(std::size_t bytes) {
 
 void free_array(void* p) noexcept {
   std::free(p);
+}
+
+void set_huge_page_arrays(bool on) noexcept {
+  g_huge.store(on, std::memory_order_relaxed);
 }
 
 }  // namespace mha

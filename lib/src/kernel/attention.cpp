@@ -86,7 +86,7 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
   const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const bool bias = w.has_bias();
-  auto proj = [&](const xt::xtensor<T, 2>& W, const xt::xtensor<T, 1>& b, std::size_t col) {
+  auto proj = [&](const Tensor<T, 2>& W, const Tensor<T, 1>& b, std::size_t col) {
     return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
   };
   Projections<T> p;
@@ -164,7 +164,7 @@ void rotate(T* X, std::size_t ld, std::size_t B, std::size_t L, std::size_t head
 // the mean in double, on `rows` rows of `heads` heads at X + r * ld.
 template <class T>
 void rms_norm_heads(T* X, std::size_t ld, std::size_t rows, std::size_t heads, std::size_t d_k,
-                    const xt::xtensor<T, 1>& g, T eps, int threads) {
+                    const Tensor<T, 1>& g, T eps, int threads) {
   constexpr std::size_t kRows = 64;
   parallel_for((rows + kRows - 1) / kRows, threads, [&](std::size_t task, int) {
     const std::size_t r1 = std::min(rows, (task + 1) * kRows);
@@ -469,7 +469,7 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
   const std::size_t hdk = d.h * d.d_k, kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const std::size_t width = hdk + kdk + kdv, hdv = d.h * d.d_v, T_ = d.T;
   const bool bias = w.has_bias();
-  auto proj = [&](const xt::xtensor<T, 2>& W, const xt::xtensor<T, 1>& b, std::size_t col) {
+  auto proj = [&](const Tensor<T, 2>& W, const Tensor<T, 1>& b, std::size_t col) {
     return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
   };
   const std::vector<Projection<T>> qkv = {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk),

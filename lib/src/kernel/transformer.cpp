@@ -22,8 +22,8 @@ using detail::Buffer;
 // (linear.hpp: column pieces when Y is wider than tall, as the FFN's first
 // GEMM is: BERT-base layer 0.81 -> 0.85-0.88 of the sgemm rate).
 template <class T>
-void linear(const T* X, std::size_t rows, std::size_t k, const xt::xtensor<T, 2>& W,
-            const xt::xtensor<T, 1>& b, T* Y, const Activation* act, int threads, bool bf16) {
+void linear(const T* X, std::size_t rows, std::size_t k, const Tensor<T, 2>& W,
+            const Tensor<T, 1>& b, T* Y, const Activation* act, int threads, bool bf16) {
   const std::size_t n = W.shape()[1];
   detail::project<T>(X, k, rows, k, {{W.data(), n, b.size() ? b.data() : nullptr, 0}}, Y, n,
                      threads, bf16, act);

@@ -118,16 +118,16 @@ bool is_native_layer_name(const std::string& name) {
 }
 
 template <class T, std::size_t N>
-xt::xtensor<T, N> take(const Arrays& a, const std::string& name,
-                       const std::array<std::size_t, N>& expected, const char* meaning,
-                       const std::string& path) {
+Tensor<T, N> take(const Arrays& a, const std::string& name,
+                  const std::array<std::size_t, N>& expected, const char* meaning,
+                  const std::string& path) {
   auto it = a.find(name);
   if (it == a.end()) fail_input(path + ": missing weight tensor '" + name + "' " + meaning);
   const std::vector<std::size_t> want(expected.begin(), expected.end());
   if (it->second.shape != want)
     fail_input(path + ": " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
                shape_str(want) + " = " + meaning);
-  xt::xtensor<T, N> t(expected);
+  Tensor<T, N> t(expected);
   convert(it->second, t.data(), path + ":" + name);
   return t;
 }
@@ -288,7 +288,7 @@ template <class T>
 StackWeights<T> random_stack(const StackShape& s, std::uint64_t seed, int threads) {
   const std::size_t d = s.self.d_model;
   auto kernel = [&](const std::string& name, std::size_t rows, std::size_t cols) {
-    xt::xtensor<T, 2> k({rows, cols});
+    Tensor<T, 2> k({rows, cols});
     const T limit = static_cast<T>(glorot_limit(rows, cols));
     RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
     return k;

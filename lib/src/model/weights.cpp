@@ -21,9 +21,9 @@ const std::vector<std::string>& weight_names(bool use_bias) {
 namespace {
 
 template <class T, std::size_t N>
-xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
-                       const std::array<std::size_t, N>& expected, const std::string& meaning,
-                       const std::string& path) {
+Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
+                  const std::array<std::size_t, N>& expected, const std::string& meaning,
+                  const std::string& path) {
   auto it = arrays.find(name);
   if (it == arrays.end()) fail_input(path + ": missing weight tensor '" + name + "'");
   const NpyArray& a = it->second;
@@ -31,7 +31,7 @@ xt::xtensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std:
   if (a.shape != want)
     fail_input(path + ": " + name + " has shape " + shape_str(a.shape) + ", expected " +
                shape_str(want) + " = " + meaning);
-  xt::xtensor<T, N> t(expected);
+  Tensor<T, N> t(expected);
   convert(a, t.data(), path + ":" + name);
   return t;
 }
@@ -96,7 +96,7 @@ template <class T>
 Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int threads,
                           const std::string& prefix) {
   auto kernel = [&](const char* name, std::size_t rows, std::size_t cols) {
-    xt::xtensor<T, 2> k({rows, cols});
+    Tensor<T, 2> k({rows, cols});
     const T limit = static_cast<T>(glorot_limit(rows, cols));
     RandomStream(seed, prefix + name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
     return k;

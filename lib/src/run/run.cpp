@@ -70,8 +70,8 @@ void check_finite(const Tensor& t, const std::string& name) {
 }
 
 // A (B', L, F) tensor of an attention_axes run in its N-D layout `nd`.
-template <class T, class Tensor>
-xt::xarray<T> unflatten(const AttentionAxes& axes, const Tensor& flat,
+template <class T, class Flat>
+xt::xarray<T> unflatten(const AttentionAxes& axes, const Flat& flat,
                         const std::vector<std::size_t>& nd) {
   xt::xarray<T> x = xt::xarray<T>::from_shape(nd);
   axes.scatter(flat.data(), nd, x.data());
@@ -127,7 +127,7 @@ struct Loaded {
   Mask<T> mask;
   // Transformer layers: their weights, the decoder's memory and its mask.
   StackWeights<T> stack;
-  xt::xtensor<T, 3> memory;
+  Tensor<T, 3> memory;
   Mask<T> cross_mask;
 };
 
@@ -573,9 +573,9 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
     if (!d.value_is_key) stage("value.npy", unflatten<T>(axes, in.value, axes.key_shape(d.vdim)));
   } else if (c.save_inputs) {
     // A borrowed input is written from the caller's buffer.
-    auto owned = [&](const T* view, const xt::xtensor<T, 3>& tensor, std::size_t L, std::size_t F) {
+    auto owned = [&](const T* view, const Tensor<T, 3>& tensor, std::size_t L, std::size_t F) {
       if (!view) return tensor;
-      xt::xtensor<T, 3> t = xt::xtensor<T, 3>::from_shape({d.B, L, F});
+      Tensor<T, 3> t = Tensor<T, 3>::from_shape({d.B, L, F});
       std::copy(view, view + t.size(), t.data());
       return t;
     };

@@ -9,16 +9,21 @@
 
 #include <cstddef>
 #include <new>
+#include <xtensor/xtensor.hpp>
 
 namespace mha {
 
 constexpr std::size_t kLargeArrayBytes = std::size_t{1} << 20;
 
-// `bytes` of memory (any alignment up to 64 bytes), huge-page backed from
-// kLargeArrayBytes up. Throws std::bad_alloc.
+// `bytes` of memory aligned as malloc's, huge-page backed (and 2 MiB-aligned)
+// from kLargeArrayBytes up. Throws std::bad_alloc.
 void* allocate_array(std::size_t bytes);
 // Frees what allocate_array returned (null is ignored).
 void free_array(void* p) noexcept;
+
+// Whether allocate_array gives large arrays huge pages (default true). A
+// process that keeps freed memory for reuse (`mha sweep-worker`) turns it off.
+void set_huge_page_arrays(bool on) noexcept;
 
 // A standard allocator over allocate_array, for std::vector and xtensor.
 template <class T>
@@ -41,5 +46,11 @@ struct ArrayAllocator {
     return false;
   }
 };
+
+// The library's tensors (weights, inputs, outputs): xtensor's row-major
+// container over ArrayAllocator, so that a layer's large matrices get huge
+// pages when they are first written (random initialization, file reads).
+template <class T, std::size_t N>
+using Tensor = xt::xtensor<T, N, xt::layout_type::row_major, ArrayAllocator<T>>;
 
 }  // namespace mha

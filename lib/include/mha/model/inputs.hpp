@@ -9,6 +9,7 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include "mha/base/large_array.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/dims.hpp"
 
@@ -16,9 +17,9 @@ namespace mha {
 
 template <class T>
 struct Inputs {
-  xt::xtensor<T, 3> query;  // (B, T, d_model)
-  xt::xtensor<T, 3> key;    // (B, S, kdim); empty when dims.key_is_query
-  xt::xtensor<T, 3> value;  // (B, S, vdim); empty when dims.value_is_key
+  Tensor<T, 3> query;  // (B, T, d_model)
+  Tensor<T, 3> key;    // (B, S, kdim); empty when dims.key_is_query
+  Tensor<T, 3> value;  // (B, S, vdim); empty when dims.value_is_key
   // Borrowed instead: a caller's buffer of the compute type in C order
   // (mha/io/provided_input.hpp's views), used in place without a copy; the
   // tensor above is then empty.
@@ -37,8 +38,8 @@ struct Inputs {
 // shape was checked by resolve_dims), else random from stream `name`
 // (generated on `threads` threads, 0: default_threads()).
 template <class T>
-xt::xtensor<T, 3> make_input(const std::optional<NpyArray>& file, const std::string& path,
-                             const std::string& name, std::size_t B, std::size_t L, std::size_t F,
-                             std::uint64_t seed, int threads = 0);
+Tensor<T, 3> make_input(const std::optional<NpyArray>& file, const std::string& path,
+                        const std::string& name, std::size_t B, std::size_t L, std::size_t F,
+                        std::uint64_t seed, int threads = 0);
 
 }  // namespace mha

@@ -24,6 +24,7 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include "mha/base/large_array.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
@@ -34,14 +35,14 @@ namespace mha {
 
 template <class T>
 struct Norm {  // LayerNorm's scale and shift; empty: no such norm
-  xt::xtensor<T, 1> gamma, beta;
+  Tensor<T, 1> gamma, beta;
   bool empty() const { return gamma.size() == 0; }
 };
 
 template <class T>
 struct FeedForward {  // act(x W_1 + b_1) W_2 + b_2
-  xt::xtensor<T, 2> W_1, W_2;
-  xt::xtensor<T, 1> b_1, b_2;
+  Tensor<T, 2> W_1, W_2;
+  Tensor<T, 1> b_1, b_2;
 };
 
 template <class T>

@@ -16,6 +16,7 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include "mha/base/large_array.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/dims.hpp"
 
@@ -23,11 +24,11 @@ namespace mha {
 
 template <class T>
 struct Weights {
-  xt::xtensor<T, 2> W_q, W_k, W_v, W_o;
-  xt::xtensor<T, 1> b_q, b_k, b_v, b_o;  // empty when the layer has no biases
+  Tensor<T, 2> W_q, W_k, W_v, W_o;
+  Tensor<T, 1> b_q, b_k, b_v, b_o;  // empty when the layer has no biases
   // QK-norm (Qwen3, Gemma 3, OLMo 2): RMSNorm weights (d_k) of each head's q
   // and k, applied before RoPE; empty when the layer has none.
-  xt::xtensor<T, 1> q_norm, k_norm;
+  Tensor<T, 1> q_norm, k_norm;
   bool has_bias() const { return b_q.size() > 0; }
 };
 
