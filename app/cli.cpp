@@ -18,6 +18,7 @@
 
 #include "inspect_command.hpp"
 #include "mha/base/error.hpp"
+#include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/inspect/compare.hpp"
 #include "mha/io/npy.hpp"
@@ -382,6 +383,9 @@ void setup_logging(int verbosity) {
 }
 
 int do_run(const RunArgs& args) {
+  // One run per process: its memory is all touched for the first time, so
+  // large arrays get huge pages (large_array.hpp).
+  set_huge_page_arrays(true);
   Config config = build_config(args);
   if (args.html) config.save_attention = true;
   spdlog::debug("config: {}", config.to_json().dump());

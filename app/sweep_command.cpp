@@ -27,7 +27,6 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/run/sweep.hpp"
@@ -418,9 +417,6 @@ int do_sweep_worker() {
   // the default config, about 640 page faults a run).
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  // Memory comes back already touched, so huge pages would only make each
-  // run's arrays 2 MiB-aligned pieces of the heap (measured: more system time).
-  set_huge_page_arrays(false);
   // The sweep reads answers from stdout; nothing else may write there.
   const int answers = ::dup(STDOUT_FILENO);
   const int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);

@@ -1,5 +1,6 @@
 // large_array.hpp: alignment, usability and the huge-page advice of large
-// arrays; ordinary memory for small ones; the allocator in a std::vector.
+// arrays when turned on; ordinary memory for small ones and when off; the
+// allocator in a std::vector.
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +36,7 @@ std::string vm_flags_of(const void* p) {
 }  // namespace
 
 TEST_CASE("allocate_array aligns and advises large arrays", "[large_array]") {
+  mha::set_huge_page_arrays(true);
   for (std::size_t bytes :
        {std::size_t{1}, std::size_t{100}, std::size_t{4096}, mha::kLargeArrayBytes - 1,
         mha::kLargeArrayBytes, std::size_t{5} << 20}) {
@@ -55,10 +57,19 @@ TEST_CASE("allocate_array aligns and advises large arrays", "[large_array]") {
     mha::free_array(p);
   }
   mha::free_array(nullptr);
+  // Off (the default): malloc's memory, without the advice.
+  mha::set_huge_page_arrays(false);
+  void* p = mha::allocate_array(std::size_t{5} << 20);
+  const std::string flags = vm_flags_of(p);
+  REQUIRE(!flags.empty());
+  CHECK(flags.find(" hg") == std::string::npos);
+  mha::free_array(p);
 }
 
 TEST_CASE("ArrayAllocator serves std::vector", "[large_array]") {
+  mha::set_huge_page_arrays(true);
   std::vector<float, mha::ArrayAllocator<float>> v(3u << 20, 1.5f);  // 12 MiB
+  mha::set_huge_page_arrays(false);
   CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % (std::size_t{2} << 20) == 0);
   v.resize(10);
   v.shrink_to_fit();

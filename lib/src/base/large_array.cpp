@@ -8,7 +8,7 @@
 namespace mha {
 
 namespace {
-std::atomic<bool> g_huge{true};
+std::atomic<bool> g_huge{false};
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 }  // namespace
 

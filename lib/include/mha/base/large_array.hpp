@@ -1,10 +1,13 @@
-// Memory for the large arrays of a computation (projections, scratch blocks,
-// outputs). From kLargeArrayBytes up, an array is aligned to 2 MiB and
-// advised for transparent huge pages (madvise; Debian's default THP mode), so
-// touching it for the first time costs one page fault per 2 MiB instead of
-// one per 4 KiB: on the reference VM, 4 MiB took 0.47 ms to touch instead of
-// 2.4 ms, which is most of what separates a one-shot run from a warm one.
-// Smaller arrays, and kernels without THP, get ordinary memory.
+// Memory for the large arrays of a computation (weights, inputs, projections,
+// scratch blocks, outputs). In a process that turns huge pages on (`mha run`:
+// one run, all of its memory touched for the first time), an array from
+// kLargeArrayBytes up is aligned to 2 MiB and advised for transparent huge
+// pages (madvise; Debian's default THP mode), so touching it costs one page
+// fault per 2 MiB instead of one per 4 KiB: on the reference VM, 4 MiB took
+// 0.47 ms to touch instead of 2.4 ms. Otherwise (the default: warm loops, the
+// Python module, sweep workers) arrays come from malloc, which hands freed
+// memory back already touched; huge pages there were freed and zeroed again
+// on every call (bert-s512 warm: 17.7 -> 20 ms, a tenth of it clearing pages).
 #pragma once
 
 #include <cstddef>
@@ -21,8 +24,7 @@ void* allocate_array(std::size_t bytes);
 // Frees what allocate_array returned (null is ignored).
 void free_array(void* p) noexcept;
 
-// Whether allocate_array gives large arrays huge pages (default true). A
-// process that keeps freed memory for reuse (`mha sweep-worker`) turns it off.
+// Whether allocate_array gives large arrays huge pages (default false).
 void set_huge_page_arrays(bool on) noexcept;
 
 // A standard allocator over allocate_array, for std::vector and xtensor.
