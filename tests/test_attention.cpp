@@ -455,8 +455,8 @@ TEMPLATE_TEST_CASE("self-attention in batch pieces matches the reference and the
 TEMPLATE_TEST_CASE("query blocks of 256 rows and more match the reference", "[attention][direct]",
                    float, double) {
   // From 256 query rows per block the fused kernel computes scale Q_i K_i^T
-  // from a transposed copy of K_i's block by the direct GEMM (float32 on
-  // AVX2/AVX-512; run with MHA_DIRECT_GEMM=blas for OpenBLAS): odd d_k, a
+  // from a transposed copy of K_i's block by the direct GEMM (float32 with
+  // AVX-512, or MHA_DIRECT_GEMM=avx2; MHA_DIRECT_GEMM=blas for OpenBLAS): odd d_k, a
   // scale that is not a power of two, key blocks cut short by S, causal masks
   // and key_lengths.
   const Shape shapes[] = {

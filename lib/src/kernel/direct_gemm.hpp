@@ -28,9 +28,10 @@ void direct_gemm_avx512(std::size_t rows, std::size_t N, std::size_t K, const fl
                         bool accumulate);
 
 // What the attention uses for its block products, for a request (the value of
-// MHA_DIRECT_GEMM): "avx512", "avx2" or "blas" (OpenBLAS's sgemm, the only
-// choice on a CPU without AVX2 and FMA). The requested one if the CPU supports
-// it, otherwise (and for a null, empty or unknown request) the best it does.
+// MHA_DIRECT_GEMM): "avx512", "avx2" or "blas" (OpenBLAS's sgemm). The
+// requested one if the CPU supports it; otherwise (and for a null, empty or
+// unknown request) "avx512" where the CPU has it, else "blas": the AVX2 build
+// is slower than OpenBLAS's AVX2 kernels and runs only when asked for.
 const char* select_direct_gemm_isa(const char* request);
 
 // As direct_gemm_avx2/avx512 through this process's choice; false (and C

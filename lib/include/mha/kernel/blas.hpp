@@ -31,10 +31,11 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 const char* bf16_gemm_backend();
 
 // What runs the attention's float32 block products (the fused kernel's
-// P V_i and Q_i K_i^T): "avx512" or "avx2" for the direct GEMM, which reads
-// its operands without packing them, or "blas" for OpenBLAS's sgemm (a CPU
-// without AVX2 and FMA). MHA_DIRECT_GEMM=avx512|avx2|blas in the environment
-// picks one the CPU supports. The two vector builds give the same bits.
+// P V_i and Q_i K_i^T) and projections: "avx512" (the default where the CPU
+// has AVX-512) or "avx2" (only when asked for) for the direct GEMM, which
+// reads its operands without packing them, or "blas" for OpenBLAS's sgemm.
+// MHA_DIRECT_GEMM=avx512|avx2|blas in the environment picks one the CPU
+// supports. The two vector builds give the same bits.
 const char* direct_gemm_isa();
 
 // {"direct_gemm": direct_gemm_isa(), "exp": vexp_isa()}: the vector kernels
