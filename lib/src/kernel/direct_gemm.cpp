@@ -9,18 +9,11 @@
 // vexp.cpp is.
 #include "direct_gemm.hpp"
 
-// As in vexp.cpp: GCC 12 reports the intrinsics' deliberately undefined
-// pass-through operands as uninitialized once inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
+#include "intrinsics.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/vexp.hpp"
 #include "vexp_impl.hpp"

@@ -22,16 +22,6 @@
 // Not for -ffast-math: the NaN and infinity handling relies on IEEE semantics.
 #include "mha/kernel/vexp.hpp"
 
-// GCC 12 reports the deliberately undefined pass-through operands inside the
-// AVX-512 intrinsics (__Y = _mm512_undefined_ps() etc.) as uninitialized once
-// they are inlined at -O2 and above: a known false positive. The reported
-// locations are in this header, so silencing it for the include is enough.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +30,7 @@
 #include <limits>
 #include <string_view>
 
+#include "intrinsics.hpp"
 #include "vexp_impl.hpp"
 
 namespace mha {
