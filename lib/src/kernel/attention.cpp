@@ -50,6 +50,7 @@ bool has_nan(const T* x, std::size_t n) {
   return false;
 }
 
+using detail::block_product;
 using detail::Buffer;
 // A growable array in large_array.hpp's memory (scratch of the tasks).
 template <class T>
@@ -58,17 +59,6 @@ using detail::kGemmPieces;
 using detail::project;
 using detail::project_rows;
 using detail::Projection;
-
-// C (m, n; ldc) = A (m, k; lda) B (k, n; ldb), or C += A B when `accumulate`:
-// a block product of the attention, through the direct GEMM (no packing;
-// direct_gemm.hpp) for float32 where the CPU has one, else through gemm().
-template <class T>
-void block_product(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t lda,
-                   const T* B, std::size_t ldb, T* C, std::size_t ldc, bool accumulate, bool bf16) {
-  if constexpr (std::is_same_v<T, float>)
-    if (!bf16 && detail::direct_gemm(m, n, k, A, lda, B, ldb, C, ldc, accumulate)) return;
-  gemm<T>(false, false, m, n, k, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc, bf16);
-}
 
 // The projected Q (B*T rows), K and V (B*S rows), each addressed by pointer
 // and leading dimension into one or more shared buffers.

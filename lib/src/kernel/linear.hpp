@@ -49,6 +49,17 @@ struct Buffer {
   T* get() const { return data.get(); }
 };
 
+// C (m, n; ldc) = A (m, k; lda) B (k, n; ldb), or C += A B when `accumulate`:
+// a block product (the attention's, or a projection's), through the direct GEMM (no packing;
+// direct_gemm.hpp) for float32 where the CPU has one, else through gemm().
+template <class T>
+void block_product(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t lda,
+                   const T* B, std::size_t ldb, T* C, std::size_t ldc, bool accumulate, bool bf16) {
+  if constexpr (std::is_same_v<T, float>)
+    if (!bf16 && detail::direct_gemm(m, n, k, A, lda, B, ldb, C, ldc, accumulate)) return;
+  gemm<T>(false, false, m, n, k, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc, bf16);
+}
+
 // One linear map of a call to project(): columns [col, col + n) of Y get
 // X W + b, W (k, n; ld n), b (n) or null.
 template <class T>
@@ -73,11 +84,10 @@ void project_block(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
     for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b + c0, pr.b + c1, y + r * ldy);
     beta = 1;
   }
-  if constexpr (std::is_same_v<T, float>)
-    if (!bf16 && k <= kDirectMaxK &&
-        direct_gemm(rows, c1 - c0, k, X, ldx, pr.W + c0, pr.n, y, ldy, beta != 0))
-      return;
-  gemm<T>(false, false, rows, c1 - c0, k, T(1), X, ldx, pr.W + c0, pr.n, beta, y, ldy, bf16);
+  if (k <= kDirectMaxK)
+    block_product(rows, c1 - c0, k, X, ldx, pr.W + c0, pr.n, y, ldy, beta != 0, bf16);
+  else
+    gemm<T>(false, false, rows, c1 - c0, k, T(1), X, ldx, pr.W + c0, pr.n, beta, y, ldy, bf16);
 }
 
 // All columns of one projection for `rows` rows: one GEMM.
