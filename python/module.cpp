@@ -1,21 +1,25 @@
 // The Python module `mha` (docs/python.md): the library on NumPy arrays.
 //
 //   import mha, numpy as np
-//   out, att = mha.attention(np.random.rand(2, 5, 16).astype("f4"), h=4, save_attention=True)
+//   layer = mha.Layer(h=8, d_model=512, causal=True)   # planned, weights converted once
+//   out, att = layer(np.random.rand(2, 5, 512).astype("f4"), save_attention=True)
+//   out, att = mha.attention(np.random.rand(2, 5, 16).astype("f4"), h=4)  # a one-shot Layer
 //
 // Every keyword is a config key of `mha run` (docs/config.md), checked by the
-// same code with the same messages. Arrays (inputs, masks, weights) are handed
-// to the run as in-memory inputs (mha/io/provided_input.hpp), so the run is
-// exactly `mha run`'s: plan, load, compute, write. attention() writes into a
-// temporary directory it reads back and removes; run() writes where the config
-// says. mha::Error becomes ValueError (bad input) or OSError (anything else).
+// same code with the same messages. Arrays (masks, weights) are handed to the
+// plan as in-memory inputs (mha/io/provided_input.hpp); a Layer (mha/run/layer.hpp)
+// computes on the caller's arrays in place and fills NumPy arrays allocated
+// here, without the GIL and without touching a file. run() is exactly `mha
+// run`: plan, load, compute, write. mha::Error becomes ValueError (bad input)
+// or OSError (anything else).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,7 @@
 #include "mha/model/layer_weights.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
+#include "mha/run/layer.hpp"
 #include "mha/run/run.hpp"
 
 namespace py = pybind11;
@@ -187,26 +192,273 @@ void warn_all(const std::vector<std::string>& warnings) {
   for (const auto& w : warnings) PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 1);
 }
 
-// A temporary out_dir for attention(), removed when the call ends.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "mha_python_XXXXXX").string();
-    if (!::mkdtemp(pattern.data()))
-      throw mha::Error(mha::ErrorKind::runtime,
-                       "cannot create a temporary directory in " +
-                           std::filesystem::temp_directory_path().string());
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+py::object json_to_py(const json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+bool is_torch(const py::handle& v) {
+  return py::hasattr(v, "detach") && py::hasattr(v, "numpy");
+}
+
+// A call's query, key, value or memory as an array of the layer's dtype in C
+// order: the caller's own buffer when it already is one (a CPU PyTorch tensor
+// through .numpy() shares its memory), else converted once. `seq_first`
+// reads a (T, B, F) array as (B, T, F) (a PyTorch module with batch_first False).
+struct CallArray {
+  py::array array;  // holds the buffer for the call
+  mha::NpyView view;
+
+  CallArray(const py::handle& v, const std::string& what, mha::DType dtype, bool seq_first) {
+    py::object obj = py::reinterpret_borrow<py::object>(v);
+    if (is_torch(obj)) obj = obj.attr("detach")().attr("cpu")().attr("numpy")();
+    py::array a = py::array::ensure(obj);
+    if (!a) throw mha::Error(mha::ErrorKind::invalid_input, what + ": expected a NumPy array");
+    const char kind = a.dtype().kind();
+    if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b')
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       what + ": arrays of dtype " + std::string(py::str(a.dtype())) +
+                           " are not read; expected float16, float32, float64, bool, int32 or "
+                           "int64");
+    if (seq_first && a.ndim() == 3) a = a.attr("swapaxes")(0, 1);
+    constexpr int flags = py::array::c_style | py::array::forcecast;
+    array = dtype == mha::DType::f8 ? py::array(py::array_t<double, flags>::ensure(a))
+                                    : py::array(py::array_t<float, flags>::ensure(a));
+    view.data = array.data();
+    view.dtype = dtype;
+    for (py::ssize_t i = 0; i < array.ndim(); ++i)
+      view.shape.push_back(static_cast<std::size_t>(array.shape(i)));
   }
 };
 
+// Keys a call may change: what the mask, the rotary positions and the maps
+// depend on. Everything else (sizes, weights, dtype, ...) is the layer's own.
+const std::set<std::string>& per_call_keys() {
+  static const std::set<std::string> keys = {"mask",
+                                             "mask_true_means",
+                                             "key_padding_mask",
+                                             "key_lengths",
+                                             "key_lengths_file",
+                                             "causal",
+                                             "memory_key_lengths",
+                                             "window",
+                                             "alibi",
+                                             "bias",
+                                             "softcap",
+                                             "masked_rows",
+                                             "position_offset",
+                                             "save_attention",
+                                             "average_heads",
+                                             "allow_nonfinite",
+                                             "threads"};
+  return keys;
+}
+
+py::array new_array(mha::DType dtype, const std::vector<std::size_t>& shape) {
+  std::vector<py::ssize_t> s(shape.begin(), shape.end());
+  return py::array(py::dtype(dtype == mha::DType::f8 ? "d" : "f"), s);
+}
+
+// mha.Layer: a mha::Layer and the in-memory inputs its config names (masks,
+// weights), which live as long as it does.
+class PyLayer {
+ public:
+  explicit PyLayer(py::dict config, bool seq_first = false, const char* source = "mha.Layer")
+      : provided_(std::make_unique<Provided>()), seq_first_(seq_first) {
+    for (const char* reserved : {"query", "key", "value", "memory", "out_dir"})
+      if (config.contains(reserved))
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         std::string(reserved) + ": " +
+                             (std::string(reserved) == "out_dir"
+                                  ? "a Layer writes no files (mha.run does)"
+                                  : "give it to the call, layer(query, key, value, memory=...)"));
+    const mha::Config c = make_config(config, *provided_, source);
+    // Sized when the config names the calls' sizes; else each call makes its mask.
+    build(c, c.seq_len.has_value());
+  }
+  // attention(): a Layer planned on the call's own arrays.
+  PyLayer(const mha::Config& c, std::unique_ptr<Provided> provided)
+      : provided_(std::move(provided)) {
+    build(c, true);
+  }
+
+  // (output, attention), and a decoder's cross-attention maps third when
+  // `with_cross`.
+  py::tuple call(const py::object& query, const py::object& key, const py::object& value,
+                 const py::dict& per_call, bool with_cross = true) const {
+    const mha::DType dtype = layer_->dtype();
+    Provided provided;  // the call's own mask arrays
+    std::optional<mha::Config> config;
+    py::object memory = py::none();
+    json changes = json::object();
+    for (const auto& [k, v] : per_call) {
+      const std::string name = py::str(k);
+      if (name == "memory") {
+        memory = py::reinterpret_borrow<py::object>(v);
+        continue;
+      }
+      if (!per_call_keys().count(name))
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         "layer call: key '" + name +
+                             "' is the layer's own; build another mha.Layer to change it (a "
+                             "call may change mask keys, position_offset, save_attention, "
+                             "average_heads, allow_nonfinite and threads)");
+      changes[name] = to_json(name, v, provided);
+    }
+    if (!changes.empty()) {
+      config = layer_->config();
+      config->apply(changes, "layer call");
+    }
+    std::optional<CallArray> q, k, v, m;
+    std::unique_ptr<mha::Layer::Drawn> drawn;
+    mha::Layer::Call call;
+    if (query.is_none()) {
+      drawn = layer_->draw_inputs();
+      call = drawn->call;
+    } else {
+      q.emplace(query, "query", dtype, seq_first_);
+      call.query = q->view;
+    }
+    if (!key.is_none()) k.emplace(key, "key", dtype, seq_first_), call.key = &k->view;
+    if (!value.is_none() && value.is(key)) {
+      call.value = call.key;
+    } else if (!value.is_none()) {
+      v.emplace(value, "value", dtype, seq_first_);
+      call.value = &v->view;
+    }
+    if (!memory.is_none()) m.emplace(memory, "memory", dtype, seq_first_), call.memory = &m->view;
+    call.config = config ? &*config : nullptr;
+    const mha::Layer::Shapes shapes = layer_->shapes(call);
+    py::array out = new_array(dtype, shapes.output);
+    py::object maps = py::none();
+    void* attention = nullptr;
+    if (!shapes.attention.empty()) {
+      py::array a = new_array(dtype, shapes.attention);
+      attention = a.mutable_data();
+      maps = a;
+    }
+    // A decoder's cross-attention maps: computed whenever its self-attention's
+    // are, as `mha run` does (the exact path's output bits are then the run's).
+    py::object cross_maps = py::none();
+    void* cross = nullptr;
+    if (!shapes.cross_attention.empty()) {
+      py::array a = new_array(dtype, shapes.cross_attention);
+      cross = a.mutable_data();
+      cross_maps = a;
+    }
+    void* output = out.mutable_data();
+    std::vector<std::string> warnings;
+    {
+      py::gil_scoped_release release;  // the compute runs without the GIL
+      (*layer_)(call, output, attention, cross,
+                [&](const std::string& w) { warnings.push_back(w); });
+    }
+    warn_all(warnings);
+    const mha::Config& c = config ? *config : layer_->config();
+    py::object result = out;
+    if (c.output_dtype && *c.output_dtype != (dtype == mha::DType::f8 ? mha::OutputType::float64
+                                                                      : mha::OutputType::float32)) {
+      const char* name = *c.output_dtype == mha::OutputType::float16   ? "float16"
+                         : *c.output_dtype == mha::OutputType::float32 ? "float32"
+                                                                       : "float64";
+      result = result.attr("astype")(name);
+      if (!maps.is_none()) maps = maps.attr("astype")(name);
+      if (!cross_maps.is_none()) cross_maps = cross_maps.attr("astype")(name);
+    }
+    if (seq_first_ && !layer_->config().attention_axes) result = result.attr("swapaxes")(0, 1);
+    if (is_torch(query)) {
+      py::object from_numpy = py::module_::import("torch").attr("from_numpy");
+      result = from_numpy(result);
+      if (!maps.is_none()) maps = from_numpy(maps);
+      if (!cross_maps.is_none()) cross_maps = from_numpy(cross_maps);
+    }
+    if (layer_->config().layer == mha::LayerKind::decoder && with_cross)
+      return py::make_tuple(result, maps, cross_maps);
+    return py::make_tuple(result, maps);
+  }
+
+  py::dict config() const { return json_to_py(layer_->config().to_json()); }
+
+ private:
+  void build(const mha::Config& c, bool sized) {
+    std::vector<std::string> warnings;
+    {
+      py::gil_scoped_release release;  // weights are converted without the GIL
+      layer_ = std::make_shared<const mha::Layer>(
+          c, [&](const std::string& w) { warnings.push_back(w); }, sized);
+    }
+    warn_all(warnings);
+  }
+
+  std::unique_ptr<Provided> provided_;
+  std::shared_ptr<const mha::Layer> layer_;
+  bool seq_first_ = false;
+};
+
+// mha.Layer.from_torch(module): the config and weights of a PyTorch
+// nn.MultiheadAttention, nn.TransformerEncoderLayer or
+// nn.TransformerDecoderLayer, read off the module as it is (eval mode is
+// assumed: dropout is not applied). Keywords override or add config keys.
+PyLayer from_torch(const py::object& module, const py::kwargs& kwargs) {
+  const py::module_ nn = py::module_::import("torch.nn");
+  const py::module_ F = py::module_::import("torch.nn.functional");
+  const py::module_ torch = py::module_::import("torch");
+  auto fail = [](const std::string& message) {
+    throw mha::Error(mha::ErrorKind::invalid_input, "mha.Layer.from_torch: " + message);
+  };
+  auto isinstance = [&](const py::handle& o, const char* name) {
+    return py::isinstance(o, nn.attr(name));
+  };
+  py::dict config;
+  py::object attn;
+  if (isinstance(module, "MultiheadAttention")) {
+    attn = module;
+  } else if (isinstance(module, "TransformerEncoderLayer") ||
+             isinstance(module, "TransformerDecoderLayer")) {
+    const bool decoder = isinstance(module, "TransformerDecoderLayer");
+    attn = module.attr("self_attn");
+    config["layer"] = decoder ? "decoder" : "encoder";
+    config["d_ff"] = module.attr("linear1").attr("out_features");
+    config["norm_first"] = module.attr("norm_first");
+    config["layer_norm_eps"] = module.attr("norm1").attr("eps");
+    const py::object act = module.attr("activation");
+    if (act.is(F.attr("relu")) || isinstance(act, "ReLU"))
+      config["activation"] = "relu";
+    else if (act.is(F.attr("gelu")) ||
+             (isinstance(act, "GELU") &&
+              py::str(act.attr("approximate")).cast<std::string>() == "none"))
+      config["activation"] = "gelu";
+    else if (isinstance(act, "GELU"))
+      config["activation"] = "gelu_tanh";
+    else
+      fail("activation " + std::string(py::repr(act)) + " is not relu or gelu");
+    // PyTorch's layer masks nothing unless a tgt_mask is given to the call.
+    if (decoder) config["causal"] = false;
+  } else {
+    fail(
+        "expected nn.MultiheadAttention, nn.TransformerEncoderLayer or "
+        "nn.TransformerDecoderLayer, got " +
+        std::string(py::str(module.get_type().attr("__name__"))));
+  }
+  if (!attn.attr("bias_k").is_none()) fail("add_bias_kv=True is not supported");
+  if (attn.attr("add_zero_attn").cast<bool>()) fail("add_zero_attn=True is not supported");
+  config["h"] = attn.attr("num_heads");
+  config["d_model"] = attn.attr("embed_dim");
+  if (!config.contains("layer")) {
+    config["kdim"] = attn.attr("kdim");
+    config["vdim"] = attn.attr("vdim");
+  }
+  config["weights"] = module.attr("state_dict")();
+  for (const auto& p : module.attr("parameters")()) {
+    if (p.attr("dtype").is(torch.attr("float64"))) config["dtype"] = "float64";
+    break;
+  }
+  for (const auto& [k, v] : kwargs) config[k] = v;
+  return PyLayer(config, !attn.attr("batch_first").cast<bool>(), "mha.Layer.from_torch");
+}
+
 py::tuple attention(const py::object& query, const py::object& key, const py::object& value,
                     py::kwargs kwargs) {
-  Provided provided;
+  auto provided = std::make_unique<Provided>();
   py::dict config;
   for (const auto& [k, v] : kwargs) config[k] = v;
   for (const char* reserved : {"query", "key", "value", "out_dir"})
@@ -216,27 +468,30 @@ py::tuple attention(const py::object& query, const py::object& key, const py::ob
           std::string(reserved) + ": give it as " +
               (std::string(reserved) == "out_dir" ? "mha.run's config (attention() writes no files)"
                                                   : "a positional argument"));
-  if (!query.is_none()) config["query"] = query;
-  if (!key.is_none()) config["key"] = key;
-  if (!value.is_none()) config["value"] = value;
-  mha::Config c = make_config(config, provided, "mha.attention");
-  TempDir dir;
-  c.out_dir = dir.path;
-  std::vector<std::string> warnings;
-  mha::RunResult r = run_released(c, warnings);
-  warn_all(warnings);
-  py::array output = to_numpy(mha::read_npy(dir.path + "/output.npy"));
-  py::object maps = py::none();
-  if (c.save_attention) {
-    const char* name =
-        c.layer == mha::LayerKind::attention ? "/attention.npy" : "/self_attention.npy";
-    maps = to_numpy(mha::read_npy(dir.path + name));
-  }
-  return py::make_tuple(output, maps);
-}
-
-py::object json_to_py(const json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  // The inputs in the compute dtype, planned as they will be called.
+  mha::DType dtype = mha::DType::f4;
+  if (config.contains("dtype") && py::isinstance<py::str>(config["dtype"]) &&
+      py::str(config["dtype"]).cast<std::string>() == "float64")
+    dtype = mha::DType::f8;
+  std::optional<CallArray> q, k, v;
+  if (!query.is_none()) q.emplace(query, "query", dtype, false), config["query"] = q->array;
+  if (!key.is_none()) k.emplace(key, "key", dtype, false), config["key"] = k->array;
+  if (!value.is_none() && value.is(key))
+    config["value"] = k->array;
+  else if (!value.is_none())
+    v.emplace(value, "value", dtype, false), config["value"] = v->array;
+  py::object memory = py::none();
+  if (config.contains("memory") && !config["memory"].is_none()) memory = config["memory"];
+  const mha::Config c = make_config(config, *provided, "mha.attention");
+  const PyLayer layer(c, std::move(provided));
+  py::dict per_call;
+  if (!memory.is_none()) per_call["memory"] = memory;
+  // The arrays the plan saw; inputs it drew from the seed are drawn again
+  // (the same bits) for the call.
+  return layer.call(q ? py::object(q->array) : py::none(), k ? py::object(k->array) : py::none(),
+                    value.is(key) ? (k ? py::object(k->array) : py::none())
+                                  : (v ? py::object(v->array) : py::none()),
+                    per_call, /*with_cross=*/false);
 }
 
 py::object run(const py::dict& config) {
@@ -294,10 +549,36 @@ PYBIND11_MODULE(mha, m) {
       PyErr_SetString(PyExc_MemoryError, "out of memory");
     }
   });
+  py::class_<PyLayer>(m, "Layer",
+                      "Layer(**config)\n\nMulti-head attention (or Transformer layers, with "
+                      "layer='encoder'/'decoder') built once: every keyword is a config key of "
+                      "`mha run` (docs/config.md); weights= a dict of arrays (native, PyTorch or "
+                      "Keras names), a path, or omitted for seeded weights. Call it on arrays.")
+      .def(py::init([](py::kwargs kwargs) { return PyLayer(py::dict(kwargs)); }))
+      .def(
+          "__call__",
+          [](const PyLayer& self, const py::object& query, const py::object& key,
+             const py::object& value,
+             py::kwargs per_call) { return self.call(query, key, value, per_call); },
+          py::arg("query") = py::none(), py::arg("key") = py::none(), py::arg("value") = py::none(),
+          "layer(query, key=None, value=None, *, memory=None, **per_call) -> (output, "
+          "attention), or (output, attention, cross_attention) for a decoder\n\nRuns the layer on "
+          "(B, T, d_model) arrays (NumPy or PyTorch, "
+          "used in place when C-contiguous in the layer's dtype) and returns the output and, "
+          "with save_attention, the maps as new arrays the library filled (PyTorch tensors "
+          "for a tensor query). Keywords may change mask keys, position_offset, "
+          "save_attention, average_heads, allow_nonfinite and threads for this call.")
+      .def_property_readonly("config", &PyLayer::config, "The config as planned (a dict).")
+      .def_static("from_torch", &from_torch, py::arg("module"),
+                  "Layer.from_torch(module, **config) -> Layer\n\nThe layer of a PyTorch "
+                  "nn.MultiheadAttention, nn.TransformerEncoderLayer or "
+                  "nn.TransformerDecoderLayer, with its weights; it takes inputs in the "
+                  "module's own layout (batch_first or not).");
   m.def("attention", &attention, py::arg("query") = py::none(), py::arg("key") = py::none(),
         py::arg("value") = py::none(),
         "attention(query=None, key=None, value=None, *, h, weights=None, **config)\n\n"
-        "Runs multi-head attention (or Transformer layers, with layer='encoder'/'decoder') on "
+        "One call of a Layer built for these arrays (no file is touched). Runs multi-head "
+        "attention (or Transformer layers, with layer='encoder'/'decoder') on "
         "NumPy arrays and returns (output, attention): attention is the maps when "
         "save_attention=True, else None. Every keyword is a config key of `mha run` "
         "(docs/config.md); arrays may stand for any file key (mask, bias, memory, ...), and "

@@ -3,7 +3,8 @@
 #   scripts/setup.sh          what `mha run` needs
 #   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, pytest,
 #                             jsonschema, matplotlib, headless Chromium for the viewer's
-#                             browser tests, GNU parallel, and Slurm with munge for the
+#                             browser tests, GNU parallel, strace (the Python module has no file system
+#                             calls per call), and Slurm with munge for the
 #                             single-node cluster tests)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
@@ -17,7 +18,7 @@ packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libop
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
-            chromium parallel slurmctld slurmd slurm-client munge)
+            chromium parallel slurmctld slurmd slurm-client munge strace)
 fi
 
 missing=()

@@ -10,7 +10,9 @@
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
 #include "mha/model/rng.hpp"
+#include "mha/run/plan.hpp"
 #include "mha/run/report.hpp"
+#include "typed_layer.hpp"
 
 namespace mha {
 namespace {
@@ -40,6 +42,35 @@ std::vector<double> time_ms(int warmup, int repeat, const F& f) {
   }
   std::sort(ms.begin(), ms.end());
   return ms;
+}
+
+// The layer a case times, built as `mha run` builds it (plan, then weights
+// drawn from seed 0): the shape's sizes and the variant's keys.
+TypedLayer<float> bench_layer(const BenchShape& shape, const std::string& variant, int threads,
+                              bool bf16) {
+  const Dims& d = shape.dims;
+  Config c;
+  c.h = static_cast<std::int64_t>(d.h);
+  c.d_model = static_cast<std::int64_t>(d.d_model);
+  c.batch = static_cast<std::int64_t>(d.B);
+  c.seq_len = static_cast<std::int64_t>(d.T);
+  c.kv_seq_len = static_cast<std::int64_t>(d.S);
+  c.threads = threads;
+  c.dtype = bf16 ? ComputeType::bfloat16 : ComputeType::float32;
+  if (shape.layers) {
+    c.layer = LayerKind::encoder;
+    c.num_layers = static_cast<std::int64_t>(shape.layers);
+    c.d_ff = static_cast<std::int64_t>(shape.d_ff);
+  }
+  // Grouped-query: a quarter as many key/value heads (Llama 2 70B's ratio is 1/8).
+  if (variant == "gqa") c.kv_heads = static_cast<std::int64_t>(d.h % 4 == 0 ? d.h / 4 : 1);
+  if (variant == "causal" || variant == "window" || variant == "alibi")
+    c.causal = Causal::bottom_right;
+  if (variant == "window") c.window = 256;  // Mistral-style local layers
+  if (variant == "alibi") c.alibi = true;
+  if (variant == "softcap") c.softcap = 50;  // Gemma 2's attention soft-cap
+  PlanFiles files;
+  return TypedLayer<float>(plan_run(c, files), {});
 }
 
 std::vector<float> uniform(std::size_t n, const char* name) {
@@ -139,24 +170,15 @@ BenchResult bench_layers(const BenchShape& shape, const std::string& variant, in
   if (variant != "plain" && variant != "causal")
     fail_input("bench variant '" + variant + "' is not for layer shapes such as " + shape.name +
                " (expected plain or causal)");
-  StackShape s;
-  s.kind = LayerKind::encoder;
-  s.num_layers = shape.layers;
-  s.d_ff = shape.d_ff;
-  s.self = s.cross = shape.dims;
+  const TypedLayer<float> layer = bench_layer(shape, variant, threads, bf16);
+  const StackShape& s = *layer.stack();
   const Dims& d = s.self;
-  const StackWeights<float> w = random_stack<float>(s, 0, threads);
   std::vector<float> x = uniform(d.B * d.T * d.d_model, "query"), output(x.size());
-  Mask<float> mask, none;
-  if (variant == "causal") mask.causal = Causal::bottom_right;
-  StackOptions<float> opt;
-  opt.threads = threads;
-  opt.bf16_gemm = bf16;
-  opt.self_attn.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
-  opt.self_attn.bf16_gemm = bf16;
-  auto ms = time_ms(2, repeat, [&] {
-    transformer_stack<float>(s, x.data(), nullptr, w, mask, none, opt, output.data());
-  });
+  const Mask<float>& mask = layer.planned_mask();
+  const Mask<float> none;
+  const StackOptions<float> opt = layer.stack_options(layer.config());
+  auto ms = time_ms(2, repeat,
+                    [&] { layer.run_stack(s, x.data(), nullptr, mask, none, opt, output.data()); });
   return result_of(shape, variant, bf16, d,
                    shape.layers * (d.flops() + 4 * static_cast<std::uint64_t>(d.B * d.T) *
                                                    d.d_model * shape.d_ff),
@@ -175,40 +197,24 @@ BenchResult bench_case(const BenchShape& shape, const std::string& variant, int 
     fail_input("unknown bench variant '" + variant +
                "' (expected plain, weights, causal, gqa, window, alibi or softcap)");
   if (shape.layers) return bench_layers(shape, variant, threads, repeat, sgemm, bf16);
-  // Grouped-query: a quarter as many key/value heads (Llama 2 70B's ratio is 1/8).
-  if (variant == "gqa") d.kv_heads = d.h % 4 == 0 ? d.h / 4 : 1;
+  const TypedLayer<float> layer = bench_layer(shape, variant, threads, bf16);
+  d.kv_heads = layer.dims().kv_heads;
   std::vector<float> X_q = uniform(d.B * d.T * d.d_model, "query");
   std::vector<float> X_kv =
       d.key_is_query ? std::vector<float>() : uniform(d.B * d.S * d.kdim, "key");
   const float* kv = d.key_is_query ? X_q.data() : X_kv.data();
-  Weights<float> w = random_weights<float>(d, /*use_bias=*/true, 0);
-  Mask<float> mask;
-  if (variant == "causal") mask.causal = Causal::bottom_right;
-  if (variant == "window") {
-    // A causal sliding window of 256 keys, as in Mistral-style local layers.
-    mask.causal = Causal::bottom_right;
-    mask.window = 256;
-  }
-  if (variant == "alibi") {
-    mask.causal = Causal::bottom_right;
-    for (double m : alibi_slopes(d.h)) mask.alibi_slopes.push_back(static_cast<float>(m));
-  }
-  LayerOptions<float> opt;
-  opt.scale = 1.f / std::sqrt(static_cast<float>(d.d_k));
-  if (variant == "softcap") opt.softcap = 50.f;  // Gemma 2's attention soft-cap
-  opt.threads = threads;
+  const std::shared_ptr<const Mask<float>> mask = layer.mask(layer.config(), d, {});
+  LayerOptions<float> opt = layer.attention_options(layer.config());
   opt.block_q = block_q;
   opt.block_k = block_k;
-  opt.bf16_gemm = bf16;
   std::vector<float> attention, output(d.B * d.T * d.d_out);
   if (variant == "weights") {
     attention.resize(d.B * d.h * d.T * d.S);
     opt.attention = AttentionOutput::per_head;
     opt.attention_buffer = attention.data();
   }
-  auto ms = time_ms(2, repeat, [&] {
-    attention_layer<float>(d, X_q.data(), kv, kv, w, mask, opt, output.data());
-  });
+  auto ms =
+      time_ms(2, repeat, [&] { layer.attend(d, X_q.data(), kv, kv, *mask, opt, output.data()); });
   return result_of(shape, variant, bf16, d, d.flops(), ms, sgemm);
 }
 

@@ -26,6 +26,7 @@
 #include "mha/model/weights.hpp"
 #include "mha/run/plan.hpp"
 #include "mha/run/report.hpp"
+#include "typed_layer.hpp"
 
 namespace mha {
 namespace {
@@ -40,33 +41,6 @@ double ms_since(Clock::time_point t) {
 std::optional<NpyArray> read_optional(const std::optional<std::string>& path) {
   if (!path) return std::nullopt;
   return read_npy(*path);
-}
-
-// NaN or Inf in an input would silently poison every output row that sees it;
-// refused unless allow_nonfinite says the caller wants exactly that.
-template <class T>
-void check_finite(const T* x, std::size_t n, const std::vector<std::size_t>& shape,
-                  const std::string& name) {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (std::isfinite(x[i])) continue;
-    std::vector<std::size_t> index(shape.size());
-    for (std::size_t k = shape.size(), rest = i; k-- > 0;) {
-      index[k] = rest % shape[k];
-      rest /= shape[k];
-    }
-    fail_input(name + ": non-finite value " + std::to_string(x[i]) + " at index " +
-               shape_str(index) + "; expected finite numbers (allow_nonfinite accepts them" +
-               (std::isinf(x[i]) && sizeof(T) == 4
-                    ? "; a value beyond float32's range, +-3.4e38, also reads as inf: "
-                      "dtype float64 keeps it)"
-                    : ")"));
-  }
-}
-
-template <class Tensor>
-void check_finite(const Tensor& t, const std::string& name) {
-  std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
-  check_finite(t.data(), t.size(), shape, name);
 }
 
 // A (B', L, F) tensor of an attention_axes run in its N-D layout `nd`.
@@ -107,43 +81,14 @@ OutputType output_type(const Config& c) {
   return c.output_dtype.value_or(sizeof(T) == 4 ? OutputType::float32 : OutputType::float64);
 }
 
-Rope rope_of(const Config& c) {
-  Rope r;
-  r.layout = c.rope == Config::RopeKind::half          ? RopeLayout::half
-             : c.rope == Config::RopeKind::interleaved ? RopeLayout::interleaved
-                                                       : RopeLayout::none;
-  r.theta = c.rope_theta;
-  r.dim = c.rope_dim ? static_cast<std::size_t>(*c.rope_dim) : 0;
-  r.offset = static_cast<std::size_t>(c.position_offset);
-  r.scaling = c.rope_scaling;
-  return r;
-}
-
 // The tensors a run computes on, as the load stage made them.
 template <class T>
 struct Loaded {
   Inputs<T> in;
-  Weights<T> w;
-  Mask<T> mask;
-  // Transformer layers: their weights, the decoder's memory and its mask.
-  StackWeights<T> stack;
-  Tensor<T, 3> memory;
-  Mask<T> cross_mask;
+  Tensor<T, 3> memory;  // a decoder's
+  // The layer: its weights converted once, its mask for the run's sizes.
+  std::optional<TypedLayer<T>> layer;
 };
-
-template <class T>
-void check_finite(const Weights<T>& w, const std::string& path, const std::string& prefix = "") {
-  check_finite(w.W_q, path + ":" + prefix + "W_q");
-  check_finite(w.W_k, path + ":" + prefix + "W_k");
-  check_finite(w.W_v, path + ":" + prefix + "W_v");
-  check_finite(w.W_o, path + ":" + prefix + "W_o");
-  if (w.has_bias()) {
-    check_finite(w.b_q, path + ":" + prefix + "b_q");
-    check_finite(w.b_k, path + ":" + prefix + "b_k");
-    check_finite(w.b_v, path + ":" + prefix + "b_v");
-    check_finite(w.b_o, path + ":" + prefix + "b_o");
-  }
-}
 
 // Load for a stack of Transformer layers: the input (query), the decoder's
 // memory, every layer's weights and the two attentions' masks.
@@ -165,28 +110,13 @@ Loaded<T> load_stack(const RunPlan& plan, RunReport& report,
                              plan.threads);
     report.sources["memory"] = m ? file_source(*c.memory) : random_source("uniform[0,1)", c.seed);
     if (c.memory && !c.allow_nonfinite) check_finite(l.memory, *c.memory);
-    if (c.memory_key_lengths) l.cross_mask.key_lengths = *c.memory_key_lengths;
   }
-  if (plan.weights) {
-    l.stack = stack_from_arrays<T>(plan.weights->arrays, s, *c.weights);
-    report.sources["layers"] = {{"file", *c.weights}, {"layout", to_string(plan.weights->format)}};
-    if (!c.allow_nonfinite) {
-      for (std::size_t i = 0; i < l.stack.layers.size(); ++i) {
-        const TransformerLayer<T>& L = l.stack.layers[i];
-        const std::string prefix = "layers." + std::to_string(i) + ".";
-        check_finite(L.self_attn, *c.weights, prefix + "self_attn.");
-        if (s.kind == LayerKind::decoder)
-          check_finite(L.cross_attn, *c.weights, prefix + "cross_attn.");
-        check_finite(L.ffn.W_1, *c.weights + ":" + prefix + "ffn.W_1");
-        check_finite(L.ffn.W_2, *c.weights + ":" + prefix + "ffn.W_2");
-      }
-    }
-  } else {
-    l.stack = random_stack<T>(s, c.seed, plan.threads);
-    report.sources["layers"] = {
-        {"random", "glorot_uniform kernels, zero biases, LayerNorm 1 and 0"}, {"seed", c.seed}};
-  }
-  l.mask = load_mask<T>(c, d, warn);
+  l.layer.emplace(plan, warn);
+  report.sources["layers"] =
+      plan.weights
+          ? nlohmann::json{{"file", *c.weights}, {"layout", to_string(plan.weights->format)}}
+          : nlohmann::json{{"random", "glorot_uniform kernels, zero biases, LayerNorm 1 and 0"},
+                           {"seed", c.seed}};
   blas_load();
   return l;
 }
@@ -268,19 +198,13 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
   }
   v.reset();
 
-  Weights<T>& w = l.w;
-  if (plan.weights) {
-    w = weights_from_arrays<T>(plan.weights->arrays, d, plan.use_bias, *c.weights);
-    for (const auto& name : weight_names(plan.use_bias))
-      report.sources[name] = {{"file", *c.weights}, {"layout", to_string(plan.weights->format)}};
-    if (!c.allow_nonfinite) check_finite(w, *c.weights);
-  } else {
-    w = random_weights<T>(d, plan.use_bias, c.seed, plan.threads);
-    for (const auto& name : weight_names(plan.use_bias))
-      report.sources[name] = name[0] == 'W' ? random_source("glorot_uniform", c.seed)
-                                            : nlohmann::json{{"zeros", true}};
-  }
-  l.mask = load_mask<T>(c, d, warn);
+  l.layer.emplace(plan, warn);
+  for (const auto& name : weight_names(plan.use_bias))
+    report.sources[name] =
+        plan.weights
+            ? nlohmann::json{{"file", *c.weights}, {"layout", to_string(plan.weights->format)}}
+        : name[0] == 'W' ? random_source("glorot_uniform", c.seed)
+                         : nlohmann::json{{"zeros", true}};
   blas_load();  // loading since blas_preload(), if the caller started it
   return l;
 }
@@ -311,25 +235,10 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   const Dims& d = s.self;
   const bool decoder = s.kind == LayerKind::decoder;
   const OutputType out_type = output_type<T>(c);
-  StackOptions<T> options;
-  options.kind = s.kind;
-  options.activation = c.activation;
-  options.norm_first = c.norm_first;
-  options.eps = static_cast<T>(c.layer_norm_eps);
-  options.threads = c.threads;
-  options.bf16_gemm = c.dtype == ComputeType::bfloat16;
+  const TypedLayer<T>& layer = *l.layer;
+  StackOptions<T> options = layer.stack_options(c);
   LayerOptions<T>& sa = options.self_attn;
-  sa.scale = static_cast<T>(report.scale);
-  sa.masked_rows = c.masked_rows;
-  sa.allow_nonfinite = c.allow_nonfinite;
-  sa.softcap = static_cast<T>(c.softcap.value_or(0.0));
-  sa.bf16_gemm = options.bf16_gemm;
-  sa.rope = rope_of(c);
   LayerOptions<T>& ca = options.cross_attn;
-  ca = sa;
-  ca.rope = Rope{};  // rotary positions are the self-attention's
-  ca.softcap = T(0);
-  ca.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.cross.d_k)));
   // Maps: (L, B, h, T, S), or (L, B, T, S) averaged over heads.
   const bool mean = c.average_heads;
   const std::size_t heads = mean ? 1 : d.h;
@@ -389,13 +298,9 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     if (progress) progress->add();
   };
   r.output = decltype(r.output)::from_shape({d.B, d.T, d.d_model});
-  transformer_stack<T>(s, l.in.query_data(), decoder ? l.memory.data() : nullptr, l.stack, l.mask,
-                       l.cross_mask, options, r.output.data());
-  if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan)
-    for (std::size_t i = 0; i < r.output.size(); ++i)
-      if (!std::isfinite(r.output.data()[i]))
-        fail_input("output element " + std::to_string(i) +
-                   " is not finite: the inputs or weights overflow the compute dtype");
+  layer.run_stack(s, l.in.query_data(), decoder ? l.memory.data() : nullptr, layer.planned_mask(),
+                  layer.cross_mask(c), options, r.output.data());
+  layer.check_output(c, r.output.data(), r.output.size());
   if (c.save_attention) {
     nlohmann::json layers = nlohmann::json::array();
     for (std::size_t i = 0; i < s.num_layers; ++i) {
@@ -420,18 +325,10 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   if (plan.stack) return compute_stack<T>(plan, l, out, report, r, progress);
   const Config& c = plan.config;
   const Dims& d = plan.dims;
-  const char* dtype = sizeof(T) == 4 ? "float32" : "float64";
   const OutputType out_type = output_type<T>(c);
-  LayerOptions<T> options;
-  options.scale = static_cast<T>(report.scale);
-  options.masked_rows = c.masked_rows;
-  options.threads = c.threads;
-  options.allow_nonfinite = c.allow_nonfinite;
-  options.softcap = static_cast<T>(c.softcap.value_or(0.0));
-  options.bf16_gemm = c.dtype == ComputeType::bfloat16;
+  const TypedLayer<T>& layer = *l.layer;
+  LayerOptions<T> options = layer.attention_options(c);
   options.progress = progress;
-  options.rope = rope_of(c);
-  options.qk_norm_eps = static_cast<T>(c.qk_norm_eps);
   // The exact path feeds attention.npy (save_attention) and attention.png's
   // panels (plot) block by block; neither holds a whole map.
   if (c.save_attention || c.plot) {
@@ -482,8 +379,9 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     };
   }
   r.output = decltype(r.output)::from_shape({d.B, d.T, d.d_out});
-  attention_layer<T>(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), l.w, l.mask,
-                     options, r.output.data());
+  layer.attend(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), layer.planned_mask(),
+               options, r.output.data());
+  layer.check_output(c, r.output.data(), r.output.size());
   if (r.attention_stream && !r.gathered.empty()) {
     const unsigned char* g = r.gathered.data();
     const std::size_t n = r.gathered.size();
@@ -493,17 +391,6 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
       r.attention_stream->write_elements(0, reinterpret_cast<const float*>(g), n / 4);
     else
       r.attention_stream->write_elements(0, reinterpret_cast<const double*>(g), n / 8);
-  }
-  // Finite inputs can still overflow the compute dtype (logits beyond 3.4e38
-  // in float32); say so rather than write NaN where no policy asked for it.
-  if (!c.allow_nonfinite && c.masked_rows != MaskedRows::nan) {
-    for (std::size_t i = 0; i < r.output.size(); ++i)
-      if (!std::isfinite(r.output.data()[i]))
-        fail_input("output element " + std::to_string(i) +
-                   " is not finite: the inputs or "
-                   "weights overflow " +
-                   std::string(dtype) + " (logits beyond its range); " +
-                   (sizeof(T) == 4 ? "use dtype float64 or smaller values" : "use smaller values"));
   }
   if (plan.axes.active())
     r.output = unflatten<T>(plan.axes, r.output, plan.axes.query_shape(d.d_out));
@@ -557,10 +444,10 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
                                        {"color_range", {plot.lo, plot.hi}}};
   }
   if (c.save_weights && plan.stack) {
-    out.stage_npz("weights.npz", stack_arrays(l.stack));
+    out.stage_npz("weights.npz", stack_arrays(l.layer->stack_weights()));
     report.outputs["weights.npz"] = {{"layout", "native"}, {"dtype", dtype}};
   } else if (c.save_weights) {
-    auto native = weight_arrays(l.w);
+    auto native = weight_arrays(l.layer->weights());
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
                                              d.h, out.path("weights.npz")));
     report.outputs["weights.npz"] = {{"layout", to_string(c.save_weights_format)},
@@ -605,7 +492,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
 
   if (c.average_heads && !c.save_attention && !c.plot && warn)
     warn("average_heads has no effect without save_attention or plot");
-  report.scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(d.d_k));
+  report.scale = l.layer->scale();
 
   // Outputs go to temporaries first; attention streams to its file block by
   // block as the kernel produces it, so it is never held in memory whole.
