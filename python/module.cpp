@@ -16,8 +16,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -103,8 +105,17 @@ std::map<std::string, mha::NpyArray> arrays_of(const py::handle& mapping) {
 struct Provided {
   std::vector<std::string> paths;
   std::vector<py::object> lent;  // arrays whose buffers a run uses in place
+  std::vector<std::string> weight_paths;
   ~Provided() {
     for (const auto& p : paths) mha::release_provided(p);
+  }
+  // A built layer holds its weights converted: the dicts' copies can go.
+  void release_weights() {
+    for (const auto& w : weight_paths) {
+      mha::release_provided(w);
+      paths.erase(std::find(paths.begin(), paths.end(), w));
+    }
+    weight_paths.clear();
   }
   std::string npy(const py::array& a, const std::string& what) {
     paths.push_back(mha::provide_npy(to_npy(a, what)));
@@ -136,6 +147,7 @@ struct Provided {
   }
   std::string weights(const py::handle& mapping) {
     paths.push_back(mha::provide_weights(arrays_of(mapping)));
+    weight_paths.push_back(paths.back());
     return paths.back();
   }
 };
@@ -386,6 +398,7 @@ class PyLayer {
       layer_ = std::make_shared<const mha::Layer>(
           c, [&](const std::string& w) { warnings.push_back(w); }, sized);
     }
+    provided_->release_weights();
     warn_all(warnings);
   }
 
@@ -456,9 +469,72 @@ PyLayer from_torch(const py::object& module, const py::kwargs& kwargs) {
   return PyLayer(config, !attn.attr("batch_first").cast<bool>(), "mha.Layer.from_torch");
 }
 
+// mha.attention's last layer, reused by the next call when that call has the
+// same keywords, the same input shapes and dtypes, and weights that are the
+// same PyTorch tensors' memory, unmodified: their version counters, which
+// every in-place PyTorch operation raises (an optimizer step included), are
+// unchanged. The entry holds the tensors, so their memory cannot be freed and
+// reused by others while it stands. Converting a state_dict again would cost
+// about as much as the call itself on small inputs. Anything else (NumPy
+// weights, which have no version counter; mask arrays) builds a new layer.
+struct AttentionCache {
+  std::mutex mutex;
+  std::string key;
+  py::list held;  // the weight tensors of `key`
+  std::shared_ptr<const PyLayer> layer;
+};
+
+AttentionCache& attention_cache() {
+  static auto* cache = new AttentionCache;  // never destroyed: it holds Python objects
+  return *cache;
+}
+
+// The cache key of a call, or nothing when it may not be cached; `held`
+// gets the tensors the key names.
+std::optional<std::string> attention_key(const py::dict& config,
+                                         const std::vector<const CallArray*>& inputs,
+                                         bool value_is_key, py::list& held) {
+  std::string key = value_is_key ? "value_is_key|" : "|";
+  auto scalar = [](const py::handle& v) {
+    return v.is_none() || py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v) ||
+           py::isinstance<py::float_>(v) || py::isinstance<py::str>(v);
+  };
+  for (const auto& [k, v] : config) {
+    const std::string name = py::str(k);
+    key += name + "=";
+    if (scalar(v)) {
+      key += std::string(py::repr(v));
+    } else if ((py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v))) {
+      for (const auto& item : v) {
+        if (!scalar(item)) return std::nullopt;
+        key += std::string(py::repr(item)) + ",";
+      }
+    } else if (name == "weights" && is_mapping(v)) {
+      for (const auto& n : v.attr("keys")()) {
+        const py::object t = v.attr("__getitem__")(n);
+        if (!is_torch(t) || !py::hasattr(t, "_version")) return std::nullopt;
+        held.append(t);
+        key += std::string(py::str(n)) + ":" + std::string(py::str(t.attr("data_ptr")())) + ":" +
+               std::string(py::str(t.attr("_version"))) + ":" +
+               std::string(py::str(t.attr("dtype"))) + ":" +
+               std::string(py::str(py::tuple(t.attr("shape")))) + ":" +
+               std::string(py::str(t.attr("stride")())) + ";";
+      }
+    } else {
+      return std::nullopt;
+    }
+    key += "|";
+  }
+  for (const CallArray* in : inputs) {
+    key += "input:";
+    if (in)
+      for (std::size_t n : in->view.shape) key += std::to_string(n) + ",";
+  }
+  return key;
+}
+
 py::tuple attention(const py::object& query, const py::object& key, const py::object& value,
                     py::kwargs kwargs) {
-  auto provided = std::make_unique<Provided>();
   py::dict config;
   for (const auto& [k, v] : kwargs) config[k] = v;
   for (const char* reserved : {"query", "key", "value", "out_dir"})
@@ -473,25 +549,50 @@ py::tuple attention(const py::object& query, const py::object& key, const py::ob
   if (config.contains("dtype") && py::isinstance<py::str>(config["dtype"]) &&
       py::str(config["dtype"]).cast<std::string>() == "float64")
     dtype = mha::DType::f8;
+  const bool value_is_key = !value.is_none() && value.is(key);
   std::optional<CallArray> q, k, v;
-  if (!query.is_none()) q.emplace(query, "query", dtype, false), config["query"] = q->array;
-  if (!key.is_none()) k.emplace(key, "key", dtype, false), config["key"] = k->array;
-  if (!value.is_none() && value.is(key))
-    config["value"] = k->array;
-  else if (!value.is_none())
-    v.emplace(value, "value", dtype, false), config["value"] = v->array;
-  py::object memory = py::none();
-  if (config.contains("memory") && !config["memory"].is_none()) memory = config["memory"];
-  const mha::Config c = make_config(config, *provided, "mha.attention");
-  const PyLayer layer(c, std::move(provided));
+  if (!query.is_none()) q.emplace(query, "query", dtype, false);
+  if (!key.is_none()) k.emplace(key, "key", dtype, false);
+  if (!value.is_none() && !value_is_key) v.emplace(value, "value", dtype, false);
   py::dict per_call;
-  if (!memory.is_none()) per_call["memory"] = memory;
+  if (config.contains("memory") && !config["memory"].is_none())
+    per_call["memory"] = config["memory"];
   // The arrays the plan saw; inputs it drew from the seed are drawn again
   // (the same bits) for the call.
-  return layer.call(q ? py::object(q->array) : py::none(), k ? py::object(k->array) : py::none(),
-                    value.is(key) ? (k ? py::object(k->array) : py::none())
-                                  : (v ? py::object(v->array) : py::none()),
-                    per_call, /*with_cross=*/false);
+  auto call = [&](const PyLayer& layer) {
+    return layer.call(q ? py::object(q->array) : py::none(), k ? py::object(k->array) : py::none(),
+                      value_is_key ? (k ? py::object(k->array) : py::none())
+                                   : (v ? py::object(v->array) : py::none()),
+                      per_call, /*with_cross=*/false);
+  };
+  py::list held;
+  const std::optional<std::string> cache_key = attention_key(
+      config, {q ? &*q : nullptr, k ? &*k : nullptr, v ? &*v : nullptr}, value_is_key, held);
+  AttentionCache& cache = attention_cache();
+  if (cache_key) {
+    std::shared_ptr<const PyLayer> layer;
+    {
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      if (cache.layer && cache.key == *cache_key) layer = cache.layer;
+    }
+    if (layer) return call(*layer);
+  }
+  // The inputs are registered for the plan only: the built layer does not read them.
+  Provided inputs;
+  if (q) config["query"] = inputs.input(q->array, "query");
+  if (k) config["key"] = inputs.input(k->array, "key");
+  if (value_is_key) config["value"] = config["key"];
+  if (v) config["value"] = inputs.input(v->array, "value");
+  auto provided = std::make_unique<Provided>();
+  const mha::Config c = make_config(config, *provided, "mha.attention");
+  auto layer = std::make_shared<const PyLayer>(c, std::move(provided));
+  if (cache_key) {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    cache.key = *cache_key;
+    cache.held = held;
+    cache.layer = layer;
+  }
+  return call(*layer);
 }
 
 py::object run(const py::dict& config) {

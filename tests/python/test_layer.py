@@ -296,3 +296,31 @@ def test_calls_make_no_file_system_calls(tmp_path):
     end = next(i for i, l in enumerate(lines) if "MARK-END" in l)
     calls = [l for l in lines[begin + 1:end] if re.search(r"\b[a-z_0-9]+\(", l)]
     assert calls == [], "system calls on files during the calls:\n" + "\n".join(calls[:20])
+
+
+def test_attention_sees_weights_changed_in_place_and_new_modules():
+    torch.manual_seed(3)
+    x = torch.rand(2, 5, 16)
+    m = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    for step in range(3):
+        with torch.no_grad():
+            want = m(x, x, x, need_weights=False)[0]
+        out, _ = mha.attention(x, h=4, weights=m.state_dict())  # NumPy out, as it always was
+        np.testing.assert_allclose(out, want.numpy(), rtol=1e-5, atol=1e-5)
+        with torch.no_grad():  # an in-place update, as an optimizer step makes
+            m.in_proj_weight.mul_(1.5)
+            m.out_proj.bias.add_(0.25)
+    for seed in range(4):  # new modules, whose memory may be where the last one's was
+        torch.manual_seed(10 + seed)
+        m = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+        with torch.no_grad():
+            want = m(x, x, x, need_weights=False)[0]
+        np.testing.assert_allclose(mha.attention(x, h=4, weights=m.state_dict())[0], want.numpy(),
+                                   rtol=1e-5, atol=1e-5)
+    w = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    first, _ = mha.attention(x.numpy(), h=4, weights=w)
+    w["in_proj_weight"] *= 2  # NumPy weights carry no version: every call converts them
+    second, _ = mha.attention(x.numpy(), h=4, weights=w)
+    assert not np.allclose(first, second)
+    with pytest.raises(ValueError, match="without 'value'"):
+        mha.attention(x, x, None, h=4, weights=m.state_dict())

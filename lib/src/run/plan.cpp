@@ -78,7 +78,11 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      weights_[key] = to_native(layer_arrays(path, format, layer_index, prefix), format, path);
+      // Arrays given in memory are converted from where they are, not copied first.
+      const auto* given = layer_index || prefix ? nullptr : provided_weights(path);
+      weights_[key] =
+          given ? to_native(*given, format, path)
+                : to_native(layer_arrays(path, format, layer_index, prefix), format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;

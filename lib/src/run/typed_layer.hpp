@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -163,9 +164,17 @@ class TypedLayer {
 
   // The attention layer: X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S,
   // vdim) as in attention_layer (attention.hpp); output (B, T, d_out).
+  // A call of under a million multiply-adds runs on the calling thread: waking
+  // the pool costs more than the second thread saves there (a (1, 16, 64), h
+  // = 4 call is ~0.6 MFLOP). The bits do not depend on the thread count.
   void attend(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Mask<T>& mask,
               const LayerOptions<T>& options, T* output) const {
-    attention_layer<T>(d, X_q, X_k, X_v, weights_, mask, options, output);
+    constexpr std::uint64_t kInlineFlops = 2'000'000;
+    if (d.flops() >= kInlineFlops || options.threads == 1)
+      return attention_layer<T>(d, X_q, X_k, X_v, weights_, mask, options, output);
+    LayerOptions<T> inline_options = options;
+    inline_options.threads = 1;
+    attention_layer<T>(d, X_q, X_k, X_v, weights_, mask, inline_options, output);
   }
   // The stack: x (B, T, d_model), memory (B, S, d_model) for decoders;
   // output (B, T, d_model).
