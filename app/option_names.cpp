@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "mha/base/error.hpp"
+
 namespace mha::cli {
 
 const std::vector<DeprecatedOption>& deprecated_options() {
@@ -62,6 +64,21 @@ std::vector<std::string> normalize_option_names(std::vector<std::string>& args,
     a = "--" + name + (eq == std::string::npos ? std::string() : a.substr(eq));
   }
   return warnings;
+}
+
+void refuse_options(std::initializer_list<GivenOption> options, const std::string& before,
+                    const std::string& after) {
+  bool any = false;
+  for (const GivenOption& o : options) any = any || o.given;
+  if (!any) return;
+  std::string names;
+  std::size_t i = 0;
+  for (const GivenOption& o : options) {
+    names += i == 0 ? "" : i + 1 == options.size() ? " and " : ", ";
+    names += std::string("--") + o.name;
+    ++i;
+  }
+  fail_input(before + names + after);
 }
 
 }  // namespace mha::cli

@@ -8,8 +8,10 @@
 // - Old names of renamed options (`mha plot --batch`, now `--batch_index`)
 //   still work for one release: they are rewritten to the new name and a
 //   deprecation warning is returned for the caller to log.
+// - A message names several options as "--y, --x and --group".
 #pragma once
 
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,5 +40,18 @@ std::set<std::string> long_option_names(const CLI::App& app);
 // warning per deprecated name used.
 std::vector<std::string> normalize_option_names(std::vector<std::string>& args,
                                                 const std::set<std::string>& known);
+
+// An option (its name without "--") and whether the command line gave it.
+struct GivenOption {
+  const char* name;
+  bool given;
+};
+
+// Options that belong to another mode of a command (`mha view`'s sweep
+// options on a run, `mha sweep --y` without --report): if any of `options`
+// was given, fails (invalid input, exit 2) with `before`, every one of them
+// named ("--y, --x and --group"), then `after`.
+void refuse_options(std::initializer_list<GivenOption> options, const std::string& before,
+                    const std::string& after);
 
 }  // namespace mha::cli

@@ -30,6 +30,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/run/sweep.hpp"
+#include "option_names.hpp"
 #include "progress.hpp"
 
 extern char** environ;
@@ -517,8 +518,10 @@ static bool report(const SweepArgs& args, const Sweep& sweep) {
 // --x and --group name swept keys, checked before anything runs.
 static void check_report_options(const SweepArgs& args, const Sweep& sweep) {
   if (!args.report) {
-    if (!args.report_y.empty() || !args.report_x.empty() || !args.report_group.empty())
-      fail_input("--y, --x and --group choose the chart of --report; give --report too");
+    refuse_options({{"y", !args.report_y.empty()},
+                    {"x", !args.report_x.empty()},
+                    {"group", !args.report_group.empty()}},
+                   "", " choose the chart of --report; give --report too");
     return;
   }
   std::string keys;

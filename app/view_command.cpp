@@ -11,6 +11,7 @@
 #include "mha/io/png.hpp"
 #include "mha/view/attention_view.hpp"
 #include "mha/view/sweep_view.hpp"
+#include "option_names.hpp"
 
 namespace mha::cli {
 namespace {
@@ -98,10 +99,11 @@ void write_sweep_report(const std::string& dir, const ViewArgs& args, const std:
 int do_view(const ViewArgs& args) {
   std::error_code ec;
   if (is_sweep_dir(args.path)) {
-    if (!args.labels.empty() || !args.key_labels.empty() || args.batch_index)
-      fail_input(args.path +
-                 " is a sweep directory (results.jsonl): --labels, --key_labels and "
-                 "--batch_index are for attention maps");
+    refuse_options(
+        {{"labels", !args.labels.empty()},
+         {"key_labels", !args.key_labels.empty()},
+         {"batch_index", args.batch_index.has_value()}},
+        args.path + " is a sweep directory (results.jsonl): ", " are for attention maps");
     const std::string html =
         args.output.empty() ? (fs::path(args.path) / "report.html").string() : args.output;
     std::string png = args.png;
@@ -110,10 +112,12 @@ int do_view(const ViewArgs& args) {
     write_sweep_report(args.path, args, html, png);
     return 0;
   }
-  if (!args.y.empty() || !args.x.empty() || !args.group.empty() || !args.png.empty())
-    fail_input(args.path +
-               " is not a sweep directory (no results.jsonl): --y, --x, --group and --png are "
-               "for sweep reports");
+  refuse_options(
+      {{"y", !args.y.empty()},
+       {"x", !args.x.empty()},
+       {"group", !args.group.empty()},
+       {"png", !args.png.empty()}},
+      args.path + " is not a sweep directory (no results.jsonl): ", " are for sweep reports");
   std::string html = args.output;
   if (html.empty()) {
     if (fs::is_directory(args.path, ec))
