@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "mha/base/error.hpp"
+#include "mha/io/file_kind.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/io/stream_input.hpp"
@@ -512,29 +513,6 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
   return result;
 }
 
-bool is_npz(const std::string& path) {
-  if (is_stream_input(path)) {  // a pipe can be read once: take it whole, then look
-    const std::string& bytes = stream_input_bytes(path, [&path](const std::string& so_far) {
-      const bool zip = so_far.size() >= 2 && so_far[0] == 'P' && so_far[1] == 'K';
-      return zip ? std::uint64_t{0} : npy_stream_size(so_far, path);  // .npz: the cap only
-    });
-    return bytes.size() >= 4 && bytes.compare(0, 2, "PK") == 0 &&
-           ((bytes[2] == 3 && bytes[3] == 4) || (bytes[2] == 5 && bytes[3] == 6));
-  }
-  const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext == ".npz") return true;
-  if (ext == ".npy") return false;
-  // Another name: a zip archive starts with "PK\3\4" (or "PK\5\6" when empty).
-  char magic[4] = {};
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    const std::size_t got = std::fread(magic, 1, sizeof magic, f);
-    std::fclose(f);
-    return got == 4 && magic[0] == 'P' && magic[1] == 'K' &&
-           ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5 && magic[3] == 6));
-  }
-  return false;
-}
-
 }  // namespace
 
 nlohmann::json TensorStats::to_json() const {
@@ -587,14 +565,15 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
   const std::string file = std::filesystem::path(path).filename().string();
   origin.layer_maps = file == "self_attention.npy" || file == "cross_attention.npy";
   origin.named_attention = file == "attention.npy" || origin.layer_maps;
-  if (is_stream_input(path)) origin.bytes = &stream_input_bytes(path);  // read once, by is_npz
+  if (is_stream_input(path)) origin.bytes = &stream_input_bytes(path);  // a pipe is read once
   return inspect_array(origin, options, warn);
 }
 
 std::vector<InspectResult> inspect_file(const std::string& path, const InspectOptions& options,
                                         const Warn& warn) {
   std::vector<InspectResult> results;
-  if (std::filesystem::path(path).extension() == ".safetensors" || looks_like_safetensors(path)) {
+  const FileKind kind = file_kind(path);
+  if (kind == FileKind::safetensors) {
     for (const auto& [key, array] : read_safetensors(path)) {  // each tensor as its .npy
       const std::string bytes = encode_npy(array);
       Origin origin;
@@ -604,7 +583,7 @@ std::vector<InspectResult> inspect_file(const std::string& path, const InspectOp
     }
     return results;
   }
-  if (!is_npz(path)) {
+  if (kind != FileKind::npz) {
     results.push_back(inspect_npy(path, options, warn));
     return results;
   }

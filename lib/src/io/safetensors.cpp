@@ -221,17 +221,10 @@ std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
   return read_safetensors(path, std::set<std::string>(names.begin(), names.end()));
 }
 
-bool looks_like_safetensors(const std::string& path) {
-  unsigned char head[9];
-  if (is_stream_input(path)) {  // a pipe is read once: look at the bytes kept from it
-    const std::string& bytes = stream_input_bytes(path);
-    if (bytes.size() < 9) return false;
-    std::memcpy(head, bytes.data(), 9);
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in.read(reinterpret_cast<char*>(head), 9)) return false;
-  }
-  return read_u64(head) <= kMaxHeaderBytes && head[8] == '{';
+bool looks_like_safetensors(const std::string& head) {
+  if (head.size() < 9) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(head.data());
+  return read_u64(p) <= kMaxHeaderBytes && p[8] == '{';
 }
 
 std::string encode_safetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "mha/base/error.hpp"
+#include "mha/io/file_kind.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/model/layer_weights.hpp"
@@ -372,7 +373,7 @@ WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, We
       std::filesystem::equivalent(path, in, ec))
     fail_input(out + ": output would overwrite the input; choose another path");
   OutputSet set(path.has_parent_path() ? path.parent_path().string() : ".");
-  if (path.extension() == ".safetensors")
+  if (kind_from_name(out) == FileKind::safetensors)
     set.stage_bytes(path.filename().string(), encode_safetensors(arrays));
   else
     set.stage_npz(path.filename().string(), arrays);

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "mha/base/error.hpp"
+#include "mha/io/file_kind.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
@@ -40,20 +41,18 @@ Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::stri
 
 std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
   if (const auto* given = provided_weights(path)) return *given;
+  const FileKind kind = file_kind(path);
+  if (kind == FileKind::safetensors) return read_safetensors(path);
+  // A .npy is not a weights file: read_npz says why.
+  if (kind != FileKind::npy_directory) return read_npz(path);
   std::error_code ec;
   std::map<std::string, NpyArray> arrays;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& entry : fs::directory_iterator(path, ec)) {
-      if (entry.path().extension() != ".npy") continue;
-      arrays[entry.path().stem().string()] = read_npy(entry.path().string());
-    }
-    if (ec) fail_input(path + ": cannot list weights directory: " + ec.message());
-    if (arrays.empty()) fail_input(path + ": weights directory holds no .npy files");
-  } else if (fs::path(path).extension() == ".safetensors" || looks_like_safetensors(path)) {
-    arrays = read_safetensors(path);
-  } else {
-    arrays = read_npz(path);
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (kind_from_name(entry.path().string()) != FileKind::npy) continue;
+    arrays[entry.path().stem().string()] = read_npy(entry.path().string());
   }
+  if (ec) fail_input(path + ": cannot list weights directory: " + ec.message());
+  if (arrays.empty()) fail_input(path + ": weights directory holds no .npy files");
   return arrays;
 }
 

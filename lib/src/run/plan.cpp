@@ -1,10 +1,10 @@
 #include "mha/run/plan.hpp"
 
-#include <filesystem>
 #include <set>
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/io/file_kind.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
@@ -48,7 +48,7 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
   const bool named_preset = is_preset(format);
   std::map<std::string, NpyArray> arrays;
   if ((layer_index || prefix) && !provided_weights(path) &&
-      (std::filesystem::path(path).extension() == ".safetensors" || looks_like_safetensors(path))) {
+      file_kind(path) == FileKind::safetensors) {
     // One layer of a checkpoint: its names from the header, then its bytes only.
     const std::vector<std::string> names = safetensors_names(path);
     const auto preset = named_preset ? std::optional(format) : detect_preset(names);

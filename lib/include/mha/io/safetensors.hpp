@@ -21,9 +21,10 @@
 
 namespace mha {
 
-// Whether `path` starts like a safetensors file (a plausible header length
-// followed by '{'), for files not named .safetensors.
-bool looks_like_safetensors(const std::string& path);
+// Whether a file's first bytes (9 or more) start like a safetensors file: a
+// plausible header length followed by '{'. file_kind.hpp asks it of files not
+// named .safetensors.
+bool looks_like_safetensors(const std::string& head);
 
 // Every tensor of the file; throws mha::Error (invalid_input) naming the file
 // and the tensor on anything malformed.
