@@ -213,42 +213,88 @@ BenchPlan bench_plan(const BenchArgs& args) {
   return plan;
 }
 
-int do_bench(const BenchArgs& args) {
-  const BenchPlan plan = bench_plan(args);
-  const auto& shapes = plan.shapes;
-  const auto& cases = plan.cases;
-  const auto& base_config = plan.base_config;
-  std::vector<bool> bf16s;  // per --dtype entry: bfloat16 GEMM operands
-  std::stringstream dtype_list(args.dtypes);
-  for (std::string item; std::getline(dtype_list, item, ',');) {
+// --dtype's list, one entry per dtype: whether its GEMM operands are bfloat16.
+std::vector<bool> parse_bench_dtypes(const std::string& list) {
+  std::vector<bool> bf16s;
+  std::stringstream items(list);
+  for (std::string item; std::getline(items, item, ',');) {
     if (item != "float32" && item != "bfloat16")
       throw Error(ErrorKind::invalid_input,
                   "--dtype: unknown dtype '" + item + "' (expected float32 or bfloat16)");
     bf16s.push_back(item == "bfloat16");
   }
   if (bf16s.empty()) throw Error(ErrorKind::invalid_input, "--dtype: expected float32 or bfloat16");
+  return bf16s;
+}
+
+// The table's lines above its rows: the machine's GEMM speeds, then the column names.
+void print_bench_header(const BenchArgs& args, int threads, double sgemm,
+                        std::optional<double> bf16_gemm) {
+  std::cout << fmt::format(
+      "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels; direct GEMM {}, "
+      "exp {}\n",
+      sgemm, threads, blas_load().core, direct_gemm_isa(), vexp_isa());
+  if (bf16_gemm)
+    std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
+                             *bf16_gemm);
+  std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}", "shape",
+                           "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm",
+                           "peak RSS");
+  if (args.one_shot)
+    std::cout << fmt::format(" {:>11} {:>6} {:>10}", "1-shot comp", "ratio", "1-shot wall");
+  std::cout << "\n";
+}
+
+nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneShot>& one) {
+  const Dims& d = r.dims;
+  nlohmann::json j = {{"shape", r.shape},
+                      {"variant", r.variant},
+                      {"dtype", r.dtype},
+                      {"B", d.B},
+                      {"T", d.T},
+                      {"S", d.S},
+                      {"d_model", d.d_model},
+                      {"h", d.h},
+                      {"flops", r.flops},
+                      {"ms_median", r.ms_median},
+                      {"ms_min", r.ms_min},
+                      {"gflops", r.gflops},
+                      {"sgemm_fraction", r.sgemm_fraction},
+                      {"peak_rss_bytes", r.peak_rss_bytes}};
+  if (r.layers) {
+    j["layers"] = r.layers;
+    j["d_ff"] = r.d_ff;
+  }
+  if (one) {
+    j["one_shot"] = one->to_json();
+    j["one_shot"]["compute_over_warm"] = one->compute_ms / r.ms_median;
+  }
+  return j;
+}
+
+void print_bench_row(const BenchResult& r, const std::optional<OneShot>& one) {
+  std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB",
+                           r.shape, r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops,
+                           100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0);
+  if (one)
+    std::cout << fmt::format(" {:>11.3f} {:>5.2f}x {:>10.3f}", one->compute_ms,
+                             one->compute_ms / r.ms_median, one->wall_ms);
+  std::cout << std::endl;
+}
+
+int do_bench(const BenchArgs& args) {
+  const BenchPlan plan = bench_plan(args);
+  const auto& shapes = plan.shapes;
+  const std::vector<bool> bf16s = parse_bench_dtypes(args.dtypes);
   const bool any_bf16 = std::find(bf16s.begin(), bf16s.end(), true) != bf16s.end();
   const int threads = resolve_threads(args.threads);
   const double sgemm = sgemm_gflops(threads, 5);
   const double bf16_gemm = any_bf16 ? bf16_gemm_gflops(threads, 5) : 0.0;
   nlohmann::json results = nlohmann::json::array();
-  if (!args.json) {
-    std::cout << fmt::format(
-        "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels; direct GEMM {}, "
-        "exp {}\n",
-        sgemm, threads, blas_load().core, direct_gemm_isa(), vexp_isa());
-    if (any_bf16)
-      std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
-                               bf16_gemm);
-    std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}", "shape",
-                             "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm",
-                             "peak RSS");
-    if (args.one_shot)
-      std::cout << fmt::format(" {:>11} {:>6} {:>10}", "1-shot comp", "ratio", "1-shot wall");
-    std::cout << "\n";
-  }
+  if (!args.json)
+    print_bench_header(args, threads, sgemm, any_bf16 ? std::optional(bf16_gemm) : std::nullopt);
   std::vector<std::tuple<std::string, std::string, bool>> runs;  // each case in each dtype
-  for (const auto& [name, variant] : cases)
+  for (const auto& [name, variant] : plan.cases)
     for (const bool bf16 : bf16s) runs.emplace_back(name, variant, bf16);
   for (const auto& [name, variant, bf16] : runs) {
     const std::string& wanted = name;  // a lambda cannot capture a structured binding in C++17
@@ -258,45 +304,14 @@ int do_bench(const BenchArgs& args) {
         bench_case(shape, variant, threads, args.repeat, sgemm, args.block_q, args.block_k, bf16);
     std::optional<OneShot> one;
     if (args.one_shot) {
-      nlohmann::json config = one_shot_config(shape, variant, threads,
-                                              name == "config" ? base_config : nlohmann::json());
+      nlohmann::json config = one_shot_config(
+          shape, variant, threads, name == "config" ? plan.base_config : nlohmann::json());
       if (bf16) config["dtype"] = "bfloat16";
       one = time_one_shot(std::filesystem::read_symlink("/proc/self/exe").string(), config,
                           args.repeat);
     }
-    const Dims& d = r.dims;
-    results.push_back({{"shape", r.shape},
-                       {"variant", r.variant},
-                       {"dtype", r.dtype},
-                       {"B", d.B},
-                       {"T", d.T},
-                       {"S", d.S},
-                       {"d_model", d.d_model},
-                       {"h", d.h},
-                       {"flops", r.flops},
-                       {"ms_median", r.ms_median},
-                       {"ms_min", r.ms_min},
-                       {"gflops", r.gflops},
-                       {"sgemm_fraction", r.sgemm_fraction},
-                       {"peak_rss_bytes", r.peak_rss_bytes}});
-    if (r.layers) {
-      results.back()["layers"] = r.layers;
-      results.back()["d_ff"] = r.d_ff;
-    }
-    if (one) {
-      results.back()["one_shot"] = one->to_json();
-      results.back()["one_shot"]["compute_over_warm"] = one->compute_ms / r.ms_median;
-    }
-    if (!args.json) {
-      std::cout << fmt::format(
-          "{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB", r.shape,
-          r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops, 100 * r.sgemm_fraction,
-          r.peak_rss_bytes / 1048576.0);
-      if (one)
-        std::cout << fmt::format(" {:>11.3f} {:>5.2f}x {:>10.3f}", one->compute_ms,
-                                 one->compute_ms / r.ms_median, one->wall_ms);
-      std::cout << std::endl;
-    }
+    results.push_back(bench_result_json(r, one));
+    if (!args.json) print_bench_row(r, one);
   }
   if (args.json) {
     nlohmann::json out = {{"tool", "mha"},
