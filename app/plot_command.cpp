@@ -144,55 +144,59 @@ NpyArray layer_slice(const NpyArray& a, std::size_t l, const std::string& file) 
   return out;
 }
 
-int do_plot(const PlotArgs& args) {
-  PlotOptions options;
-  options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
-  options.range =
-      args.color_range == "per_head" ? ColorRangeMode::per_head : ColorRangeMode::shared;
-  options.vmin = args.vmin, options.vmax = args.vmax;
-  check_color_limits(options, "--");
-  if (args.output.empty() && is_stream_input(args.file))
-    fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
-  NpyArray a = read_npy(args.file);
-  if (args.layer) a = layer_slice(a, *args.layer, args.file);
+namespace {
+
+// The sizes of an array of attention maps: (B, h, T, S), (B, T, S) or (T, S).
+struct MapSizes {
+  std::size_t rank = 0, B = 1, h = 1, T = 0, S = 0;
+};
+
+// The map sizes of `a` (a layer's already, with --layer_index), refusing
+// arrays that are not attention maps and a --batch_index beyond B.
+MapSizes map_sizes(const NpyArray& a, const PlotArgs& args) {
   const std::string shape = shape_str(a.shape);
   if (!is_float(a.dtype))
     fail_input(args.file + ": " + a.describe() +
                "; expected attention weights of dtype float16, float32 or float64");
-  const std::size_t rank = a.shape.size();
-  if (rank == 5 && !args.layer)
+  MapSizes m;
+  m.rank = a.shape.size();
+  if (m.rank == 5 && !args.layer)
     fail_input(args.file + ": shape " + shape +
                " holds the maps of several layers (layers, B, h, T, S); choose one with "
                "--layer_index");
-  if (rank < 2 || rank > 4)
+  if (m.rank < 2 || m.rank > 4)
     fail_input(args.file + ": shape " + shape +
                "; expected attention weights (B, h, T, S), (B, T, S) or (T, S)");
-  const std::size_t B = rank >= 3 ? a.shape[0] : 1, h = rank == 4 ? a.shape[1] : 1;
-  const std::size_t T = a.shape[rank - 2], S = a.shape[rank - 1];
-  if (B == 0 || h == 0 || T == 0 || S == 0)
+  if (m.rank >= 3) m.B = a.shape[0];
+  if (m.rank == 4) m.h = a.shape[1];
+  m.T = a.shape[m.rank - 2], m.S = a.shape[m.rank - 1];
+  if (m.B == 0 || m.h == 0 || m.T == 0 || m.S == 0)
     fail_input(args.file + ": shape " + shape + " is empty; expected at least one weight");
-  if (args.batch >= B)
+  if (args.batch >= m.B)
     fail_input("--batch_index " + std::to_string(args.batch) + ": " + args.file +
-               (rank == 2 ? " is a single (T, S) map, batch 0"
-                          : " holds B = " + std::to_string(B) + " batch elements (shape " + shape +
-                                "), indices 0 to " + std::to_string(B - 1)));
-  options.batch = args.batch;
-  options.heads = parse_heads(args.heads, h, rank == 4, args.file, shape);
-  options.average = args.average;
-  options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
-  options.cell = args.cell;
-  const std::string queries = "T = " + std::to_string(T) + " query positions";
-  const std::string keys = "S = " + std::to_string(S) + " key positions";
-  if (!args.labels.empty()) options.query_labels = read_labels(args.labels, T, queries);
+               (m.rank == 2 ? " is a single (T, S) map, batch 0"
+                            : " holds B = " + std::to_string(m.B) + " batch elements (shape " +
+                                  shape + "), indices 0 to " + std::to_string(m.B - 1)));
+  return m;
+}
+
+// --labels and --key_labels; the query labels serve the keys of a square map.
+void read_plot_labels(const PlotArgs& args, const MapSizes& m, PlotOptions& options) {
+  const std::string queries = "T = " + std::to_string(m.T) + " query positions";
+  const std::string keys = "S = " + std::to_string(m.S) + " key positions";
+  if (!args.labels.empty()) options.query_labels = read_labels(args.labels, m.T, queries);
   if (!args.key_labels.empty()) {
-    options.key_labels = read_labels(args.key_labels, S, keys);
+    options.key_labels = read_labels(args.key_labels, m.S, keys);
   } else if (!args.labels.empty()) {
-    if (S != T)
+    if (m.S != m.T)
       fail_input("--labels " + args.labels + ": the map has " + queries + " but " + keys +
                  "; give the keys' labels with --key_labels");
     options.key_labels = options.query_labels;
   }
+}
 
+// -o, or FILE with .png: a file name that is not the input.
+std::string plot_output_path(const PlotArgs& args) {
   const std::string out_path =
       !args.output.empty() ? args.output : fs::path(args.file).replace_extension(".png").string();
   std::error_code ec;
@@ -201,16 +205,19 @@ int do_plot(const PlotArgs& args) {
   const fs::path out_file(out_path);
   if (out_file.filename().empty() || fs::is_directory(out_file, ec))
     fail_input("-o " + out_path + ": expected a file name for the PNG, not a directory");
+  return out_path;
+}
 
-  // Panels: the chosen heads, or their mean as one.
-  const bool mean = options.average && rank == 4;
-  const std::size_t n = mean ? 1 : options.heads.size();
-  options.max_cells = args.max_cells ? args.max_cells : default_max_cells(n);
-  AttentionPanels panels(n, T, S, options.max_cells, options.reduce);
+// The panels' cells from the batch element's maps.
+void fill_panels(const NpyArray& a, const MapSizes& m, const PlotOptions& options, bool mean,
+                 AttentionPanels& panels) {
+  const std::size_t T = m.T, S = m.S, n = mean ? 1 : options.heads.size();
   // Row chunks keep the converted copy small whatever the file's size.
   const std::size_t chunk = std::max<std::size_t>(1, (std::size_t{1} << 20) / S);
   std::vector<double> rows, sum;
-  auto at = [&](std::size_t head, std::size_t t) { return ((args.batch * h + head) * T + t) * S; };
+  auto at = [&](std::size_t head, std::size_t t) {
+    return ((options.batch * m.h + head) * T + t) * S;
+  };
   for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
     const std::size_t count = std::min(chunk, T - t0);
     rows.resize(count * S);
@@ -229,25 +236,23 @@ int do_plot(const PlotArgs& args) {
       panels.add_rows(p, t0, count, rows.data());
     }
   }
+}
 
+std::vector<std::string> panel_titles(std::size_t rank, bool mean,
+                                      const std::vector<std::size_t>& heads) {
+  if (rank == 2) return {"attention"};
+  if (rank == 3) return {"mean over heads"};
+  if (mean) return {"mean over " + std::to_string(heads.size()) + " heads"};
   std::vector<std::string> titles;
-  if (rank == 2) {
-    titles = {"attention"};
-  } else if (rank == 3) {
-    titles = {"mean over heads"};
-  } else if (mean) {
-    titles = {"mean over " + std::to_string(options.heads.size()) + " heads"};
-  } else {
-    for (std::size_t i : options.heads) titles.push_back("head " + std::to_string(i));
-  }
-  const std::string name = fs::path(args.file).filename().string();
-  const std::string subject = rank == 2 ? name : name + ", batch " + std::to_string(args.batch);
-  const Plot plot = render_attention(panels, titles, options, subject);
+  for (std::size_t i : heads) titles.push_back("head " + std::to_string(i));
+  return titles;
+}
 
-  OutputSet out(out_file.has_parent_path() ? out_file.parent_path().string() : ".");
-  const std::string filename = out_file.filename().string();
-  out.stage(filename, [&](std::ostream& os) { write_png(os, plot.image, out_path); });
-  out.commit();
+// What was written: the image's size, its cells and color range, and any downsampling.
+void log_plot(const std::string& out_path, const Plot& plot, const AttentionPanels& panels,
+              const PlotOptions& options, const MapSizes& m,
+              const std::vector<std::string>& titles) {
+  const std::size_t n = titles.size();
   for (const auto& note : plot.notes) spdlog::warn("{}", note);
   const std::string cell = plot.cell_w == plot.cell_h
                                ? std::to_string(plot.cell_w)
@@ -261,9 +266,50 @@ int do_plot(const PlotArgs& args) {
     for (std::size_t p = 0; p < n; ++p)
       spdlog::debug("{}: color {:.3g} to {:.3g}", titles[p], plot.panel_lo[p], plot.panel_hi[p]);
   if (panels.factor() > 1)
-    spdlog::info("downsampled {}x{} to {}x{} cells by block {} ({}x{} weights per cell)", T, S,
+    spdlog::info("downsampled {}x{} to {}x{} cells by block {} ({}x{} weights per cell)", m.T, m.S,
                  panels.rows(), panels.cols(), to_string(options.reduce), panels.factor(),
                  panels.factor());
+}
+
+}  // namespace
+
+int do_plot(const PlotArgs& args) {
+  PlotOptions options;
+  options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
+  options.range =
+      args.color_range == "per_head" ? ColorRangeMode::per_head : ColorRangeMode::shared;
+  options.vmin = args.vmin, options.vmax = args.vmax;
+  check_color_limits(options, "--");
+  if (args.output.empty() && is_stream_input(args.file))
+    fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
+  NpyArray a = read_npy(args.file);
+  if (args.layer) a = layer_slice(a, *args.layer, args.file);
+  const MapSizes m = map_sizes(a, args);
+  options.batch = args.batch;
+  options.heads = parse_heads(args.heads, m.h, m.rank == 4, args.file, shape_str(a.shape));
+  options.average = args.average;
+  options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
+  options.cell = args.cell;
+  read_plot_labels(args, m, options);
+  const std::string out_path = plot_output_path(args);
+
+  // Panels: the chosen heads, or their mean as one.
+  const bool mean = options.average && m.rank == 4;
+  const std::size_t n = mean ? 1 : options.heads.size();
+  options.max_cells = args.max_cells ? args.max_cells : default_max_cells(n);
+  AttentionPanels panels(n, m.T, m.S, options.max_cells, options.reduce);
+  fill_panels(a, m, options, mean, panels);
+  const std::vector<std::string> titles = panel_titles(m.rank, mean, options.heads);
+  const std::string name = fs::path(args.file).filename().string();
+  const std::string subject = m.rank == 2 ? name : name + ", batch " + std::to_string(args.batch);
+  const Plot plot = render_attention(panels, titles, options, subject);
+
+  const fs::path out_file(out_path);
+  OutputSet out(out_file.has_parent_path() ? out_file.parent_path().string() : ".");
+  out.stage(out_file.filename().string(),
+            [&](std::ostream& os) { write_png(os, plot.image, out_path); });
+  out.commit();
+  log_plot(out_path, plot, panels, options, m, titles);
   return 0;
 }
 
