@@ -538,42 +538,134 @@ static void check_report_options(const SweepArgs& args, const Sweep& sweep) {
                " other than --x; expected one of " + keys + " (or none)");
 }
 
+namespace {
+
+// --collect: every shard's rows merged into results.jsonl and results.csv.
+int collect_sweep(const SweepArgs& args, Sweep& sweep) {
+  validate_sweep(sweep);
+  const CollectSummary s = collect_results(sweep);
+  for (const auto& f : s.files) spdlog::info("wrote {}", f);
+  const bool reported = report(args, sweep);
+  spdlog::info("{} run(s): {} ok, {} failed, {} invalid, {} without a result yet",
+               sweep.runs.size(), s.ok, s.failed, s.invalid, s.missing);
+  if (s.missing) {
+    // A shard that never ran (or was cancelled) must not pass for a complete sweep.
+    std::string names;
+    const std::size_t shown = std::min<std::size_t>(s.missing_names.size(), 20);
+    for (std::size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + s.missing_names[i];
+    if (shown < s.missing_names.size())
+      names += ", ... (" + std::to_string(s.missing_names.size() - shown) + " more)";
+    spdlog::error(
+        "{} run(s) have no result: {}; run their shards (or the sweep with --resume) "
+        "and collect again",
+        s.missing, names);
+    return 1;
+  }
+  return reported ? 0 : 2;
+}
+
+// --shard, else the Slurm array task's, else the whole sweep.
+Shard sweep_shard(const SweepArgs& args) {
+  if (args.shard_given) return parse_shard(args.shard, "--shard");
+  if (auto slurm = shard_from_slurm()) {
+    spdlog::info("shard {} from the Slurm array task", slurm->str());
+    return *slurm;
+  }
+  return Shard{};
+}
+
+// The shard's runs to start, in order; `skipped` were complete (--resume),
+// `invalid` were reported (every one of them before anything runs).
+struct ShardRuns {
+  std::vector<std::size_t> todo;
+  std::size_t skipped = 0, invalid = 0;
+};
+
+ShardRuns shard_runs(const SweepArgs& args, const Sweep& sweep, const Shard& shard, int cores) {
+  ShardRuns r;
+  for (const auto& run : sweep.runs) {
+    if (!shard.contains(run.index)) continue;
+    if (run.invalid) {
+      if (args.skip_invalid)
+        spdlog::warn("skipping invalid run {} ({}): {}", run.index, run.name, *run.invalid);
+      else
+        spdlog::error("run {} ({}): {}", run.index, run.name, *run.invalid);
+      ++r.invalid;
+      continue;
+    }
+    // Explicit threads in the config must fit beside the other jobs.
+    const json& t = run.config.contains("threads") ? run.config["threads"] : json(nullptr);
+    if (t.is_number_integer() && t.get<long>() > 0 && t.get<long>() * args.jobs > cores)
+      fail_input(args.file + ": run " + run.name + ": threads = " + t.dump() + " with --jobs " +
+                 std::to_string(args.jobs) + " needs more than the " + std::to_string(cores) +
+                 " core(s) available; expected jobs x threads <= cores");
+    if (args.resume && run_is_complete(run)) {
+      ++r.skipped;
+      continue;
+    }
+    r.todo.push_back(run.index);
+  }
+  if (r.invalid && !args.skip_invalid)
+    fail_input(args.file + ": " + std::to_string(r.invalid) + " of the runs in shard " +
+               shard.str() + " are invalid (listed above); fix the sweep or pass --skip_invalid");
+  return r;
+}
+
+// How the shard's runs went: how many were started and failed, and whether
+// a first Ctrl-C drained them (`stopped`: the exit code of a stop by signal).
+struct ShardOutcome {
+  std::size_t started = 0, failures = 0;
+  bool drained = false;
+  std::optional<int> stopped;
+};
+
+// Keeps --jobs workers busy with `runs.todo` until every run finished or a
+// signal stops the sweep.
+ShardOutcome run_shard(const SweepArgs& args, Sweep& sweep, const Shard& shard, int threads,
+                       const ShardRuns& runs) {
+  const std::vector<std::size_t>& todo = runs.todo;
+  install_handlers();
+  Progress progress(todo.size(), runs.skipped);
+  Runner runner(sweep, shard, threads, args.jobs, progress);
+  ShardOutcome o;
+  std::size_t& next = o.started;
+  while (next < todo.size() || runner.running() > 0) {
+    if (g_terminate || g_interrupts >= 2) {
+      progress.message("stopping: terminating " + std::to_string(runner.running()) +
+                       " running run(s); they are redone by --resume");
+      runner.terminate_all();
+      runner.wait_all();
+      progress.done();
+      o.stopped = 128 + (g_terminate ? static_cast<int>(g_terminate) : SIGINT);
+      return o;
+    }
+    if (g_interrupts == 1 && !o.drained) {
+      o.drained = true;
+      progress.message("interrupted: finishing " + std::to_string(runner.running()) +
+                       " running run(s), starting no more (Ctrl-C again to stop them now)");
+    }
+    while (!o.drained && next < todo.size() &&
+           runner.running() < static_cast<std::size_t>(args.jobs))
+      if (!runner.start(todo[next++])) ++o.failures;
+    progress.tick();
+    // Wakes when a worker answers or dies; a signal or 50 ms cut it short.
+    if (runner.running() > 0) o.failures += runner.wait_and_reap(50);
+    if (o.drained && runner.running() == 0) break;
+  }
+  progress.done();
+  return o;
+}
+
+}  // namespace
+
 int do_sweep(const SweepArgs& args) {
   std::optional<std::string> out_dir;
   if (!args.out_dir.empty()) out_dir = args.out_dir;
   Sweep sweep = load_sweep(args.file, out_dir);
   check_report_options(args, sweep);
+  if (args.collect) return collect_sweep(args, sweep);
 
-  if (args.collect) {
-    validate_sweep(sweep);
-    const CollectSummary s = collect_results(sweep);
-    for (const auto& f : s.files) spdlog::info("wrote {}", f);
-    const bool reported = report(args, sweep);
-    spdlog::info("{} run(s): {} ok, {} failed, {} invalid, {} without a result yet",
-                 sweep.runs.size(), s.ok, s.failed, s.invalid, s.missing);
-    if (s.missing) {
-      // A shard that never ran (or was cancelled) must not pass for a complete sweep.
-      std::string names;
-      const std::size_t shown = std::min<std::size_t>(s.missing_names.size(), 20);
-      for (std::size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + s.missing_names[i];
-      if (shown < s.missing_names.size())
-        names += ", ... (" + std::to_string(s.missing_names.size() - shown) + " more)";
-      spdlog::error(
-          "{} run(s) have no result: {}; run their shards (or the sweep with --resume) "
-          "and collect again",
-          s.missing, names);
-      return 1;
-    }
-    return reported ? 0 : 2;
-  }
-
-  Shard shard;
-  if (args.shard_given) {
-    shard = parse_shard(args.shard, "--shard");
-  } else if (auto slurm = shard_from_slurm()) {
-    shard = *slurm;
-    spdlog::info("shard {} from the Slurm array task", shard.str());
-  }
+  const Shard shard = sweep_shard(args);
   const int cores = available_cpus();
   if (args.jobs > cores)
     fail_input("--jobs " + std::to_string(args.jobs) + ": this machine has " +
@@ -585,67 +677,15 @@ int do_sweep(const SweepArgs& args) {
     print_dry_run(sweep, shard);
     return invalid && !args.skip_invalid ? 2 : 0;
   }
-  std::vector<std::size_t> todo;
-  std::size_t skipped = 0, listed = 0;
-  for (const auto& run : sweep.runs) {
-    if (!shard.contains(run.index)) continue;
-    if (run.invalid) {
-      // Every invalid run is reported before anything runs.
-      if (args.skip_invalid)
-        spdlog::warn("skipping invalid run {} ({}): {}", run.index, run.name, *run.invalid);
-      else
-        spdlog::error("run {} ({}): {}", run.index, run.name, *run.invalid);
-      ++listed;
-      continue;
-    }
-    // Explicit threads in the config must fit beside the other jobs.
-    const json& t = run.config.contains("threads") ? run.config["threads"] : json(nullptr);
-    if (t.is_number_integer() && t.get<long>() > 0 && t.get<long>() * args.jobs > cores)
-      fail_input(args.file + ": run " + run.name + ": threads = " + t.dump() + " with --jobs " +
-                 std::to_string(args.jobs) + " needs more than the " + std::to_string(cores) +
-                 " core(s) available; expected jobs x threads <= cores");
-    if (args.resume && run_is_complete(run)) {
-      ++skipped;
-      continue;
-    }
-    todo.push_back(run.index);
-  }
-  if (listed && !args.skip_invalid)
-    fail_input(args.file + ": " + std::to_string(listed) + " of the runs in shard " + shard.str() +
-               " are invalid (listed above); fix the sweep or pass --skip_invalid");
+  const ShardRuns runs = shard_runs(args, sweep, shard, cores);
+  const std::vector<std::size_t>& todo = runs.todo;
   spdlog::info("{}: {} run(s) in shard {}, {} to do{}, {} at a time with {} thread(s) each, in {}",
-               args.file, todo.size() + skipped + listed, shard.str(), todo.size(),
-               skipped ? " (" + std::to_string(skipped) + " already complete)" : "", args.jobs,
-               threads, sweep.out_dir);
+               args.file, todo.size() + runs.skipped + runs.invalid, shard.str(), todo.size(),
+               runs.skipped ? " (" + std::to_string(runs.skipped) + " already complete)" : "",
+               args.jobs, threads, sweep.out_dir);
 
-  install_handlers();
-  Progress progress(todo.size(), skipped);
-  Runner runner(sweep, shard, threads, args.jobs, progress);
-  std::size_t next = 0, failures = 0;
-  bool draining = false;
-  while (next < todo.size() || runner.running() > 0) {
-    if (g_terminate || g_interrupts >= 2) {
-      progress.message("stopping: terminating " + std::to_string(runner.running()) +
-                       " running run(s); they are redone by --resume");
-      runner.terminate_all();
-      runner.wait_all();
-      progress.done();
-      return 128 + (g_terminate ? static_cast<int>(g_terminate) : SIGINT);
-    }
-    if (g_interrupts == 1 && !draining) {
-      draining = true;
-      progress.message("interrupted: finishing " + std::to_string(runner.running()) +
-                       " running run(s), starting no more (Ctrl-C again to stop them now)");
-    }
-    while (!draining && next < todo.size() &&
-           runner.running() < static_cast<std::size_t>(args.jobs))
-      if (!runner.start(todo[next++])) ++failures;
-    progress.tick();
-    // Wakes when a worker answers or dies; a signal or 50 ms cut it short.
-    if (runner.running() > 0) failures += runner.wait_and_reap(50);
-    if (draining && runner.running() == 0) break;
-  }
-  progress.done();
+  const ShardOutcome o = run_shard(args, sweep, shard, threads, runs);
+  if (o.stopped) return *o.stopped;
   bool reported = true;
   if (shard.count == 1) {
     const CollectSummary s = collect_results(sweep);
@@ -660,14 +700,14 @@ int do_sweep(const SweepArgs& args) {
         "results.jsonl and results.csv",
         shard.str(), args.file);
   }
-  if (draining) {
-    spdlog::warn("stopped by SIGINT after {} of {} run(s); rerun with --resume to finish", next,
-                 todo.size());
+  if (o.drained) {
+    spdlog::warn("stopped by SIGINT after {} of {} run(s); rerun with --resume to finish",
+                 o.started, todo.size());
     return 128 + SIGINT;
   }
-  if (failures) {
+  if (o.failures) {
     spdlog::error("{} of {} run(s) failed; see their run.log (rerun with --resume to retry them)",
-                  failures, todo.size());
+                  o.failures, todo.size());
     return 1;
   }
   return reported ? 0 : 2;
