@@ -131,10 +131,8 @@ void check_rope(const Config& c, const Dims& d) {
                " must be even and at most d_k = " + std::to_string(d.d_k));
 }
 
-// The plan of a stack of Transformer layers (docs/layers.md): the input is
-// the query, the self-attention's sizes are resolved as an attention run's
-// (key = value = query), the cross-attention's keys come from the memory.
-RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
+// Keys of an attention run that a layer has no use for.
+void refuse_attention_keys(const Config& c) {
   const char* kind = to_string(c.layer);
   auto refuse = [&](bool given, const char* key, const char* why) {
     if (given) fail_input(std::string(key) + ": not with layer " + kind + " (" + why + ")");
@@ -153,30 +151,115 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
     refuse(c.memory_key_lengths.has_value(), "memory_key_lengths",
            "only decoders have cross-attention");
   }
+}
+
+// The layer count and final norm, from the weights file when there is one
+// (whose layer 0 then gives the self-attention's sizes, as an attention run's
+// weights file gives its sizes).
+void plan_stack_weights(const Config& c, PlanFiles& files, RunPlan& p, StackShape& s) {
+  if (!c.weights) {
+    s.num_layers = static_cast<std::size_t>(c.num_layers.value_or(1));
+    s.final_norm = c.final_norm.value_or(false);
+    return;
+  }
+  const NativeWeights* lw = p.weights =
+      &files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
+  p.shapes.weights_name = *c.weights;
+  const std::string prefix = "layers.0.self_attn.";
+  for (const auto& [name, array] : lw->arrays)
+    if (name.compare(0, prefix.size(), prefix) == 0)
+      p.shapes.weights[name.substr(prefix.size())] = array.shape;
+  const std::size_t in_file = layer_count(lw->arrays);
+  if (c.num_layers && static_cast<std::size_t>(*c.num_layers) != in_file)
+    fail_input("num_layers: " + std::to_string(*c.num_layers) + ", but " + *c.weights + " holds " +
+               std::to_string(in_file) + " layer(s)");
+  s.num_layers = in_file;
+  s.final_norm = c.final_norm.value_or(lw->arrays.count("final_norm.gamma") > 0);
+}
+
+// d_ff: the config's, W_1's columns, or 4 d_model.
+std::size_t plan_d_ff(const Config& c, const Dims& d, const NativeWeights* lw) {
+  std::size_t d_ff = c.d_ff ? static_cast<std::size_t>(*c.d_ff) : 4 * d.d_model;
+  if (!lw) return d_ff;
+  auto it = lw->arrays.find("layers.0.ffn.W_1");
+  if (it != lw->arrays.end() && it->second.shape.size() == 2) {
+    if (c.d_ff && it->second.shape[1] != d_ff)
+      fail_input("d_ff: " + std::to_string(d_ff) + ", but " + *c.weights +
+                 ": layers.0.ffn.W_1 has shape " + shape_str(it->second.shape));
+    d_ff = it->second.shape[1];
+  }
+  return d_ff;
+}
+
+// A decoder's cross-attention: the self-attention's queries over the
+// memory's S keys (the memory file's, else kv_seq_len, else T).
+Dims plan_cross_attention(const Config& c, PlanFiles& files, const Dims& d) {
+  Dims x = d;
+  x.key_is_query = false;
+  x.value_is_key = true;
+  x.kv_heads = 0;  // grouped-query heads, windows and ALiBi are the self-attention's
+  if (c.memory) {
+    const std::vector<std::size_t>& m = files.npy_shape(*c.memory);
+    const bool three = m.size() == 3;
+    if ((m.size() != 2 && !three) || m.back() != d.d_model || (three && m[0] != d.B))
+      fail_input(*c.memory + ": memory has shape " + shape_str(m) +
+                 ", expected (B, S, d_model) = (" + std::to_string(d.B) + ", S, " +
+                 std::to_string(d.d_model) + ")");
+    x.S = m[m.size() - 2];
+    if (!three && d.B != 1)
+      fail_input(*c.memory + ": memory has shape " + shape_str(m) +
+                 ", a 2-D memory needs batch 1; expected (B, S, d_model)");
+  } else {
+    x.S = c.kv_seq_len ? static_cast<std::size_t>(*c.kv_seq_len) : d.T;
+  }
+  if (c.memory_key_lengths) {
+    const auto& lengths = *c.memory_key_lengths;
+    if (lengths.size() != d.B)
+      fail_input("memory_key_lengths: " + std::to_string(lengths.size()) + " lengths for batch " +
+                 std::to_string(d.B) + "; expected one per batch element");
+    for (std::size_t b = 0; b < lengths.size(); ++b)
+      if (static_cast<std::size_t>(lengths[b]) > x.S)
+        fail_input("memory_key_lengths[" + std::to_string(b) + "]: " + std::to_string(lengths[b]) +
+                   " is longer than the memory (S = " + std::to_string(x.S) + ")");
+  }
+  if (c.kv_seq_len && c.memory && static_cast<std::size_t>(*c.kv_seq_len) != x.S)
+    fail_input("kv_seq_len: " + std::to_string(*c.kv_seq_len) + ", but " + *c.memory +
+               " has S = " + std::to_string(x.S));
+  return x;
+}
+
+// The attention's estimate, plus every layer's weights, the activations and
+// the FFN's hidden layer; refused above max_memory.
+MemoryEstimate stack_memory(const Config& c, const StackShape& s, bool from_file, int threads) {
+  const Dims& d = s.self;
+  const std::size_t itemsize = c.dtype == ComputeType::float64 ? 8 : 4;
+  MemoryEstimate memory =
+      estimate_memory(c.layer == LayerKind::decoder && s.cross.S > d.S ? s.cross : d, itemsize,
+                      c.save_attention, threads);
+  const double per_layer = (4.0 * d.d_model * d.d_model * (c.layer == LayerKind::decoder ? 2 : 1) +
+                            2.0 * d.d_model * s.d_ff) *
+                           itemsize;
+  memory.weights += per_layer * static_cast<double>(s.num_layers) * (from_file ? 2 : 1);
+  memory.output += (4.0 * d.B * d.T * d.d_model + 1.0 * d.B * d.T * s.d_ff) * itemsize;
+  if (c.save_hidden_states) memory.output += 1.0 * s.num_layers * d.B * d.T * d.d_model * itemsize;
+  const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
+  if (memory.total() > static_cast<double>(limit))
+    fail_input("this run needs about " + memory.describe() + " but max_memory is " +
+               format_bytes(static_cast<double>(limit)) + "; reduce batch, seq_len or num_layers" +
+               (c.dtype == ComputeType::float64 ? ", use float32," : "") + " or raise max_memory");
+  return memory;
+}
+
+// The plan of a stack of Transformer layers (docs/layers.md): the input is
+// the query, the self-attention's sizes are resolved as an attention run's
+// (key = value = query), the cross-attention's keys come from the memory.
+RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
+  refuse_attention_keys(c);
   FileShapes& shapes = p.shapes;
   if (c.query) shapes.query = files.npy_shape(*c.query), shapes.query_name = *c.query;
   StackShape s;
   s.kind = c.layer;
-  const NativeWeights* lw = nullptr;
-  if (c.weights) {
-    lw = p.weights =
-        &files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
-    shapes.weights_name = *c.weights;
-    // The self-attention's sizes from layer 0's, as an attention run's from its file.
-    const std::string prefix = "layers.0.self_attn.";
-    for (const auto& [name, array] : lw->arrays)
-      if (name.compare(0, prefix.size(), prefix) == 0)
-        shapes.weights[name.substr(prefix.size())] = array.shape;
-    const std::size_t in_file = layer_count(lw->arrays);
-    if (c.num_layers && static_cast<std::size_t>(*c.num_layers) != in_file)
-      fail_input("num_layers: " + std::to_string(*c.num_layers) + ", but " + *c.weights +
-                 " holds " + std::to_string(in_file) + " layer(s)");
-    s.num_layers = in_file;
-    s.final_norm = c.final_norm.value_or(lw->arrays.count("final_norm.gamma") > 0);
-  } else {
-    s.num_layers = static_cast<std::size_t>(c.num_layers.value_or(1));
-    s.final_norm = c.final_norm.value_or(false);
-  }
+  plan_stack_weights(c, files, p, s);
   p.use_bias = true;
   Config self = c;  // the self-attention: key = value = the input; kv_seq_len is the memory's
   self.weights.reset();
@@ -188,52 +271,11 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   if (d.d_out != d.d_model)
     fail_input("d_out: " + std::to_string(d.d_out) + ", but a layer's residual connections need " +
                "d_out = d_model = " + std::to_string(d.d_model));
-  // d_ff: the config's, W_1's columns, or 4 d_model.
-  s.d_ff = c.d_ff ? static_cast<std::size_t>(*c.d_ff) : 4 * d.d_model;
-  if (lw) {
-    auto it = lw->arrays.find("layers.0.ffn.W_1");
-    if (it != lw->arrays.end() && it->second.shape.size() == 2) {
-      if (c.d_ff && it->second.shape[1] != s.d_ff)
-        fail_input("d_ff: " + std::to_string(s.d_ff) + ", but " + *c.weights +
-                   ": layers.0.ffn.W_1 has shape " + shape_str(it->second.shape));
-      s.d_ff = it->second.shape[1];
-    }
-  }
-  s.cross = d;
+  s.d_ff = plan_d_ff(c, d, p.weights);
   if (c.layer == LayerKind::decoder) {
-    Dims& x = s.cross;
-    x.key_is_query = false;
-    x.value_is_key = true;
-    x.kv_heads = 0;  // grouped-query heads, windows and ALiBi are the self-attention's
-    if (c.memory) {
-      const std::vector<std::size_t>& m = files.npy_shape(*c.memory);
-      const bool three = m.size() == 3;
-      if ((m.size() != 2 && !three) || m.back() != d.d_model || (three && m[0] != d.B))
-        fail_input(*c.memory + ": memory has shape " + shape_str(m) +
-                   ", expected (B, S, d_model) = (" + std::to_string(d.B) + ", S, " +
-                   std::to_string(d.d_model) + ")");
-      x.S = m[m.size() - 2];
-      if (!three && d.B != 1)
-        fail_input(*c.memory + ": memory has shape " + shape_str(m) +
-                   ", a 2-D memory needs batch 1; expected (B, S, d_model)");
-    } else {
-      x.S = c.kv_seq_len ? static_cast<std::size_t>(*c.kv_seq_len) : d.T;
-    }
-    if (c.memory_key_lengths) {
-      const auto& lengths = *c.memory_key_lengths;
-      if (lengths.size() != d.B)
-        fail_input("memory_key_lengths: " + std::to_string(lengths.size()) + " lengths for batch " +
-                   std::to_string(d.B) + "; expected one per batch element");
-      for (std::size_t b = 0; b < lengths.size(); ++b)
-        if (static_cast<std::size_t>(lengths[b]) > x.S)
-          fail_input("memory_key_lengths[" + std::to_string(b) +
-                     "]: " + std::to_string(lengths[b]) +
-                     " is longer than the memory (S = " + std::to_string(x.S) + ")");
-    }
-    if (c.kv_seq_len && c.memory && static_cast<std::size_t>(*c.kv_seq_len) != x.S)
-      fail_input("kv_seq_len: " + std::to_string(*c.kv_seq_len) + ", but " + *c.memory +
-                 " has S = " + std::to_string(x.S));
+    s.cross = plan_cross_attention(c, files, d);
   } else {
+    s.cross = d;
     if (c.kv_seq_len && static_cast<std::size_t>(*c.kv_seq_len) != d.T)
       fail_input("kv_seq_len: not with layer encoder (its keys are its input: S = T)");
   }
@@ -243,23 +285,7 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
     p.config.causal = Causal::top_left;
     p.config.causal_given = true;
   }
-  // Memory: the attention's estimate, plus every layer's weights, the
-  // activations and the FFN's hidden layer.
-  const std::size_t itemsize = c.dtype == ComputeType::float64 ? 8 : 4;
-  p.memory = estimate_memory(c.layer == LayerKind::decoder && s.cross.S > d.S ? s.cross : d,
-                             itemsize, c.save_attention, p.threads);
-  const double per_layer = (4.0 * d.d_model * d.d_model * (c.layer == LayerKind::decoder ? 2 : 1) +
-                            2.0 * d.d_model * s.d_ff) *
-                           itemsize;
-  p.memory.weights += per_layer * static_cast<double>(s.num_layers) * (lw ? 2 : 1);
-  p.memory.output += (4.0 * d.B * d.T * d.d_model + 1.0 * d.B * d.T * s.d_ff) * itemsize;
-  if (c.save_hidden_states)
-    p.memory.output += 1.0 * s.num_layers * d.B * d.T * d.d_model * itemsize;
-  const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
-  if (p.memory.total() > static_cast<double>(limit))
-    fail_input("this run needs about " + p.memory.describe() + " but max_memory is " +
-               format_bytes(static_cast<double>(limit)) + "; reduce batch, seq_len or num_layers" +
-               (c.dtype == ComputeType::float64 ? ", use float32," : "") + " or raise max_memory");
+  p.memory = stack_memory(c, s, p.weights != nullptr, p.threads);
   if (c.query) check_float_array(files.npy_dtype(*c.query), *shapes.query, *c.query);
   if (c.memory) {
     const std::vector<std::size_t>& m = files.npy_shape(*c.memory);
