@@ -34,6 +34,107 @@ std::string expected_str(const Shape& query, const std::vector<bool>& is_attenti
   return s + features + ")";
 }
 
+// Keras attends over every axis but the first and last of an N-D query;
+// here that takes saying so, rather than a guess about a stray file.
+void refuse_nd_query_without_axes(const FileShapes& files) {
+  if (!files.query || files.query->size() <= 3) return;
+  std::string all;
+  for (std::size_t i = 1; i + 1 < files.query->size(); ++i)
+    all += (i > 1 ? ", " : "") + std::to_string(i);
+  fail_input(files.query_name +
+             ": expected a query of shape (B, T, d_model) or (T, d_model), got " +
+             shape_str(*files.query) + "; to attend over axes of an N-D query give " +
+             "attention_axes ([" + all + "] for all of them, Keras' default)");
+}
+
+// The given axes as indices into the query's `rank` axes, each an attention
+// axis once: neither the batch axis nor the features.
+std::vector<std::size_t> attention_axis_indices(const std::vector<std::int64_t>& given,
+                                                std::size_t rank, bool query_file,
+                                                const std::string& key,
+                                                const std::string& query_where) {
+  const auto r = static_cast<std::int64_t>(rank);
+  std::vector<std::size_t> axes;
+  for (auto a : given) {
+    // Keras normalizes axis + rank of the query (its projection keeps the
+    // query's leading axes in place).
+    const std::int64_t n = a < 0 ? a + r : a;
+    const std::string range = "expected axes 1 to " + std::to_string(r - 2) + " (or -" +
+                              std::to_string(r - 1) + " to -2) of the " + query_where;
+    if (n == 0) fail_input(key + ": axis " + std::to_string(a) + " is the batch axis; " + range);
+    if (n == r - 1)
+      fail_input(key + ": axis " + std::to_string(a) + " is the feature axis; " + range);
+    if (n < 0 || n >= r)
+      fail_input(key + ": axis " + std::to_string(a) + " is out of range; " + range +
+                 (query_file ? "" : " (query/key/value .npy files of rank > 3 allow more axes)"));
+    if (std::find(axes.begin(), axes.end(), static_cast<std::size_t>(n)) != axes.end())
+      fail_input(key + ": axis " + std::to_string(n) + " is given twice; " + range);
+    axes.push_back(static_cast<std::size_t>(n));
+  }
+  return axes;
+}
+
+// Masks and biases are laid out over (B, T, S); positions are defined along
+// one axis only.
+void refuse_positional_options(const Config& c, std::size_t rank, std::size_t n_axes,
+                               const std::string& key, const std::string& query_where) {
+  const std::string nd = " is not supported with attention_axes on inputs of rank " +
+                         std::to_string(rank) + " (" + query_where + ")";
+  if (c.mask) fail_input("mask" + nd + "; its (B, T, S) layout has no meaning there");
+  if (c.key_padding_mask)
+    fail_input("key_padding_mask" + nd + "; its (B, S) layout has no meaning there");
+  if (c.key_lengths || c.key_lengths_file)
+    fail_input("key_lengths" + nd + "; its B lengths have no meaning there");
+  if (c.bias) fail_input("bias" + nd + "; its (B, h, T, S) layout has no meaning there");
+  if (n_axes > 1) {
+    const std::string one = " needs a single attention axis to measure positions along; " + key +
+                            " attends over " + std::to_string(n_axes) + " axes at once";
+    if (c.causal != Causal::none) fail_input("causal" + one);
+    if (c.window) fail_input("window" + one);
+    if (c.alibi) fail_input("alibi" + one);
+  }
+}
+
+// Key and value files: the query's rank, its sizes on the batch axes, and
+// the key's shape for the value but for the features.
+void check_key_value_shapes(const FileShapes& files, const std::vector<bool>& is_attention,
+                            const std::string& key, const std::string& query_where) {
+  const Shape& q = *files.query;
+  const std::size_t rank = q.size();
+  auto check_nonempty = [](const Shape& s, const std::string& path, const char* role) {
+    for (auto n : s)
+      if (n == 0) fail_input(path + ": " + role + " has an empty dimension, shape " + shape_str(s));
+  };
+  check_nonempty(q, files.query_name, "query");
+  auto check_kv = [&](const Shape& s, const std::string& path, const char* role,
+                      const char* features) {
+    if (s.size() != rank)
+      fail_input(path + ": " + role + " of shape " + shape_str(s) + " has rank " +
+                 std::to_string(s.size()) + ", but the " + query_where + " has rank " +
+                 std::to_string(rank) + "; with " + key + " expected " +
+                 expected_str(q, is_attention, features));
+    check_nonempty(s, path, role);
+    for (std::size_t i = 0; i + 1 < rank; ++i)
+      if (!is_attention[i] && s[i] != q[i])
+        fail_input(path + ": " + role + " of shape " + shape_str(s) + " disagrees with the " +
+                   query_where + " on axis " + std::to_string(i) + ", a batch axis under " + key +
+                   "; expected " + expected_str(q, is_attention, features));
+  };
+  if (files.key) check_kv(*files.key, files.key_name, "key", "kdim");
+  if (files.value) check_kv(*files.value, files.value_name, "value", "vdim");
+  if (files.key && files.value)
+    for (std::size_t i = 0; i + 1 < rank; ++i)
+      if ((*files.key)[i] != (*files.value)[i]) {
+        std::string s = "(";
+        for (std::size_t k = 0; k + 1 < rank; ++k) s += std::to_string((*files.key)[k]) + ", ";
+        fail_input(files.value_name + ": value of shape " + shape_str(*files.value) +
+                   " disagrees with key '" + files.key_name + "' of shape " +
+                   shape_str(*files.key) + " on axis " + std::to_string(i) +
+                   "; the value has the key's shape but for the last axis: expected " + s +
+                   "vdim)");
+      }
+}
+
 }  // namespace
 
 void permute_rows(const void* in, const Shape& shape, const std::vector<std::size_t>& perm,
@@ -144,17 +245,7 @@ std::string AttentionAxes::label(const std::string& path) const {
 
 AttentionAxes plan_attention_axes(const Config& c, FileShapes& files) {
   if (!c.attention_axes) {
-    // Keras attends over every axis but the first and last of such inputs;
-    // here that takes saying so, rather than a guess about a stray file.
-    if (files.query && files.query->size() > 3) {
-      std::string all;
-      for (std::size_t i = 1; i + 1 < files.query->size(); ++i)
-        all += (i > 1 ? ", " : "") + std::to_string(i);
-      fail_input(files.query_name +
-                 ": expected a query of shape (B, T, d_model) or (T, d_model), got " +
-                 shape_str(*files.query) + "; to attend over axes of an N-D query give " +
-                 "attention_axes ([" + all + "] for all of them, Keras' default)");
-    }
+    refuse_nd_query_without_axes(files);
     return {};
   }
   const auto& given = *c.attention_axes;
@@ -167,43 +258,10 @@ AttentionAxes plan_attention_axes(const Config& c, FileShapes& files) {
   if (rank < 3)
     fail_input(key + ": needs a query of rank 3 or more (batch first, features last); " +
                query_where);
-  const auto r = static_cast<std::int64_t>(rank);
-  std::vector<std::size_t> axes;
-  for (auto a : given) {
-    // Keras normalizes axis + rank of the query (its projection keeps the
-    // query's leading axes in place).
-    const std::int64_t n = a < 0 ? a + r : a;
-    const std::string range = "expected axes 1 to " + std::to_string(r - 2) + " (or -" +
-                              std::to_string(r - 1) + " to -2) of the " + query_where;
-    if (n == 0) fail_input(key + ": axis " + std::to_string(a) + " is the batch axis; " + range);
-    if (n == r - 1)
-      fail_input(key + ": axis " + std::to_string(a) + " is the feature axis; " + range);
-    if (n < 0 || n >= r)
-      fail_input(key + ": axis " + std::to_string(a) + " is out of range; " + range +
-                 (files.query ? "" : " (query/key/value .npy files of rank > 3 allow more axes)"));
-    if (std::find(axes.begin(), axes.end(), static_cast<std::size_t>(n)) != axes.end())
-      fail_input(key + ": axis " + std::to_string(n) + " is given twice; " + range);
-    axes.push_back(static_cast<std::size_t>(n));
-  }
+  const std::vector<std::size_t> axes =
+      attention_axis_indices(given, rank, files.query.has_value(), key, query_where);
   if (rank == 3) return {};  // attention over axis 1: the plain run
-
-  // Masks and biases are laid out over (B, T, S); positions are defined along
-  // one axis only.
-  const std::string nd = " is not supported with attention_axes on inputs of rank " +
-                         std::to_string(rank) + " (" + query_where + ")";
-  if (c.mask) fail_input("mask" + nd + "; its (B, T, S) layout has no meaning there");
-  if (c.key_padding_mask)
-    fail_input("key_padding_mask" + nd + "; its (B, S) layout has no meaning there");
-  if (c.key_lengths || c.key_lengths_file)
-    fail_input("key_lengths" + nd + "; its B lengths have no meaning there");
-  if (c.bias) fail_input("bias" + nd + "; its (B, h, T, S) layout has no meaning there");
-  if (axes.size() > 1) {
-    const std::string one = " needs a single attention axis to measure positions along; " + key +
-                            " attends over " + std::to_string(axes.size()) + " axes at once";
-    if (c.causal != Causal::none) fail_input("causal" + one);
-    if (c.window) fail_input("window" + one);
-    if (c.alibi) fail_input("alibi" + one);
-  }
+  refuse_positional_options(c, rank, axes.size(), key, query_where);
 
   std::vector<bool> is_attention(rank, false);
   for (auto a : axes) is_attention[a] = true;
@@ -213,41 +271,9 @@ AttentionAxes plan_attention_axes(const Config& c, FileShapes& files) {
   const std::size_t n_batch = perm.size();
   perm.insert(perm.end(), axes.begin(), axes.end());
   perm.push_back(rank - 1);
+  check_key_value_shapes(files, is_attention, key, query_where);
 
   const Shape& q = *files.query;
-  auto check_nonempty = [](const Shape& s, const std::string& path, const char* role) {
-    for (auto n : s)
-      if (n == 0) fail_input(path + ": " + role + " has an empty dimension, shape " + shape_str(s));
-  };
-  check_nonempty(q, files.query_name, "query");
-  auto check_kv = [&](const Shape& s, const std::string& path, const char* role,
-                      const char* features) {
-    if (s.size() != rank)
-      fail_input(path + ": " + role + " of shape " + shape_str(s) + " has rank " +
-                 std::to_string(s.size()) + ", but the " + query_where + " has rank " +
-                 std::to_string(rank) + "; with " + key + " expected " +
-                 expected_str(q, is_attention, features));
-    check_nonempty(s, path, role);
-    for (std::size_t i = 0; i + 1 < rank; ++i)
-      if (!is_attention[i] && s[i] != q[i])
-        fail_input(path + ": " + role + " of shape " + shape_str(s) + " disagrees with the " +
-                   query_where + " on axis " + std::to_string(i) + ", a batch axis under " + key +
-                   "; expected " + expected_str(q, is_attention, features));
-  };
-  if (files.key) check_kv(*files.key, files.key_name, "key", "kdim");
-  if (files.value) check_kv(*files.value, files.value_name, "value", "vdim");
-  if (files.key && files.value)
-    for (std::size_t i = 0; i + 1 < rank; ++i)
-      if ((*files.key)[i] != (*files.value)[i]) {
-        std::string s = "(";
-        for (std::size_t k = 0; k + 1 < rank; ++k) s += std::to_string((*files.key)[k]) + ", ";
-        fail_input(files.value_name + ": value of shape " + shape_str(*files.value) +
-                   " disagrees with key '" + files.key_name + "' of shape " +
-                   shape_str(*files.key) + " on axis " + std::to_string(i) +
-                   "; the value has the key's shape but for the last axis: expected " + s +
-                   "vdim)");
-      }
-
   const Shape kv = files.key ? *files.key : files.value ? *files.value : q;
   AttentionAxes plan(axes, perm, q, kv);
   const Shape batch_axes(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(n_batch));
