@@ -394,84 +394,139 @@ struct Origin {
   const std::string* bytes = nullptr;  // the member's whole .npy; null: the file `name`
 };
 
+// Whether an array is taken for attention: forced (by --attention or by its
+// name), a candidate that its rows may show to be attention, or neither.
+struct AttentionChoice {
+  bool forced = false, candidate = false;
+  std::string detected_by;  // when forced: "forced" or "name"
+};
+
+AttentionChoice choose_attention(const Origin& origin, const InspectOptions& options,
+                                 const NpyHeaderInfo& h, const std::string& what,
+                                 const Warn& warn) {
+  using A = InspectOptions::Attention;
+  const std::string& name = origin.name;
+  const bool fits = h.shape.size() >= 2 && is_float(h.dtype);
+  AttentionChoice choice;
+  if (options.attention == A::on) {
+    if (!fits)
+      fail_input(name + ": cannot inspect the " + what +
+                 " as attention (expected a float array of rank >= 2, (..., T, S))");
+    choice.forced = true;
+    choice.detected_by = "forced";
+  } else if (options.attention == A::detect && origin.named_attention) {
+    if (fits) {
+      choice.forced = true;
+      choice.detected_by = "name";
+    } else if (warn) {
+      warn(name + ": named like attention weights, but the " + what +
+           " is not attention (expected a float array of rank >= 2, (..., T, S))");
+    }
+  } else if (options.attention == A::detect) {
+    choice.candidate = fits;
+  }
+  return choice;
+}
+
+// The attention statistics to gather, with the heads axis and layout; none
+// when the array cannot be attention as the options describe it (a forced
+// array then fails, a candidate stops being one).
+std::optional<AttentionInfo> attention_layout(const Origin& origin, const InspectOptions& options,
+                                              const NpyHeaderInfo& h, const std::string& what,
+                                              AttentionChoice& choice) {
+  if (!choice.forced && !choice.candidate) return std::nullopt;
+  const std::string& name = origin.name;
+  const std::size_t rank = h.shape.size();
+  const bool forced = choice.forced;
+  bool& candidate = choice.candidate;
+  std::optional<std::size_t> axis;
+  if (options.heads_axis) {
+    const long given = *options.heads_axis;
+    const long a = given < 0 ? given + static_cast<long>(rank) : given;
+    if (a >= 0 && a + 2 < static_cast<long>(rank)) {
+      axis = static_cast<std::size_t>(a);
+    } else if (forced) {
+      fail_input(name + ": heads axis " + std::to_string(given) + " is not a leading axis of the " +
+                 what +
+                 (rank == 2 ? " (a (T, S) map has none)"
+                            : " (expected 0.." + std::to_string(rank - 3) + ", or -" +
+                                  std::to_string(rank) + "..-3 from the end)"));
+    } else {
+      candidate = false;  // not attention as the options describe it
+    }
+  } else if (origin.layer_maps) {
+    if (rank == 5) axis = 2;  // (layers, B, h, T, S); rank 4 is averaged over heads
+  } else if (rank == 4) {
+    axis = 1;
+  }
+  if (h.shape.back() > kMaxRowKeys) {
+    if (forced)
+      fail_input(name + ": rows of " + std::to_string(h.shape.back()) +
+                 " keys are too long to inspect as attention (at most " +
+                 std::to_string(kMaxRowKeys) + ")");
+    candidate = false;
+  }
+  if (axis && h.shape[*axis] > kMaxHeads) {
+    if (forced)
+      fail_input(name + ": " + std::to_string(h.shape[*axis]) + " heads on axis " +
+                 std::to_string(*axis) + " of the " + what +
+                 " are too many to inspect as attention (at most " + std::to_string(kMaxHeads) +
+                 "; see --head_axis)");
+    candidate = false;
+  }
+  if (h.size() == 0) candidate = false;  // no row to detect it from
+  if (!forced && !candidate) return std::nullopt;
+  AttentionInfo info;
+  info.detected_by = forced ? choice.detected_by : "rows";
+  info.heads_axis = axis;
+  info.layout = layout_of(rank, axis);
+  return info;
+}
+
+// Where the scan reads the array's data from. Fortran order needs the whole
+// array to reorder (read_npy does it); every other array is streamed,
+// byte-swapped chunk by chunk when big-endian.
+class ArrayData {
+ public:
+  ArrayData(const Origin& origin, const NpyHeaderInfo& h) {
+    if (needs_reordering(h)) {
+      whole_ = origin.bytes ? parse_npy(*origin.bytes, origin.name) : read_npy(origin.name);
+      read_ = read_from_memory(whole_.data.data());  // C order, native byte order
+      return;
+    }
+    swap_ = itemsize(h.dtype) > 1 && h.big_endian != host_is_big_endian();
+    if (origin.bytes) {
+      read_ = read_from_memory(reinterpret_cast<const unsigned char*>(origin.bytes->data()) +
+                               h.header_bytes);
+    } else {
+      const FileData& f = file_.emplace(origin.name, h);
+      read_ = [&f](std::uint64_t pos, std::size_t n, unsigned char* out) { f.read(pos, n, out); };
+    }
+  }
+  ArrayData(const ArrayData&) = delete;
+  ArrayData& operator=(const ArrayData&) = delete;
+
+  const ReadAt& read() const { return read_; }
+  bool swap() const { return swap_; }
+
+ private:
+  NpyArray whole_;
+  std::optional<FileData> file_;
+  ReadAt read_;
+  bool swap_ = false;
+};
+
 InspectResult inspect_array(const Origin& origin, const InspectOptions& options, const Warn& warn) {
   const std::string& name = origin.name;
   InspectResult result;
   result.file = name;
   result.header = origin.bytes ? parse_npy_header(*origin.bytes, name) : read_npy_header(name);
   const NpyHeaderInfo& h = result.header;
-  const std::size_t rank = h.shape.size();
   const std::string what =
       std::string(dtype_name(h.dtype)) + " array of shape " + shape_str(h.shape);
-
-  // Attention: forced by the option or the name, else a candidate to detect.
-  using A = InspectOptions::Attention;
-  const bool fits = rank >= 2 && is_float(h.dtype);
-  bool forced = false, candidate = false;
-  std::string detected_by;
-  if (options.attention == A::on) {
-    if (!fits)
-      fail_input(name + ": cannot inspect the " + what +
-                 " as attention (expected a float array of rank >= 2, (..., T, S))");
-    forced = true;
-    detected_by = "forced";
-  } else if (options.attention == A::detect && origin.named_attention) {
-    if (fits) {
-      forced = true;
-      detected_by = "name";
-    } else if (warn) {
-      warn(name + ": named like attention weights, but the " + what +
-           " is not attention (expected a float array of rank >= 2, (..., T, S))");
-    }
-  } else if (options.attention == A::detect) {
-    candidate = fits;
-  }
-
-  std::optional<AttentionInfo> info;
-  if (forced || candidate) {
-    std::optional<std::size_t> axis;
-    if (options.heads_axis) {
-      const long given = *options.heads_axis;
-      const long a = given < 0 ? given + static_cast<long>(rank) : given;
-      if (a >= 0 && a + 2 < static_cast<long>(rank)) {
-        axis = static_cast<std::size_t>(a);
-      } else if (forced) {
-        fail_input(name + ": heads axis " + std::to_string(given) +
-                   " is not a leading axis of the " + what +
-                   (rank == 2 ? " (a (T, S) map has none)"
-                              : " (expected 0.." + std::to_string(rank - 3) + ", or -" +
-                                    std::to_string(rank) + "..-3 from the end)"));
-      } else {
-        candidate = false;  // not attention as the options describe it
-      }
-    } else if (origin.layer_maps) {
-      if (rank == 5) axis = 2;  // (layers, B, h, T, S); rank 4 is averaged over heads
-    } else if (rank == 4) {
-      axis = 1;
-    }
-    if (h.shape.back() > kMaxRowKeys) {
-      if (forced)
-        fail_input(name + ": rows of " + std::to_string(h.shape.back()) +
-                   " keys are too long to inspect as attention (at most " +
-                   std::to_string(kMaxRowKeys) + ")");
-      candidate = false;
-    }
-    if (axis && h.shape[*axis] > kMaxHeads) {
-      if (forced)
-        fail_input(name + ": " + std::to_string(h.shape[*axis]) + " heads on axis " +
-                   std::to_string(*axis) + " of the " + what +
-                   " are too many to inspect as attention (at most " + std::to_string(kMaxHeads) +
-                   "; see --head_axis)");
-      candidate = false;
-    }
-    if (h.size() == 0) candidate = false;  // no row to detect it from
-    if (forced || candidate) {
-      info.emplace();
-      info->detected_by = forced ? detected_by : "rows";
-      info->heads_axis = axis;
-      info->layout = layout_of(rank, axis);
-    }
-  }
+  AttentionChoice choice = choose_attention(origin, options, h, what, warn);
+  std::optional<AttentionInfo> info = attention_layout(origin, options, h, what, choice);
+  const bool forced = choice.forced;
 
   ValueScan values(h.dtype);
   std::optional<AttentionScan> attention;
@@ -479,23 +534,9 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
   Scan sc(h, values);
   sc.attention = attention ? &*attention : nullptr;
   sc.chunk_bytes = std::max<std::size_t>(options.chunk_bytes, 1);
-  // Fortran order needs the whole array to reorder (read_npy does it); every
-  // other file is streamed, byte-swapped chunk by chunk when big-endian.
-  NpyArray whole;
-  std::optional<FileData> file;
-  if (needs_reordering(h)) {
-    whole = origin.bytes ? parse_npy(*origin.bytes, name) : read_npy(name);
-    sc.read = read_from_memory(whole.data.data());  // C order, native byte order
-  } else {
-    sc.swap = itemsize(h.dtype) > 1 && h.big_endian != host_is_big_endian();
-    if (origin.bytes) {
-      sc.read = read_from_memory(reinterpret_cast<const unsigned char*>(origin.bytes->data()) +
-                                 h.header_bytes);
-    } else {
-      const FileData& f = file.emplace(name, h);
-      sc.read = [&f](std::uint64_t pos, std::size_t n, unsigned char* out) { f.read(pos, n, out); };
-    }
-  }
+  const ArrayData data(origin, h);
+  sc.read = data.read();
+  sc.swap = data.swap();
   scan_any(sc);
   result.stats = values.finish();
 
