@@ -170,28 +170,8 @@ std::string csv_cell(const ordered_json& v) {
   return q + "\"";
 }
 
-}  // namespace
-
-Sweep parse_sweep(const std::string& text, const std::string& path,
-                  const std::optional<std::string>& out_dir_override) {
-  // The project's config parser checks syntax, duplicates and nesting; the
-  // ordered parse of the same text keeps the grid's keys in file order.
-  const json checked = parse_config_text(text, path);
-  if (!checked.is_object())
-    fail_input(path + ": expected a JSON object with \"base\" and \"grid\", got " +
-               std::string(checked.type_name()));
-  const ordered_json file = ordered_json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  for (const auto& [key, value] : file.items()) {
-    if (std::find(kTopKeys.begin(), kTopKeys.end(), key) != kTopKeys.end()) continue;
-    std::string hint = is_config_key(key) ? " (run config keys go inside \"base\")" : "";
-    fail_input(path + ": unknown key '" + key +
-               "'; expected base, grid, zip, name, out_dir, description" + hint);
-  }
-  json base = checked.value("base", json::object());
-  if (!base.is_object()) fail_input(path + ": \"base\" must be an object of run config keys");
-  Config probe;  // checks the base keys and values once, up front
-  probe.apply(base, path + ": base");
-
+// The product's axes in file order: each grid key, then each zip group.
+std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path) {
   std::vector<Axis> axes;
   std::set<std::string> seen;
   if (file.contains("grid")) {
@@ -214,26 +194,28 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
       axes.push_back(zip_group(zip, path + ": zip", seen));
     }
   }
-  std::string tmpl;
-  if (file.contains("name")) {
-    if (!file["name"].is_string() || file["name"].get<std::string>().empty())
-      fail_input(path + ": \"name\" must be a non-empty string such as \"h{h}_T{seq_len}\"");
-    tmpl = file["name"].get<std::string>();
-  }
+  return axes;
+}
 
-  Sweep sweep;
-  sweep.path = path;
-  if (out_dir_override) {
-    sweep.out_dir = *out_dir_override;
-  } else if (file.contains("out_dir")) {
+// --out_dir, else the file's "out_dir", else base's, else out/sweeps/STEM.
+std::string sweep_out_dir(const ordered_json& file, const json& base, const std::string& path,
+                          const std::optional<std::string>& out_dir_override) {
+  if (out_dir_override) return *out_dir_override;
+  if (file.contains("out_dir")) {
     if (!file["out_dir"].is_string() || file["out_dir"].get<std::string>().empty())
       fail_input(path + ": \"out_dir\" must be a non-empty string");
-    sweep.out_dir = file["out_dir"].get<std::string>();
-  } else if (base.contains("out_dir") && base["out_dir"].is_string()) {
-    sweep.out_dir = base["out_dir"].get<std::string>();
-  } else {
-    sweep.out_dir = (fs::path("out") / "sweeps" / fs::path(path).stem()).string();
+    return file["out_dir"].get<std::string>();
   }
+  if (base.contains("out_dir") && base["out_dir"].is_string())
+    return base["out_dir"].get<std::string>();
+  return (fs::path("out") / "sweeps" / fs::path(path).stem()).string();
+}
+
+// Every run of the product, the last axis varying fastest, each named by the
+// template `tmpl` (or by its swept values) and given a directory of that name.
+void add_runs(Sweep& sweep, const std::vector<Axis>& axes, const json& base,
+              const std::string& tmpl) {
+  const std::string& path = sweep.path;
   std::size_t total = 1;
   for (const auto& axis : axes) {
     for (const auto& key : axis.keys) sweep.swept_keys.push_back(key);
@@ -243,7 +225,6 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
                  " runs; split it into several sweeps");
     total *= axis.size();
   }
-
   std::map<std::string, std::size_t> names;
   sweep.runs.reserve(total);
   for (std::size_t i = 0; i < total; ++i) {
@@ -251,7 +232,7 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
     run.index = i;
     run.values = json::object();
     std::size_t rest = i;
-    for (std::size_t a = axes.size(); a-- > 0;) {  // last axis varies fastest
+    for (std::size_t a = axes.size(); a-- > 0;) {
       const std::size_t step = rest % axes[a].size();
       rest /= axes[a].size();
       for (std::size_t k = 0; k < axes[a].keys.size(); ++k)
@@ -277,6 +258,41 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
     run.config["out_dir"] = run.dir;
     sweep.runs.push_back(std::move(run));
   }
+}
+
+}  // namespace
+
+Sweep parse_sweep(const std::string& text, const std::string& path,
+                  const std::optional<std::string>& out_dir_override) {
+  // The project's config parser checks syntax, duplicates and nesting; the
+  // ordered parse of the same text keeps the grid's keys in file order.
+  const json checked = parse_config_text(text, path);
+  if (!checked.is_object())
+    fail_input(path + ": expected a JSON object with \"base\" and \"grid\", got " +
+               std::string(checked.type_name()));
+  const ordered_json file = ordered_json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  for (const auto& [key, value] : file.items()) {
+    if (std::find(kTopKeys.begin(), kTopKeys.end(), key) != kTopKeys.end()) continue;
+    std::string hint = is_config_key(key) ? " (run config keys go inside \"base\")" : "";
+    fail_input(path + ": unknown key '" + key +
+               "'; expected base, grid, zip, name, out_dir, description" + hint);
+  }
+  json base = checked.value("base", json::object());
+  if (!base.is_object()) fail_input(path + ": \"base\" must be an object of run config keys");
+  Config probe;  // checks the base keys and values once, up front
+  probe.apply(base, path + ": base");
+
+  const std::vector<Axis> axes = sweep_axes(file, path);
+  std::string tmpl;
+  if (file.contains("name")) {
+    if (!file["name"].is_string() || file["name"].get<std::string>().empty())
+      fail_input(path + ": \"name\" must be a non-empty string such as \"h{h}_T{seq_len}\"");
+    tmpl = file["name"].get<std::string>();
+  }
+  Sweep sweep;
+  sweep.path = path;
+  sweep.out_dir = sweep_out_dir(file, base, path, out_dir_override);
+  add_runs(sweep, axes, base, tmpl);
   return sweep;
 }
 
