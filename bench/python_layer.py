@@ -16,8 +16,8 @@ Each case, same process, same thread count (torch.set_num_threads and the config
 plus the encoder layer (BERT-base, (1, 512, 768)) through mha.Layer.from_torch against
 nn.TransformerEncoderLayer, a (1, 16, 64) h = 4 call, and mha.attention with a torch
 state_dict (a one-shot Layer: plan, weights, call) against a Layer call on the tutorial shape.
-Times are medians of `repeat` calls after 3 warm-up calls, interleaved (mha, torch, mha, ...)
-so that a slow spell of the shared machine hits both.
+Times are medians over 3 rounds of `repeat` calls after 3 warm-up calls, the rounds alternating
+(mha, torch, mha, torch, ...) so that a slow spell of the shared machine hits both.
 """
 
 import argparse
@@ -43,17 +43,20 @@ SHAPES = {
 }
 
 
-def interleaved(fns, repeat, warmup=3):
-    """Median ms of each function, called in turn `repeat` times after `warmup` rounds."""
-    for _ in range(warmup):
-        for f in fns:
-            f()
+def interleaved(fns, repeat, warmup=3, rounds=3):
+    """Median ms of each function: `rounds` rounds, each calling every function `warmup` times
+    untimed, then `repeat` times timed, one function after the other. Blocks rather than
+    alternate calls: PyTorch's OpenMP threads spin for a while after each of its calls, which
+    would slow the next call of whatever runs after it."""
     times = [[] for _ in fns]
-    for _ in range(repeat):
+    for _ in range(rounds):
         for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append((time.perf_counter() - t0) * 1e3)
+            for _ in range(warmup):
+                f()
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                f()
+                times[i].append((time.perf_counter() - t0) * 1e3)
     return [statistics.median(t) for t in times]
 
 
