@@ -30,6 +30,7 @@
 #include "mha/model/weight_formats.hpp"
 #include "mha/run/bench.hpp"
 #include "mha/run/run.hpp"
+#include "mha/run/run_json.hpp"
 #include "one_shot.hpp"
 #include "option_names.hpp"
 #include "plot_command.hpp"
@@ -415,33 +416,25 @@ int do_run(const RunArgs& args) {
       },
       &progress);
   line.stop();
-  const auto& r = result.report;
+  const RunReport& r = result.report;
   for (const auto& path : result.files) spdlog::info("wrote {}", path);
-  if (r["outputs"].contains("attention.png")) {
-    const auto& png = r["outputs"]["attention.png"];
-    const auto f = png["downsample"].get<std::size_t>();
-    if (f > 1)
-      spdlog::info("attention.png: batch 0 downsampled {}x{} to {}x{} cells by block {}",
-                   r["config"]["seq_len"].get<std::size_t>(),
-                   r["config"]["kv_seq_len"].get<std::size_t>(), png["cells"][0].get<std::size_t>(),
-                   png["cells"][1].get<std::size_t>(), png["reduce"].get<std::string>());
+  const auto png = r.outputs.find("attention.png");
+  if (png != r.outputs.end() && png->second.plot) {
+    const PlotFile& p = *png->second.plot;
+    if (p.downsample > 1)
+      spdlog::info("attention.png: batch 0 downsampled {}x{} to {}x{} cells by block {}", r.dims.T,
+                   r.dims.S, p.cells[0], p.cells[1], p.reduce);
   }
-  if (r["config"]["layer"] != "attention")
+  if (r.stack)
     spdlog::info(
         "{}-layer {}, B={} T={} h={} d_model={} d_ff={}: {:.3f} ms compute, {:.2f} GFLOP/s",
-        r["config"]["num_layers"].get<std::size_t>(), r["config"]["layer"].get<std::string>(),
-        r["config"]["batch"].get<std::size_t>(), r["config"]["seq_len"].get<std::size_t>(),
-        r["config"]["h"].get<std::size_t>(), r["config"]["d_model"].get<std::size_t>(),
-        r["config"]["d_ff"].get<std::size_t>(), r["timings_ms"]["compute"].get<double>(),
-        r["gflops_per_s"].get<double>());
+        r.stack->num_layers, to_string(r.stack->kind), r.dims.B, r.dims.T, r.dims.h, r.dims.d_model,
+        r.stack->d_ff, r.timings.compute_ms, r.gflops_per_s);
   else
     spdlog::info(
         "{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
-        r["attention"].get<std::string>(), r["config"]["batch"].get<std::size_t>(),
-        r["config"]["seq_len"].get<std::size_t>(), r["config"]["kv_seq_len"].get<std::size_t>(),
-        r["config"]["h"].get<std::size_t>(), r["config"]["d_k"].get<std::size_t>(),
-        r["config"]["d_v"].get<std::size_t>(), r["timings_ms"]["compute"].get<double>(),
-        r["gflops_per_s"].get<double>());
+        r.dims.key_is_query ? "self" : "cross", r.dims.B, r.dims.T, r.dims.S, r.dims.h, r.dims.d_k,
+        r.dims.d_v, r.timings.compute_ms, r.gflops_per_s);
   if (args.html) {
     // The same page `mha view OUT_DIR` writes, from the files just committed.
     ViewArgs view;
@@ -453,7 +446,7 @@ int do_run(const RunArgs& args) {
                   std::string("the run's outputs are written, view.html is not: ") + e.what());
     }
   }
-  if (args.print_json) std::cout << r.dump(2) << std::endl;
+  if (args.print_json) std::cout << to_json(r).dump(2) << std::endl;
   return 0;
 }
 

@@ -36,6 +36,7 @@
 #include "mha/model/weights.hpp"
 #include "mha/run/layer.hpp"
 #include "mha/run/run.hpp"
+#include "mha/run/run_json.hpp"
 
 namespace py = pybind11;
 using nlohmann::json;
@@ -601,7 +602,7 @@ py::object run(const py::dict& config) {
   std::vector<std::string> warnings;
   mha::RunResult r = run_released(c, warnings);
   warn_all(warnings);
-  return json_to_py(r.report);
+  return json_to_py(mha::to_json(r.report));  // the dict of run.json
 }
 
 mha::WeightsFormat layout(const std::string& name) {

@@ -746,9 +746,10 @@ TEST_CASE("run with plot: attention.png is the plot of batch 0 of attention.npy"
     c.plot = true;
     c.out_dir = dir / (average ? "mean" : "heads");
     const mha::RunResult r = mha::run(c);
-    const auto& png = r.report["outputs"]["attention.png"];
-    CHECK(png["panels"] == (average ? 1 : 3));
-    CHECK(png["downsample"] == 1);
+    REQUIRE(r.report.outputs.at("attention.png").plot);
+    const mha::PlotFile& png = *r.report.outputs.at("attention.png").plot;
+    CHECK(png.panels == (average ? 1u : 3u));
+    CHECK(png.downsample == 1);
 
     // The same plot, made from the file.
     const mha::NpyArray a =
@@ -767,7 +768,7 @@ TEST_CASE("run with plot: attention.png is the plot of batch 0 of attention.npy"
     const Decoded d = decode_png(mha::test::read_file(c.out_dir + "/attention.png"));
     REQUIRE(d.width == expected.image.width());
     REQUIRE(d.height == expected.image.height());
-    CHECK(png["width"] == d.width);
+    CHECK(png.width == d.width);
     std::size_t differ = 0;
     for (int y = 0; y < d.height; ++y)
       for (int x = 0; x < d.width; ++x) differ += d.at(x, y) != expected.image.at(x, y);
@@ -790,7 +791,7 @@ TEST_CASE("run with plot alone writes no attention.npy", "[plot][golden]") {
     const mha::RunResult r = mha::run(c);
     CHECK(std::filesystem::exists(c.out_dir + "/attention.png"));
     CHECK_FALSE(std::filesystem::exists(c.out_dir + "/attention.npy"));
-    CHECK_FALSE(r.report["outputs"].contains("attention.npy"));
-    CHECK(r.report["config"]["plot"] == true);
+    CHECK_FALSE(r.report.outputs.count("attention.npy"));
+    CHECK(r.report.config.plot);
   }
 }

@@ -437,7 +437,7 @@ TEST_CASE("output_dtype float16 end to end", "[precision][run]") {
     half.output_dtype = mha::OutputType::float16;
     half.save_inputs = true;
     mha::run(wide);
-    const nlohmann::json report = mha::run(half).report;
+    const mha::RunReport report = mha::run(half).report;
 
     // Each value is the float16 nearest the wide run's (one rounding, also
     // from float64), as NumPy's astype(np.float16) gives.
@@ -453,13 +453,14 @@ TEST_CASE("output_dtype float16 end to end", "[precision][run]") {
       }
       REQUIRE(h.size() == x.size());
       for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(h[i] == f16(x[i]));
-      CHECK(report["outputs"][name]["dtype"] == "float16");
+      CHECK(report.outputs.at(name).dtype == "float16");
     }
-    CHECK(report["config"]["output_dtype"] == "float16");
-    CHECK(report["outputs"]["query.npy"]["dtype"] == "float16");
+    CHECK(report.config.output_dtype == mha::OutputType::float16);
+    CHECK(report.outputs.at("query.npy").dtype == "float16");
     load<std::uint16_t>(half.out_dir + "/query.npy", mha::DType::f2);
     // output_stats describe the file as written.
-    CHECK(report["output_stats"]["crc32"] ==
+    REQUIRE(report.output_stats);
+    CHECK(report.output_stats->crc32 ==
           crc32_hex(mha::test::read_file(half.out_dir + "/output.npy")));
   }
 }
@@ -474,20 +475,21 @@ TEST_CASE("output_dtype float64 from float32, and bfloat16 compute, through mha:
   bf16.out_dir = tmp / "bf16";
   bf16.dtype = mha::ComputeType::bfloat16;
   mha::run(f32);
-  const nlohmann::json wide_report = mha::run(wide).report;
-  const nlohmann::json bf16_report = mha::run(bf16).report;
+  const mha::RunReport wide_report = mha::run(wide).report;
+  const mha::RunReport bf16_report = mha::run(bf16).report;
 
   const auto f = load<float>(f32.out_dir + "/output.npy", mha::DType::f4);
   const auto w = load<double>(wide.out_dir + "/output.npy", mha::DType::f8);
   REQUIRE(w == std::vector<double>(f.begin(), f.end()));
-  CHECK(wide_report["outputs"]["attention.npy"]["dtype"] == "float64");
-  CHECK(wide_report["output_stats"]["crc32"] ==
+  CHECK(wide_report.outputs.at("attention.npy").dtype == "float64");
+  REQUIRE(wide_report.output_stats);
+  CHECK(wide_report.output_stats->crc32 ==
         crc32_hex(mha::test::read_file(wide.out_dir + "/output.npy")));
 
   // bfloat16 computes in float32 and writes float32 unless output_dtype says.
-  CHECK(bf16_report["config"]["dtype"] == "bfloat16");
-  CHECK(bf16_report["outputs"]["output.npy"]["dtype"] == "float32");
-  CHECK(bf16_report["bf16_gemm"] == mha::bf16_gemm_backend());
+  CHECK(bf16_report.config.dtype == mha::ComputeType::bfloat16);
+  CHECK(bf16_report.outputs.at("output.npy").dtype == "float32");
+  CHECK(bf16_report.bf16_gemm == std::string(mha::bf16_gemm_backend()));
   const auto b = load<float>(bf16.out_dir + "/output.npy", mha::DType::f4);
   const Errors e = errors(b, f);
   CHECK(e.rms_rel > 1e-4);

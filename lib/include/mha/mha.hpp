@@ -10,6 +10,7 @@
 //   config.save_attention = true;
 //   mha::RunResult r = mha::run(config);  // out/output.npy (64, 5, 512),
 //                                         // out/attention.npy (64, 8, 5, 5), out/run.json
+//   double ms = r.report.timings.compute_ms;  // run.json as a struct (run/report.hpp)
 //
 // Or just the kernel, on tensors you already hold:
 //

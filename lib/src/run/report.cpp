@@ -23,65 +23,89 @@ unsigned long crc32_update(unsigned long crc, const void* bytes, std::size_t n) 
   return crc;
 }
 
-nlohmann::json finite_or_null(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+std::optional<double> finite(double x) {
+  return std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
 }
 
 }  // namespace
 
-nlohmann::json RunReport::to_json() const {
-  nlohmann::json config_json = config.to_json();
-  // The resolved sizes replace whatever the config left to inference.
-  config_json["h"] = dims.h;
-  config_json["d_model"] = dims.d_model;
-  config_json["d_k"] = dims.d_k;
-  config_json["d_v"] = dims.d_v;
-  config_json["kv_heads"] = dims.kv();
-  config_json["kdim"] = dims.kdim;
-  config_json["vdim"] = dims.vdim;
-  config_json["d_out"] = dims.d_out;
-  config_json["batch"] = dims.B;
-  config_json["seq_len"] = dims.T;
-  config_json["kv_seq_len"] = dims.S;
-  config_json["scale"] = scale;
-  config_json["use_bias"] = use_bias;
-  config_json["threads"] = threads;
-  std::uint64_t flops = dims.flops();
-  if (stack) {  // every layer's attentions and feed-forward GEMMs
-    const std::uint64_t rows = dims.B * dims.T;
-    const std::uint64_t per_layer = dims.flops() +
-                                    (stack->kind == LayerKind::decoder ? stack->cross.flops() : 0) +
-                                    2 * 2 * rows * dims.d_model * stack->d_ff;
-    flops = per_layer * stack->num_layers;
-    config_json["num_layers"] = stack->num_layers;
-    config_json["d_ff"] = stack->d_ff;
-    config_json["final_norm"] = stack->final_norm;
-    if (stack->kind == LayerKind::decoder) config_json["kv_seq_len"] = stack->cross.S;
-  }
-  const double gflops = compute_ms > 0 ? static_cast<double>(flops) / (compute_ms * 1e6) : 0.0;
-  nlohmann::json report = {
-      {"schema_version", kRunSchemaVersion},
-      {"tool", {{"name", "mha"}, {"version", MHA_VERSION}}},
-      {"status", "complete"},
-      {"config", config_json},
-      {"attention", dims.key_is_query ? "self" : "cross"},
-      {"sources", sources},
-      {"outputs", outputs},
-      {"flops", flops},
-      {"timings_ms", {{"load", load_ms}, {"compute", compute_ms}, {"write", write_ms}}},
-      {"gflops_per_s", gflops},
-      {"peak_rss_bytes", peak_rss_bytes},
+Source Source::from_file(const std::string& path, const std::string& layout) {
+  Source s;
+  s.file = path;
+  s.layout = layout;
+  return s;
+}
+
+Source Source::drawn(const std::string& distribution, std::uint64_t seed) {
+  Source s;
+  s.kind = Kind::random;
+  s.random = distribution;
+  s.seed = seed;
+  return s;
+}
+
+Source Source::zeros() {
+  Source s;
+  s.kind = Kind::zeros;
+  return s;
+}
+
+Source Source::alias(const std::string& tensor) {
+  Source s;
+  s.kind = Kind::same_as;
+  s.same_as = tensor;
+  return s;
+}
+
+AttentionSummary summarize(const AttentionStats& stats, bool averaged_over_heads) {
+  AttentionSummary s;
+  for (std::size_t i = 0; i < stats.heads(); ++i) s.heads.push_back(stats.head(i));
+  s.mean = stats.mean();
+  s.averaged_over_heads = averaged_over_heads;
+  return s;
+}
+
+Config RunReport::resolved_config() const {
+  Config c = config;
+  auto size = [](std::size_t n) {
+    return std::optional<std::int64_t>(static_cast<std::int64_t>(n));
   };
-  if (!attention_stats.is_null()) report["attention_stats"] = attention_stats;
-  if (!output_stats.is_null()) report["output_stats"] = output_stats;
-  if (!layer_stats.is_null()) report["layer_stats"] = layer_stats;
-  return report;
+  c.h = size(dims.h);
+  c.d_model = size(dims.d_model);
+  c.d_k = size(dims.d_k);
+  c.d_v = size(dims.d_v);
+  c.kv_heads = size(dims.kv());
+  c.kdim = size(dims.kdim);
+  c.vdim = size(dims.vdim);
+  c.d_out = size(dims.d_out);
+  c.batch = size(dims.B);
+  c.seq_len = size(dims.T);
+  c.kv_seq_len = size(dims.S);
+  c.scale = scale;
+  c.use_bias = use_bias;
+  c.threads = threads;
+  if (stack) {
+    c.num_layers = size(stack->num_layers);
+    c.d_ff = size(stack->d_ff);
+    c.final_norm = stack->final_norm;
+    if (stack->kind == LayerKind::decoder) c.kv_seq_len = size(stack->cross.S);  // the memory's
+  }
+  return c;
+}
+
+std::uint64_t run_flops(const Dims& dims, const std::optional<StackShape>& stack) {
+  if (!stack) return dims.flops();
+  const std::uint64_t rows = dims.B * dims.T;
+  const std::uint64_t per_layer = dims.flops() +
+                                  (stack->kind == LayerKind::decoder ? stack->cross.flops() : 0) +
+                                  2 * 2 * rows * dims.d_model * stack->d_ff;
+  return per_layer * stack->num_layers;
 }
 
 // data: C-order tensor of `shape`. Two passes in double, mean then the
 // squared deviations from it, as NumPy's std does.
 template <class T>
-nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
+NpyStats npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   std::size_t n = 1;
   for (std::size_t d : shape) n *= d;
   const std::string header = npy_header(npy_dtype<T>(), shape);
@@ -107,16 +131,12 @@ nlohmann::json npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   }
   const double std_dev = n ? std::sqrt(squares / static_cast<double>(n)) : NAN;
   if (nan || !n) lo = hi = NAN;  // as NumPy's min and max
-  return {{"crc32", hex},
-          {"mean", finite_or_null(mean)},
-          {"std", finite_or_null(std_dev)},
-          {"min", finite_or_null(lo)},
-          {"max", finite_or_null(hi)}};
+  return {hex, finite(mean), finite(std_dev), finite(lo), finite(hi)};
 }
 
-template nlohmann::json npy_stats<float>(const float*, const std::vector<std::size_t>&);
-template nlohmann::json npy_stats<double>(const double*, const std::vector<std::size_t>&);
-template nlohmann::json npy_stats<float16>(const float16*, const std::vector<std::size_t>&);
+template NpyStats npy_stats<float>(const float*, const std::vector<std::size_t>&);
+template NpyStats npy_stats<double>(const double*, const std::vector<std::size_t>&);
+template NpyStats npy_stats<float16>(const float16*, const std::vector<std::size_t>&);
 
 std::uint64_t peak_rss_bytes() {
   // VmHWM, which a sweep worker resets before each run (clear_refs), else

@@ -19,6 +19,7 @@
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/transformer.hpp"
+#include "mha/kernel/vexp.hpp"
 #include "mha/model/attention_axes.hpp"
 #include "mha/model/inputs.hpp"
 #include "mha/model/precision.hpp"
@@ -26,6 +27,7 @@
 #include "mha/model/weights.hpp"
 #include "mha/run/plan.hpp"
 #include "mha/run/report.hpp"
+#include "mha/run/run_json.hpp"
 #include "typed_layer.hpp"
 
 namespace mha {
@@ -52,16 +54,22 @@ xt::xarray<T> unflatten(const AttentionAxes& axes, const Flat& flat,
   return x;
 }
 
-nlohmann::json file_source(const std::string& path) {
-  return {{"file", path}};
+Source random_input(std::uint64_t seed) {
+  return Source::drawn("uniform[0,1)", seed);
 }
 
-nlohmann::json random_source(const char* distribution, std::uint64_t seed) {
-  return {{"random", distribution}, {"seed", seed}};
+OutputFile npy_output(const std::vector<std::size_t>& shape, const char* dtype) {
+  OutputFile f;
+  f.shape = shape;
+  f.dtype = dtype;
+  return f;
 }
 
-nlohmann::json output_entry(const std::vector<std::size_t>& shape, const char* dtype) {
-  return {{"shape", shape}, {"dtype", dtype}};
+OutputFile weights_output(const char* layout, const char* dtype) {
+  OutputFile f;
+  f.layout = layout;
+  f.dtype = dtype;
+  return f;
 }
 
 // Refuses to overwrite an input with an output of the same run.
@@ -102,21 +110,20 @@ Loaded<T> load_stack(const RunPlan& plan, RunReport& report,
   std::optional<NpyArray> q = read_optional(c.query);
   l.in.query =
       make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, plan.threads);
-  report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
+  report.sources["query"] = q ? Source::from_file(*c.query) : random_input(c.seed);
   if (c.query && !c.allow_nonfinite) check_finite(l.in.query, *c.query);
   if (s.kind == LayerKind::decoder) {
     std::optional<NpyArray> m = read_optional(c.memory);
     l.memory = make_input<T>(m, c.memory.value_or(""), "memory", d.B, s.cross.S, d.d_model, c.seed,
                              plan.threads);
-    report.sources["memory"] = m ? file_source(*c.memory) : random_source("uniform[0,1)", c.seed);
+    report.sources["memory"] = m ? Source::from_file(*c.memory) : random_input(c.seed);
     if (c.memory && !c.allow_nonfinite) check_finite(l.memory, *c.memory);
   }
   l.layer.emplace(plan, warn);
   report.sources["layers"] =
       plan.weights
-          ? nlohmann::json{{"file", *c.weights}, {"layout", to_string(plan.weights->format)}}
-          : nlohmann::json{{"random", "glorot_uniform kernels, zero biases, LayerNorm 1 and 0"},
-                           {"seed", c.seed}};
+          ? Source::from_file(*c.weights, to_string(plan.weights->format))
+          : Source::drawn("glorot_uniform kernels, zero biases, LayerNorm 1 and 0", c.seed);
   blas_load();
   return l;
 }
@@ -160,51 +167,49 @@ Loaded<T> load_stage(const RunPlan& plan, RunReport& report,
   Inputs<T>& in = l.in;
   if (q_view) {
     in.query_view = q_view;
-    report.sources["query"] = file_source(*c.query);
+    report.sources["query"] = Source::from_file(*c.query);
     check_view(q_view, d.T, d.d_model, *c.query);
   } else {
     in.query =
         make_input<T>(q, c.query.value_or(""), "query", d.B, d.T, d.d_model, c.seed, plan.threads);
-    report.sources["query"] = q ? file_source(*c.query) : random_source("uniform[0,1)", c.seed);
+    report.sources["query"] = q ? Source::from_file(*c.query) : random_input(c.seed);
     q.reset();
     if (c.query) finite(in.query, axes.label(*c.query));
   }
   if (!d.key_is_query && k_view) {
     in.key_view = k_view;
-    report.sources["key"] = file_source(*key_path);
+    report.sources["key"] = Source::from_file(*key_path);
     check_view(k_view, d.S, d.kdim, *key_path);
   } else if (!d.key_is_query) {
     const auto& key_file = k ? k : v;
     in.key = make_input<T>(key_file, key_path.value_or(""), "key", d.B, d.S, d.kdim, c.seed,
                            plan.threads);
-    report.sources["key"] =
-        key_file ? file_source(*key_path) : random_source("uniform[0,1)", c.seed);
+    report.sources["key"] = key_file ? Source::from_file(*key_path) : random_input(c.seed);
     if (key_file) finite(in.key, axes.label(*key_path));
   } else {
-    report.sources["key"] = {{"same_as", "query"}};
+    report.sources["key"] = Source::alias("query");
   }
   k.reset();
   if (!d.value_is_key && v_view) {
     in.value_view = v_view;
-    report.sources["value"] = file_source(*c.value);
+    report.sources["value"] = Source::from_file(*c.value);
     check_view(v_view, d.S, d.vdim, *c.value);
   } else if (!d.value_is_key) {
     in.value =
         make_input<T>(v, c.value.value_or(""), "value", d.B, d.S, d.vdim, c.seed, plan.threads);
-    report.sources["value"] = v ? file_source(*c.value) : random_source("uniform[0,1)", c.seed);
+    report.sources["value"] = v ? Source::from_file(*c.value) : random_input(c.seed);
     if (v) finite(in.value, axes.label(*c.value));
   } else {
-    report.sources["value"] = {{"same_as", d.key_is_query ? "query" : "key"}};
+    report.sources["value"] = Source::alias(d.key_is_query ? "query" : "key");
   }
   v.reset();
 
   l.layer.emplace(plan, warn);
   for (const auto& name : weight_names(plan.use_bias))
-    report.sources[name] =
-        plan.weights
-            ? nlohmann::json{{"file", *c.weights}, {"layout", to_string(plan.weights->format)}}
-        : name[0] == 'W' ? random_source("glorot_uniform", c.seed)
-                         : nlohmann::json{{"zeros", true}};
+    report.sources[name] = plan.weights
+                               ? Source::from_file(*c.weights, to_string(plan.weights->format))
+                           : name[0] == 'W' ? Source::drawn("glorot_uniform", c.seed)
+                                            : Source::zeros();
   blas_load();  // loading since blas_preload(), if the caller started it
   return l;
 }
@@ -252,7 +257,7 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
     shape.insert(shape.end(), {dims.T, dims.S});
     maps.stream = &out.stage_npy_stream(name, npy_dtype(out_type), shape);
     maps.rows = dims.T, maps.cols = dims.S;
-    report.outputs[name] = output_entry(shape, to_string(out_type));
+    report.outputs[name] = npy_output(shape, to_string(out_type));
   };
   if (c.save_attention) {
     stage_maps("self_attention.npy", d, self_maps);
@@ -285,7 +290,7 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   if (c.save_hidden_states) {
     const std::vector<std::size_t> shape = {s.num_layers, d.B, d.T, d.d_model};
     hidden = &out.stage_npy_stream("hidden_states.npy", npy_dtype(out_type), shape);
-    report.outputs["hidden_states.npy"] = output_entry(shape, to_string(out_type));
+    report.outputs["hidden_states.npy"] = npy_output(shape, to_string(out_type));
   }
   const std::size_t layer_size = d.B * d.T * d.d_model;
   if (progress) progress->begin("compute", s.num_layers);
@@ -301,19 +306,12 @@ void compute_stack(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   layer.run_stack(s, l.in.query_data(), decoder ? l.memory.data() : nullptr, layer.planned_mask(),
                   layer.cross_mask(c), options, r.output.data());
   layer.check_output(c, r.output.data(), r.output.size());
-  if (c.save_attention) {
-    nlohmann::json layers = nlohmann::json::array();
+  if (c.save_attention)
     for (std::size_t i = 0; i < s.num_layers; ++i) {
-      nlohmann::json layer = {{"self_attention", r.self_stats[i]->to_json()}};
-      if (decoder) layer["cross_attention"] = r.cross_stats[i]->to_json();
-      if (mean) {
-        layer["self_attention"]["averaged_over_heads"] = true;
-        if (decoder) layer["cross_attention"]["averaged_over_heads"] = true;
-      }
-      layers.push_back(std::move(layer));
+      LayerAttention& layer = report.layer_stats.emplace_back();
+      layer.self_attention = summarize(*r.self_stats[i], mean);
+      if (decoder) layer.cross_attention = summarize(*r.cross_stats[i], mean);
     }
-    report.layer_stats = std::move(layers);
-  }
 }
 
 // Compute: the attention layer, with attention.npy streamed into `out` and
@@ -341,7 +339,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
       const std::vector<std::size_t> shape = plan.axes.attention_shape(d, mean);
       stream = &out.stage_npy_stream("attention.npy", npy_dtype(out_type), shape);
       r.attention_stream = stream;
-      report.outputs["attention.npy"] = output_entry(shape, to_string(out_type));
+      report.outputs["attention.npy"] = npy_output(shape, to_string(out_type));
       attention_elements = 1;
       for (std::size_t n : shape) attention_elements *= n;
     }
@@ -394,10 +392,7 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   }
   if (plan.axes.active())
     r.output = unflatten<T>(plan.axes, r.output, plan.axes.query_shape(d.d_out));
-  if (r.stats) {
-    report.attention_stats = r.stats->to_json();
-    if (c.average_heads) report.attention_stats["averaged_over_heads"] = true;
-  }
+  if (r.stats) report.attention_stats = summarize(*r.stats, c.average_heads);
 }
 
 // Write: output.npy, attention.png, weights.npz and the inputs, staged in `out`.
@@ -412,14 +407,15 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
   const OutputType out_type = output_type<T>(c);
   const char* out_dtype = to_string(out_type);
   // `stats`, if given, gets npy_stats of the file as written.
-  auto stage = [&](const std::string& name, const auto& tensor, nlohmann::json* stats = nullptr) {
+  auto stage = [&](const std::string& name, const auto& tensor,
+                   std::optional<NpyStats>* stats = nullptr) {
     std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
     with_output_dtype(tensor.data(), tensor.size(), shape, out_type, out.path(name),
                       c.allow_nonfinite, [&](const auto* values) {
                         out.stage_npy(name, values, shape);
                         if (stats) *stats = npy_stats(values, shape);
                       });
-    report.outputs[name] = output_entry(shape, out_dtype);
+    report.outputs[name] = npy_output(shape, out_dtype);
   };
   stage("output.npy", r.output, &report.output_stats);
   if (r.panels) {
@@ -432,26 +428,26 @@ void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, 
         render_attention(*r.panels, titles, plot_options, "batch 0 of " + std::to_string(d.B));
     const std::string path = out.path("attention.png");
     out.stage("attention.png", [&](std::ostream& os) { write_png(os, plot.image, path); });
-    report.outputs["attention.png"] = {{"width", plot.image.width()},
-                                       {"height", plot.image.height()},
-                                       {"batch", 0},
-                                       {"panels", r.panels->panels()},
-                                       {"cells", {r.panels->rows(), r.panels->cols()}},
-                                       {"cell_px", {plot.cell_w, plot.cell_h}},
-                                       {"downsample", r.panels->factor()},
-                                       {"reduce", to_string(r.panels->reduce())},
-                                       {"color_scale", to_string(plot_options.scale)},
-                                       {"color_range", {plot.lo, plot.hi}}};
+    PlotFile& png = report.outputs["attention.png"].plot.emplace();
+    png.width = plot.image.width();
+    png.height = plot.image.height();
+    png.batch = 0;
+    png.panels = r.panels->panels();
+    png.cells = {r.panels->rows(), r.panels->cols()};
+    png.cell_px = {plot.cell_w, plot.cell_h};
+    png.downsample = r.panels->factor();
+    png.reduce = to_string(r.panels->reduce());
+    png.color_scale = to_string(plot_options.scale);
+    png.color_range = {plot.lo, plot.hi};
   }
   if (c.save_weights && plan.stack) {
     out.stage_npz("weights.npz", stack_arrays(l.layer->stack_weights()));
-    report.outputs["weights.npz"] = {{"layout", "native"}, {"dtype", dtype}};
+    report.outputs["weights.npz"] = weights_output("native", dtype);
   } else if (c.save_weights) {
     auto native = weight_arrays(l.layer->weights());
     out.stage_npz("weights.npz", from_native({native.begin(), native.end()}, c.save_weights_format,
                                              d.h, out.path("weights.npz")));
-    report.outputs["weights.npz"] = {{"layout", to_string(c.save_weights_format)},
-                                     {"dtype", dtype}};
+    report.outputs["weights.npz"] = weights_output(to_string(c.save_weights_format), dtype);
   }
   const Inputs<T>& in = l.in;
   if (c.save_inputs && axes.active()) {  // in the files' own N-D layouts
@@ -481,6 +477,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   const Config& c = plan.config;
   const Dims& d = plan.dims;
   RunReport report;
+  report.tool_version = MHA_VERSION;
   report.config = c;
   report.threads = plan.threads;
   report.dims = d;
@@ -488,7 +485,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   report.stack = plan.stack;
   if (progress) progress->begin("load");
   const Loaded<T> l = load_stage<T>(plan, report, warn);
-  report.load_ms = ms_since(t_load);
+  report.timings.load_ms = ms_since(t_load);
 
   if (c.average_heads && !c.save_attention && !c.plot && warn)
     warn("average_heads has no effect without save_attention or plot");
@@ -513,26 +510,29 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   Computed<T> r;
   if (progress) progress->begin("compute");
   compute_stage<T>(plan, l, out, report, r, progress);
-  report.compute_ms = ms_since(t_compute);
+  report.timings.compute_ms = ms_since(t_compute);
 
   auto t_write = Clock::now();
   if (progress) progress->begin("write");
   write_stage<T>(plan, l, r, out, report);
-  report.write_ms = ms_since(t_write);
+  report.timings.write_ms = ms_since(t_write);
   report.peak_rss_bytes = peak_rss_bytes();
-
-  RunResult result;
-  result.report = report.to_json();
+  report.flops = run_flops(d, plan.stack);
+  const double compute_ms = report.timings.compute_ms;
+  report.gflops_per_s =
+      compute_ms > 0 ? static_cast<double>(report.flops) / (compute_ms * 1e6) : 0.0;
   const AttentionAxes& axes = plan.axes;
   if (axes.active())  // dims are of the flattened run: B' = batch, T = seq_len, S = kv_seq_len
-    result.report["attention_axes"] = {{"axes", axes.axes()},
-                                       {"query_shape", axes.query_shape(d.d_model)},
-                                       {"key_shape", axes.key_shape(d.kdim)}};
-  if (c.dtype == ComputeType::bfloat16) result.report["bf16_gemm"] = bf16_gemm_backend();
-  result.report["blas"] = blas_load().to_json();
-  result.report["kernels"] = kernels_json();
-  out.stage_bytes("run.json", result.report.dump(2) + "\n");
+    report.attention_axes =
+        AxesReport{axes.axes(), axes.query_shape(d.d_model), axes.key_shape(d.kdim)};
+  if (c.dtype == ComputeType::bfloat16) report.bf16_gemm = bf16_gemm_backend();
+  report.blas = blas_load();
+  report.kernels = KernelReport{direct_gemm_isa(), vexp_isa()};
+
+  RunResult result;
+  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
   out.commit();  // run.json is renamed last: its presence means the run completed
+  result.report = std::move(report);
   result.files = out.committed();
   if (progress) progress->begin("done");
   return result;

@@ -7,15 +7,14 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "mha/base/progress.hpp"
 #include "mha/model/config.hpp"
+#include "mha/run/report.hpp"
 
 namespace mha {
 
 struct RunResult {
-  nlohmann::json report;           // the contents of run.json
+  RunReport report;                // what run.json says (run_json.hpp's to_json makes it)
   std::vector<std::string> files;  // paths written, run.json last
 };
 

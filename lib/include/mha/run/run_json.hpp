@@ -1,0 +1,34 @@
+// run.json: the one place a RunReport becomes JSON and JSON becomes a
+// RunReport. Everything else reads the report's fields.
+//
+//   const mha::RunReport r = mha::read_run_report("out/default/run.json");
+//   double ms = r.timings.compute_ms;                   // a field, not a key
+//   std::string text = mha::to_json(r).dump(2) + "\n";  // run.json's bytes again
+//
+// The keys are those of schemas/run.schema.json and docs/outputs.md; nlohmann::json
+// keeps object keys sorted, so the bytes depend only on the values.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/run/report.hpp"
+
+namespace mha {
+
+// run.json's contents. Optional parts (output_stats, attention_stats,
+// layer_stats, attention_axes, bf16_gemm, kernels) are left out when unset.
+nlohmann::json to_json(const RunReport& report);
+
+// The report a run.json holds, from this or an older mha of the same
+// schema_version: optional keys may be missing. Throws mha::Error
+// (invalid_input) naming `path` and the key when a required key is missing or
+// of the wrong type, or a config key is refused (Config::apply's message).
+RunReport run_report_from_json(const nlohmann::json& j, const std::string& path);
+
+// The file at `path` read and parsed as above; a file that cannot be read or
+// is not a JSON object is an error naming it.
+RunReport read_run_report(const std::string& path);
+
+}  // namespace mha

@@ -1,0 +1,431 @@
+#include "mha/run/run_json.hpp"
+
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+#include "mha/base/error.hpp"
+
+namespace mha {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---------------------------------------------------------------------------
+// Writing
+
+json optional_number(const std::optional<double>& x) {
+  return x ? json(*x) : json(nullptr);
+}
+
+const char* attention_kind(const RunReport& r) {
+  return r.dims.key_is_query ? "self" : "cross";
+}
+
+json source_json(const Source& s) {
+  switch (s.kind) {
+    case Source::Kind::random:
+      return {{"random", s.random}, {"seed", s.seed}};
+    case Source::Kind::zeros:
+      return {{"zeros", true}};
+    case Source::Kind::same_as:
+      return {{"same_as", s.same_as}};
+    case Source::Kind::file:
+      break;
+  }
+  json j = {{"file", s.file}};
+  if (!s.layout.empty()) j["layout"] = s.layout;
+  return j;
+}
+
+json output_json(const OutputFile& f) {
+  json j = json::object();
+  if (f.shape) j["shape"] = *f.shape;
+  if (f.dtype) j["dtype"] = *f.dtype;
+  if (f.layout) j["layout"] = *f.layout;
+  if (const auto& p = f.plot) {
+    j["width"] = p->width;
+    j["height"] = p->height;
+    j["batch"] = p->batch;
+    j["panels"] = p->panels;
+    j["cells"] = p->cells;
+    j["cell_px"] = p->cell_px;
+    j["downsample"] = p->downsample;
+    j["reduce"] = p->reduce;
+    j["color_scale"] = p->color_scale;
+    j["color_range"] = p->color_range;
+  }
+  return j;
+}
+
+// AttentionStats::to_json's layout, from the summary.
+json summary_json(const AttentionSummary& s) {
+  json heads = json::array();
+  for (const HeadStats& h : s.heads) heads.push_back(h.to_json());
+  json j = {{"heads", heads}, {"mean", s.mean.to_json()}};
+  if (s.averaged_over_heads) j["averaged_over_heads"] = true;
+  return j;
+}
+
+// The OpenBLAS and vector kernels of the run: the one place their JSON is
+// made for run.json.
+json blas_json(const BlasInfo& b) {
+  return {{"library", b.library},     {"core", b.core},
+          {"coretype", b.coretype},   {"coretype_source", b.coretype_source},
+          {"threading", b.threading}, {"config", b.config}};
+}
+
+json kernel_report_json(const KernelReport& k) {
+  return {{"direct_gemm", k.direct_gemm}, {"exp", k.exp}};
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+std::string excerpt(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+// One JSON object of the file being read, `where` its place in it
+// ("timings_ms", "sources.query"; "" at the top), so that every message
+// names the file and the key.
+class Reader {
+ public:
+  Reader(const json& j, const std::string& path, std::string where)
+      : j_(j), path_(path), where_(std::move(where)) {}
+
+  bool has(const char* key) const { return j_.contains(key); }
+  std::string name(const std::string& key) const {
+    return where_.empty() ? key : where_ + "." + key;
+  }
+
+  const json& at(const char* key) const {
+    const auto it = j_.find(key);
+    if (it == j_.end())
+      fail_input(path_ + ": key '" + name(key) +
+                 "' is missing; expected the run.json `mha run` writes");
+    return *it;
+  }
+  [[noreturn]] void wrong(const std::string& key, const char* expected, const json& got) const {
+    fail_input(path_ + ": key '" + key + "': expected " + expected + ", got " + excerpt(got));
+  }
+
+  Reader object(const char* key) const { return object_at(at(key), name(key)); }
+  Reader object_at(const json& v, const std::string& key) const {
+    if (!v.is_object()) wrong(key, "an object", v);
+    return Reader(v, path_, key);
+  }
+  // The elements of an array, each with its name ("layer_stats[2]").
+  template <class F>
+  void each(const char* key, F read) const {
+    const json& v = at(key);
+    if (!v.is_array()) wrong(name(key), "a list", v);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      read(v[i], name(key) + "[" + std::to_string(i) + "]");
+  }
+  // The members of an object, each with its name ("sources.W_q").
+  template <class F>
+  void members(const char* key, F read) const {
+    const Reader r = object(key);
+    for (const auto& [k, v] : r.j_.items()) read(k, r.object_at(v, r.name(k)));
+  }
+
+  std::string string(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_string()) wrong(name(key), "a string", v);
+    return v.get<std::string>();
+  }
+  bool boolean(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_boolean()) wrong(name(key), "true or false", v);
+    return v.get<bool>();
+  }
+  double number(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_number()) wrong(name(key), "a number", v);
+    return v.get<double>();
+  }
+  // null stands for a value that is not finite.
+  std::optional<double> number_or_null(const char* key) const {
+    const json& v = at(key);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number()) wrong(name(key), "a number or null", v);
+    return v.get<double>();
+  }
+  std::uint64_t count(const char* key) const { return count_at(at(key), name(key)); }
+  std::uint64_t count_at(const json& v, const std::string& key) const {
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    // As made in memory (not parsed), a size may be a signed integer.
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+      wrong(key, "a non-negative integer", v);
+    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+  }
+  std::vector<std::size_t> counts(const char* key) const {
+    std::vector<std::size_t> out;
+    each(key, [&](const json& v, const std::string& where) { out.push_back(count_at(v, where)); });
+    return out;
+  }
+  const json& value() const { return j_; }
+  const std::string& path() const { return path_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& j_;
+  const std::string& path_;
+  std::string where_;
+};
+
+Source read_source(const Reader& r) {
+  if (r.has("file"))
+    return Source::from_file(r.string("file"), r.has("layout") ? r.string("layout") : "");
+  if (r.has("random")) return Source::drawn(r.string("random"), r.count("seed"));
+  if (r.has("same_as")) return Source::alias(r.string("same_as"));
+  if (r.has("zeros") && r.boolean("zeros")) return Source::zeros();
+  r.wrong(r.where(), "\"file\", \"random\", \"same_as\" or \"zeros\": true", r.value());
+}
+
+// Two numbers of one kind, as attention.png's cells, cell_px and color_range.
+template <class T>
+std::array<T, 2> read_two(const Reader& r, const char* key) {
+  std::array<T, 2> out{};
+  const json& v = r.at(key);
+  if (!v.is_array() || v.size() != 2) r.wrong(r.name(key), "a list of two numbers", v);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string where = r.name(key) + "[" + std::to_string(i) + "]";
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!v[i].is_number()) r.wrong(where, "a number", v[i]);
+      out[i] = v[i].get<T>();
+    } else {
+      out[i] = static_cast<T>(r.count_at(v[i], where));
+    }
+  }
+  return out;
+}
+
+OutputFile read_output(const Reader& r) {
+  OutputFile f;
+  if (r.has("shape")) f.shape = r.counts("shape");
+  if (r.has("dtype")) f.dtype = r.string("dtype");
+  if (r.has("layout")) f.layout = r.string("layout");
+  if (r.has("width")) {  // attention.png
+    PlotFile& p = f.plot.emplace();
+    p.width = static_cast<int>(r.count("width"));
+    p.height = static_cast<int>(r.count("height"));
+    p.batch = r.count("batch");
+    p.panels = r.count("panels");
+    p.cells = read_two<std::size_t>(r, "cells");
+    p.cell_px = read_two<int>(r, "cell_px");
+    p.downsample = r.count("downsample");
+    p.reduce = r.string("reduce");
+    p.color_scale = r.string("color_scale");
+    p.color_range = read_two<double>(r, "color_range");
+  }
+  return f;
+}
+
+// HeadStats::to_json's fields; a mean that is null (no row counted) is NaN.
+HeadStats read_head(const Reader& r) {
+  HeadStats h;
+  auto mean = [&](const char* key) { return r.number_or_null(key).value_or(kNaN); };
+  h.entropy = mean("entropy");
+  h.entropy_fraction = mean("entropy_fraction");
+  h.max_weight = mean("max_weight");
+  h.distance = mean("distance");
+  h.diagonal = mean("diagonal");
+  h.first_key = mean("first_key");
+  // Files written before these two existed say nothing of causality.
+  h.max_above_diagonal = r.has("max_above_diagonal") ? mean("max_above_diagonal") : kNaN;
+  h.causal = r.has("causal") && r.boolean("causal");
+  h.rows = r.count("rows");
+  h.skipped_rows = r.count("skipped_rows");
+  return h;
+}
+
+AttentionSummary read_summary(const Reader& r) {
+  AttentionSummary s;
+  r.each("heads", [&](const json& v, const std::string& where) {
+    s.heads.push_back(read_head(r.object_at(v, where)));
+  });
+  s.mean = read_head(r.object("mean"));
+  s.averaged_over_heads = r.has("averaged_over_heads") && r.boolean("averaged_over_heads");
+  return s;
+}
+
+NpyStats read_npy_stats(const Reader& r) {
+  NpyStats s;
+  s.crc32 = r.string("crc32");
+  s.mean = r.number_or_null("mean");
+  s.std = r.number_or_null("std");
+  s.min = r.number_or_null("min");
+  s.max = r.number_or_null("max");
+  return s;
+}
+
+BlasInfo read_blas(const Reader& r) {
+  BlasInfo b;
+  b.library = r.string("library");
+  b.core = r.string("core");
+  b.coretype = r.has("coretype") ? r.string("coretype") : "";
+  b.coretype_source = r.string("coretype_source");
+  b.threading = r.string("threading");
+  b.config = r.has("config") ? r.string("config") : "";
+  return b;
+}
+
+// The config and what was resolved into it (RunReport::resolved_config, read
+// back): the sizes, scale, use_bias, threads and the stack's shape.
+void read_config(const Reader& top, RunReport& report) {
+  const Reader c = top.object("config");
+  report.config.apply(c.value(), top.path() + ": config");
+  Dims& d = report.dims;
+  d.h = c.count("h");
+  d.d_model = c.count("d_model");
+  d.d_k = c.count("d_k");
+  d.d_v = c.count("d_v");
+  d.kv_heads = c.count("kv_heads");
+  d.kdim = c.count("kdim");
+  d.vdim = c.count("vdim");
+  d.d_out = c.count("d_out");
+  d.B = c.count("batch");
+  d.T = c.count("seq_len");
+  d.S = c.count("kv_seq_len");
+  report.scale = c.number("scale");
+  report.use_bias = c.boolean("use_bias");
+  report.threads = report.config.threads;
+  const std::string attention = top.string("attention");
+  if (attention != "self" && attention != "cross")
+    top.wrong("attention", "\"self\" or \"cross\"", top.at("attention"));
+  d.key_is_query = attention == "self";
+  // The value is the key tensor when its source says so (a stack has no
+  // value source: its attentions are self-attention).
+  const auto value = report.sources.find("value");
+  d.value_is_key =
+      value == report.sources.end() ? d.key_is_query : value->second.kind == Source::Kind::same_as;
+  if (report.config.layer == LayerKind::attention) return;
+  StackShape& s = report.stack.emplace();
+  s.kind = report.config.layer;
+  s.num_layers = c.count("num_layers");
+  s.d_ff = c.count("d_ff");
+  s.final_norm = c.boolean("final_norm");
+  s.cross = d;
+  if (s.kind == LayerKind::decoder) {  // kv_seq_len is the memory's; as plan_stack makes them
+    s.cross.key_is_query = false;
+    s.cross.value_is_key = true;
+    s.cross.kv_heads = 0;
+    d.S = d.T;
+  }
+  s.self = d;
+}
+
+}  // namespace
+
+json to_json(const RunReport& r) {
+  json sources = json::object();
+  for (const auto& [name, source] : r.sources) sources[name] = source_json(source);
+  json outputs = json::object();
+  for (const auto& [name, file] : r.outputs) outputs[name] = output_json(file);
+  json report = {
+      {"schema_version", kRunSchemaVersion},
+      {"tool", {{"name", "mha"}, {"version", r.tool_version}}},
+      {"status", "complete"},
+      {"config", r.resolved_config().to_json()},
+      {"attention", attention_kind(r)},
+      {"sources", sources},
+      {"outputs", outputs},
+      {"flops", r.flops},
+      {"timings_ms",
+       {{"load", r.timings.load_ms},
+        {"compute", r.timings.compute_ms},
+        {"write", r.timings.write_ms}}},
+      {"gflops_per_s", r.gflops_per_s},
+      {"peak_rss_bytes", r.peak_rss_bytes},
+  };
+  if (r.attention_stats) report["attention_stats"] = summary_json(*r.attention_stats);
+  if (const auto& s = r.output_stats)
+    report["output_stats"] = {{"crc32", s->crc32},
+                              {"mean", optional_number(s->mean)},
+                              {"std", optional_number(s->std)},
+                              {"min", optional_number(s->min)},
+                              {"max", optional_number(s->max)}};
+  if (!r.layer_stats.empty()) {
+    json layers = json::array();
+    for (const LayerAttention& l : r.layer_stats) {
+      json layer = {{"self_attention", summary_json(l.self_attention)}};
+      if (l.cross_attention) layer["cross_attention"] = summary_json(*l.cross_attention);
+      layers.push_back(std::move(layer));
+    }
+    report["layer_stats"] = std::move(layers);
+  }
+  if (const auto& a = r.attention_axes)
+    report["attention_axes"] = {
+        {"axes", a->axes}, {"query_shape", a->query_shape}, {"key_shape", a->key_shape}};
+  if (r.bf16_gemm) report["bf16_gemm"] = *r.bf16_gemm;
+  report["blas"] = blas_json(r.blas);
+  if (r.kernels) report["kernels"] = kernel_report_json(*r.kernels);
+  return report;
+}
+
+RunReport run_report_from_json(const json& j, const std::string& path) {
+  if (!j.is_object())
+    fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
+  const Reader top(j, path, "");
+  RunReport r;
+  const json& version = top.at("schema_version");
+  if (version != kRunSchemaVersion)
+    top.wrong("schema_version", std::to_string(kRunSchemaVersion).c_str(), version);
+  r.tool_version = top.object("tool").string("version");
+  if (top.string("status") != "complete") top.wrong("status", "\"complete\"", top.at("status"));
+  top.members("sources",
+              [&](const std::string& name, const Reader& s) { r.sources[name] = read_source(s); });
+  read_config(top, r);  // after the sources: they say whether the value is the key
+  top.members("outputs",
+              [&](const std::string& name, const Reader& f) { r.outputs[name] = read_output(f); });
+  r.flops = top.count("flops");
+  const Reader t = top.object("timings_ms");
+  r.timings.load_ms = t.number("load");
+  r.timings.compute_ms = t.number("compute");
+  r.timings.write_ms = t.number("write");
+  r.gflops_per_s = top.number("gflops_per_s");
+  r.peak_rss_bytes = top.count("peak_rss_bytes");
+  if (top.has("output_stats")) r.output_stats = read_npy_stats(top.object("output_stats"));
+  if (top.has("attention_stats")) r.attention_stats = read_summary(top.object("attention_stats"));
+  if (top.has("layer_stats"))
+    top.each("layer_stats", [&](const json& v, const std::string& where) {
+      const Reader l = top.object_at(v, where);
+      LayerAttention& layer = r.layer_stats.emplace_back();
+      layer.self_attention = read_summary(l.object("self_attention"));
+      if (l.has("cross_attention"))
+        layer.cross_attention = read_summary(l.object("cross_attention"));
+    });
+  if (top.has("attention_axes")) {
+    const Reader a = top.object("attention_axes");
+    r.attention_axes = AxesReport{a.counts("axes"), a.counts("query_shape"), a.counts("key_shape")};
+  }
+  if (top.has("bf16_gemm")) r.bf16_gemm = top.string("bf16_gemm");
+  r.blas = read_blas(top.object("blas"));
+  if (top.has("kernels")) {
+    const Reader k = top.object("kernels");
+    r.kernels = KernelReport{k.string("direct_gemm"), k.string("exp")};
+  }
+  return r;
+}
+
+RunReport read_run_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot read it; expected the run.json `mha run` writes");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
+  return run_report_from_json(j, path);
+}
+
+}  // namespace mha
