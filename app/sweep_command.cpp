@@ -29,6 +29,7 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/output_set.hpp"
+#include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"
 #include "option_names.hpp"
 #include "progress.hpp"
@@ -359,21 +360,21 @@ class Runner {
     json extra = {{"wall_ms", wall_ms}, {"finished_at", utc_now()}, {"shard", shard_.str()}};
     const std::string results = shard_results_path(sweep_, shard_);
     std::string error;
+    std::optional<RunReport> report;
     if (signal) {
       error = std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) +
               ")";
     } else if (code != 0) {
       error = last_error(child.log);
-    } else if (!run_is_complete(run)) {
+    } else if (!(report = complete_run(run))) {
       code = 1;
       error = run.dir + "/run.json is missing or incomplete after the run exited 0";
     }
     if (error.empty()) {
-      const json report = read_run_json(run.dir);
-      append_row(results, result_row(sweep_, run, report, extra));
-      progress_.finished(run.name, true,
-                         fmt::format("ok in {:.2f} s, {:.1f} GFLOP/s", wall_ms / 1000,
-                                     report.value("gflops_per_s", 0.0)));
+      append_row(results, result_row(sweep_, run, *report, extra));
+      progress_.finished(
+          run.name, true,
+          fmt::format("ok in {:.2f} s, {:.1f} GFLOP/s", wall_ms / 1000, report->gflops_per_s));
       return true;
     }
     append_row(results, failed_row(sweep_, run, code, error, extra));

@@ -4,6 +4,7 @@
 // run, result rows and their CSV. The binary's scheduling, signals and
 // concurrent shards are tested end to end in tests/cli/test_sweep.py.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -14,6 +15,7 @@
 #include "mha/base/error.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/config.hpp"
+#include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"
 #include "test_util.hpp"
 
@@ -242,57 +244,72 @@ TEST_CASE("sweep run_is_complete: a finished run.json of the same config") {
   const auto& run = s.runs[0];
   CHECK_FALSE(mha::run_is_complete(run));  // nothing there
   std::filesystem::create_directories(run.dir);
-  json report = {{"status", "complete"},
-                 {"config",
-                  {{"h", 2},
-                   {"d_model", 8},
-                   {"seq_len", 3},
-                   {"threads", 7},
-                   {"seed", 0},
-                   {"out_dir", "elsewhere"},
-                   {"dtype", "float32"}}}};
-  // Every non-null key of the planned config must match; complete the report from it.
-  mha::Config planned;
-  planned.apply(run.config, "x");
-  const json planned_json = planned.to_json();
-  for (const auto& [k, v] : planned_json.items())
-    if (!report["config"].contains(k)) report["config"][k] = v;
-  write_file(run.dir + "/run.json", report.dump());
+  // The report of that config, run with other threads and out_dir.
+  mha::RunReport report;
+  report.config.apply(run.config, "x");
+  report.config.out_dir = "elsewhere";
+  report.dims.h = 2;
+  report.dims.d_model = report.dims.kdim = report.dims.vdim = report.dims.d_out = 8;
+  report.dims.d_k = report.dims.d_v = 4;
+  report.dims.T = report.dims.S = 3;
+  report.scale = 0.5;
+  report.threads = 7;
+  report.sources["query"] = mha::Source::drawn("uniform[0,1)", 0);
+  auto write = [&](const json& j) { write_file(run.dir + "/run.json", j.dump()); };
+  write(mha::to_json(report));
   CHECK(mha::run_is_complete(run));  // threads and out_dir may differ
-  report["config"]["seed"] = 1;
-  write_file(run.dir + "/run.json", report.dump());
+  REQUIRE(mha::complete_run(run));
+  CHECK(mha::complete_run(run)->threads == 7);
+  report.config.seed = 1;
+  write(mha::to_json(report));
   CHECK_FALSE(mha::run_is_complete(run));  // another seed: another result
-  report["config"]["seed"] = 0;
-  report["status"] = "running";
-  write_file(run.dir + "/run.json", report.dump());
+  report.config.seed = 0;
+  json running = mha::to_json(report);
+  running["status"] = "running";
+  write(running);
   CHECK_FALSE(mha::run_is_complete(run));
-  write_file(run.dir + "/run.json", report.dump().substr(0, 20));  // cut short
+  write_file(run.dir + "/run.json", mha::to_json(report).dump().substr(0, 20));  // cut short
+  CHECK_FALSE(mha::run_is_complete(run));
+  json partial = mha::to_json(report);
+  partial.erase("timings_ms");  // not a run.json mha writes
+  write(partial);
   CHECK_FALSE(mha::run_is_complete(run));
 }
 
 TEST_CASE("sweep result rows and CSV") {
   const Sweep s = parse(R"({"grid": {"h": [2], "key_lengths": [[3, 1]]}})");
-  const json report = {{"config", {{"h", 2}, {"d_k", 4}, {"seq_len", 3}, {"causal", false}}},
-                       {"flops", 100},
-                       {"timings_ms", {{"load", 1.5}, {"compute", 2.5}, {"write", 0.5}}},
-                       {"gflops_per_s", 0.04},
-                       {"output_stats", {{"crc32", "0a1b2c3d"}, {"mean", 0.25}}},
-                       {"attention_stats",
-                        {{"mean", {{"entropy", 0.7}, {"causal", true}}},
-                         {"heads", {{{"entropy", 0.5}}, {{"entropy", 0.9}}}}}}};
+  mha::RunReport report;
+  report.config.h = 2;
+  report.dims.h = 2;
+  report.dims.d_k = 4;
+  report.dims.T = 3;
+  report.flops = 100;
+  report.timings = {1.5, 2.5, 0.5};
+  report.gflops_per_s = 0.04;
+  report.output_stats = mha::NpyStats{"0a1b2c3d", 0.25, 0.5, -1.0, 1.0};
+  mha::AttentionSummary stats;
+  stats.mean.entropy = 0.7;
+  stats.mean.causal = true;
+  stats.heads.resize(3);
+  stats.heads[0].entropy = 0.5;
+  stats.heads[1].entropy = 0.9;
+  stats.heads[2].entropy = NAN;  // no row counted
+  report.attention_stats = stats;
   const auto row = mha::result_row(s, s.runs[0], report, {{"wall_ms", 12.0}});
   CHECK(row["index"] == 0);
   CHECK(row["status"] == "ok");
   CHECK(row["key_lengths"].dump() == "[3,1]");
+  CHECK(row["d_k"] == 4);
+  CHECK(row["causal"] == false);
   CHECK(row["compute_ms"] == 2.5);
   CHECK(row["output_crc32"] == "0a1b2c3d");
   CHECK(row["attention_entropy"] == 0.7);
   CHECK(row["attention_causal"] == true);
-  CHECK(row["attention_entropy_per_head"].dump() == "[0.5,0.9]");
+  CHECK(row["attention_entropy_per_head"].dump() == "[0.5,0.9,null]");
   CHECK(row["wall_ms"] == 12.0);
   // No attention computed: no attention columns.
-  json plain = report;
-  plain.erase("attention_stats");
+  mha::RunReport plain = report;
+  plain.attention_stats.reset();
   CHECK_FALSE(mha::result_row(s, s.runs[0], plain, {}).contains("attention_entropy"));
 
   const auto failed = mha::failed_row(s, s.runs[0], 2, "bad \"mask\", shape (2, 3)", {});

@@ -13,11 +13,16 @@ namespace mha {
 namespace {
 
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---------------------------------------------------------------------------
 // Writing
+
+json number_or_null(double x) {
+  return std::isnan(x) ? json(nullptr) : json(x);
+}
 
 json optional_number(const std::optional<double>& x) {
   return x ? json(*x) : json(nullptr);
@@ -324,6 +329,11 @@ void read_config(const Reader& top, RunReport& report) {
   s.self = d;
 }
 
+void add_extra(ordered_json& row, const json& extra) {
+  if (extra.is_object())
+    for (const auto& [k, v] : extra.items()) row[k] = v;
+}
+
 }  // namespace
 
 json to_json(const RunReport& r) {
@@ -426,6 +436,67 @@ RunReport read_run_report(const std::string& path) {
   if (j.is_discarded() || !j.is_object())
     fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
   return run_report_from_json(j, path);
+}
+
+ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport& report,
+                        const json& extra) {
+  ordered_json row;
+  row["schema_version"] = kResultsSchemaVersion;
+  row["index"] = run.index;
+  row["name"] = run.name;
+  row["status"] = "ok";
+  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  // run.json's spelling of each config value (causal false or "top-left", ...).
+  const json config = report.resolved_config().to_json();
+  for (const char* key :
+       {"h", "d_model", "d_k", "d_v", "kdim", "vdim", "d_out", "batch", "seq_len", "kv_seq_len",
+        "dtype", "causal", "masked_rows", "seed", "threads", "scale"})
+    if (!run.values.contains(key)) row[key] = config[key];  // swept keys keep their spelling
+  row["attention"] = attention_kind(report);
+  row["flops"] = report.flops;
+  row["load_ms"] = report.timings.load_ms;
+  row["compute_ms"] = report.timings.compute_ms;
+  row["write_ms"] = report.timings.write_ms;
+  row["gflops_per_s"] = report.gflops_per_s;
+  row["peak_rss_bytes"] = report.peak_rss_bytes;
+  if (const auto& out = report.output_stats) {
+    row["output_crc32"] = out->crc32;
+    row["output_mean"] = optional_number(out->mean);
+    row["output_std"] = optional_number(out->std);
+    row["output_min"] = optional_number(out->min);
+    row["output_max"] = optional_number(out->max);
+  }
+  if (const auto& stats = report.attention_stats) {
+    const HeadStats& mean = stats->mean;
+    row["attention_entropy"] = number_or_null(mean.entropy);
+    row["attention_entropy_fraction"] = number_or_null(mean.entropy_fraction);
+    row["attention_max_weight"] = number_or_null(mean.max_weight);
+    row["attention_distance"] = number_or_null(mean.distance);
+    row["attention_diagonal"] = number_or_null(mean.diagonal);
+    row["attention_first_key"] = number_or_null(mean.first_key);
+    row["attention_causal"] = mean.causal;
+    json per_head = json::array();
+    for (const HeadStats& head : stats->heads) per_head.push_back(number_or_null(head.entropy));
+    row["attention_entropy_per_head"] = per_head;
+  }
+  row["run_dir"] = run.dir;
+  add_extra(row, extra);
+  return row;
+}
+
+ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
+                        const std::string& error, const json& extra) {
+  ordered_json row;
+  row["schema_version"] = kResultsSchemaVersion;
+  row["index"] = run.index;
+  row["name"] = run.name;
+  row["status"] = "failed";
+  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  row["run_dir"] = run.dir;
+  row["exit_code"] = exit_code;
+  row["error"] = error;
+  add_extra(row, extra);
+  return row;
 }
 
 }  // namespace mha

@@ -23,6 +23,7 @@
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/plan.hpp"
+#include "mha/run/run_json.hpp"
 
 namespace mha {
 namespace {
@@ -151,15 +152,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
-}
-
-void set_if(ordered_json& row, const char* column, const json& from, const char* key) {
-  if (from.is_object() && from.contains(key)) row[column] = from[key];
-}
-
-void add_extra(ordered_json& row, const json& extra) {
-  if (extra.is_object())
-    for (const auto& [k, v] : extra.items()) row[k] = v;
 }
 
 std::string csv_cell(const ordered_json& v) {
@@ -379,91 +371,31 @@ std::optional<Shard> shard_from_slurm(const char* (*getenv_fn)(const char*)) {
   return Shard{(task - first) / stride, n};
 }
 
-json read_run_json(const std::string& dir) {
-  std::ifstream f(fs::path(dir) / "run.json");
-  if (!f) return nullptr;
+std::optional<RunReport> complete_run(const SweepRun& run) {
+  const fs::path file = fs::path(run.dir) / "run.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  std::optional<RunReport> report;
+  Config planned;
   try {
-    return json::parse(f);
-  } catch (const json::exception&) {
-    return nullptr;
+    report = read_run_report(file.string());  // status "complete", or an error
+    planned.apply(run.config, run.name);
+  } catch (const Error&) {
+    return std::nullopt;
   }
+  // Configs are compared as their JSON: a key the plan leaves open (null)
+  // matches whatever the run resolved it to.
+  const json want = planned.to_json();
+  const json got = report->resolved_config().to_json();
+  for (const auto& [key, value] : want.items()) {
+    if (value.is_null() || kIrrelevantKeys.count(key)) continue;
+    if (!got.contains(key) || got[key] != value) return std::nullopt;
+  }
+  return report;
 }
 
 bool run_is_complete(const SweepRun& run) {
-  const json report = read_run_json(run.dir);
-  if (!report.is_object() || report.value("status", "") != "complete" || !report.contains("config"))
-    return false;
-  Config planned;
-  try {
-    planned.apply(run.config, run.name);
-  } catch (const Error&) {
-    return false;
-  }
-  const json want = planned.to_json();
-  const json& got = report["config"];
-  for (const auto& [key, value] : want.items()) {
-    if (value.is_null() || kIrrelevantKeys.count(key)) continue;
-    if (!got.contains(key) || got[key] != value) return false;
-  }
-  return true;
-}
-
-ordered_json result_row(const Sweep& sweep, const SweepRun& run, const json& report,
-                        const json& extra) {
-  ordered_json row;
-  row["schema_version"] = kResultsSchemaVersion;
-  row["index"] = run.index;
-  row["name"] = run.name;
-  row["status"] = "ok";
-  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
-  const json& c = report["config"];
-  for (const char* key :
-       {"h", "d_model", "d_k", "d_v", "kdim", "vdim", "d_out", "batch", "seq_len", "kv_seq_len",
-        "dtype", "causal", "masked_rows", "seed", "threads", "scale"})
-    if (!run.values.contains(key)) set_if(row, key, c, key);  // swept keys keep their spelling
-  set_if(row, "attention", report, "attention");
-  set_if(row, "flops", report, "flops");
-  const json timings = report.value("timings_ms", json::object());
-  set_if(row, "load_ms", timings, "load");
-  set_if(row, "compute_ms", timings, "compute");
-  set_if(row, "write_ms", timings, "write");
-  set_if(row, "gflops_per_s", report, "gflops_per_s");
-  set_if(row, "peak_rss_bytes", report, "peak_rss_bytes");
-  const json out = report.value("output_stats", json::object());
-  set_if(row, "output_crc32", out, "crc32");
-  set_if(row, "output_mean", out, "mean");
-  set_if(row, "output_std", out, "std");
-  set_if(row, "output_min", out, "min");
-  set_if(row, "output_max", out, "max");
-  if (report.contains("attention_stats")) {
-    const json& stats = report["attention_stats"];
-    const json mean = stats.value("mean", json::object());
-    for (const char* key : {"entropy", "entropy_fraction", "max_weight", "distance", "diagonal",
-                            "first_key", "causal"})
-      set_if(row, (std::string("attention_") + key).c_str(), mean, key);
-    json per_head = json::array();
-    for (const auto& head : stats.value("heads", json::array()))
-      per_head.push_back(head.value("entropy", 0.0));
-    row["attention_entropy_per_head"] = per_head;
-  }
-  row["run_dir"] = run.dir;
-  add_extra(row, extra);
-  return row;
-}
-
-ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
-                        const std::string& error, const json& extra) {
-  ordered_json row;
-  row["schema_version"] = kResultsSchemaVersion;
-  row["index"] = run.index;
-  row["name"] = run.name;
-  row["status"] = "failed";
-  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
-  row["run_dir"] = run.dir;
-  row["exit_code"] = exit_code;
-  row["error"] = error;
-  add_extra(row, extra);
-  return row;
+  return complete_run(run).has_value();
 }
 
 std::string shard_results_path(const Sweep& sweep, const Shard& shard) {
@@ -544,12 +476,12 @@ CollectSummary collect_results(const Sweep& sweep) {
   std::vector<ordered_json> rows;
   for (const auto& run : sweep.runs) {
     const auto shard_row = newest.find(run.index);
-    if (run_is_complete(run)) {
+    if (const std::optional<RunReport> report = complete_run(run)) {
       json extra = json::object();
       if (shard_row != newest.end() && shard_row->second.value("status", "") == "ok")
         for (const char* key : {"wall_ms", "finished_at", "shard"})
           if (shard_row->second.contains(key)) extra[key] = shard_row->second[key];
-      rows.push_back(result_row(sweep, run, read_run_json(run.dir), extra));
+      rows.push_back(result_row(sweep, run, *report, extra));
       ++summary.ok;
     } else if (shard_row != newest.end() && shard_row->second.value("status", "") == "failed") {
       rows.push_back(shard_row->second);

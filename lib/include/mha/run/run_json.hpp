@@ -1,5 +1,5 @@
-// run.json: the one place a RunReport becomes JSON and JSON becomes a
-// RunReport. Everything else reads the report's fields.
+// run.json and results rows: the one place a RunReport becomes JSON and JSON
+// becomes a RunReport. Everything else reads the report's fields.
 //
 //   const mha::RunReport r = mha::read_run_report("out/default/run.json");
 //   double ms = r.timings.compute_ms;                   // a field, not a key
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/run/report.hpp"
+#include "mha/run/sweep.hpp"
 
 namespace mha {
 
@@ -30,5 +31,15 @@ RunReport run_report_from_json(const nlohmann::json& j, const std::string& path)
 // The file at `path` read and parsed as above; a file that cannot be read or
 // is not a JSON object is an error naming it.
 RunReport read_run_report(const std::string& path);
+
+// One line of results: run identity, swept values, resolved sizes, timings,
+// GFLOP/s, output checksum and statistics, and attention statistics when the
+// run computed attention. `extra` adds or overrides fields (wall_ms,
+// finished_at, status, exit_code, error).
+nlohmann::ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport& report,
+                                  const nlohmann::json& extra);
+// A row for a run that failed: identity, swept values, exit code and error.
+nlohmann::ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
+                                  const std::string& error, const nlohmann::json& extra);
 
 }  // namespace mha

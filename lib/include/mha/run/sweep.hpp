@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/run/report.hpp"
+
 namespace mha {
 
 // The layout version of a results row (results.jsonl, results.csv;
@@ -83,22 +85,14 @@ Shard parse_shard(const std::string& text, const std::string& where);
 // do not say a task's rank in it. `getenv` is injectable for tests.
 std::optional<Shard> shard_from_slurm(const char* (*getenv)(const char*) = nullptr);
 
-// True when dir/run.json exists, says "status": "complete" and was made from
-// the same config (threads, out_dir and max_memory may differ: they do not
-// change results). A run killed part-way never has a complete run.json.
-bool run_is_complete(const SweepRun& run);
-// dir/run.json parsed, or null when it is missing or not JSON.
-nlohmann::json read_run_json(const std::string& dir);
+// The report of dir/run.json when it exists, says "status": "complete" and
+// was made from the same config (threads, out_dir and max_memory may differ:
+// they do not change results); nullopt otherwise. A run killed part-way never
+// has a complete run.json.
+std::optional<RunReport> complete_run(const SweepRun& run);
+bool run_is_complete(const SweepRun& run);  // complete_run(run) has a value
 
-// One line of results: run identity, swept values, resolved sizes, timings,
-// GFLOP/s, output checksum and statistics, and attention statistics when the
-// run computed attention. `report` is the run's run.json; `extra` adds or
-// overrides fields (wall_ms, finished_at, status, exit_code, error).
-nlohmann::ordered_json result_row(const Sweep& sweep, const SweepRun& run,
-                                  const nlohmann::json& report, const nlohmann::json& extra);
-// A row for a run that failed: identity, swept values, exit code and error.
-nlohmann::ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
-                                  const std::string& error, const nlohmann::json& extra);
+// Results rows are made from reports in run/run_json.hpp (result_row, failed_row).
 
 // Where shard I of N appends its rows: out_dir/results/shard-I-of-N.jsonl.
 // Each row is one write(2) of one line to a file opened O_APPEND, so shards
