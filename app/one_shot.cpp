@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/run/run_json.hpp"
 
 extern char** environ;
 
@@ -115,14 +116,15 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
                                       : "signal " + std::to_string(WTERMSIG(status))) +
                    "): " + last);
     }
-    std::ifstream f(dir.path + "/out/run.json");
-    const json report = json::parse(f, nullptr, false);
-    if (report.is_discarded() || !report.contains("timings_ms"))
+    StageTimes t;
+    try {
+      t = read_run_report(dir.path + "/out/run.json").timings;
+    } catch (const Error&) {
       fail_runtime("--one_shot: " + dir.path + "/out/run.json is missing or unreadable");
-    const json& t = report["timings_ms"];
-    load.push_back(t.value("load", 0.0));
-    compute.push_back(t.value("compute", 0.0));
-    write.push_back(t.value("write", 0.0));
+    }
+    load.push_back(t.load_ms);
+    compute.push_back(t.compute_ms);
+    write.push_back(t.write_ms);
   }
   posix_spawn_file_actions_destroy(&actions);
   OneShot r;
