@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "mha/base/error.hpp"
@@ -72,33 +71,18 @@ std::size_t batch_axis(std::size_t rank) {
   return rank >= 4 ? rank - 4 : rank - 3;
 }
 
-// run.json beside the maps, or null when there is none.
-nlohmann::json read_run_json(const std::string& path) {
+// The run.json at `path`, when there is one and a reader for it.
+std::optional<ViewedRun> run_beside(const std::string& path, const RunReader& read_run) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return nullptr;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json run = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (run.is_discarded() || !run.is_object())
-    fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
-  return run;
+  if (!read_run || !fs::is_regular_file(path, ec)) return std::nullopt;
+  return read_run(path);
 }
 
-// A run with attention_axes writes attention.npy in Keras' N-D layout, a
-// reshape of the flattened run's (B', h, T, S) (or (B', T, S) averaged),
-// whose sizes run.json's config holds: the maps are viewed as that.
-std::vector<std::size_t> flattened_shape(const nlohmann::json& run, const std::string& name) {
-  if (name != "attention" || !run.is_object() || !run.contains("attention_axes") ||
-      !run.contains("config"))
-    return {};
-  const nlohmann::json& c = run["config"];
-  const auto size = [&](const char* key) {
-    return c.contains(key) && c[key].is_number_unsigned() ? c[key].get<std::size_t>() : 0;
-  };
-  if (!size("batch") || !size("h") || !size("seq_len") || !size("kv_seq_len")) return {};
-  if (c.value("average_heads", false)) return {size("batch"), size("seq_len"), size("kv_seq_len")};
-  return {size("batch"), size("h"), size("seq_len"), size("kv_seq_len")};
+// The shape the `name` maps are read as: attention.npy of an attention_axes
+// run as the flattened run's; else the file's own (empty).
+std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
+                                         const std::string& name) {
+  return run && name == "attention" ? run->attention_shape : std::vector<std::size_t>{};
 }
 
 }  // namespace
@@ -196,13 +180,14 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
   return m;
 }
 
-AttentionView read_attention_view(const std::string& path, const ViewOptions& options) {
+AttentionView read_attention_view(const std::string& path, const ViewOptions& options,
+                                  const RunReader& read_run) {
   AttentionView v;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     v.title = path;
     const std::string run_json = (fs::path(path) / "run.json").string();
-    v.run = read_run_json(run_json);
+    v.run = run_beside(run_json, read_run);
     for (const char* name : {"attention", "self_attention", "cross_attention"}) {
       const std::string file = (fs::path(path) / (std::string(name) + ".npy")).string();
       if (fs::exists(file, ec))
@@ -217,7 +202,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     if (!fs::exists(path, ec)) fail_input(path + ": no such file or directory");
     v.title = path;
     const fs::path file(path);
-    v.run = read_run_json((file.parent_path() / "run.json").string());
+    v.run = run_beside((file.parent_path() / "run.json").string(), read_run);
     const std::string stem = file.stem().string();
     v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
   }
@@ -245,7 +230,7 @@ std::string attention_page(const AttentionView& view) {
   data["version"] = MHA_VERSION;
   data["query_labels"] = view.query_labels;
   data["key_labels"] = view.key_labels;
-  data["run"] = view.run;
+  data["run"] = view.run ? view.run->page : nlohmann::json(nullptr);
   nlohmann::json colors = nlohmann::json::array();
   for (const Rgb& c : viridis_table()) colors.push_back({c.r, c.g, c.b});
   data["viridis"] = colors;

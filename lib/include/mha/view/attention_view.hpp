@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,12 +36,25 @@ struct AttentionMapSet {
   nlohmann::json stats_all;  // [layer] over every batch element
 };
 
+// What the viewer takes from the run.json beside the maps. The run layer
+// reads run.json (run/run_json.hpp), a layer above this one, so the caller
+// hands a reader down (RunReader).
+struct ViewedRun {
+  // An attention_axes run writes attention.npy in Keras' N-D layout, a
+  // reshape of the flattened run's (B', h, T, S), or (B', T, S) averaged over
+  // heads: that shape, which the maps are read as; empty for other runs.
+  std::vector<std::size_t> attention_shape;
+  nlohmann::json page;  // what the page shows of the run: run.json's contents
+};
+// Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
+using RunReader = std::function<ViewedRun(const std::string& path)>;
+
 struct AttentionView {
   std::string title;                      // the run directory or file
   std::vector<AttentionMapSet> maps;      // at least one
   std::vector<std::string> query_labels;  // T labels, or empty (positions)
   std::vector<std::string> key_labels;    // S labels, or empty (query_labels when S = T)
-  nlohmann::json run;                     // run.json, or null
+  std::optional<ViewedRun> run;           // none without a run.json (or a reader)
 };
 
 struct ViewOptions {
@@ -53,12 +67,13 @@ constexpr std::size_t kMaxViewWeights = std::size_t{8} << 20;
 
 // `path` is a run directory (its run.json and attention.npy, or a stack's
 // self_attention.npy and cross_attention.npy) or one attention .npy (with the
-// run.json beside it, if any). Throws mha::Error (invalid_input) naming the
+// run.json beside it, if any, which `read_run` reads). Throws mha::Error (invalid_input) naming the
 // file and what was expected: not a float array, a rank other than 2 to 5,
 // weights outside [0, 1], labels whose count is not T (or S), a batch_index
 // out of range, more than kMaxViewWeights weights, or a directory with no
 // attention file.
-AttentionView read_attention_view(const std::string& path, const ViewOptions& options);
+AttentionView read_attention_view(const std::string& path, const ViewOptions& options,
+                                  const RunReader& read_run = {});
 
 // One attention file as a map set; `name` labels it in the page. A non-empty
 // `as_shape` reads the array as that shape (the same number of weights):
