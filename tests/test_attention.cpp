@@ -137,8 +137,8 @@ Problem make_problem(const mha::Dims& d, bool use_bias, Sharing sharing, std::ui
 }
 
 template <class T, std::size_t N>
-xt::xtensor<T, N> tensor(const std::vector<double>& v, const std::array<std::size_t, N>& shape) {
-  xt::xtensor<T, N> t(shape);
+mha::Tensor<T, N> tensor(const std::vector<double>& v, const mha::TensorShape<N>& shape) {
+  mha::Tensor<T, N> t(shape);
   REQUIRE(t.size() == v.size());
   for (std::size_t i = 0; i < v.size(); ++i) t.data()[i] = static_cast<T>(v[i]);
   return t;

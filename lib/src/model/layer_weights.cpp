@@ -118,9 +118,8 @@ bool is_native_layer_name(const std::string& name) {
 }
 
 template <class T, std::size_t N>
-Tensor<T, N> take(const Arrays& a, const std::string& name,
-                  const std::array<std::size_t, N>& expected, const char* meaning,
-                  const std::string& path) {
+Tensor<T, N> take(const Arrays& a, const std::string& name, const TensorShape<N>& expected,
+                  const char* meaning, const std::string& path) {
   auto it = a.find(name);
   if (it == a.end()) fail_input(path + ": missing weight tensor '" + name + "' " + meaning);
   const std::vector<std::size_t> want(expected.begin(), expected.end());
@@ -293,7 +292,7 @@ StackWeights<T> random_stack(const StackShape& s, std::uint64_t seed, int thread
     RandomStream(seed, name).fill_uniform<T>(k.data(), k.size(), -limit, limit, threads);
     return k;
   };
-  auto norm = [&] { return Norm<T>{xt::ones<T>({d}), xt::zeros<T>({d})}; };
+  auto norm = [&] { return Norm<T>{Tensor<T, 1>::full({d}, 1), Tensor<T, 1>::full({d}, 0)}; };
   StackWeights<T> w;
   for (std::size_t l = 0; l < s.num_layers; ++l) {
     const std::string L = "layers." + std::to_string(l) + ".";
@@ -302,9 +301,9 @@ StackWeights<T> random_stack(const StackShape& s, std::uint64_t seed, int thread
     if (s.kind == LayerKind::decoder)
       layer.cross_attn = random_weights<T>(s.cross, true, seed, threads, L + "cross_attn.");
     layer.ffn.W_1 = kernel(L + "ffn.W_1", d, s.d_ff);
-    layer.ffn.b_1 = xt::zeros<T>({s.d_ff});
+    layer.ffn.b_1 = Tensor<T, 1>::full({s.d_ff}, 0);
     layer.ffn.W_2 = kernel(L + "ffn.W_2", s.d_ff, d);
-    layer.ffn.b_2 = xt::zeros<T>({d});
+    layer.ffn.b_2 = Tensor<T, 1>::full({d}, 0);
     layer.norm1 = norm();
     layer.norm2 = norm();
     if (s.kind == LayerKind::decoder) layer.norm3 = norm();

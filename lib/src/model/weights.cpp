@@ -23,7 +23,7 @@ namespace {
 
 template <class T, std::size_t N>
 Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::string& name,
-                  const std::array<std::size_t, N>& expected, const std::string& meaning,
+                  const TensorShape<N>& expected, const std::string& meaning,
                   const std::string& path) {
   auto it = arrays.find(name);
   if (it == arrays.end()) fail_input(path + ": missing weight tensor '" + name + "'");
@@ -108,10 +108,10 @@ Weights<T> random_weights(const Dims& d, bool use_bias, std::uint64_t seed, int 
   w.W_v = kernel("W_v", d.vdim, kdv);
   w.W_o = kernel("W_o", hdv, d.d_out);
   if (use_bias) {
-    w.b_q = xt::zeros<T>({hdk});
-    w.b_k = xt::zeros<T>({kdk});
-    w.b_v = xt::zeros<T>({kdv});
-    w.b_o = xt::zeros<T>({d.d_out});
+    w.b_q = Tensor<T, 1>::full({hdk}, 0);
+    w.b_k = Tensor<T, 1>::full({kdk}, 0);
+    w.b_v = Tensor<T, 1>::full({kdv}, 0);
+    w.b_o = Tensor<T, 1>::full({d.d_out}, 0);
   }
   return w;
 }

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <new>
-#include <xtensor/xtensor.hpp>
 
 namespace mha {
 
@@ -27,7 +26,8 @@ void free_array(void* p) noexcept;
 // Whether allocate_array gives large arrays huge pages (default false).
 void set_huge_page_arrays(bool on) noexcept;
 
-// A standard allocator over allocate_array, for std::vector and xtensor.
+// A standard allocator over allocate_array, for std::vector and xtensor
+// (tensor.hpp's Tensor allocates through it too).
 template <class T>
 struct ArrayAllocator {
   using value_type = T;
@@ -48,11 +48,5 @@ struct ArrayAllocator {
     return false;
   }
 };
-
-// The library's tensors (weights, inputs, outputs): xtensor's row-major
-// container over ArrayAllocator, so that a layer's large matrices get huge
-// pages when they are first written (random initialization, file reads).
-template <class T, std::size_t N>
-using Tensor = xt::xtensor<T, N, xt::layout_type::row_major, ArrayAllocator<T>>;
 
 }  // namespace mha

@@ -7,9 +7,7 @@
 #include <optional>
 #include <string>
 
-#include <xtensor/xtensor.hpp>
-
-#include "mha/base/large_array.hpp"
+#include "mha/base/tensor.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/dims.hpp"
 

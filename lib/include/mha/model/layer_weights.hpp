@@ -22,9 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xtensor.hpp>
-
-#include "mha/base/large_array.hpp"
+#include "mha/base/tensor.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
