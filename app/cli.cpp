@@ -321,8 +321,8 @@ int do_bench(const BenchArgs& args) {
                           {"repeat", args.repeat},
                           {"sgemm_gflops", sgemm},
                           {"results", results},
-                          {"blas", blas_load().to_json()},
-                          {"kernels", kernels_json()}};
+                          {"blas", to_json(blas_load())},
+                          {"kernels", to_json(KernelReport{direct_gemm_isa(), vexp_isa()})}};
     if (any_bf16) {
       out["bf16_gemm_gflops"] = bf16_gemm;
       out["bf16_gemm_backend"] = bf16_gemm_backend();

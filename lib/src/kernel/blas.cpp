@@ -315,12 +315,6 @@ void blas_preload() {
   loader().start();
 }
 
-nlohmann::json BlasInfo::to_json() const {
-  return {{"library", library},     {"core", core},
-          {"coretype", coretype},   {"coretype_source", coretype_source},
-          {"threading", threading}, {"config", config}};
-}
-
 CpuFeatures cpu_features() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;

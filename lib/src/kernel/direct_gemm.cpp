@@ -135,8 +135,4 @@ const char* direct_gemm_isa() {
   return choice().isa;
 }
 
-nlohmann::json kernels_json() {
-  return {{"direct_gemm", direct_gemm_isa()}, {"exp", vexp_isa()}};
-}
-
 }  // namespace mha

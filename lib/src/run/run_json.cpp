@@ -77,18 +77,6 @@ json summary_json(const AttentionSummary& s) {
   return j;
 }
 
-// The OpenBLAS and vector kernels of the run: the one place their JSON is
-// made for run.json.
-json blas_json(const BlasInfo& b) {
-  return {{"library", b.library},     {"core", b.core},
-          {"coretype", b.coretype},   {"coretype_source", b.coretype_source},
-          {"threading", b.threading}, {"config", b.config}};
-}
-
-json kernel_report_json(const KernelReport& k) {
-  return {{"direct_gemm", k.direct_gemm}, {"exp", k.exp}};
-}
-
 // ---------------------------------------------------------------------------
 // Reading
 
@@ -336,6 +324,16 @@ void add_extra(ordered_json& row, const json& extra) {
 
 }  // namespace
 
+json to_json(const BlasInfo& b) {
+  return {{"library", b.library},     {"core", b.core},
+          {"coretype", b.coretype},   {"coretype_source", b.coretype_source},
+          {"threading", b.threading}, {"config", b.config}};
+}
+
+json to_json(const KernelReport& k) {
+  return {{"direct_gemm", k.direct_gemm}, {"exp", k.exp}};
+}
+
 json to_json(const RunReport& r) {
   json sources = json::object();
   for (const auto& [name, source] : r.sources) sources[name] = source_json(source);
@@ -377,8 +375,8 @@ json to_json(const RunReport& r) {
     report["attention_axes"] = {
         {"axes", a->axes}, {"query_shape", a->query_shape}, {"key_shape", a->key_shape}};
   if (r.bf16_gemm) report["bf16_gemm"] = *r.bf16_gemm;
-  report["blas"] = blas_json(r.blas);
-  if (r.kernels) report["kernels"] = kernel_report_json(*r.kernels);
+  report["blas"] = to_json(r.blas);
+  if (r.kernels) report["kernels"] = to_json(*r.kernels);
   return report;
 }
 

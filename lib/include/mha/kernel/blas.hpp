@@ -8,8 +8,6 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 namespace mha {
 
 // C (m x n, ldc) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C
@@ -38,10 +36,6 @@ const char* bf16_gemm_backend();
 // supports. The two vector builds give the same bits.
 const char* direct_gemm_isa();
 
-// {"direct_gemm": direct_gemm_isa(), "exp": vexp_isa()}: the vector kernels
-// this process runs, for run.json and `mha bench --json`.
-nlohmann::json kernels_json();
-
 // For tests: routes the "sbgemm" backend to `fn` (a cblas_sbgemm with
 // CBLAS's enum values as ints: order 101 row-major, trans 111 no / 112 yes),
 // or back to OpenBLAS's with nullptr.
@@ -50,7 +44,7 @@ using SbgemmFn = void (*)(int order, int trans_a, int trans_b, int m, int n, int
                           float beta, float* C, int ldc);
 void set_sbgemm_for_tests(SbgemmFn fn);
 
-// Which OpenBLAS runs the GEMMs, and with which kernels.
+// Which OpenBLAS runs the GEMMs, and with which kernels (run.json's "blas").
 struct BlasInfo {
   std::string library;          // the file dlopen loaded
   std::string core;             // openblas_get_corename(): the kernel set, e.g. "SkylakeX", "Zen"
@@ -58,7 +52,6 @@ struct BlasInfo {
   std::string coretype_source;  // "user" (the environment), "mha" (auto_coretype) or "openblas"
   std::string threading;        // "serial", "pthreads" or "openmp"
   std::string config;           // openblas_get_config()
-  nlohmann::json to_json() const;
 };
 
 // Loads OpenBLAS once per process and returns what was loaded. Call it

@@ -18,6 +18,11 @@
 
 namespace mha {
 
+// run.json's "blas" and "kernels" objects, which `mha bench --json` shares:
+// the one place the kernel's BlasInfo and the vector kernels become JSON.
+nlohmann::json to_json(const BlasInfo& blas);
+nlohmann::json to_json(const KernelReport& kernels);
+
 // run.json's contents. Optional parts (output_stats, attention_stats,
 // layer_stats, attention_axes, bf16_gemm, kernels) are left out when unset.
 nlohmann::json to_json(const RunReport& report);
