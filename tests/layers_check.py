@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "io", "model", "kernel", "inspect", "view", "run"]  # lowest first
+LAYERS = ["base", "io", "kernel", "model", "inspect", "view", "run"]  # lowest first
 INCLUDE = re.compile(r'^\s*#\s*include\s+"mha/([a-z_]+)/([a-z_0-9]+\.hpp)"', re.M)
 
 

@@ -17,6 +17,7 @@
 #include "mha/kernel/mask.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
+#include "mha/model/mask_file.hpp"
 #include "mha/model/rng.hpp"
 #include "mha/model/weights.hpp"
 #include "reference.hpp"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mha/kernel/transformer.hpp"
+#include "mha/model/layer_weights.hpp"
 #include "mha/model/rng.hpp"
 #include "reference.hpp"
 

@@ -14,6 +14,7 @@
 #include "mha/kernel/mask.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
+#include "mha/model/mask_file.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;

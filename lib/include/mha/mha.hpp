@@ -34,6 +34,7 @@
 #include "mha/model/config.hpp"
 #include "mha/model/dims.hpp"
 #include "mha/model/inputs.hpp"
+#include "mha/model/mask_file.hpp"
 #include "mha/model/rng.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/run.hpp"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
-#include "mha/model/precision.hpp"
+#include "mha/kernel/bfloat16.hpp"
 
 #ifndef MHA_OPENBLAS_PATH
 #define MHA_OPENBLAS_PATH "libopenblas.so.0"

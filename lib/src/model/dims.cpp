@@ -65,22 +65,6 @@ std::optional<InputSizes> input_sizes(const std::optional<Shape>& shape, const s
   return s;
 }
 
-}  // namespace
-
-std::uint64_t Dims::flops() const {
-  const std::uint64_t bt = B * T, bs = B * S;
-  std::uint64_t f = 0;
-  f += 2 * bt * d_model * h * d_k;  // Q = X_q W_q
-  f += 2 * bs * kdim * kv() * d_k;  // K = X_k W_k
-  f += 2 * bs * vdim * kv() * d_v;  // V = X_v W_v
-  f += 2 * B * h * T * S * d_k;     // Q_i K_i^T
-  f += 2 * B * h * T * S * d_v;     // A_i V_i
-  f += 2 * bt * h * d_v * d_out;    // concat W_o
-  return f;
-}
-
-namespace {
-
 // The 2-D shape of weight `name`, or null when absent (or not 2-D: the shape
 // check of the weights names that).
 const Shape* weight_shape(const FileShapes& files, const char* name) {

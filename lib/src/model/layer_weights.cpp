@@ -4,6 +4,7 @@
 #include <set>
 
 #include "mha/base/error.hpp"
+#include "mha/model/config.hpp"
 #include "mha/model/rng.hpp"
 
 namespace mha {

@@ -8,7 +8,7 @@
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
-#include "mha/kernel/mask.hpp"
+#include "mha/model/mask_file.hpp"
 #include "mha/model/presets.hpp"
 #include "mha/model/weights.hpp"
 

@@ -23,6 +23,7 @@
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/transformer.hpp"
 #include "mha/model/layer_weights.hpp"
+#include "mha/model/mask_file.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/plan.hpp"
 

@@ -26,10 +26,10 @@
 #include <functional>
 
 #include "mha/base/progress.hpp"
+#include "mha/kernel/dims.hpp"
 #include "mha/kernel/mask.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/kernel/options.hpp"
+#include "mha/kernel/weights.hpp"
 
 namespace mha {
 

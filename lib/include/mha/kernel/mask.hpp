@@ -1,25 +1,24 @@
-// Which keys each query may attend to. Three sources combine:
+// Which keys each query may attend to, as the kernel applies it. The
+// sources combine:
 //   causal       top-left: query t sees keys s <= t;
 //                bottom-right: s <= t + S - T (the last query sees every key);
-//   mask         a .npy of shape (T,S), (B,T,S) or (B',h',T,S) with B' in {1,B}
-//                and h' in {1,h}; bool (or integer): true/nonzero = may attend;
-//                float: added to the scaled logits (-inf masks);
+//   mask         (T,S), (B,T,S) or (B',h',T,S) with B' in {1,B} and h' in
+//                {1,h}, held as (mask_B, mask_h, T, S): bool, 1 = may attend,
+//                or float, added to the scaled logits (-inf masks);
 //   key_lengths  B lengths: keys s >= key_lengths[b] are padding;
-//   key_padding_mask  (B, S): bool true = padding (PyTorch's meaning), or
-//                float added to every query's logit for key s.
-// mask_true_means = ignore flips bool/integer masks (PyTorch's attn_mask);
-// it does not apply to key_padding_mask, whose true always means padding.
-// A masked logit becomes -inf before the softmax.
+//   key_padding_mask  (B, S): bool, 1 = may attend, or float added to every
+//                query's logit for key s;
+//   window, ALiBi and a float bias broadcast to (B, h, T, S), as below.
+// A masked logit becomes -inf before the softmax. model/mask_file.hpp builds
+// a Mask from a config's .npy files and keys.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <string>
 #include <vector>
 
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
+#include "mha/kernel/dims.hpp"
+#include "mha/kernel/options.hpp"
 
 namespace mha {
 
@@ -68,14 +67,6 @@ struct Mask {
   // causality (may be negative when T > S).
   std::int64_t aligned(const Dims& dims, std::size_t t) const;
 };
-
-// Builds the mask that `config` describes (reading its .npy files) for `dims`.
-// Errors name the file or key and the expected shape or range. A float mask
-// holding only 0 and 1 (almost always a bool mask saved as float) is passed
-// to `warn`.
-template <class T>
-Mask<T> load_mask(const Config& config, const Dims& dims,
-                  const std::function<void(const std::string&)>& warn = {});
 
 // ALiBi slopes for h heads (Press et al. 2022): for h a power of two,
 // 2^(-8 i / h) for i = 1..h; otherwise those of the largest power of two

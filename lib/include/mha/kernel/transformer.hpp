@@ -19,8 +19,8 @@
 
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/mask.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/layer_weights.hpp"
+#include "mha/kernel/options.hpp"
+#include "mha/kernel/weights.hpp"
 
 namespace mha {
 

@@ -15,21 +15,17 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mha/kernel/options.hpp"
 #include "mha/model/weight_formats.hpp"
 
 namespace mha {
 
-enum class Causal { none, top_left, bottom_right };
-enum class MaskedRows { zero, uniform, nan };
+// Causal, MaskedRows, LayerKind and Activation: kernel/options.hpp.
 // bfloat16: the GEMMs take bfloat16 operands (OpenBLAS sbgemm) and
 // accumulate in float32; everything else is float32.
 enum class ComputeType { float32, float64, bfloat16 };
 enum class OutputType { float16, float32, float64 };
 enum class MaskTrueMeans { attend, ignore };
-// What a run computes: one attention (the default), or a stack of Transformer
-// encoder or decoder layers around it (docs/layers.md).
-enum class LayerKind { attention, encoder, decoder };
-enum class Activation { relu, gelu, gelu_tanh };
 
 struct Config {
   // Hyperparameters; unset ones are inferred from files or defaults at run time.

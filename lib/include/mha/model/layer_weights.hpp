@@ -1,5 +1,6 @@
 // The weights of a stack of Transformer encoder or decoder layers
-// (docs/layers.md), in native names per layer:
+// (StackWeights<T> in kernel/weights.hpp; docs/layers.md), in native names
+// per layer:
 //
 //   layers.N.self_attn.{W_q,b_q,W_k,b_k,W_v,b_v,W_o,b_o}   the attention's (weights.hpp)
 //   layers.N.cross_attn.{...}                              decoders only
@@ -22,48 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "mha/base/tensor.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
+#include "mha/kernel/weights.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
 
 namespace mha {
-
-template <class T>
-struct Norm {  // LayerNorm's scale and shift; empty: no such norm
-  Tensor<T, 1> gamma, beta;
-  bool empty() const { return gamma.size() == 0; }
-};
-
-template <class T>
-struct FeedForward {  // act(x W_1 + b_1) W_2 + b_2
-  Tensor<T, 2> W_1, W_2;
-  Tensor<T, 1> b_1, b_2;
-};
-
-template <class T>
-struct TransformerLayer {
-  Weights<T> self_attn;
-  Weights<T> cross_attn;  // decoders; empty (0x0) for encoders
-  FeedForward<T> ffn;
-  Norm<T> norm1, norm2, norm3;  // norm3: decoders
-};
-
-template <class T>
-struct StackWeights {
-  std::vector<TransformerLayer<T>> layers;
-  Norm<T> final_norm;  // empty without final_norm
-};
-
-// The sizes a stack's weights have.
-struct StackShape {
-  LayerKind kind = LayerKind::encoder;
-  std::size_t num_layers = 1, d_ff = 1;
-  bool final_norm = false;
-  Dims self, cross;  // the attentions' (cross: decoders)
-};
 
 // The arrays of a layer weights file in native names (format auto: told
 // apart by the names). Unknown names are errors naming the tensor.

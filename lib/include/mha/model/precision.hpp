@@ -1,7 +1,7 @@
 // Reduced precisions of a run: float16 for written files (output_dtype; the
 // float16 type itself is io/float16.hpp) and bfloat16 for GEMM operands
-// (dtype bfloat16). Every conversion rounds to nearest, ties to even, as
-// NumPy's astype and IEEE 754 do.
+// (dtype bfloat16; the rounding itself is kernel/bfloat16.hpp's). Every
+// conversion rounds to nearest, ties to even, as NumPy's astype and IEEE 754 do.
 //
 //   mha::float16 h = mha::to_float16(0.1);      // bits 0x2e66, value 0.0999755859375
 //   double x = mha::to_double(h);                // exact
@@ -9,38 +9,16 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "mha/io/float16.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/kernel/bfloat16.hpp"
 #include "mha/model/config.hpp"
 
 namespace mha {
-
-// bfloat16 (float32's top 16 bits: 8 exponent, 8 significant bits): x
-// rounded to nearest, ties to even; from 3.3962e38 (halfway past bfloat16's
-// largest, 3.3895e38) becomes inf; NaN stays NaN, made quiet. Branch-free and
-// inline so that the GEMM operand loops (blas.cpp) vectorize.
-inline std::uint16_t bfloat16_bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  // Adding 0x7fff (+1 when the kept part is odd) carries into bit 16 exactly
-  // when the dropped half is above one half (or equal, and the kept part odd).
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const std::uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-// The same rounding, returned as the float32 it represents exactly.
-inline float round_to_bfloat16(float x) {
-  const std::uint32_t u = std::uint32_t{bfloat16_bits(x)} << 16;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
 
 // The .npy dtype an output_dtype writes.
 constexpr DType npy_dtype(OutputType type) {

@@ -1,11 +1,6 @@
-// The projection weights of one multi-head attention layer, in this tool's
-// native layout (x @ W, as in Keras and the paper):
-//   W_q (d_model, h*d_k)  b_q (h*d_k)
-//   W_k (kdim,    h*d_k)  b_k (h*d_k)
-//   W_v (vdim,    h*d_v)  b_v (h*d_v)
-//   W_o (h*d_v,   d_out)  b_o (d_out)
-// Head i owns columns [i*d_k, (i+1)*d_k) of W_q and W_k and [i*d_v, (i+1)*d_v)
-// of W_v, and rows [i*d_v, (i+1)*d_v) of W_o.
+// The projection weights of one multi-head attention layer (Weights<T>, in
+// the native layout of kernel/weights.hpp) from files and arrays, drawn at
+// random, and as named arrays to write.
 #pragma once
 
 #include <cstdint>
@@ -14,21 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "mha/base/tensor.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/dims.hpp"
+#include "mha/kernel/dims.hpp"
+#include "mha/kernel/weights.hpp"
 
 namespace mha {
-
-template <class T>
-struct Weights {
-  Tensor<T, 2> W_q, W_k, W_v, W_o;
-  Tensor<T, 1> b_q, b_k, b_v, b_o;  // empty when the layer has no biases
-  // QK-norm (Qwen3, Gemma 3, OLMo 2): RMSNorm weights (d_k) of each head's q
-  // and k, applied before RoPE; empty when the layer has none.
-  Tensor<T, 1> q_norm, k_norm;
-  bool has_bias() const { return b_q.size() > 0; }
-};
 
 // The native tensor names, in file order.
 const std::vector<std::string>& weight_names(bool use_bias);

@@ -1,0 +1,67 @@
+// The weights the kernel computes with, in this tool's native layout (x @ W,
+// as in Keras and the paper). One multi-head attention layer:
+//   W_q (d_model, h*d_k)  b_q (h*d_k)
+//   W_k (kdim,    h*d_k)  b_k (h*d_k)
+//   W_v (vdim,    h*d_v)  b_v (h*d_v)
+//   W_o (h*d_v,   d_out)  b_o (d_out)
+// Head i owns columns [i*d_k, (i+1)*d_k) of W_q and W_k and [i*d_v, (i+1)*d_v)
+// of W_v, and rows [i*d_v, (i+1)*d_v) of W_o. A Transformer layer
+// (transformer.hpp) adds its feed-forward and LayerNorms around one or two
+// of them. model/weights.hpp and model/layer_weights.hpp read, draw and
+// write them under their file names.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "mha/base/tensor.hpp"
+#include "mha/kernel/dims.hpp"
+#include "mha/kernel/options.hpp"
+
+namespace mha {
+
+template <class T>
+struct Weights {
+  Tensor<T, 2> W_q, W_k, W_v, W_o;
+  Tensor<T, 1> b_q, b_k, b_v, b_o;  // empty when the layer has no biases
+  // QK-norm (Qwen3, Gemma 3, OLMo 2): RMSNorm weights (d_k) of each head's q
+  // and k, applied before RoPE; empty when the layer has none.
+  Tensor<T, 1> q_norm, k_norm;
+  bool has_bias() const { return b_q.size() > 0; }
+};
+
+template <class T>
+struct Norm {  // LayerNorm's scale and shift (d_model); empty: no such norm
+  Tensor<T, 1> gamma, beta;
+  bool empty() const { return gamma.size() == 0; }
+};
+
+template <class T>
+struct FeedForward {  // act(x W_1 + b_1) W_2 + b_2: W_1 (d_model, d_ff), W_2 (d_ff, d_model)
+  Tensor<T, 2> W_1, W_2;
+  Tensor<T, 1> b_1, b_2;
+};
+
+template <class T>
+struct TransformerLayer {
+  Weights<T> self_attn;
+  Weights<T> cross_attn;  // decoders; empty (0x0) for encoders
+  FeedForward<T> ffn;
+  Norm<T> norm1, norm2, norm3;  // norm3: decoders
+};
+
+template <class T>
+struct StackWeights {
+  std::vector<TransformerLayer<T>> layers;
+  Norm<T> final_norm;  // empty without final_norm
+};
+
+// The sizes a stack's weights have.
+struct StackShape {
+  LayerKind kind = LayerKind::encoder;
+  std::size_t num_layers = 1, d_ff = 1;
+  bool final_norm = false;
+  Dims self, cross;  // the attentions' (cross: decoders)
+};
+
+}  // namespace mha
