@@ -169,13 +169,30 @@ void rms_norm_heads(T* X, std::size_t ld, std::size_t rows, std::size_t heads, s
   });
 }
 
-// The projected Q and K of `p`, writable (p owns them).
+// The projected K of `p`, writable (p owns it): its own buffer, K of [K | V],
+// or K of [Q | K | V]. Q is always at p.qkv.
+template <class T>
+T* writable_K(const Dims& d, Projections<T>& p) {
+  return p.kv.data ? p.kv.get() : p.k.data ? p.k.get() : p.qkv.get() + d.h * d.d_k;
+}
+
+// QK-norm (Weights::q_norm, k_norm) on the projected Q and K, before the
+// rotary positions.
+template <class T>
+void normalize_qk(const Dims& d, Projections<T>& p, const Weights<T>& w, T eps, int threads) {
+  rms_norm_heads(p.qkv.get(), p.ldq, d.B * d.T, d.h, d.d_k, w.q_norm, eps, threads);
+  rms_norm_heads(writable_K(d, p), p.ldk, d.B * d.S, d.kv(), d.d_k, w.k_norm, eps, threads);
+}
+
+// RoPE on the projected Q and K.
 template <class T>
 void apply_rope(const Dims& d, Projections<T>& p, const Rope& rope, int threads) {
-  T* Q = p.qkv.get();
-  T* K = p.kv.data ? p.kv.get() : p.k.data ? p.k.get() : p.qkv.get() + d.h * d.d_k;
-  rotate(Q, p.ldq, d.B, d.T, d.h, d.d_k, rope, rope.offset, threads);
-  rotate(K, p.ldk, d.B, d.S, d.kv(), d.d_k, rope, 0, threads);
+  const std::size_t dim = rope.dim ? rope.dim : d.d_k;
+  if (dim % 2 || dim > d.d_k)
+    fail_input("rope_dim: " + std::to_string(dim) +
+               " must be even and at most d_k = " + std::to_string(d.d_k));
+  rotate(p.qkv.get(), p.ldq, d.B, d.T, d.h, d.d_k, rope, rope.offset, threads);
+  rotate(writable_K(d, p), p.ldk, d.B, d.S, d.kv(), d.d_k, rope, 0, threads);
 }
 
 // What one head-block computation needs, shared read-only by all tasks.
@@ -190,6 +207,11 @@ struct Job {
   std::atomic<bool>* overflow;  // set when a row's logits overflowed T (see all_masked)
   // The batch element p and context start at: 0, or a piece's first (pieced_layer).
   std::size_t b0 = 0;
+
+  // Query blocks of Bq = min(block_q, T) rows, the last one possibly shorter.
+  std::size_t Bq() const { return std::min(block_q, d.T); }
+  std::size_t q_blocks() const { return (d.T + Bq() - 1) / Bq(); }
+  std::size_t rows_of(std::size_t qb) const { return std::min(Bq(), d.T - qb * Bq()); }
 
   const T* Q(std::size_t b, std::size_t head, std::size_t t0) const {
     return p.Q + ((b - b0) * d.T + t0) * p.ldq + head * d.d_k;
@@ -536,146 +558,183 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
   if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
 }
 
-}  // namespace
-
+// The checks of a bfloat16-GEMM call, made before any task runs.
 template <class T>
-void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
-                     const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
-  blas_load();
-  if (opt.bf16_gemm) {  // checked here, before any task runs
-    if (sizeof(T) != 4) fail_input("bfloat16 GEMMs are a float32 option (dtype bfloat16)");
-    bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
-  }
-  const int threads = resolve_threads(opt.threads);
-  // Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
-  // the fused kernel is fastest with large square blocks (fewer BLAS packing
-  // passes per FLOP); the exact path keeps its (block_q, S) slabs small.
+void check_bf16_gemm(const LayerOptions<T>& opt) {
+  if (!opt.bf16_gemm) return;
+  if (sizeof(T) != 4) fail_input("bfloat16 GEMMs are a float32 option (dtype bfloat16)");
+  bf16_gemm_backend();  // reads MHA_BF16_GEMM, which may throw
+}
+
+struct Blocks {
+  std::size_t q, k;
+};
+
+// Default blocks, measured with `mha bench --block_q --block_k` on Zen 4:
+// the fused kernel is fastest with large square blocks (fewer BLAS packing
+// passes per FLOP); the exact path keeps its (block_q, S) slabs small.
+template <class T>
+Blocks choose_blocks(const Dims& d, const LayerOptions<T>& opt) {
   const bool fused = opt.attention == AttentionOutput::none;
   const std::size_t block_q = opt.block_q ? opt.block_q : fused ? 512 : 128;
   // Key blocks never longer than the keys: the scratch blocks follow them.
   const std::size_t block_k =
       std::min<std::size_t>(opt.block_k ? opt.block_k : 512, std::max<std::size_t>(d.S, 1));
-  if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, block_q))
-    return pieced_layer(d, X_q, w, mask, opt, block_q, block_k, threads, output);
-  Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
-  if (w.q_norm.size()) {  // QK-norm, before the rotary positions
-    T* Q = p.qkv.get();
-    T* K = p.kv.data ? p.kv.get() : p.k.data ? p.k.get() : p.qkv.get() + d.h * d.d_k;
-    rms_norm_heads(Q, p.ldq, d.B * d.T, d.h, d.d_k, w.q_norm, opt.qk_norm_eps, threads);
-    rms_norm_heads(K, p.ldk, d.B * d.S, d.kv(), d.d_k, w.k_norm, opt.qk_norm_eps, threads);
-  }
-  if (opt.rope.layout != RopeLayout::none) {
-    const std::size_t dim = opt.rope.dim ? opt.rope.dim : d.d_k;
-    if (dim % 2 || dim > d.d_k)
-      fail_input("rope_dim: " + std::to_string(dim) +
-                 " must be even and at most d_k = " + std::to_string(d.d_k));
-    apply_rope(d, p, opt.rope, threads);
-  }
-  Buffer<T> context(d.B * d.T * d.h * d.d_v);
-  std::atomic<bool> overflow{false};
-  Job<T> job{d, mask, opt, p, block_q, block_k, context.get(), &overflow};
-  const std::size_t Bq = std::min(job.block_q, d.T);
-  const std::size_t q_blocks = (d.T + Bq - 1) / Bq;
-  auto rows_of = [&](std::size_t qb) { return std::min(Bq, d.T - qb * Bq); };
+  return {block_q, block_k};
+}
 
-  if (opt.attention == AttentionOutput::none) {
-    // Tasks (b, head, query block, key split); keys are split only when there
-    // are fewer than kMinTasks head blocks (decode-shaped work). The split
-    // depends on the shape alone, never on the threads, so the sums (and so
-    // the bits of the output) are the same for any thread count.
-    const std::size_t head_blocks = d.B * d.h * q_blocks;
-    std::size_t splits = 1;
-    if (head_blocks < kMinTasks && d.S >= 2 * job.block_k)
-      splits =
-          std::min<std::size_t>((kMinTasks + head_blocks - 1) / head_blocks, d.S / job.block_k);
-    const std::size_t span = (d.S + splits - 1) / splits;
-    std::vector<Array<T>> scratch(threads);
-    // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
-    std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
-    std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
-    if (opt.progress) opt.progress->begin("compute", head_blocks * splits);
-    parallel_for(head_blocks * splits, threads, [&](std::size_t task, int thread) {
-      const std::size_t split = task % splits, hb = task / splits;
-      const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
-      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
-      auto& s = scratch[thread];
-      s.resize(flash_scratch(d, Bq, job.block_k));
-      T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
-      T* X = l + Bq;  // the rest of flash_scratch
-      if (splits > 1) {
-        O = part_O.data() + task * Bq * d.d_v;
-        m = part_m.data() + task * Bq;
-        l = part_l.data() + task * Bq;
-      }
-      flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m,
-                  l, X);
-      if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
-      if (opt.progress) opt.progress->add();
-    });
-    if (splits > 1) {
-      // Merge the key splits: rescale each to the common max, then sum.
-      std::vector<T> O(Bq * d.d_v), l(Bq);
-      for (std::size_t hb = 0; hb < head_blocks; ++hb) {
-        const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h,
-                          b = hb / (q_blocks * d.h), rows = rows_of(qb);
-        std::fill(O.begin(), O.end(), T(0));
-        std::fill(l.begin(), l.end(), T(0));
-        for (std::size_t r = 0; r < rows; ++r) {
-          T m = kNegInf<T>;
-          for (std::size_t sp = 0; sp < splits; ++sp)
-            m = std::max(m, part_m[(hb * splits + sp) * Bq + r]);
-          if (m == kNegInf<T>) continue;  // l stays 0: masked-row policy
-          for (std::size_t sp = 0; sp < splits; ++sp) {
-            const std::size_t i = (hb * splits + sp) * Bq + r;
-            if (part_m[i] == kNegInf<T>) continue;
-            const T f = std::exp(part_m[i] - m);
-            l[r] += part_l[i] * f;
-            for (std::size_t c = 0; c < d.d_v; ++c) O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
-          }
-        }
-        finish_rows(job, b, head, qb * Bq, rows, O.data(), l.data());
+// Merges the fused path's key splits of every head block into the context:
+// each split's O, m and l (part_O (Bq, d_v), part_m and part_l (Bq) per task
+// hb * splits + split) rescaled to the common max, then summed.
+template <class T>
+void merge_key_splits(const Job<T>& job, std::size_t head_blocks, std::size_t splits,
+                      const std::vector<T>& part_O, const std::vector<T>& part_m,
+                      const std::vector<T>& part_l) {
+  const auto& d = job.d;
+  const std::size_t Bq = job.Bq(), q_blocks = job.q_blocks();
+  std::vector<T> O(Bq * d.d_v), l(Bq);
+  for (std::size_t hb = 0; hb < head_blocks; ++hb) {
+    const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h),
+                      rows = job.rows_of(qb);
+    std::fill(O.begin(), O.end(), T(0));
+    std::fill(l.begin(), l.end(), T(0));
+    for (std::size_t r = 0; r < rows; ++r) {
+      T m = kNegInf<T>;
+      for (std::size_t sp = 0; sp < splits; ++sp)
+        m = std::max(m, part_m[(hb * splits + sp) * Bq + r]);
+      if (m == kNegInf<T>) continue;  // l stays 0: masked-row policy
+      for (std::size_t sp = 0; sp < splits; ++sp) {
+        const std::size_t i = (hb * splits + sp) * Bq + r;
+        if (part_m[i] == kNegInf<T>) continue;
+        const T f = std::exp(part_m[i] - m);
+        l[r] += part_l[i] * f;
+        for (std::size_t c = 0; c < d.d_v; ++c) O[r * d.d_v + c] += part_O[i * d.d_v + c] * f;
       }
     }
-  } else if (opt.attention == AttentionOutput::per_head) {
-    std::vector<Array<T>> scratch(threads);
-    if (opt.progress) opt.progress->begin("compute", d.B * d.h * q_blocks);
-    parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
-      const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
-                        b = task / (q_blocks * d.h);
-      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
-      T* A;
-      if (opt.attention_buffer) {
-        A = opt.attention_buffer + ((b * d.h + head) * d.T + t0) * d.S;
-      } else {
-        scratch[thread].resize(Bq * d.S);
-        A = scratch[thread].data();
-      }
-      exact_block(job, b, head, t0, rows, A);
-      if (!opt.attention_buffer && opt.sink) opt.sink(b, head, t0, rows, A);
-      if (opt.progress) opt.progress->add();
-    });
-  } else {
-    // Mean over heads: one task per (b, query block) accumulates all heads.
-    std::vector<Array<T>> scratch(threads);
-    const T inv_h = T(1) / static_cast<T>(d.h);
-    if (opt.progress) opt.progress->begin("compute", d.B * q_blocks);
-    parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
-      const std::size_t qb = task % q_blocks, b = task / q_blocks;
-      const std::size_t t0 = qb * Bq, rows = rows_of(qb);
-      auto& s = scratch[thread];
-      s.resize((opt.attention_buffer ? 1 : 2) * Bq * d.S);
-      T* A = s.data();
-      T* mean =
-          opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S : s.data() + Bq * d.S;
-      std::fill(mean, mean + rows * d.S, T(0));
-      for (std::size_t head = 0; head < d.h; ++head) {
-        exact_block(job, b, head, t0, rows, A);
-        for (std::size_t i = 0; i < rows * d.S; ++i) mean[i] += A[i] * inv_h;
-      }
-      if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
-      if (opt.progress) opt.progress->add();
-    });
+    finish_rows(job, b, head, qb * Bq, rows, O.data(), l.data());
   }
+}
+
+// Attention not requested: the fused kernel over tasks (b, head, query
+// block, key split) into the context. Keys are split only when there are
+// fewer than kMinTasks head blocks (decode-shaped work). The split depends
+// on the shape alone, never on the threads, so the sums (and so the bits of
+// the output) are the same for any thread count.
+template <class T>
+void fused_attention(const Job<T>& job, int threads) {
+  const auto& d = job.d;
+  const auto& opt = job.opt;
+  const std::size_t Bq = job.Bq(), q_blocks = job.q_blocks();
+  const std::size_t head_blocks = d.B * d.h * q_blocks;
+  std::size_t splits = 1;
+  if (head_blocks < kMinTasks && d.S >= 2 * job.block_k)
+    splits = std::min<std::size_t>((kMinTasks + head_blocks - 1) / head_blocks, d.S / job.block_k);
+  const std::size_t span = (d.S + splits - 1) / splits;
+  std::vector<Array<T>> scratch(threads);
+  // Per split: unnormalized O (Bq, d_v), m and l (Bq), merged afterwards.
+  std::vector<T> part_O(splits > 1 ? head_blocks * splits * Bq * d.d_v : 0);
+  std::vector<T> part_m(splits > 1 ? head_blocks * splits * Bq : 0), part_l(part_m.size());
+  if (opt.progress) opt.progress->begin("compute", head_blocks * splits);
+  parallel_for(head_blocks * splits, threads, [&](std::size_t task, int thread) {
+    const std::size_t split = task % splits, hb = task / splits;
+    const std::size_t qb = hb % q_blocks, head = (hb / q_blocks) % d.h, b = hb / (q_blocks * d.h);
+    const std::size_t t0 = qb * Bq, rows = job.rows_of(qb);
+    auto& s = scratch[thread];
+    s.resize(flash_scratch(d, Bq, job.block_k));
+    T *P = s.data(), *O = P + Bq * job.block_k, *m = O + Bq * d.d_v, *l = m + Bq;
+    T* X = l + Bq;  // the rest of flash_scratch
+    if (splits > 1) {
+      O = part_O.data() + task * Bq * d.d_v;
+      m = part_m.data() + task * Bq;
+      l = part_l.data() + task * Bq;
+    }
+    flash_block(job, b, head, t0, rows, split * span, std::min(d.S, (split + 1) * span), P, O, m, l,
+                X);
+    if (splits == 1) finish_rows(job, b, head, t0, rows, O, l);
+    if (opt.progress) opt.progress->add();
+  });
+  if (splits > 1) merge_key_splits(job, head_blocks, splits, part_O, part_m, part_l);
+}
+
+// Attention per head: the exact path over tasks (b, head, query block), each
+// slab of A_i into the caller's buffer or through the sink.
+template <class T>
+void per_head_attention(const Job<T>& job, int threads) {
+  const auto& d = job.d;
+  const auto& opt = job.opt;
+  const std::size_t Bq = job.Bq(), q_blocks = job.q_blocks();
+  std::vector<Array<T>> scratch(threads);
+  if (opt.progress) opt.progress->begin("compute", d.B * d.h * q_blocks);
+  parallel_for(d.B * d.h * q_blocks, threads, [&](std::size_t task, int thread) {
+    const std::size_t qb = task % q_blocks, head = (task / q_blocks) % d.h,
+                      b = task / (q_blocks * d.h);
+    const std::size_t t0 = qb * Bq, rows = job.rows_of(qb);
+    T* A;
+    if (opt.attention_buffer) {
+      A = opt.attention_buffer + ((b * d.h + head) * d.T + t0) * d.S;
+    } else {
+      scratch[thread].resize(Bq * d.S);
+      A = scratch[thread].data();
+    }
+    exact_block(job, b, head, t0, rows, A);
+    if (!opt.attention_buffer && opt.sink) opt.sink(b, head, t0, rows, A);
+    if (opt.progress) opt.progress->add();
+  });
+}
+
+// The mean of attention over heads: one task per (b, query block)
+// accumulates all heads, in head order.
+template <class T>
+void mean_attention(const Job<T>& job, int threads) {
+  const auto& d = job.d;
+  const auto& opt = job.opt;
+  const std::size_t Bq = job.Bq(), q_blocks = job.q_blocks();
+  std::vector<Array<T>> scratch(threads);
+  const T inv_h = T(1) / static_cast<T>(d.h);
+  if (opt.progress) opt.progress->begin("compute", d.B * q_blocks);
+  parallel_for(d.B * q_blocks, threads, [&](std::size_t task, int thread) {
+    const std::size_t qb = task % q_blocks, b = task / q_blocks;
+    const std::size_t t0 = qb * Bq, rows = job.rows_of(qb);
+    auto& s = scratch[thread];
+    s.resize((opt.attention_buffer ? 1 : 2) * Bq * d.S);
+    T* A = s.data();
+    T* mean =
+        opt.attention_buffer ? opt.attention_buffer + (b * d.T + t0) * d.S : s.data() + Bq * d.S;
+    std::fill(mean, mean + rows * d.S, T(0));
+    for (std::size_t head = 0; head < d.h; ++head) {
+      exact_block(job, b, head, t0, rows, A);
+      for (std::size_t i = 0; i < rows * d.S; ++i) mean[i] += A[i] * inv_h;
+    }
+    if (!opt.attention_buffer && opt.sink) opt.sink(b, 0, t0, rows, mean);
+    if (opt.progress) opt.progress->add();
+  });
+}
+
+}  // namespace
+
+// project -> QK-norm -> RoPE -> attention into the context -> output
+// projection; or all of it per batch piece (pieced_layer) when the shape allows.
+template <class T>
+void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
+                     const Mask<T>& mask, const LayerOptions<T>& opt, T* output) {
+  blas_load();
+  check_bf16_gemm(opt);
+  const int threads = resolve_threads(opt.threads);
+  const Blocks blocks = choose_blocks(d, opt);
+  if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, blocks.q))
+    return pieced_layer(d, X_q, w, mask, opt, blocks.q, blocks.k, threads, output);
+  Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  if (w.q_norm.size()) normalize_qk(d, p, w, opt.qk_norm_eps, threads);
+  if (opt.rope.layout != RopeLayout::none) apply_rope(d, p, opt.rope, threads);
+  Buffer<T> context(d.B * d.T * d.h * d.d_v);
+  std::atomic<bool> overflow{false};
+  Job<T> job{d, mask, opt, p, blocks.q, blocks.k, context.get(), &overflow};
+  if (opt.attention == AttentionOutput::none)
+    fused_attention(job, threads);
+  else if (opt.attention == AttentionOutput::per_head)
+    per_head_attention(job, threads);
+  else
+    mean_attention(job, threads);
   if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
