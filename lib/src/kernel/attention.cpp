@@ -14,6 +14,7 @@
 #include "linear.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/base/progress.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/vexp.hpp"

@@ -25,13 +25,14 @@
 #include <cstddef>
 #include <functional>
 
-#include "mha/base/progress.hpp"
 #include "mha/kernel/dims.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/options.hpp"
 #include "mha/kernel/weights.hpp"
 
 namespace mha {
+
+struct StageProgress;  // base/progress.hpp: only pointed to here
 
 enum class AttentionOutput { none, per_head, mean_over_heads };
 
