@@ -1,4 +1,4 @@
-#include "mha/inspect/heatmap.hpp"
+#include "mha/draw/heatmap.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "mha/base/error.hpp"
-#include "mha/inspect/colormap.hpp"
-#include "mha/inspect/text.hpp"
+#include "mha/draw/colormap.hpp"
+#include "mha/draw/text.hpp"
 
 namespace mha {
 namespace {

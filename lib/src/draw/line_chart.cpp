@@ -1,4 +1,4 @@
-#include "mha/inspect/line_chart.hpp"
+#include "mha/draw/line_chart.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "mha/base/error.hpp"
-#include "mha/inspect/heatmap.hpp"
-#include "mha/inspect/text.hpp"
+#include "mha/draw/heatmap.hpp"
+#include "mha/draw/text.hpp"
 
 namespace mha {
 
