@@ -10,10 +10,10 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/inspect/heatmap.hpp"
+#include "mha/draw/heatmap.hpp"
+#include "mha/draw/png.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/io/png.hpp"
 #include "mha/io/stream_input.hpp"
 
 namespace mha::cli {

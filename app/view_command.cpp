@@ -7,8 +7,8 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/draw/png.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/io/png.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/view/attention_view.hpp"
 #include "mha/view/sweep_view.hpp"

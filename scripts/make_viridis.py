@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes lib/src/inspect/viridis_table.inc: matplotlib's viridis colormap (van der Walt
+"""Writes lib/src/draw/viridis_table.inc: matplotlib's viridis colormap (van der Walt
 and Smith, perceptually uniform) as 256 RGB8 entries, for `mha plot`.
 
 A development tool, not a build step: the table is committed, and the build
@@ -18,7 +18,7 @@ import sys
 import matplotlib
 from matplotlib import colormaps
 
-OUT = "lib/src/inspect/viridis_table.inc"
+OUT = "lib/src/draw/viridis_table.inc"
 
 
 def table():

@@ -3,20 +3,22 @@
 #   scripts/setup.sh          what `mha run` needs
 #   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, pytest,
 #                             jsonschema, matplotlib, headless Chromium for the viewer's
-#                             browser tests, GNU parallel, strace (the Python module has no file system
-#                             calls per call), and Slurm with munge for the
-#                             single-node cluster tests)
+#                             browser tests, GNU parallel, strace (the Python module has no
+#                             file system calls per call), and Slurm with munge for the
+#                             single-node cluster tests), and warnings as errors (MHA_WERROR)
 # Runs as root, or through sudo when not root. Nothing is downloaded at build
 # time; every dependency is a Debian 12 package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_tests=OFF
+werror=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
           libpng-dev libfreetype-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
+  werror=ON  # what CI runs: a warning fails the build
   packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
             chromium parallel slurmctld slurmd slurm-client munge strace)
 fi
@@ -33,5 +35,6 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=$with_tests >&2
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=$with_tests \
+  -DMHA_WERROR=$werror >&2
 cmake --build build >&2

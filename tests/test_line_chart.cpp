@@ -1,8 +1,8 @@
-// Line charts of sweep results (inspect/line_chart): each point's pixel takes
+// Line charts of sweep results (draw/line_chart): each point's pixel takes
 // its series' colour, points map monotonically, the nice tick ranges cover
 // the data, log x axes, gaps at NaN, the legend holds every series' colour,
 // many series, and the errors for bad input.
-#include "mha/inspect/line_chart.hpp"
+#include "mha/draw/line_chart.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/image.hpp"
-#include "mha/io/png.hpp"
+#include "mha/draw/image.hpp"
+#include "mha/draw/png.hpp"
 #include "test_util.hpp"
 
 namespace {

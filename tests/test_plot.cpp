@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "mha/inspect/colormap.hpp"
-#include "mha/inspect/heatmap.hpp"
-#include "mha/inspect/text.hpp"
-#include "mha/io/image.hpp"
+#include "mha/draw/colormap.hpp"
+#include "mha/draw/heatmap.hpp"
+#include "mha/draw/image.hpp"
+#include "mha/draw/png.hpp"
+#include "mha/draw/text.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/io/png.hpp"
 #include "mha/model/config.hpp"
 #include "mha/run/run.hpp"
 #include "test_util.hpp"

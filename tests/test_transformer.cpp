@@ -16,10 +16,6 @@ using namespace mha;
 
 namespace {
 
-std::vector<double> to_vec(const double* p, std::size_t n) {
-  return std::vector<double>(p, p + n);
-}
-
 template <class Tensor>
 std::vector<double> to_vec(const Tensor& t) {
   return std::vector<double>(t.begin(), t.end());

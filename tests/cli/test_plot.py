@@ -4,7 +4,7 @@ beside attention.npy, or alone) and `mha plot FILE.npy` on NumPy- and PyTorch-ma
 cell colors, options, logs), and its errors (exit 2, one stderr line, nothing written).
 
 PNGs are decoded here with the standard library only (zlib and struct, PNG's scanline filters
-undone by hand); the expected colors come from the committed lib/src/inspect/viridis_table.inc.
+undone by hand); the expected colors come from the committed lib/src/draw/viridis_table.inc.
 
 Run by ctest, one TestCase class per test:
   /usr/bin/python3 tests/cli/test_plot.py [Class]   (MHA_BIN = path to mha,
@@ -27,7 +27,7 @@ ROOT = os.environ.get("MHA_SOURCE_DIR", os.getcwd())
 
 
 def viridis_table():
-    with open(os.path.join(ROOT, "lib", "src", "inspect", "viridis_table.inc")) as f:
+    with open(os.path.join(ROOT, "lib", "src", "draw", "viridis_table.inc")) as f:
         rows = re.findall(r"\{\s*(\d+),\s*(\d+),\s*(\d+)\}", f.read())
     assert len(rows) == 256, len(rows)
     return [tuple(int(c) for c in r) for r in rows]

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # ctest downstream.find_package: install BUILD_DIR into a temporary prefix, then configure,
-# build and run tests/downstream against it with find_package(mha); check the pkg-config
-# file, the man page and the completion script landed.
+# build and run tests/downstream against it with find_package(mha), then with pkg-config alone;
+# check the man page and the completion script landed.
 set -euo pipefail
 build_dir=$1
 here="$(cd "$(dirname "$0")" && pwd)"
 prefix="$(mktemp -d)"
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
-for f in bin/mha lib/libmha.a include/mha/mha.hpp lib/cmake/mha/mhaConfig.cmake \
-         lib/pkgconfig/mha.pc share/bash-completion/completions/mha; do
+for f in bin/mha include/mha/mha.hpp lib/cmake/mha/mhaConfig.cmake \
+         lib/pkgconfig/mha.pc share/bash-completion/completions/mha \
+         lib/libmha_{base,io,model,kernel,inspect,draw,view,run}.a; do
   [[ -e "$prefix/$f" ]] || { echo "downstream: $f was not installed" >&2; exit 1; }
 done
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists --print-errors mha
@@ -26,3 +27,10 @@ cmake -S "$here" -B "$prefix/downstream-build" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$prefix/downstream-build" >/dev/null
 "$prefix/downstream-build/downstream"
+# The same program through the pkg-config file alone (its -l order is a static link's). Its
+# output is shell words (MHA_VERSION's quotes escaped), as a Makefile's $(shell pkg-config ...)
+# hands them to the shell: hence eval.
+pc=(env PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --define-prefix)
+eval "g++ -O1 -o '$prefix/downstream-pc' '$here/main.cpp' $("${pc[@]}" --cflags mha) \
+      $("${pc[@]}" --libs mha)"
+"$prefix/downstream-pc"

@@ -33,7 +33,7 @@ READY = ("document.body.dataset.ready === '1' || "
 
 def viridis():
     """The 256 viridis entries, read from the library's table (entry i at i / 255)."""
-    with open(os.path.join(ROOT, "lib/src/inspect/viridis_table.inc")) as f:
+    with open(os.path.join(ROOT, "lib/src/draw/viridis_table.inc")) as f:
         rows = re.findall(r"\{\s*(\d+),\s*(\d+),\s*(\d+)\}", f.read())
     assert len(rows) == 256, len(rows)
     return [tuple(int(v) for v in r) for r in rows]

@@ -10,10 +10,10 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/draw/heatmap.hpp"
+#include "mha/draw/png.hpp"
 #include "mha/inspect/attention_stats.hpp"
-#include "mha/inspect/heatmap.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/io/png.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"

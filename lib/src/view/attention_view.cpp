@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "mha/base/error.hpp"
+#include "mha/draw/colormap.hpp"
+#include "mha/draw/heatmap.hpp"
 #include "mha/inspect/attention_stats.hpp"
-#include "mha/inspect/colormap.hpp"
-#include "mha/inspect/heatmap.hpp"
 #include "mha/io/float16.hpp"
 #include "mha/io/stream_input.hpp"
 #include "mha/view/page.hpp"

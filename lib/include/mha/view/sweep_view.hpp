@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/inspect/line_chart.hpp"
+#include "mha/draw/line_chart.hpp"
 
 namespace mha {
 

@@ -10,7 +10,7 @@
 #include <ostream>
 #include <string>
 
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 namespace mha {
 

@@ -1,4 +1,4 @@
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "mha/inspect/text.hpp"
+#include "mha/draw/text.hpp"
 
 #include <ft2build.h>
 #include FT_FREETYPE_H

@@ -1,4 +1,4 @@
-#include "mha/io/png.hpp"
+#include "mha/draw/png.hpp"
 
 #include <png.h>
 

@@ -5,7 +5,7 @@
 // copyright file.)
 #include <cstddef>
 
-#include "mha/inspect/text.hpp"
+#include "mha/draw/text.hpp"
 
 #ifndef MHA_FONT_FILE
 #error "MHA_FONT_FILE must name the .ttf file to embed (set by CMakeLists.txt)"

@@ -1,4 +1,4 @@
-#include "mha/inspect/heatmap.hpp"
+#include "mha/draw/heatmap.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <utility>
 
 #include "mha/base/error.hpp"
-#include "mha/inspect/colormap.hpp"
-#include "mha/inspect/text.hpp"
+#include "mha/draw/colormap.hpp"
+#include "mha/draw/text.hpp"
 
 namespace mha {
 namespace {
@@ -387,6 +388,8 @@ double AttentionPanels::cell(std::size_t p, std::size_t i, std::size_t j) const 
   return v / static_cast<double>(r * c);
 }
 
+namespace {
+
 // Panel p: its title, its cells, the query axis on its left and the key
 // axis below it, at its place in the grid of L.
 void draw_panel(Image& img, const AttentionPanels& panels, std::size_t p,
@@ -492,9 +495,10 @@ void draw_color_bar(Image& img, const Layout& L, const std::vector<std::string>&
   }
 }
 
-Plot render_attention(const AttentionPanels& panels, const std::vector<std::string>& titles,
-                      const PlotOptions& options, const std::string& subject) {
-  const std::size_t n = panels.panels(), f = panels.factor();
+// The request's errors, before anything is measured or drawn.
+void check_request(const AttentionPanels& panels, const std::vector<std::string>& titles,
+                   const PlotOptions& options) {
+  const std::size_t n = panels.panels();
   if (titles.size() != n)
     fail_input("attention plot: " + std::to_string(titles.size()) + " titles for " +
                std::to_string(n) + " panels");
@@ -509,12 +513,15 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
                " px; expected 1 to 64, or 0 for automatic");
 
   check_color_limits(options, "", "attention plot: ");
+}
 
-  // One color range for all panels, or one each.
-  Plot plot;
-  const bool per_head = options.range == ColorRangeMode::per_head;
+// One color range for all panels, or one each (per_head); their ends, and
+// whether any weight is NaN, go into plot.
+std::vector<ColorRange> color_ranges(const AttentionPanels& panels, const PlotOptions& options,
+                                     Plot& plot) {
+  const std::size_t n = panels.panels();
   std::vector<ColorRange> ranges;
-  if (per_head) {
+  if (options.range == ColorRangeMode::per_head) {
     for (std::size_t p = 0; p < n; ++p)
       ranges.push_back(color_range(extent(panels, p, p + 1, plot.has_nan), options));
   } else {
@@ -525,110 +532,170 @@ Plot render_attention(const AttentionPanels& panels, const std::vector<std::stri
     plot.panel_lo.push_back(r.lo), plot.panel_hi.push_back(r.hi);
     plot.lo = std::min(plot.lo, r.lo), plot.hi = std::max(plot.hi, r.hi);
   }
-  // Fixed ends are written as given (up to 6 digits), the data's to 3.
-  const std::string vmin_text = options.vmin ? format_fixed(*options.vmin) : "";
-  const std::string vmax_text = options.vmax ? format_fixed(*options.vmax) : "";
-  auto lo_text = [&](const ColorRange& r) { return options.vmin ? vmin_text : format_value(r.lo); };
-  auto hi_text = [&](const ColorRange& r) { return options.vmax ? vmax_text : format_value(r.hi); };
-  std::vector<std::string> range_texts;
-  if (per_head)
-    for (const ColorRange& r : ranges) range_texts.push_back(lo_text(r) + " to " + hi_text(r));
+  return ranges;
+}
 
-  // Which labels, at which cell size.
-  const bool want_labels = !options.query_labels.empty() || !options.key_labels.empty();
-  bool labels = want_labels;
-  int cell = options.cell ? options.cell : auto_cell(panels);
-  if (want_labels && f > 1) {
-    labels = false;
-    plot.notes.push_back("token labels left out: the map is downsampled " + times(f, f) +
-                         ", so a cell is not one token");
-  } else if (want_labels && !options.cell && cell < kLabelCell &&
-             std::max(panels.rows(), panels.cols()) * kLabelCell <= 2048) {
-    cell = kLabelCell;  // big enough for labels, still a sane image
-  }
-  if (labels && cell < kMinLabelCell) {
-    labels = false;
-    plot.notes.push_back("token labels left out: cells of " + std::to_string(cell) +
-                         " px are too small for text (labels need " +
-                         std::to_string(kMinLabelCell) + " px or more)");
-  }
+// The texts of a range's ends: fixed ends are written as given (up to 6
+// digits), the data's to 3.
+struct EndTexts {
+  explicit EndTexts(const PlotOptions& options)
+      : fixed_lo(options.vmin.has_value()),
+        fixed_hi(options.vmax.has_value()),
+        vmin(fixed_lo ? format_fixed(*options.vmin) : ""),
+        vmax(fixed_hi ? format_fixed(*options.vmax) : "") {}
+  std::string lo(const ColorRange& r) const { return fixed_lo ? vmin : format_value(r.lo); }
+  std::string hi(const ColorRange& r) const { return fixed_hi ? vmax : format_value(r.hi); }
 
+  bool fixed_lo, fixed_hi;
+  std::string vmin, vmax;
+};
+
+// Everything written on the plot but the axes.
+struct PlotTexts {
+  const std::vector<std::string>& titles;
+  std::vector<std::string> ranges;   // under each title (per_head), else empty
+  std::vector<std::string> caption;  // its parts, joined by U+00B7
+  std::vector<std::string> bar;      // the color bar's top, middle, bottom; the NaN swatch's
+};
+
+std::vector<std::string> caption_parts(const AttentionPanels& panels, const PlotOptions& options,
+                                       const std::string& subject,
+                                       const std::vector<ColorRange>& ranges, const EndTexts& ends,
+                                       bool has_nan) {
   std::vector<std::string> caption = {subject};
   const std::string scale_name = options.scale == ColorScale::linear ? "linear" : "log10";
-  if (!per_head) {
-    caption.push_back("color: " + scale_name + ", " + lo_text(ranges[0]) +
-                      (options.vmin ? " (vmin)" : "") + " to " + hi_text(ranges[0]) +
-                      (options.vmax ? " (vmax)" : ""));
+  if (options.range != ColorRangeMode::per_head) {
+    caption.push_back("color: " + scale_name + ", " + ends.lo(ranges[0]) +
+                      (ends.fixed_lo ? " (vmin)" : "") + " to " + ends.hi(ranges[0]) +
+                      (ends.fixed_hi ? " (vmax)" : ""));
   } else {
     std::string part = "color: " + scale_name + ", per head (ranges under the titles)";
-    if (options.vmin) part += ", vmin " + vmin_text;
-    if (options.vmax) part += ", vmax " + vmax_text;
+    if (ends.fixed_lo) part += ", vmin " + ends.vmin;
+    if (ends.fixed_hi) part += ", vmax " + ends.vmax;
     caption.push_back(part);
   }
+  const std::size_t f = panels.factor();
   if (f > 1)
     caption.push_back("downsampled " + times(f, f) + " by block " + to_string(panels.reduce()) +
                       " (" + times(panels.T(), panels.S()) + " to " +
                       times(panels.rows(), panels.cols()) + ")");
-  if (plot.has_nan) caption.push_back("grey: NaN");
-  // Color bar: fixed ends with U+2265 or U+2264 (values beyond take their
-  // color), per-head ends as such, the middle when both ends are common.
-  const ColorRange& first = ranges[0];
-  const bool common_lo = !per_head || options.vmin, common_hi = !per_head || options.vmax;
+  if (has_nan) caption.push_back("grey: NaN");
+  return caption;
+}
+
+// The color bar's texts: fixed ends with U+2265 or U+2264 (values beyond take
+// their color), per-head ends as such, the middle when both ends are common.
+std::vector<std::string> bar_texts(const PlotOptions& options, const ColorRange& first,
+                                   const EndTexts& ends) {
+  const bool per_head = options.range == ColorRangeMode::per_head;
+  const bool common_lo = !per_head || ends.fixed_lo, common_hi = !per_head || ends.fixed_hi;
   const double mid = options.scale == ColorScale::linear ? (first.lo + first.hi) / 2
                                                          : std::sqrt(first.lo * first.hi);
-  std::vector<std::string> bar_texts = {options.vmax ? "\xe2\x89\xa5 " + vmax_text
-                                        : common_hi  ? hi_text(first)
-                                                     : "head max",
-                                        common_lo && common_hi ? format_value(mid) : "",
-                                        options.vmin ? "\xe2\x89\xa4 " + vmin_text
-                                        : common_lo  ? lo_text(first)
-                                                     : "head min",
-                                        "NaN"};
-  plot.bar_labels.assign(bar_texts.begin(), bar_texts.begin() + 3);
+  return {ends.fixed_hi ? "\xe2\x89\xa5 " + ends.vmax
+          : common_hi   ? ends.hi(first)
+                        : "head max",
+          common_lo && common_hi ? format_value(mid) : "",
+          ends.fixed_lo ? "\xe2\x89\xa4 " + ends.vmin
+          : common_lo   ? ends.lo(first)
+                        : "head min",
+          "NaN"};
+}
 
-  // Shrink an automatic cell until the image fits; labels go last.
-  Layout L;
-  CellSize size;
+// The cell size to start from and whether token labels are drawn; a note in
+// plot says why labels asked for are left out.
+struct CellChoice {
+  int cell = 1;
+  bool labels = false;
+};
+
+CellChoice choose_cell(const AttentionPanels& panels, const PlotOptions& options, Plot& plot) {
+  const std::size_t f = panels.factor();
+  const bool want_labels = !options.query_labels.empty() || !options.key_labels.empty();
+  CellChoice c{options.cell ? options.cell : auto_cell(panels), want_labels};
+  if (want_labels && f > 1) {
+    c.labels = false;
+    plot.notes.push_back("token labels left out: the map is downsampled " + times(f, f) +
+                         ", so a cell is not one token");
+  } else if (want_labels && !options.cell && c.cell < kLabelCell &&
+             std::max(panels.rows(), panels.cols()) * kLabelCell <= 2048) {
+    c.cell = kLabelCell;  // big enough for labels, still a sane image
+  }
+  if (c.labels && c.cell < kMinLabelCell) {
+    c.labels = false;
+    plot.notes.push_back("token labels left out: cells of " + std::to_string(c.cell) +
+                         " px are too small for text (labels need " +
+                         std::to_string(kMinLabelCell) + " px or more)");
+  }
+  return c;
+}
+
+// The layout at the chosen cell size, shrinking an automatic cell until the
+// image fits kMaxPlotSide a side (labels go last, with a note in plot).
+// Throws when a fixed cell size, or 1 px, is still too large.
+std::pair<Layout, CellSize> fit_layout(const AttentionPanels& panels, const PlotTexts& texts,
+                                       const PlotOptions& options, CellChoice& c, Plot& plot) {
   for (;;) {
-    size = cell_size(panels, cell, !options.cell);
-    L = plan(panels, titles, range_texts, caption, bar_texts,
-             labels ? options.query_labels : std::vector<std::string>{},
-             labels ? options.key_labels : std::vector<std::string>{}, size, labels);
-    if (L.width <= kMaxPlotSide && L.height <= kMaxPlotSide) break;
-    if (!options.cell && cell > 1) {
-      cell = std::max(1, cell * 3 / 4);
-      if (labels && cell < kMinLabelCell) {
-        labels = false;
+    const CellSize size = cell_size(panels, c.cell, !options.cell);
+    Layout L = plan(panels, texts.titles, texts.ranges, texts.caption, texts.bar,
+                    c.labels ? options.query_labels : std::vector<std::string>{},
+                    c.labels ? options.key_labels : std::vector<std::string>{}, size, c.labels);
+    if (L.width <= kMaxPlotSide && L.height <= kMaxPlotSide) return {std::move(L), size};
+    if (!options.cell && c.cell > 1) {
+      c.cell = std::max(1, c.cell * 3 / 4);
+      if (c.labels && c.cell < kMinLabelCell) {
+        c.labels = false;
         plot.notes.push_back("token labels left out: the plot would be larger than " +
                              std::to_string(kMaxPlotSide) + " px a side");
       }
       continue;
     }
+    const std::size_t n = panels.panels();
     fail_input("attention plot: " + std::to_string(n) + " panels of " +
-               times(panels.rows(), panels.cols()) + " cells at " + std::to_string(cell) +
+               times(panels.rows(), panels.cols()) + " cells at " + std::to_string(c.cell) +
                " px would be " + std::to_string(L.width) + "x" + std::to_string(L.height) +
                " px, over the limit of " + std::to_string(kMaxPlotSide) +
                " px a side; use a smaller cell size" +
                (n > 1 ? std::string(", fewer heads or their mean") : std::string()));
   }
-  plot.cell_w = size.w, plot.cell_h = size.h;
-  plot.labels = labels;
-  plot.image = Image(L.width, L.height, kBackground);
-  Image& img = plot.image;
+}
 
-  for (std::size_t p = 0; p < n; ++p)
-    draw_panel(img, panels, p, titles[p], per_head ? range_texts[p] : std::string(), L, size,
-               labels, ranges[p], plot);
-
-  draw_color_bar(img, L, bar_texts, plot);
-
-  // Caption.
+void draw_caption(Image& img, const Layout& L) {
   const int line_h = measure_text("0", kCaptionPx).height + 2;
   for (std::size_t k = 0; k < L.caption_lines.size(); ++k)
     draw_text(img, kMargin, L.caption_y + static_cast<int>(k) * line_h, L.caption_lines[k],
               kCaptionPx, kInk);
-  for (std::size_t k = 0; k < caption.size(); ++k)
-    plot.caption += (k ? " \xc2\xb7 " : "") + caption[k];
+}
+
+}  // namespace
+
+Plot render_attention(const AttentionPanels& panels, const std::vector<std::string>& titles,
+                      const PlotOptions& options, const std::string& subject) {
+  check_request(panels, titles, options);
+  Plot plot;
+  const std::vector<ColorRange> ranges = color_ranges(panels, options, plot);
+  const EndTexts ends(options);
+  PlotTexts texts{titles,
+                  {},
+                  caption_parts(panels, options, subject, ranges, ends, plot.has_nan),
+                  bar_texts(options, ranges[0], ends)};
+  const bool per_head = options.range == ColorRangeMode::per_head;
+  if (per_head)
+    for (const ColorRange& r : ranges) texts.ranges.push_back(ends.lo(r) + " to " + ends.hi(r));
+  plot.bar_labels.assign(texts.bar.begin(), texts.bar.begin() + 3);
+
+  CellChoice cell = choose_cell(panels, options, plot);
+  const auto [L, size] = fit_layout(panels, texts, options, cell, plot);
+  plot.cell_w = size.w, plot.cell_h = size.h;
+  plot.labels = cell.labels;
+  plot.image = Image(L.width, L.height, kBackground);
+
+  for (std::size_t p = 0; p < panels.panels(); ++p)
+    draw_panel(plot.image, panels, p, titles[p], per_head ? texts.ranges[p] : std::string(), L,
+               size, cell.labels, ranges[p], plot);
+  draw_color_bar(plot.image, L, texts.bar, plot);
+  draw_caption(plot.image, L);
+  for (std::size_t k = 0; k < texts.caption.size(); ++k)
+    plot.caption += (k ? " \xc2\xb7 " : "") + texts.caption[k];
   return plot;
 }
 

@@ -1,4 +1,4 @@
-#include "mha/inspect/colormap.hpp"
+#include "mha/draw/colormap.hpp"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "mha/inspect/line_chart.hpp"
+#include "mha/draw/line_chart.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "mha/base/error.hpp"
-#include "mha/inspect/heatmap.hpp"
-#include "mha/inspect/text.hpp"
+#include "mha/draw/heatmap.hpp"
+#include "mha/draw/text.hpp"
 
 namespace mha {
 
@@ -301,141 +301,193 @@ void validate(const LineChart& chart) {
   if (!any) fail_input("line chart: no point to draw (every y is NaN or infinite, or no points)");
 }
 
-}  // namespace
-
-RenderedChart render_line_chart(const LineChart& chart) {
-  validate(chart);
-  const int W = chart.width, H = chart.height;
-  const std::size_t n = chart.series.size();
-
-  // Data ranges: x over every point, y over the finite ones.
+// The data's extremes: x over every point, y over the finite ones.
+struct DataBounds {
   double x_min = std::numeric_limits<double>::infinity(), x_max = -x_min;
   double y_min = x_min, y_max = -x_min;
+};
+
+DataBounds data_bounds(const LineChart& chart) {
+  DataBounds d;
   for (const ChartSeries& s : chart.series)
     for (std::size_t j = 0; j < s.x.size(); ++j) {
-      x_min = std::min(x_min, s.x[j]), x_max = std::max(x_max, s.x[j]);
-      if (std::isfinite(s.y[j])) y_min = std::min(y_min, s.y[j]), y_max = std::max(y_max, s.y[j]);
+      d.x_min = std::min(d.x_min, s.x[j]), d.x_max = std::max(d.x_max, s.x[j]);
+      if (std::isfinite(s.y[j]))
+        d.y_min = std::min(d.y_min, s.y[j]), d.y_max = std::max(d.y_max, s.y[j]);
     }
+  return d;
+}
 
-  // Vertical layout: title, plot, tick numbers, x label.
+// The plot area's rows: below the title, above the tick numbers and the x label.
+Box plot_rows(const LineChart& chart) {
   const int axis_h = measure_text("Xg", kAxisPx).height;
   const int tick_h = measure_text("0", kTickPx).height;
   const int title_h = chart.title.empty() ? 0 : measure_text(chart.title, kTitlePx).height;
   Box plot;
   plot.y = kMargin + (chart.title.empty() ? 0 : title_h + kTitleGap) + 1;
   const int below = 1 + kTick + kTickGap + tick_h + (chart.x_label.empty() ? 0 : 4 + axis_h);
-  plot.h = H - kMargin - below - plot.y;
+  plot.h = chart.height - kMargin - below - plot.y;
   if (plot.h < kMinPlot)
-    fail_input("line chart: height " + std::to_string(H) + " leaves the plot " +
+    fail_input("line chart: height " + std::to_string(chart.height) + " leaves the plot " +
                std::to_string(plot.h) + " pixels tall; expected at least " +
                std::to_string(kMinPlot));
-  const Axis ya = linear_axis(y_min, y_max, std::max(2, plot.h / 50));
-  const int y_text_w = max_text_width(ya.labels, kTickPx);
+  return plot;
+}
 
-  // The legend: rows down as far as the plot goes, then more columns.
-  const int text_h = measure_text("Xg", kLegendPx).height;
-  const int row_h = std::max(text_h, 9) + 4;
-  std::vector<std::string> names;
+// The legend at the top right, level with the plot: rows down as far as the
+// plot goes, then more columns.
+struct Legend {
+  Box box;
+  std::vector<std::string> names;  // shortened to kMaxLegendText
+  int rows = 1, col_w = 0, row_h = 0, text_h = 0;
+};
+
+Legend legend_layout(const LineChart& chart, const Box& plot) {
+  Legend g;
+  const std::size_t n = chart.series.size();
+  g.text_h = measure_text("Xg", kLegendPx).height;
+  g.row_h = std::max(g.text_h, 9) + 4;
   for (const ChartSeries& s : chart.series)
-    names.push_back(fit_text(s.name, kLegendPx, kMaxLegendText));
-  const int rows_fit = std::max(1, (plot.h - 2 * kLegendPad) / row_h);
+    g.names.push_back(fit_text(s.name, kLegendPx, kMaxLegendText));
+  const int rows_fit = std::max(1, (plot.h - 2 * kLegendPad) / g.row_h);
   const int cols = static_cast<int>((n + rows_fit - 1) / rows_fit);
-  const int rows = static_cast<int>((n + cols - 1) / cols);
-  const int col_w = kSwatch + kSwatchGap + max_text_width(names, kLegendPx);
-  Box legend;
-  legend.w = 2 * kLegendPad + cols * col_w + (cols - 1) * kLegendColGap;
-  legend.h = 2 * kLegendPad + rows * row_h;
-  legend.x = W - kMargin - 1 - legend.w;
-  legend.y = plot.y;
+  g.rows = static_cast<int>((n + cols - 1) / cols);
+  g.col_w = kSwatch + kSwatchGap + max_text_width(g.names, kLegendPx);
+  g.box.w = 2 * kLegendPad + cols * g.col_w + (cols - 1) * kLegendColGap;
+  g.box.h = 2 * kLegendPad + g.rows * g.row_h;
+  g.box.x = chart.width - kMargin - 1 - g.box.w;
+  g.box.y = plot.y;
+  return g;
+}
 
-  // Horizontal layout: y label, tick numbers, plot, legend.
-  plot.x =
-      kMargin + (chart.y_label.empty() ? 0 : axis_h + kLabelGap) + y_text_w + kTickGap + kTick + 1;
-  plot.w = legend.x - 1 - kLegendGap - 1 - plot.x;
+// The plot area's columns: right of the y label and ya's tick numbers, left
+// of the legend.
+void plot_columns(const LineChart& chart, const Axis& ya, const Legend& legend, Box& plot) {
+  const int axis_h = measure_text("Xg", kAxisPx).height;
+  plot.x = kMargin + (chart.y_label.empty() ? 0 : axis_h + kLabelGap) +
+           max_text_width(ya.labels, kTickPx) + kTickGap + kTick + 1;
+  plot.w = legend.box.x - 1 - kLegendGap - 1 - plot.x;
   if (plot.w < kMinPlot)
-    fail_input("line chart: width " + std::to_string(W) + " leaves the plot " +
+    fail_input("line chart: width " + std::to_string(chart.width) + " leaves the plot " +
                std::to_string(plot.w) + " pixels wide beside the legend; expected at least " +
                std::to_string(kMinPlot));
-  const Axis xa = x_axis(x_min, x_max, chart.log_x, plot.w);
+}
 
-  RenderedChart out;
-  out.image = Image(W, H);
-  Image& img = out.image;
-  ChartLayout& L = out.layout;
-  L.plot_area = plot;
-  L.legend = legend;
-  L.x_lo = xa.lo, L.x_hi = xa.hi, L.y_lo = ya.lo, L.y_hi = ya.hi;
-  L.x_ticks = xa.ticks, L.y_ticks = ya.ticks;
-  auto px = [&](double v) {
-    return plot.x + static_cast<int>(std::lround(xa.frac(v) * (plot.w - 1)));
-  };
-  auto py = [&](double v) {
-    return plot.y + plot.h - 1 - static_cast<int>(std::lround(ya.frac(v) * (plot.h - 1)));
-  };
+// The axes on the plot area: where a value falls, in pixels.
+struct Axes {
+  Box plot;
+  Axis x, y;
+  int px(double v) const {
+    return plot.x + static_cast<int>(std::lround(x.frac(v) * (plot.w - 1)));
+  }
+  int py(double v) const {
+    return plot.y + plot.h - 1 - static_cast<int>(std::lround(y.frac(v) * (plot.h - 1)));
+  }
+  // The top of the x tick numbers.
+  int x_text_y() const { return plot.y + plot.h + 1 + kTick + kTickGap; }
+};
 
-  // Grid, frame, ticks and their numbers.
-  for (double t : xa.ticks) img.fill_rect(px(t), plot.y, 1, plot.h, kGrid);
-  for (double t : ya.ticks) img.fill_rect(plot.x, py(t), plot.w, 1, kGrid);
+// Grid, frame, ticks and their numbers.
+void draw_axes(Image& img, const Axes& a) {
+  const Box& plot = a.plot;
+  for (double t : a.x.ticks) img.fill_rect(a.px(t), plot.y, 1, plot.h, kGrid);
+  for (double t : a.y.ticks) img.fill_rect(plot.x, a.py(t), plot.w, 1, kGrid);
   img.frame(plot, kFrame);
-  const int x_text_y = plot.y + plot.h + 1 + kTick + kTickGap;
-  for (std::size_t i = 0; i < xa.ticks.size(); ++i) {
-    img.fill_rect(px(xa.ticks[i]), plot.y + plot.h + 1, 1, kTick, kFrame);
-    draw_centered(img, px(xa.ticks[i]), x_text_y, xa.labels[i], kTickPx, kInk);
+  for (std::size_t i = 0; i < a.x.ticks.size(); ++i) {
+    img.fill_rect(a.px(a.x.ticks[i]), plot.y + plot.h + 1, 1, kTick, kFrame);
+    draw_centered(img, a.px(a.x.ticks[i]), a.x_text_y(), a.x.labels[i], kTickPx, kInk);
   }
   const int y_text_right = plot.x - 1 - kTick - kTickGap;
-  for (std::size_t i = 0; i < ya.ticks.size(); ++i) {
-    img.fill_rect(plot.x - 1 - kTick, py(ya.ticks[i]), kTick, 1, kFrame);
-    const TextBox b = measure_text(ya.labels[i], kTickPx);
-    draw_text(img, y_text_right - b.width, py(ya.ticks[i]) - b.height / 2, ya.labels[i], kTickPx,
-              kInk);
+  for (std::size_t i = 0; i < a.y.ticks.size(); ++i) {
+    img.fill_rect(plot.x - 1 - kTick, a.py(a.y.ticks[i]), kTick, 1, kFrame);
+    const TextBox b = measure_text(a.y.labels[i], kTickPx);
+    draw_text(img, y_text_right - b.width, a.py(a.y.ticks[i]) - b.height / 2, a.y.labels[i],
+              kTickPx, kInk);
   }
+}
 
-  // Title and axis labels, shortened to fit.
+// Title and axis labels, shortened to fit.
+void draw_titles(Image& img, const LineChart& chart, const Axes& a) {
+  const int W = chart.width;
   if (!chart.title.empty())
     draw_centered(img, W / 2, kMargin, fit_text(chart.title, kTitlePx, W - 2 * kMargin), kTitlePx,
                   kInk);
   if (!chart.x_label.empty())
-    draw_centered(img, plot.center_x(), x_text_y + tick_h + 4,
-                  fit_text(chart.x_label, kAxisPx, plot.w), kAxisPx, kInk);
+    draw_centered(img, a.plot.center_x(), a.x_text_y() + measure_text("0", kTickPx).height + 4,
+                  fit_text(chart.x_label, kAxisPx, a.plot.w), kAxisPx, kInk);
   if (!chart.y_label.empty()) {
-    const std::string s = fit_text(chart.y_label, kAxisPx, plot.h);
-    draw_text(img, kMargin, plot.center_y() - measure_text(s, kAxisPx).width / 2, s, kAxisPx, kInk,
-              TextDirection::up);
+    const std::string s = fit_text(chart.y_label, kAxisPx, a.plot.h);
+    draw_text(img, kMargin, a.plot.center_y() - measure_text(s, kAxisPx).width / 2, s, kAxisPx,
+              kInk, TextDirection::up);
   }
+}
 
-  // The series: every line first, then every marker, so no line hides a point.
-  L.points.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
+// Each series' colour and the pixels of its points, (-1, -1) for a gap.
+void place_points(const LineChart& chart, const Axes& a, ChartLayout& L) {
+  L.points.resize(chart.series.size());
+  for (std::size_t i = 0; i < chart.series.size(); ++i) {
     const ChartSeries& s = chart.series[i];
     L.colors.push_back(kTableau10[i % 10]);
     for (std::size_t j = 0; j < s.x.size(); ++j)
-      L.points[i].push_back(std::isfinite(s.y[j]) ? std::make_pair(px(s.x[j]), py(s.y[j]))
+      L.points[i].push_back(std::isfinite(s.y[j]) ? std::make_pair(a.px(s.x[j]), a.py(s.y[j]))
                                                   : std::make_pair(-1, -1));
   }
-  Coverage cov(W, H);
-  for (std::size_t i = 0; i < n; ++i) {
+}
+
+// Every line first, then every marker, so no line hides a point.
+void draw_series(Image& img, const ChartLayout& L, Coverage& cov) {
+  for (std::size_t i = 0; i < L.points.size(); ++i) {
     const auto& p = L.points[i];
     for (std::size_t j = 1; j < p.size(); ++j)
       if (p[j - 1].first >= 0 && p[j].first >= 0)
         cov.segment(p[j - 1].first, p[j - 1].second, p[j].first, p[j].second);
     cov.flush(img, L.colors[i]);
   }
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = 0; i < L.points.size(); ++i)
     for (const auto& p : L.points[i])
       if (p.first >= 0) draw_marker(img, p.first, p.second, i, L.colors[i]);
+}
 
-  // The legend, down each column in series order.
-  img.frame(legend, kLegendFrame);
-  for (std::size_t i = 0; i < n; ++i) {
-    const int col = static_cast<int>(i) / rows, row = static_cast<int>(i) % rows;
-    const int x = legend.x + kLegendPad + col * (col_w + kLegendColGap);
-    const int y = legend.y + kLegendPad + row * row_h;
-    const int cy = y + row_h / 2;
+// The legend, down each column in series order.
+void draw_legend(Image& img, const Legend& g, const std::vector<Rgb>& colors, Coverage& cov) {
+  img.frame(g.box, kLegendFrame);
+  for (std::size_t i = 0; i < g.names.size(); ++i) {
+    const int col = static_cast<int>(i) / g.rows, row = static_cast<int>(i) % g.rows;
+    const int x = g.box.x + kLegendPad + col * (g.col_w + kLegendColGap);
+    const int y = g.box.y + kLegendPad + row * g.row_h;
+    const int cy = y + g.row_h / 2;
     cov.segment(x + 1, cy, x + kSwatch - 2, cy);
-    cov.flush(img, L.colors[i]);
-    draw_marker(img, x + kSwatch / 2, cy, i, L.colors[i]);
-    draw_text(img, x + kSwatch + kSwatchGap, cy - text_h / 2, names[i], kLegendPx, kInk);
+    cov.flush(img, colors[i]);
+    draw_marker(img, x + kSwatch / 2, cy, i, colors[i]);
+    draw_text(img, x + kSwatch + kSwatchGap, cy - g.text_h / 2, g.names[i], kLegendPx, kInk);
   }
+}
+
+}  // namespace
+
+RenderedChart render_line_chart(const LineChart& chart) {
+  validate(chart);
+  const DataBounds data = data_bounds(chart);
+  // The y axis first: its tick numbers' width places the plot's left edge.
+  Box plot = plot_rows(chart);
+  const Axis ya = linear_axis(data.y_min, data.y_max, std::max(2, plot.h / 50));
+  const Legend legend = legend_layout(chart, plot);
+  plot_columns(chart, ya, legend, plot);
+  const Axes axes{plot, x_axis(data.x_min, data.x_max, chart.log_x, plot.w), ya};
+
+  RenderedChart out;
+  out.image = Image(chart.width, chart.height);
+  ChartLayout& L = out.layout;
+  L.plot_area = plot;
+  L.legend = legend.box;
+  L.x_lo = axes.x.lo, L.x_hi = axes.x.hi, L.y_lo = ya.lo, L.y_hi = ya.hi;
+  L.x_ticks = axes.x.ticks, L.y_ticks = ya.ticks;
+  draw_axes(out.image, axes);
+  draw_titles(out.image, chart, axes);
+  place_points(chart, axes, L);
+  Coverage cov(chart.width, chart.height);
+  draw_series(out.image, L, cov);
+  draw_legend(out.image, legend, L.colors, cov);
   return out;
 }
 

@@ -9,7 +9,7 @@
 
 #include <array>
 
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 namespace mha {
 

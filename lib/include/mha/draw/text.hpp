@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <string>
 
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 namespace mha {
 

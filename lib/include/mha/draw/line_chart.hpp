@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 namespace mha {
 

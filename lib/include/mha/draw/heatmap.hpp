@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/image.hpp"
+#include "mha/draw/image.hpp"
 
 namespace mha {
 
