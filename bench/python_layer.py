@@ -107,9 +107,12 @@ def main(argv):
                      "bench_warm_ms": bench_warm(a.mha, "bert-layer", a.threads, a.repeat),
                      "max_abs_diff": diff})
 
-        # mha.attention with a torch state_dict: a one-shot Layer per call.
-        m = torch.nn.MultiheadAttention(512, 8, batch_first=True).eval()
-        sd = m.state_dict()
+        # mha.attention with a torch state_dict: a one-shot Layer per call. The state_dict is
+        # taken outside inference mode, as a model's usually is: inference tensors carry no
+        # version counter, so mha.attention cannot know them unchanged and converts them anew.
+        with torch.inference_mode(False):
+            m = torch.nn.MultiheadAttention(512, 8, batch_first=True).eval()
+            sd = m.state_dict()
         x = torch.rand(64, 5, 512)
         layer = mha.Layer(h=8, weights=sd, threads=a.threads)
         ms_attention, ms_layer = interleaved(
