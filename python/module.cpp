@@ -342,22 +342,18 @@ class PyLayer {
     call.config = config ? &*config : nullptr;
     const mha::Layer::Shapes shapes = layer_->shapes(call);
     py::array out = new_array(dtype, shapes.output);
-    py::object maps = py::none();
-    void* attention = nullptr;
-    if (!shapes.attention.empty()) {
-      py::array a = new_array(dtype, shapes.attention);
-      attention = a.mutable_data();
-      maps = a;
-    }
-    // A decoder's cross-attention maps: computed whenever its self-attention's
-    // are, as `mha run` does (the exact path's output bits are then the run's).
-    py::object cross_maps = py::none();
-    void* cross = nullptr;
-    if (!shapes.cross_attention.empty()) {
-      py::array a = new_array(dtype, shapes.cross_attention);
-      cross = a.mutable_data();
-      cross_maps = a;
-    }
+    // An array for each map the call fills (none when its shape is empty), and its buffer. A
+    // decoder's cross-attention maps are computed whenever its self-attention's are, as `mha
+    // run` does (the exact path's output bits are then the run's).
+    auto maps_for = [&](const std::vector<std::size_t>& shape, void*& buffer) -> py::object {
+      if (shape.empty()) return py::none();
+      py::array a = new_array(dtype, shape);
+      buffer = a.mutable_data();
+      return std::move(a);
+    };
+    void *attention = nullptr, *cross = nullptr;
+    py::object maps = maps_for(shapes.attention, attention);
+    py::object cross_maps = maps_for(shapes.cross_attention, cross);
     void* output = out.mutable_data();
     std::vector<std::string> warnings;
     {
