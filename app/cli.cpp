@@ -31,6 +31,7 @@
 #include "mha/run/bench.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"
+#include "model_command.hpp"
 #include "one_shot.hpp"
 #include "option_names.hpp"
 #include "plot_command.hpp"
@@ -48,6 +49,7 @@ constexpr int kExitFailure = 1;
 // keys may also be given bare. Values stay text until Config::apply_flag checks them,
 // so flags and files share one set of rules and messages.
 struct RunArgs {
+  ModelArgs model;
   std::string config_file;
   bool print_json = false;
   bool html = false;
@@ -76,6 +78,7 @@ void add_run_command(CLI::App& app, RunArgs& args) {
     if (key.is_bool) opt->expected(0, 1);
     args.keys[key.name] = opt;
   }
+  add_model_options(*run, args.model);
 }
 
 struct ConvertArgs {
@@ -403,6 +406,18 @@ int do_run(const RunArgs& args) {
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);
   Config config = build_config(args);
+  if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty()) {
+    if (args.model.model.empty())
+      throw Error(ErrorKind::invalid_input, "--text and --tokens need --model DIR");
+    if (!args.config_file.empty() || args.html)
+      throw Error(ErrorKind::invalid_input,
+                  std::string(args.html ? "--html" : "--config") +
+                      ": not used with --model (run `mha view OUT_DIR` afterwards for the page)");
+    std::vector<std::string> given;
+    for (const auto& [name, opt] : args.keys)
+      if (opt->count()) given.push_back(name);
+    return do_model_run(args.model, config, given, args.print_json);
+  }
   if (args.html) config.save_attention = true;
   spdlog::debug("config: {}", config.to_json().dump());
   StageProgress progress;

@@ -6,9 +6,13 @@
 #include <fstream>
 #include <limits>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/io/float16.hpp"
 #include "mha/io/stream_input.hpp"
 
 namespace mha {
@@ -219,6 +223,88 @@ std::map<std::string, NpyArray> read_safetensors(const std::string& path,
 std::map<std::string, NpyArray> read_safetensors(const std::string& path) {
   const std::vector<std::string> names = safetensors_names(path);
   return read_safetensors(path, std::set<std::string>(names.begin(), names.end()));
+}
+
+std::size_t SafetensorsFile::Tensor::size() const {
+  std::size_t n = 1;
+  for (std::size_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  std::ifstream in;
+  for (Entry& e : read_entries(path_, in, data_start_))
+    tensors_[e.name] = Tensor{e.dtype, std::move(e.shape), e.begin, e.end};
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail_input(path_ + ": cannot open: " + std::strerror(errno));
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsFile::Tensor* SafetensorsFile::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+void SafetensorsFile::read(const std::string& name, float* out) const {
+  const Tensor* t = find(name);
+  if (!t) fail_input(path_ + ": has no tensor '" + name + "'");
+  read_rows(name, 0, t->shape.empty() ? 1 : t->shape[0], out);
+}
+
+void SafetensorsFile::read_rows(const std::string& name, std::size_t row0, std::size_t rows,
+                                float* out) const {
+  const Tensor* t = find(name);
+  if (!t) fail_input(path_ + ": has no tensor '" + name + "'");
+  const std::size_t first = t->shape.empty() ? 1 : t->shape[0];
+  if (row0 > first || rows > first - row0)
+    fail_input(path_ + ": tensor '" + name + "' has " + std::to_string(first) + " rows, not " +
+               std::to_string(row0 + rows));
+  const std::size_t row = first ? t->size() / first : 0, n = rows * row;
+  const std::size_t item = dtype_size(t->dtype);
+  // Read in pieces of at most 16 MiB, converting each as it arrives.
+  constexpr std::size_t kPiece = std::size_t{16} << 20;
+  std::vector<unsigned char> buffer(std::min(n * item, kPiece));
+  std::size_t done = 0;
+  while (done < n) {
+    const std::size_t count = std::min(n - done, kPiece / item);
+    const std::uint64_t at = data_start_ + t->begin + (row0 * row + done) * item;
+    std::size_t got = 0;
+    while (got < count * item) {
+      const ssize_t r =
+          ::pread(fd_, buffer.data() + got, count * item - got, static_cast<off_t>(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail_input(path_ + ": cannot read tensor '" + name + "' (was the file truncated?)");
+      got += static_cast<std::size_t>(r);
+    }
+    const unsigned char* p = buffer.data();
+    float* o = out + done;
+    if (t->dtype == "F32") {
+      std::memcpy(o, p, count * 4);
+    } else if (t->dtype == "BF16") {  // float32's upper half
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint32_t bits =
+            (std::uint32_t{p[2 * i + 1]} << 24) | (std::uint32_t{p[2 * i]} << 16);
+        std::memcpy(o + i, &bits, 4);
+      }
+    } else if (t->dtype == "F16") {
+      for (std::size_t i = 0; i < count; ++i) {
+        float16 h;
+        std::memcpy(&h.bits, p + 2 * i, 2);
+        o[i] = static_cast<float>(to_double(h));
+      }
+    } else {  // F64
+      for (std::size_t i = 0; i < count; ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, 8);
+        o[i] = static_cast<float>(v);
+      }
+    }
+    done += count;
+  }
 }
 
 bool looks_like_safetensors(const std::string& head) {

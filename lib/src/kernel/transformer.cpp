@@ -35,6 +35,12 @@ void add_into(T* x, const T* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// x *= y over n values.
+template <class T>
+void multiply_into(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= y[i];
+}
+
 }  // namespace
 
 template <class T>
@@ -56,6 +62,9 @@ void activate(T* x, std::size_t n, Activation activation) {
       }
       return;
     }
+    case Activation::silu:  // x sigmoid(x)
+      for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / (T(1) + std::exp(-x[i]));
+      return;
   }
 }
 
@@ -68,6 +77,13 @@ void layer_norm(const T* x, std::size_t rows, std::size_t d, const Norm<T>& norm
     for (std::size_t r = task * kNormRows; r < r1; ++r) {
       const T* xr = x + r * d;
       T* yr = y + r * d;
+      if (norm.rms) {  // x / sqrt(mean(x^2) + eps) * gamma
+        double sq = 0;
+        for (std::size_t i = 0; i < d; ++i) sq += double(xr[i]) * xr[i];
+        const double inv = 1.0 / std::sqrt(sq / static_cast<double>(d) + static_cast<double>(eps));
+        for (std::size_t i = 0; i < d; ++i) yr[i] = static_cast<T>(xr[i] * inv) * norm.gamma(i);
+        continue;
+      }
       double sum = 0;
       for (std::size_t i = 0; i < d; ++i) sum += xr[i];
       const double mean = sum / static_cast<double>(d);
@@ -91,7 +107,9 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
   // attention's or the FFN's output; f: the FFN's hidden layer.
   T* x = output;
   std::copy(x_in, x_in + n, x);
-  Buffer<T> y(n), a(n), f(rows * s.d_ff);
+  const bool gated = std::any_of(w.layers.begin(), w.layers.end(),
+                                 [](const TransformerLayer<T>& L) { return L.ffn.gated(); });
+  Buffer<T> y(n), a(n), f(rows * s.d_ff), g(gated ? rows * s.d_ff : 0);
   LayerOptions<T> self_opt = opt.self_attn, cross_opt = opt.cross_attn;
   self_opt.threads = cross_opt.threads = threads;
   const bool decoder = s.kind == LayerKind::decoder;
@@ -100,8 +118,15 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
     if (opt.before_layer) opt.before_layer(l, self_opt, cross_opt);
     const Norm<T>& ffn_norm = decoder ? L.norm3 : L.norm2;
     auto ffn = [&](const T* in) {
-      linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, f.get(), &opt.activation, threads,
-             opt.bf16_gemm);
+      if (L.ffn.gated()) {  // f = act(in W_gate + b_gate) * (in W_1 + b_1)
+        linear(in, rows, d.d_model, L.ffn.W_gate, L.ffn.b_gate, f.get(), &opt.activation, threads,
+               opt.bf16_gemm);
+        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, g.get(), nullptr, threads, opt.bf16_gemm);
+        multiply_into(f.get(), g.get(), rows * s.d_ff);
+      } else {
+        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, f.get(), &opt.activation, threads,
+               opt.bf16_gemm);
+      }
       linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.b_2, a.get(), nullptr, threads, opt.bf16_gemm);
     };
     if (opt.norm_first) {

@@ -754,6 +754,8 @@ const char* to_string(Activation a) {
       return "gelu";
     case Activation::gelu_tanh:
       return "gelu_tanh";
+    case Activation::silu:
+      return "silu";
   }
   return "?";
 }

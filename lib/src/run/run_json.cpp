@@ -497,4 +497,62 @@ ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
   return row;
 }
 
+json tokens_json(const ModelInput& in) {
+  json ids = json::array(), tokens = json::array();
+  for (std::size_t b = 0; b < in.B; ++b) {
+    const auto first = in.ids.begin() + static_cast<std::ptrdiff_t>(b * in.T);
+    ids.push_back(
+        std::vector<std::int32_t>(first, first + static_cast<std::ptrdiff_t>(in.lengths[b])));
+    tokens.push_back(std::vector<std::string>(
+        in.tokens[b].begin(), in.tokens[b].begin() + static_cast<std::ptrdiff_t>(in.lengths[b])));
+  }
+  return {{"ids", ids}, {"lengths", in.lengths}, {"tokens", tokens}, {"padded_length", in.T}};
+}
+
+json to_json(const ModelRunReport& r) {
+  const ModelConfig& c = r.model;
+  json files = json::array();
+  for (const auto& f : r.files)
+    files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+  json top = json::array();
+  for (std::size_t b = 0; b < r.top_k.size(); ++b) {
+    json row = json::array();
+    for (std::size_t i = 0; i < r.top_k[b].size(); ++i) {
+      json e = {{"id", r.top_k[b][i].id}, {"p", r.top_k[b][i].p}};
+      if (b < r.top_k_tokens.size()) e["token"] = r.top_k_tokens[b][i];
+      row.push_back(e);
+    }
+    top.push_back(row);
+  }
+  json j;
+  j["mode"] = "model";
+  j["version"] = MHA_VERSION;
+  j["model"] = {{"dir", r.dir},
+                {"model_type", c.model_type},
+                {"num_layers", c.num_layers},
+                {"d_model", c.d_model},
+                {"h", c.h},
+                {"kv_heads", c.kv_heads},
+                {"head_dim", c.head_dim},
+                {"d_ff", c.d_ff},
+                {"vocab_size", c.vocab_size},
+                {"max_positions", c.max_positions},
+                {"causal", c.causal},
+                {"sliding_window", c.sliding_window},
+                {"stored_dtypes", r.stored_dtypes},
+                {"files", files}};
+  j["input"] = {{"batch", r.input.B},
+                {"seq_len", r.input.T},
+                {"lengths", r.input.lengths},
+                {"tokenizer", r.input.tokenizer.empty() ? json(nullptr) : json(r.input.tokenizer)}};
+  if (!r.map_layers.empty()) j["attention"] = {{"layers", r.map_layers}, {"heads", r.map_heads}};
+  if (!r.top_k.empty()) j["top_k"] = top;
+  j["threads"] = r.threads;
+  j["memory"] = {{"estimate_bytes", r.memory_estimate}, {"max_memory", r.max_memory}};
+  j["timings"] = {
+      {"read_weights_ms", r.read_ms}, {"forward_ms", r.forward_ms}, {"total_ms", r.total_ms}};
+  j["outputs"] = r.outputs;
+  return j;
+}
+
 }  // namespace mha

@@ -11,6 +11,7 @@
 // tensors are widened to float32 exactly (bits << 16).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -36,6 +37,40 @@ std::map<std::string, NpyArray> read_safetensors(const std::string& path);
 std::vector<std::string> safetensors_names(const std::string& path);
 std::map<std::string, NpyArray> read_safetensors(const std::string& path,
                                                  const std::set<std::string>& only);
+
+// One file opened for reading tensor by tensor, as a whole-model run reads a
+// checkpoint layer after layer: the header is read and checked once (as
+// above); each tensor, or a range of rows of one, is read from its own
+// offsets and converted to float32 (F32 as stored, BF16 and F16 widened
+// exactly, F64 rounded to nearest), so memory holds what is asked for and no
+// more.
+class SafetensorsFile {
+ public:
+  struct Tensor {
+    std::string dtype;  // "F32", "BF16", "F16" or "F64"
+    std::vector<std::size_t> shape;
+    std::uint64_t begin = 0, end = 0;  // data_offsets, relative to the data's start
+    std::size_t size() const;          // elements
+  };
+  explicit SafetensorsFile(std::string path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  const Tensor* find(const std::string& name) const;  // null when absent
+  // Rows [row0, row0 + rows) of the tensor's first axis (a 1-D tensor's
+  // elements), into out (rows * row_size floats).
+  void read_rows(const std::string& name, std::size_t row0, std::size_t rows, float* out) const;
+  void read(const std::string& name, float* out) const;  // the whole tensor
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t data_start_ = 0;
+  std::map<std::string, Tensor> tensors_;
+};
 
 // The same from bytes in memory; `name` starts every message.
 std::map<std::string, NpyArray> parse_safetensors(const std::string& bytes,

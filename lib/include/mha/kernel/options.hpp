@@ -14,7 +14,8 @@ enum class MaskedRows { zero, uniform, nan };
 // What a run computes: one attention (the default), or a stack of Transformer
 // encoder or decoder layers around it (transformer.hpp, docs/layers.md).
 enum class LayerKind { attention, encoder, decoder };
-// The feed-forward's activation: ReLU, GELU (erf) or GELU's tanh approximation.
-enum class Activation { relu, gelu, gelu_tanh };
+// The feed-forward's activation: ReLU, GELU (erf), GELU's tanh approximation,
+// or SiLU (x sigmoid(x), the gate of LLaMA's SwiGLU).
+enum class Activation { relu, gelu, gelu_tanh, silu };
 
 }  // namespace mha

@@ -7,7 +7,9 @@
 //   x = normF(x + FFN(x))                   x = x + FFN(normF(x))
 //
 // normF is norm2 in an encoder, norm3 in a decoder; FFN(x) = act(x W_1 +
-// b_1) W_2 + b_2. After the last layer, final_norm if the weights have one.
+// b_1) W_2 + b_2, or with a gate (act(x W_gate + b_gate) * (x W_1 + b_1))
+// W_2 + b_2; norms are LayerNorms or RMSNorms (weights.hpp). After the last
+// layer, final_norm if the weights have one.
 // Every GEMM runs over all B*T rows at once, in row pieces fixed by the shape
 // (so the bits do not depend on the thread count); the attentions run
 // through attention_layer (fused unless maps are asked for). Memory: the
@@ -48,7 +50,8 @@ void transformer_stack(const StackShape& shape, const T* x, const T* memory,
                        const StackWeights<T>& weights, const Mask<T>& self_mask,
                        const Mask<T>& cross_mask, const StackOptions<T>& options, T* output);
 
-// y (rows, d) = LayerNorm(x) * gamma + beta, statistics of each row in double.
+// y (rows, d) = LayerNorm(x) * gamma + beta, or RMSNorm(x) * gamma when
+// norm.rms; statistics of each row in double.
 template <class T>
 void layer_norm(const T* x, std::size_t rows, std::size_t d, const Norm<T>& norm, T eps, T* y,
                 int threads);

@@ -30,16 +30,25 @@ struct Weights {
   bool has_bias() const { return b_q.size() > 0; }
 };
 
+// LayerNorm's scale and shift (d_model), or with `rms` RMSNorm's scale
+// (Zhang & Sennrich 2019; LLaMA): x / sqrt(mean(x^2) + eps) * gamma, no
+// centring, no shift. Empty: no such norm.
 template <class T>
-struct Norm {  // LayerNorm's scale and shift (d_model); empty: no such norm
+struct Norm {
   Tensor<T, 1> gamma, beta;
+  bool rms = false;
   bool empty() const { return gamma.size() == 0; }
 };
 
+// act(x W_1 + b_1) W_2 + b_2: W_1 (d_model, d_ff), W_2 (d_ff, d_model). With
+// a gate (W_gate (d_model, d_ff), GLU variants such as LLaMA's SwiGLU,
+// Shazeer 2020): (act(x W_gate + b_gate) * (x W_1 + b_1)) W_2 + b_2.
+// Biases may be empty.
 template <class T>
-struct FeedForward {  // act(x W_1 + b_1) W_2 + b_2: W_1 (d_model, d_ff), W_2 (d_ff, d_model)
-  Tensor<T, 2> W_1, W_2;
-  Tensor<T, 1> b_1, b_2;
+struct FeedForward {
+  Tensor<T, 2> W_1, W_2, W_gate;
+  Tensor<T, 1> b_1, b_2, b_gate;
+  bool gated() const { return W_gate.size() > 0; }
 };
 
 template <class T>

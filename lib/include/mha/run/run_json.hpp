@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/run/model_run.hpp"
 #include "mha/run/report.hpp"
 #include "mha/run/sweep.hpp"
 
@@ -22,6 +23,13 @@ namespace mha {
 // the one place the kernel's BlasInfo and the vector kernels become JSON.
 nlohmann::json to_json(const BlasInfo& blas);
 nlohmann::json to_json(const KernelReport& kernels);
+
+// A model run's run.json (`mha run --model`, docs/models.md): "mode":
+// "model", the model (type, sizes, files with their crc32s), the input's
+// shape, the maps' layers and heads, the top-k next tokens, memory and
+// timings, the outputs. And its tokens.json: {"ids", "lengths", "tokens"}.
+nlohmann::json to_json(const ModelRunReport& report);
+nlohmann::json tokens_json(const ModelInput& input);
 
 // run.json's contents. Optional parts (output_stats, attention_stats,
 // layer_stats, attention_axes, bf16_gemm, kernels) are left out when unset.

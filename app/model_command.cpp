@@ -1,0 +1,92 @@
+#include "model_command.hpp"
+
+#include <iostream>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "mha/base/error.hpp"
+#include "mha/run/model_run.hpp"
+#include "mha/run/run_json.hpp"
+
+namespace mha::cli {
+
+namespace {
+
+// "3,5" -> {3, 5}.
+std::vector<std::int64_t> index_list(const std::string& text, const char* option) {
+  std::vector<std::int64_t> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0)
+      throw Error(
+          ErrorKind::invalid_input,
+          std::string("--") + option + ": expected indices such as 3,5, got '" + text + "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_model_options(CLI::App& run, ModelArgs& args) {
+  run.add_option("--model", args.model,
+                 "a checkpoint directory (config.json, model.safetensors or its index, "
+                 "tokenizer.json): run the whole model (docs/models.md)")
+      ->type_name("DIR");
+  run.add_option("--text", args.texts, "--model: a text to tokenize (repeat for a batch)")
+      ->type_name("TEXT");
+  run.add_option("--tokens", args.tokens, "--model: .npy of token ids, (T) or (B, T)")
+      ->type_name("PATH");
+  run.add_option("--layers", args.layers, "--model: layers whose maps are written, e.g. 3,5")
+      ->type_name("LIST");
+  run.add_option("--heads", args.heads, "--model: heads whose maps are written, e.g. 0,2")
+      ->type_name("LIST");
+  run.add_option("--top_k", args.top_k, "--model: next tokens reported for causal LMs (default 5)")
+      ->type_name("INT");
+}
+
+int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
+                 bool print_json) {
+  static const std::set<std::string> apply = {"out_dir", "save_attention", "save_hidden_states",
+                                              "threads", "max_memory"};
+  for (const std::string& key : given)
+    if (!apply.count(key))
+      throw Error(ErrorKind::invalid_input,
+                  "--" + key +
+                      ": not used with --model (the model's config.json sets it); "
+                      "with --model give out_dir, save_attention, save_hidden_states, threads, "
+                      "max_memory");
+  ModelRunConfig mc;
+  mc.model = args.model;
+  mc.texts = args.texts;
+  if (!args.tokens.empty()) mc.tokens = args.tokens;
+  mc.out_dir = config.out_dir;
+  mc.save_attention = config.save_attention;
+  mc.save_hidden_states = config.save_hidden_states;
+  mc.threads = config.threads;
+  mc.max_memory = config.max_memory;
+  mc.top_k = args.top_k;
+  if (!args.layers.empty()) mc.layers = index_list(args.layers, "layers");
+  if (!args.heads.empty()) mc.heads = index_list(args.heads, "heads");
+  const ModelRunReport r = run_model(mc);
+  for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", mc.out_dir, f);
+  spdlog::info(
+      "{} ({} layers, d_model {}, h {}), B={} T={}: {:.1f} ms forward ({:.1f} ms reading weights)",
+      r.model.model_type, r.model.num_layers, r.model.d_model, r.model.h, r.input.B, r.input.T,
+      r.forward_ms, r.read_ms);
+  if (print_json) std::cout << to_json(r).dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace mha::cli

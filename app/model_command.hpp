@@ -1,0 +1,31 @@
+// `mha run --model DIR`: a whole checkpoint from text or token ids
+// (run/model_run.hpp, docs/models.md). The options are `mha run`'s, plus the
+// model's own; of the config keys, out_dir, save_attention,
+// save_hidden_states, threads and max_memory apply, and any other is refused.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "mha/model/config.hpp"
+
+namespace mha::cli {
+
+struct ModelArgs {
+  std::string model, tokens, layers, heads;
+  std::vector<std::string> texts;
+  std::size_t top_k = 5;
+};
+
+void add_model_options(CLI::App& run, ModelArgs& args);
+
+// `config` holds the config keys given (flags, already checked), `given`
+// their names. Exit codes as `mha run`'s: 0 written, 2 bad input (nothing
+// written), 1 anything else.
+int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
+                 bool print_json);
+
+}  // namespace mha::cli

@@ -1,0 +1,70 @@
+// A checkpoint directory in the layout model hubs publish: config.json, the
+// weights in model.safetensors or sharded (model.safetensors.index.json and
+// the shards it names), and usually tokenizer.json. Opening one reads and
+// checks config.json, every weights file's header and every tensor the
+// family needs (its name and shape), and no weights: a layer's weights are
+// read, converted to float32 and laid out for the kernel (x @ W) only when
+// the forward reaches the layer (layer()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mha/checkpoint/model_config.hpp"
+#include "mha/kernel/weights.hpp"
+
+namespace mha {
+
+class SafetensorsFile;
+
+class Checkpoint {
+ public:
+  // Throws mha::Error (invalid_input) naming the file and what was expected:
+  // no config.json, no weights, a shard missing from the index, a tensor
+  // missing or of the wrong shape.
+  explicit Checkpoint(const std::string& dir);
+  ~Checkpoint();
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  // The weights files, in the order read (shards in name order).
+  std::vector<std::string> weight_files() const;
+  // The dtypes the weights are stored in ("F32", "BF16", ...), sorted.
+  std::vector<std::string> stored_dtypes() const;
+  // The model in float32, and its largest layer in float32 (bytes).
+  std::uint64_t float32_bytes() const;
+  std::uint64_t layer_float32_bytes() const;
+
+  // Layer l's weights, read and converted now.
+  TransformerLayer<float> layer(std::size_t l) const;
+  Norm<float> final_norm() const;      // empty for BERT
+  Norm<float> embedding_norm() const;  // BERT's embeddings.LayerNorm; else empty
+  // Embedding rows: out (count, d_model) = the embedding of token ids[i] at
+  // position positions[i] (BERT: word + position + token type 0, before
+  // embedding_norm; GPT-2: word + position; LLaMA: word). Only the rows
+  // named are read.
+  void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
+             float* out) const;
+  // The LM head's rows [v0, v0 + count) (vocabulary entries, d_model each):
+  // lm_head.weight, or the input embedding when tied. Causal LMs only.
+  void lm_head_rows(std::size_t v0, std::size_t count, float* out) const;
+
+ private:
+  void read(const std::string& name, float* out) const;
+  void open_weights();
+  void check_tensors() const;
+
+  std::string dir_;
+  ModelConfig config_;
+  std::string prefix_;  // "bert.", "transformer.", or "" before the family's names
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::size_t> where_;  // tensor name (as stored) -> files_ index
+};
+
+}  // namespace mha

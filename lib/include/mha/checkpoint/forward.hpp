@@ -1,0 +1,68 @@
+// A whole model's forward pass over token ids, layer after layer: the
+// embeddings, every Transformer layer (transformer.hpp, one at a time, each
+// layer's weights read and converted as the pass reaches it and released
+// after it), the final norm, and for causal LMs the next-token distribution
+// at each sequence's last token. Peak memory is one layer's weights in
+// float32 plus the activations (forward_memory()), whatever the model's size.
+//
+// Sequences are right-padded: row b holds lengths[b] real tokens, the rest
+// padding, whose keys every query ignores (BERT's attention_mask; the LLaMA
+// family's and GPT-2's padding mask); positions are 0..T-1 in every row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mha/checkpoint/checkpoint.hpp"
+
+namespace mha {
+
+struct NextToken {
+  std::int32_t id = 0;
+  double p = 0;  // softmax of the LM head's logits
+};
+
+struct ForwardOptions {
+  int threads = 0;  // 0: default_threads()
+  // Layers whose attention maps are wanted (ascending, distinct) and their
+  // heads (ascending, distinct; empty: all).
+  std::vector<std::size_t> map_layers, map_heads;
+  // Receives map rows [t0, t0 + rows) of head slot `head` (an index into
+  // map_heads) of batch row b, for layer slot `slot` (an index into
+  // map_layers): a C-order (rows, T) block. Called from worker threads.
+  std::function<void(std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
+                     std::size_t rows, const float* block)>
+      attention_sink;
+  // Receives hidden state i (B, T, d_model) for i = 0 (the embeddings) to
+  // num_layers (the final output), as transformers' output_hidden_states:
+  // state i < num_layers is layer i's input.
+  std::function<void(std::size_t i, const float* hidden)> hidden_sink;
+  std::size_t top_k = 0;  // causal LMs: the k most likely next tokens per row
+  // Called when layer l starts (progress displays).
+  std::function<void(std::size_t l)> on_layer;
+};
+
+struct ForwardResult {
+  std::vector<float> output;                  // (B, T, d_model): the final hidden states
+  std::vector<std::vector<NextToken>> top_k;  // per batch row, most likely first
+  double seconds_read = 0;                    // reading and converting weights
+  double seconds_compute = 0;                 // everything else
+};
+
+// ids (B, T), lengths (B) with 1 <= lengths[b] <= T. Throws mha::Error
+// (invalid_input) for an id outside the vocabulary or T over the model's
+// positions, naming them.
+ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                      std::size_t T, const std::vector<std::size_t>& lengths,
+                      const ForwardOptions& options);
+
+// The bytes forward() holds at its peak for (B, T) with `threads` threads:
+// one layer's weights in float32 (and the stored copy being converted), the
+// activations, the attention's buffers and the LM head's pieces.
+std::uint64_t forward_memory(const ModelConfig& config, std::uint64_t layer_bytes, std::size_t B,
+                             std::size_t T, int threads);
+
+}  // namespace mha

@@ -1,0 +1,73 @@
+// `mha run --model DIR`: a whole checkpoint (checkpoint/checkpoint.hpp) run
+// from text or token ids, writing to out_dir, all-or-nothing:
+//   tokens.json         the ids of every row and their token strings
+//   output.npy          (B, T, d_model) the final hidden states
+//   self_attention.npy  (layers, B, heads, T, T) with save_attention, streamed
+//   hidden_states.npy   (num_layers + 1, B, T, d_model) with save_hidden_states
+//   run.json            the model, its files, the tokens' shape, the top-k
+//                       next tokens (causal LMs), timings, the outputs
+// Every check (the checkpoint's files and tensors, the tokenizer, the ids,
+// the memory estimate against max_memory) runs before any weight is read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mha/checkpoint/forward.hpp"
+#include "mha/text/tokenizer.hpp"
+
+namespace mha {
+
+struct ModelRunConfig {
+  std::string model;                  // the checkpoint directory
+  std::vector<std::string> texts;     // a batch of texts (right-padded), or
+  std::optional<std::string> tokens;  // a .npy of int ids, (T) or (B, T)
+  std::string out_dir = "out";
+  bool save_attention = false, save_hidden_states = false;
+  // Layers and heads whose maps are written (ascending; unset: all).
+  std::optional<std::vector<std::int64_t>> layers, heads;
+  std::size_t top_k = 5;  // causal LMs; 0: none
+  int threads = 0;
+  std::optional<std::uint64_t> max_memory;  // unset: default_max_memory()
+};
+
+// The token ids a model run computes on.
+struct ModelInput {
+  std::size_t B = 0, T = 0;
+  std::vector<std::int32_t> ids;                 // (B, T), padded with the pad id (or 0)
+  std::vector<std::size_t> lengths;              // B
+  std::vector<std::vector<std::string>> tokens;  // each row's token strings (lengths[b] each)
+  std::string tokenizer;                // the tokenizer.json that made the ids ("" for --tokens)
+  std::optional<Tokenizer> vocabulary;  // DIR/tokenizer.json when there is one: token strings
+};
+
+struct ModelRunReport {
+  ModelConfig model;
+  std::string dir;
+  struct File {
+    std::string path;
+    std::uint64_t bytes = 0;
+    std::string crc32;  // of the whole file (config, tokenizer) or a weights file's header
+  };
+  std::vector<File> files;
+  std::vector<std::string> stored_dtypes;
+  ModelInput input;
+  std::vector<std::size_t> map_layers, map_heads;
+  std::vector<std::vector<NextToken>> top_k;
+  std::vector<std::vector<std::string>> top_k_tokens;  // their token strings (with a tokenizer)
+  std::uint64_t memory_estimate = 0, max_memory = 0;
+  int threads = 1;
+  double read_ms = 0, forward_ms = 0, total_ms = 0;
+  std::vector<std::string> outputs;  // file names written, run.json last
+};
+
+// Reads the ids (tokenizing texts with DIR/tokenizer.json) and checks them.
+ModelInput model_input(const ModelRunConfig& config, const ModelConfig& model);
+
+ModelRunReport run_model(const ModelRunConfig& config);
+
+}  // namespace mha

@@ -1,0 +1,210 @@
+#include "mha/checkpoint/forward.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/kernel/transformer.hpp"
+
+namespace mha {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// LM head rows read per piece when scoring the vocabulary.
+constexpr std::size_t kHeadRows = 4096;
+
+void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std::size_t T,
+               const std::vector<std::size_t>& lengths) {
+  if (lengths.size() != B) fail_input("forward: expected " + std::to_string(B) + " lengths");
+  if (T > c.max_positions)
+    fail_input(std::to_string(T) + " tokens are more than the model's " +
+               std::to_string(c.max_positions) +
+               " positions (config.json max_position_embeddings)");
+  for (std::size_t b = 0; b < B; ++b) {
+    if (lengths[b] < 1 || lengths[b] > T)
+      fail_input("forward: length " + std::to_string(lengths[b]) + " of row " + std::to_string(b) +
+                 " is outside [1, " + std::to_string(T) + "]");
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int32_t id = ids[b * T + t];
+      if (id < 0 || static_cast<std::size_t>(id) >= c.vocab_size)
+        fail_input("token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
+                   std::to_string(t) + "] is outside the vocabulary (vocab_size " +
+                   std::to_string(c.vocab_size) + " in config.json)");
+    }
+  }
+}
+
+// The attention's options and mask as the family's reference defines them.
+LayerOptions<float> attention_options(const ModelConfig& c, int threads) {
+  LayerOptions<float> o;
+  o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  o.threads = threads;
+  if (c.family == ModelFamily::llama) {
+    o.rope.layout = RopeLayout::half;
+    o.rope.theta = c.rope_theta;
+    o.rope.scaling = c.rope_scaling;
+  }
+  o.qk_norm_eps = static_cast<float>(c.norm_eps);
+  return o;
+}
+
+Mask<float> mask_of(const ModelConfig& c, std::size_t T, const std::vector<std::size_t>& lengths) {
+  Mask<float> m;
+  if (c.causal) m.causal = Causal::top_left;
+  m.window = c.sliding_window;
+  if (std::any_of(lengths.begin(), lengths.end(), [&](std::size_t n) { return n < T; }))
+    m.key_lengths.assign(lengths.begin(), lengths.end());
+  return m;
+}
+
+// The k most likely next tokens after row b's last token, from the final
+// hidden state `hidden` (d_model): softmax over the LM head's logits, in
+// double.
+std::vector<NextToken> next_tokens(const Checkpoint& model, const float* hidden, std::size_t k) {
+  const ModelConfig& c = model.config();
+  const std::size_t d = c.d_model, V = c.vocab_size;
+  std::vector<double> logits(V);
+  std::vector<float> rows(std::min(V, kHeadRows) * d);
+  for (std::size_t v0 = 0; v0 < V; v0 += kHeadRows) {
+    const std::size_t n = std::min(kHeadRows, V - v0);
+    model.lm_head_rows(v0, n, rows.data());
+    for (std::size_t v = 0; v < n; ++v) {
+      double s = 0;
+      for (std::size_t j = 0; j < d; ++j) s += double(rows[v * d + j]) * hidden[j];
+      logits[v0 + v] = s;
+    }
+  }
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (double l : logits) sum += std::exp(l - top);
+  std::vector<std::int32_t> order(V);
+  for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
+  k = std::min(k, V);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  std::vector<NextToken> out;
+  for (std::size_t i = 0; i < k; ++i)
+    out.push_back({order[i], std::exp(logits[order[i]] - top) / sum});
+  return out;
+}
+
+}  // namespace
+
+ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                      std::size_t T, const std::vector<std::size_t>& lengths,
+                      const ForwardOptions& options) {
+  const ModelConfig& c = model.config();
+  check_ids(c, ids, B, T, lengths);
+  const int threads = resolve_threads(options.threads);
+  const std::size_t d = c.d_model, n = B * T * d;
+  ForwardResult result;
+  double read = 0;
+  const auto start = Clock::now();
+
+  // x: the residual stream; y: the next layer's output.
+  std::vector<float> x(n), y(n);
+  {
+    std::vector<std::size_t> positions(B * T);
+    for (std::size_t i = 0; i < B * T; ++i) positions[i] = i % T;
+    const auto t0 = Clock::now();
+    model.embed(ids, positions.data(), B * T, x.data());
+    const Norm<float> norm = model.embedding_norm();
+    read += seconds_since(t0);
+    if (!norm.empty()) {
+      layer_norm(x.data(), B * T, d, norm, static_cast<float>(c.norm_eps), y.data(), threads);
+      std::swap(x, y);
+    }
+  }
+
+  Dims dims;
+  dims.B = B;
+  dims.T = dims.S = T;
+  dims.h = c.h;
+  dims.kv_heads = c.kv_heads == c.h ? 0 : c.kv_heads;
+  dims.d_model = dims.kdim = dims.vdim = dims.d_out = d;
+  dims.d_k = dims.d_v = c.head_dim;
+  StackShape shape;
+  shape.kind = LayerKind::encoder;
+  shape.num_layers = 1;
+  shape.d_ff = c.d_ff;
+  shape.self = dims;
+  StackOptions<float> so;
+  so.activation = c.activation;
+  so.norm_first = c.pre_norm;
+  so.eps = static_cast<float>(c.norm_eps);
+  so.threads = threads;
+  const Mask<float> mask = mask_of(c, T, lengths);
+
+  std::vector<int> head_slot(c.h, -1);
+  for (std::size_t i = 0; i < options.map_heads.size(); ++i)
+    head_slot.at(options.map_heads[i]) = static_cast<int>(i);
+  if (options.map_heads.empty())
+    for (std::size_t i = 0; i < c.h; ++i) head_slot[i] = static_cast<int>(i);
+
+  std::size_t next_slot = 0;
+  for (std::size_t l = 0; l < c.num_layers; ++l) {
+    if (options.on_layer) options.on_layer(l);
+    if (options.hidden_sink) options.hidden_sink(l, x.data());
+    StackWeights<float> w;
+    const auto t0 = Clock::now();
+    w.layers.push_back(model.layer(l));
+    read += seconds_since(t0);
+    so.self_attn = attention_options(c, threads);
+    const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;
+    if (maps && options.attention_sink) {
+      const std::size_t slot = next_slot;
+      so.self_attn.attention = AttentionOutput::per_head;
+      so.self_attn.sink = [&, slot](std::size_t b, std::size_t head, std::size_t q0,
+                                    std::size_t rows, const float* block) {
+        if (head_slot[head] >= 0)
+          options.attention_sink(slot, b, static_cast<std::size_t>(head_slot[head]), q0, rows,
+                                 block);
+      };
+    }
+    if (maps) ++next_slot;
+    transformer_stack<float>(shape, x.data(), nullptr, w, mask, Mask<float>{}, so, y.data());
+    std::swap(x, y);
+  }
+  const Norm<float> final = model.final_norm();
+  if (!final.empty()) {
+    layer_norm(x.data(), B * T, d, final, static_cast<float>(c.norm_eps), y.data(), threads);
+    std::swap(x, y);
+  }
+  if (options.hidden_sink) options.hidden_sink(c.num_layers, x.data());
+  if (options.top_k && c.has_lm_head()) {
+    for (std::size_t b = 0; b < B; ++b)
+      result.top_k.push_back(
+          next_tokens(model, x.data() + (b * T + lengths[b] - 1) * d, options.top_k));
+  }
+  result.output = std::move(x);
+  result.seconds_read = read;
+  result.seconds_compute = seconds_since(start) - read;
+  return result;
+}
+
+std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, std::size_t B,
+                             std::size_t T, int threads) {
+  const std::uint64_t rows = std::uint64_t{B} * T, d = c.d_model;
+  const std::uint64_t q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim;
+  std::uint64_t largest = std::max<std::uint64_t>({d * q, d * c.d_ff, 3 * d * d});
+  std::uint64_t bytes = layer_bytes + 4 * largest;          // the weights, a stored matrix
+  bytes += 4 * rows * (2 * d);                              // x and y
+  bytes += 4 * rows * (2 * d + 2 * std::uint64_t{c.d_ff});  // the layer's y, a, f, g
+  bytes += 4 * rows * (q + 2 * kv + q);                     // Q, K, V and the heads' outputs
+  bytes += 4 * std::uint64_t(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
+  if (c.has_lm_head())
+    bytes += 4 * std::min<std::uint64_t>(c.vocab_size, kHeadRows) * d + 8 * 2 * c.vocab_size;
+  return bytes;
+}
+
+}  // namespace mha

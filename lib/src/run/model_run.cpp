@@ -1,0 +1,301 @@
+#include "mha/run/model_run.hpp"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/io/safetensors.hpp"
+#include "mha/model/memory.hpp"
+#include "mha/run/run_json.hpp"
+#include "mha/text/tokenizer.hpp"
+
+namespace mha {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// crc32 (zlib's) and size of the first `limit` bytes of a file (all of it by default).
+ModelRunReport::File file_record(const std::string& path, std::uint64_t limit = ~std::uint64_t{0}) {
+  ModelRunReport::File f;
+  f.path = path;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  f.bytes = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned long crc = ::crc32(0L, Z_NULL, 0);
+  std::vector<char> buffer(1 << 20);
+  std::uint64_t left = std::min(limit, f.bytes);
+  while (left > 0 && in) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buffer.size()));
+    in.read(buffer.data(), static_cast<std::streamsize>(n));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
+    left -= n;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", crc & 0xffffffffUL);
+  f.crc32 = hex;
+  return f;
+}
+
+// A safetensors file's header length (its first 8 bytes, little-endian) plus 8.
+std::uint64_t safetensors_header_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[8] = {};
+  in.read(reinterpret_cast<char*>(b), 8);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
+  return n + 8;
+}
+
+std::vector<std::int32_t> ids_of(const NpyArray& a, const std::string& path) {
+  std::vector<std::int32_t> ids(a.size());
+  auto take = [&](auto tag) {
+    using I = decltype(tag);
+    const auto* p = reinterpret_cast<const I*>(a.data.data());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (p[i] < 0 || static_cast<std::uint64_t>(p[i]) > 0x7fffffff)
+        fail_input(path + ": id " + std::to_string(static_cast<long long>(p[i])) +
+                   " at flat index " + std::to_string(i) + " is not a token id");
+      ids[i] = static_cast<std::int32_t>(p[i]);
+    }
+  };
+  switch (a.dtype) {
+    case DType::i4:
+      take(std::int32_t{});
+      break;
+    case DType::i8:
+      take(std::int64_t{});
+      break;
+    case DType::u4:
+      take(std::uint32_t{});
+      break;
+    case DType::i2:
+      take(std::int16_t{});
+      break;
+    case DType::u2:
+      take(std::uint16_t{});
+      break;
+    default:
+      fail_input(path + ": expected integer token ids (int16/32/64), got " + a.describe());
+  }
+  return ids;
+}
+
+std::vector<std::size_t> selection(const std::optional<std::vector<std::int64_t>>& given,
+                                   std::size_t n, const char* what) {
+  std::vector<std::size_t> out;
+  if (!given) {
+    for (std::size_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  for (std::int64_t v : *given) {
+    if (v < 0 || static_cast<std::size_t>(v) >= n)
+      fail_input(std::string("--") + what + ": " + std::to_string(v) + " is outside [0, " +
+                 std::to_string(n - 1) + "]");
+    out.push_back(static_cast<std::size_t>(v));
+  }
+  std::sort(out.begin(), out.end());
+  if (std::adjacent_find(out.begin(), out.end()) != out.end())
+    fail_input(std::string("--") + what + ": a value is given twice");
+  if (out.empty()) fail_input(std::string("--") + what + ": expected at least one index");
+  return out;
+}
+
+}  // namespace
+
+ModelInput model_input(const ModelRunConfig& config, const ModelConfig& model) {
+  ModelInput in;
+  const std::string tok_path = config.model + "/tokenizer.json";
+  if (config.tokens && !config.texts.empty())
+    fail_input("--tokens and --text: give one of them, not both");
+  if (!config.tokens && config.texts.empty())
+    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  std::optional<Tokenizer>& tokenizer = in.vocabulary;
+  if (is_file(tok_path)) {
+    tokenizer = Tokenizer::from_file(tok_path);
+    in.tokenizer = tok_path;
+  }
+  if (config.tokens) {
+    const std::string& path = *config.tokens;
+    const NpyArray a = read_npy(path);
+    if (a.shape.size() == 1) {
+      in.B = 1;
+      in.T = a.shape[0];
+    } else if (a.shape.size() == 2) {
+      in.B = a.shape[0];
+      in.T = a.shape[1];
+    } else {
+      fail_input(path + ": expected token ids of shape (T) or (B, T), got " + a.describe());
+    }
+    if (in.B == 0 || in.T == 0)
+      fail_input(path + ": expected at least one token, got " + a.describe());
+    in.ids = ids_of(a, path);
+    in.lengths.assign(in.B, in.T);
+    for (std::size_t i = 0; i < in.ids.size(); ++i)
+      if (static_cast<std::size_t>(in.ids[i]) >= model.vocab_size)
+        fail_input(path + ": token id " + std::to_string(in.ids[i]) + " at [" +
+                   std::to_string(i / in.T) + ", " + std::to_string(i % in.T) +
+                   "] is outside the vocabulary (vocab_size " + std::to_string(model.vocab_size) +
+                   " in " + config.model + "/config.json)");
+    in.tokenizer.clear();
+  } else {
+    if (!tokenizer)
+      fail_input(config.model +
+                 ": has no tokenizer.json; expected one to tokenize --text, or "
+                 "give the ids with --tokens FILE.npy");
+    std::vector<Encoding> rows;
+    for (std::size_t i = 0; i < config.texts.size(); ++i) {
+      rows.push_back(tokenizer->encode(config.texts[i]));
+      if (rows.back().ids.empty())
+        fail_input("--text #" + std::to_string(i + 1) + ": gives no tokens");
+      in.T = std::max(in.T, rows.back().ids.size());
+    }
+    in.B = rows.size();
+    std::int32_t pad = 0;
+    if (tokenizer->pad_id())
+      pad = *tokenizer->pad_id();
+    else if (model.pad_token_id && *model.pad_token_id >= 0)
+      pad = static_cast<std::int32_t>(*model.pad_token_id);
+    if (static_cast<std::size_t>(pad) >= model.vocab_size) pad = 0;
+    in.ids.assign(in.B * in.T, pad);
+    for (std::size_t b = 0; b < in.B; ++b) {
+      const Encoding& e = rows[b];
+      in.lengths.push_back(e.ids.size());
+      for (std::size_t t = 0; t < e.ids.size(); ++t) {
+        if (e.ids[t] < 0 || static_cast<std::size_t>(e.ids[t]) >= model.vocab_size)
+          fail_input(tok_path + ": gives token id " + std::to_string(e.ids[t]) + " ('" +
+                     e.tokens[t] + "') for --text #" + std::to_string(b + 1) +
+                     ", outside the model's vocabulary (vocab_size " +
+                     std::to_string(model.vocab_size) + " in config.json)");
+        in.ids[b * in.T + t] = e.ids[t];
+      }
+      in.tokens.push_back(e.tokens);
+    }
+  }
+  if (in.T > model.max_positions)
+    fail_input((config.tokens ? *config.tokens : std::string("--text")) + ": " +
+               std::to_string(in.T) + " tokens are more than the model's " +
+               std::to_string(model.max_positions) + " positions (max_position_embeddings in " +
+               config.model + "/config.json)");
+  if (in.tokens.empty()) {  // ids given: their strings from the tokenizer when there is one
+    for (std::size_t b = 0; b < in.B; ++b) {
+      std::vector<std::string> row;
+      for (std::size_t t = 0; t < in.T; ++t) {
+        const std::int32_t id = in.ids[b * in.T + t];
+        row.push_back(tokenizer && static_cast<std::size_t>(id) < tokenizer->vocab_size()
+                          ? tokenizer->token(id)
+                          : std::to_string(id));
+      }
+      in.tokens.push_back(std::move(row));
+    }
+  }
+  return in;
+}
+
+ModelRunReport run_model(const ModelRunConfig& config) {
+  const auto start = Clock::now();
+  ModelRunReport report;
+  // Plan: every check before any weight is read.
+  const Checkpoint model(config.model);
+  const ModelConfig& c = model.config();
+  report.model = c;
+  report.dir = config.model;
+  report.input = model_input(config, c);
+  const ModelInput& in = report.input;
+  report.threads = resolve_threads(config.threads);
+  if (config.save_attention) {
+    report.map_layers = selection(config.layers, c.num_layers, "layers");
+    report.map_heads = selection(config.heads, c.h, "heads");
+  } else if (config.layers || config.heads) {
+    fail_input("--layers/--heads choose the maps written: give --save_attention too");
+  }
+  report.memory_estimate =
+      forward_memory(c, model.layer_float32_bytes(), in.B, in.T, report.threads);
+  report.max_memory = config.max_memory ? *config.max_memory : default_max_memory();
+  if (report.memory_estimate > report.max_memory)
+    fail_input(config.model + ": the run needs about " + format_bytes(report.memory_estimate) +
+               " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
+               ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
+               " tokens), over max_memory " + format_bytes(report.max_memory));
+  report.files.push_back(file_record(config.model + "/config.json"));
+  if (!in.tokenizer.empty()) report.files.push_back(file_record(in.tokenizer));
+  for (const std::string& f : model.weight_files())
+    report.files.push_back(file_record(f, safetensors_header_bytes(f)));
+  report.stored_dtypes = model.stored_dtypes();
+
+  OutputSet out(config.out_dir);
+  const std::size_t B = in.B, T = in.T, d = c.d_model;
+  const std::size_t Ls = report.map_layers.size(), Hs = report.map_heads.size();
+  const OutputSet::NpyStream* maps = nullptr;
+  const OutputSet::NpyStream* hidden = nullptr;
+  if (config.save_attention)
+    maps = &out.stage_npy_stream("self_attention.npy", DType::f4, {Ls, B, Hs, T, T});
+  if (config.save_hidden_states)
+    hidden = &out.stage_npy_stream("hidden_states.npy", DType::f4, {c.num_layers + 1, B, T, d});
+
+  ForwardOptions fo;
+  fo.threads = report.threads;
+  fo.map_layers = report.map_layers;
+  fo.map_heads = report.map_heads;
+  fo.top_k = c.has_lm_head() ? config.top_k : 0;
+  if (maps)
+    fo.attention_sink = [&](std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
+                            std::size_t rows, const float* block) {
+      maps->write_elements((((slot * B + b) * Hs + head) * T + t0) * T, block, rows * T);
+    };
+  if (hidden)
+    fo.hidden_sink = [&](std::size_t i, const float* x) {
+      hidden->write_elements(i * B * T * d, x, B * T * d);
+    };
+  const auto t0 = Clock::now();
+  ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
+  report.forward_ms = ms_since(t0);
+  report.read_ms = r.seconds_read * 1e3;
+  report.top_k = std::move(r.top_k);
+  if (in.vocabulary)
+    for (const auto& row : report.top_k) {
+      report.top_k_tokens.emplace_back();
+      for (const NextToken& t : row)
+        report.top_k_tokens.back().push_back(static_cast<std::size_t>(t.id) <
+                                                     in.vocabulary->vocab_size()
+                                                 ? in.vocabulary->token(t.id)
+                                                 : std::string());
+    }
+  for (const float v : r.output)
+    if (!std::isfinite(v))
+      fail_input(config.model +
+                 ": the forward produced a non-finite hidden state (NaN or inf); "
+                 "are the weights finite?");
+  out.stage_npy("output.npy", r.output.data(), {B, T, d});
+  out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
+  report.outputs = {"tokens.json", "output.npy"};
+  if (maps) report.outputs.push_back("self_attention.npy");
+  if (hidden) report.outputs.push_back("hidden_states.npy");
+  report.outputs.push_back("run.json");
+  report.total_ms = ms_since(start);
+  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  out.commit();
+  return report;
+}
+
+}  // namespace mha
