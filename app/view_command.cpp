@@ -32,8 +32,13 @@ void write_file(const std::string& path, const std::string& bytes) {
 // The page's view of a run.json: its contents, and for an attention_axes run
 // the flattened shape its N-D attention.npy is read as.
 ViewedRun viewed_run(const std::string& path) {
-  const RunReport r = read_run_report(path);
   ViewedRun v;
+  if (std::optional<ModelRunView> model = read_model_run_view(path)) {
+    v.page = std::move(model->run_json);
+    v.token_labels = std::move(model->tokens);
+    return v;
+  }
+  const RunReport r = read_run_report(path);
   v.page = to_json(r);
   if (r.attention_axes) {
     const Dims& d = r.dims;  // of the flattened run: B' = batch

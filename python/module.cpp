@@ -35,6 +35,7 @@
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/layer.hpp"
+#include "mha/run/model_run.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -627,6 +628,144 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
   return result;
 }
 
+// mha.Model: a whole checkpoint (mha/run/model_run.hpp) called on text or ids.
+class PyModel {
+ public:
+  explicit PyModel(const std::string& dir) : model_(dir) {}
+
+  py::dict call(const py::object& input, bool attention, bool hidden_states,
+                const std::optional<std::vector<std::size_t>>& layers,
+                const std::optional<std::vector<std::size_t>>& heads, std::size_t top_k,
+                int threads) const {
+    const mha::ModelConfig& c = model_.config();
+    mha::ModelInput in;
+    if (py::isinstance<py::str>(input)) {
+      in = model_.encode({input.cast<std::string>()});
+    } else if (py::isinstance<py::list>(input) || py::isinstance<py::tuple>(input)) {
+      std::vector<std::string> texts;
+      for (const py::handle& t : input) {
+        if (!py::isinstance<py::str>(t))
+          throw mha::Error(mha::ErrorKind::invalid_input,
+                           "input: expected a text, a list of texts or an array of token ids");
+        texts.push_back(t.cast<std::string>());
+      }
+      in = model_.encode(texts);
+    } else {
+      const py::array a = py::array::ensure(input);
+      if (!a || a.dtype().kind() != 'i' || (a.ndim() != 1 && a.ndim() != 2))
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         "input: expected a text, a list of texts or integer token ids of shape "
+                         "(T) or (B, T)");
+      const auto ids64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>(a);
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(ids64.size()));
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::int64_t v = ids64.data()[i];
+        ids[i] = v < 0 || v > 0x7fffffff ? -1 : static_cast<std::int32_t>(v);
+      }
+      const std::size_t B = a.ndim() == 1 ? 1 : static_cast<std::size_t>(a.shape(0));
+      in = model_.ids(std::move(ids), B, static_cast<std::size_t>(a.shape(a.ndim() - 1)), "input");
+    }
+    const std::size_t B = in.B, T = in.T, d = c.d_model;
+    mha::ForwardOptions fo;
+    fo.threads = threads;
+    fo.top_k = c.has_lm_head() ? top_k : 0;
+    auto chosen = [](const std::optional<std::vector<std::size_t>>& given, std::size_t n,
+                     const char* what) {
+      std::vector<std::size_t> out;
+      if (!given)
+        for (std::size_t i = 0; i < n; ++i) out.push_back(i);
+      else
+        out = *given;
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      if (out.empty() || out.back() >= n)
+        throw mha::Error(
+            mha::ErrorKind::invalid_input,
+            std::string(what) + ": expected indices in [0, " + std::to_string(n - 1) + "]");
+      return out;
+    };
+    py::array_t<float> maps, hidden;
+    if (attention) {
+      fo.map_layers = chosen(layers, c.num_layers, "layers");
+      fo.map_heads = chosen(heads, c.h, "heads");
+      const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
+      maps = py::array_t<float>(std::vector<py::ssize_t>{
+          py::ssize_t(Ls), py::ssize_t(B), py::ssize_t(Hs), py::ssize_t(T), py::ssize_t(T)});
+      float* m = maps.mutable_data();
+      fo.attention_sink = [m, B, Hs, T](std::size_t slot, std::size_t b, std::size_t head,
+                                        std::size_t t0, std::size_t rows, const float* block) {
+        std::memcpy(m + (((slot * B + b) * Hs + head) * T + t0) * T, block,
+                    rows * T * sizeof(float));
+      };
+    } else if (layers || heads) {
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "layers/heads choose the maps returned: give attention=True too");
+    }
+    if (hidden_states) {
+      hidden = py::array_t<float>(std::vector<py::ssize_t>{
+          py::ssize_t(c.num_layers + 1), py::ssize_t(B), py::ssize_t(T), py::ssize_t(d)});
+      float* h = hidden.mutable_data();
+      fo.hidden_sink = [h, B, T, d](std::size_t i, const float* x) {
+        std::memcpy(h + i * B * T * d, x, B * T * d * sizeof(float));
+      };
+    }
+    mha::ForwardResult r;
+    {
+      py::gil_scoped_release release;  // the forward runs without the GIL
+      r = mha::forward(model_.checkpoint(), in.ids.data(), B, T, in.lengths, fo);
+    }
+    py::array_t<float> output(
+        std::vector<py::ssize_t>{py::ssize_t(B), py::ssize_t(T), py::ssize_t(d)});
+    std::memcpy(output.mutable_data(), r.output.data(), r.output.size() * sizeof(float));
+    py::array_t<std::int32_t> ids(std::vector<py::ssize_t>{py::ssize_t(B), py::ssize_t(T)});
+    std::memcpy(ids.mutable_data(), in.ids.data(), in.ids.size() * sizeof(std::int32_t));
+    py::dict out;
+    out["ids"] = ids;
+    out["lengths"] = in.lengths;
+    py::list tokens;
+    for (std::size_t b = 0; b < B; ++b)
+      tokens.append(std::vector<std::string>(
+          in.tokens[b].begin(), in.tokens[b].begin() + static_cast<std::ptrdiff_t>(in.lengths[b])));
+    out["tokens"] = tokens;
+    out["output"] = output;
+    out["attention"] = attention ? py::object(maps) : py::none();
+    out["hidden_states"] = hidden_states ? py::object(hidden) : py::none();
+    if (!r.top_k.empty()) {
+      py::list top;
+      const auto& tok = model_.tokenizer();
+      for (const auto& row : r.top_k) {
+        py::list l;
+        for (const mha::NextToken& t : row)
+          l.append(
+              py::make_tuple(t.id, tok ? py::object(py::str(tok->token(t.id))) : py::none(), t.p));
+        top.append(l);
+      }
+      out["top_k"] = top;
+    } else {
+      out["top_k"] = py::none();
+    }
+    return out;
+  }
+
+  py::dict config() const {
+    const mha::ModelConfig& c = model_.config();
+    py::dict d;
+    d["model_type"] = c.model_type;
+    d["num_layers"] = c.num_layers;
+    d["d_model"] = c.d_model;
+    d["h"] = c.h;
+    d["kv_heads"] = c.kv_heads;
+    d["head_dim"] = c.head_dim;
+    d["d_ff"] = c.d_ff;
+    d["vocab_size"] = c.vocab_size;
+    d["max_positions"] = c.max_positions;
+    return d;
+  }
+
+ private:
+  mha::Model model_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(mha, m) {
@@ -672,6 +811,21 @@ PYBIND11_MODULE(mha, m) {
                   "nn.MultiheadAttention, nn.TransformerEncoderLayer or "
                   "nn.TransformerDecoderLayer, with its weights; it takes inputs in the "
                   "module's own layout (batch_first or not).");
+  py::class_<PyModel>(m, "Model",
+                      "Model(dir)\n\nA whole checkpoint as model hubs publish it (config.json, "
+                      "model.safetensors or its index, tokenizer.json): BERT, GPT-2, LLaMA, "
+                      "Mistral, Qwen2, Qwen3 (docs/models.md). Opening it checks every file and "
+                      "reads no weights; each call reads them layer by layer.")
+      .def(py::init<const std::string&>(), py::arg("dir"))
+      .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
+           py::arg("hidden_states") = false, py::arg("layers") = py::none(),
+           py::arg("heads") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
+           "model(input, *, attention=True, hidden_states=False, layers=None, heads=None, "
+           "top_k=5, threads=0) -> dict\n\ninput: a text, a list of texts (right-padded) or "
+           "token ids (T) or (B, T). Returns ids, lengths, tokens, output (B, T, d_model), "
+           "attention (layers, B, heads, T, T) or None, hidden_states (num_layers + 1, B, T, "
+           "d_model) or None, and top_k (per row, (id, token, p)) for causal LMs or None.")
+      .def_property_readonly("config", &PyModel::config, "The model's sizes (a dict).");
   m.def("attention", &attention, py::arg("query") = py::none(), py::arg("key") = py::none(),
         py::arg("value") = py::none(),
         "attention(query=None, key=None, value=None, *, h, weights=None, **config)\n\n"

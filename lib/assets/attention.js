@@ -426,7 +426,9 @@
   function drawRun() {
     const run = D.run;
     if (!run) { $('config').textContent = 'no run.json beside ' + D.maps[0].file; return; }
-    const shown = { config: run.config, timings_ms: run.timings_ms, threads: run.threads, blas: run.blas, outputs: run.outputs };
+    const shown = run.mode === 'model'
+      ? { model: run.model, input: run.input, attention: run.attention, top_k: run.top_k, timings: run.timings, outputs: run.outputs }
+      : { config: run.config, timings_ms: run.timings_ms, threads: run.threads, blas: run.blas, outputs: run.outputs };
     $('config').textContent = JSON.stringify(shown, null, 2);
   }
 

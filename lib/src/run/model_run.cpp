@@ -123,104 +123,117 @@ std::vector<std::size_t> selection(const std::optional<std::vector<std::int64_t>
 
 }  // namespace
 
-ModelInput model_input(const ModelRunConfig& config, const ModelConfig& model) {
+Model::Model(const std::string& dir) : checkpoint_(dir) {
+  const std::string path = dir + "/tokenizer.json";
+  if (is_file(path)) {
+    tokenizer_ = Tokenizer::from_file(path);
+    tokenizer_path_ = path;
+  }
+}
+
+namespace {
+
+void check_positions(const ModelConfig& c, std::size_t T, const std::string& what,
+                     const std::string& dir) {
+  if (T > c.max_positions)
+    fail_input(what + ": " + std::to_string(T) + " tokens are more than the model's " +
+               std::to_string(c.max_positions) + " positions (max_position_embeddings in " + dir +
+               "/config.json)");
+}
+
+}  // namespace
+
+ModelInput Model::encode(const std::vector<std::string>& texts) const {
+  const ModelConfig& c = config();
+  const std::string& dir = checkpoint_.dir();
+  if (!tokenizer_)
+    fail_input(dir + ": has no tokenizer.json; expected one to tokenize text, or give token ids");
+  if (texts.empty()) fail_input("expected at least one text");
   ModelInput in;
-  const std::string tok_path = config.model + "/tokenizer.json";
-  if (config.tokens && !config.texts.empty())
-    fail_input("--tokens and --text: give one of them, not both");
-  if (!config.tokens && config.texts.empty())
-    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
-  std::optional<Tokenizer>& tokenizer = in.vocabulary;
-  if (is_file(tok_path)) {
-    tokenizer = Tokenizer::from_file(tok_path);
-    in.tokenizer = tok_path;
+  in.tokenizer = tokenizer_path_;
+  std::vector<Encoding> rows;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    rows.push_back(tokenizer_->encode(texts[i]));
+    if (rows.back().ids.empty()) fail_input("text #" + std::to_string(i + 1) + ": gives no tokens");
+    in.T = std::max(in.T, rows.back().ids.size());
   }
-  if (config.tokens) {
-    const std::string& path = *config.tokens;
-    const NpyArray a = read_npy(path);
-    if (a.shape.size() == 1) {
-      in.B = 1;
-      in.T = a.shape[0];
-    } else if (a.shape.size() == 2) {
-      in.B = a.shape[0];
-      in.T = a.shape[1];
-    } else {
-      fail_input(path + ": expected token ids of shape (T) or (B, T), got " + a.describe());
+  check_positions(c, in.T, "text", dir);
+  in.B = rows.size();
+  std::int32_t pad = 0;
+  if (tokenizer_->pad_id())
+    pad = *tokenizer_->pad_id();
+  else if (c.pad_token_id && *c.pad_token_id >= 0)
+    pad = static_cast<std::int32_t>(*c.pad_token_id);
+  if (pad < 0 || static_cast<std::size_t>(pad) >= c.vocab_size) pad = 0;
+  in.ids.assign(in.B * in.T, pad);
+  for (std::size_t b = 0; b < in.B; ++b) {
+    const Encoding& e = rows[b];
+    in.lengths.push_back(e.ids.size());
+    for (std::size_t t = 0; t < e.ids.size(); ++t) {
+      if (e.ids[t] < 0 || static_cast<std::size_t>(e.ids[t]) >= c.vocab_size)
+        fail_input(tokenizer_path_ + ": gives token id " + std::to_string(e.ids[t]) + " ('" +
+                   e.tokens[t] + "') for text #" + std::to_string(b + 1) +
+                   ", outside the model's vocabulary (vocab_size " + std::to_string(c.vocab_size) +
+                   " in config.json)");
+      in.ids[b * in.T + t] = e.ids[t];
     }
-    if (in.B == 0 || in.T == 0)
-      fail_input(path + ": expected at least one token, got " + a.describe());
-    in.ids = ids_of(a, path);
-    in.lengths.assign(in.B, in.T);
-    for (std::size_t i = 0; i < in.ids.size(); ++i)
-      if (static_cast<std::size_t>(in.ids[i]) >= model.vocab_size)
-        fail_input(path + ": token id " + std::to_string(in.ids[i]) + " at [" +
-                   std::to_string(i / in.T) + ", " + std::to_string(i % in.T) +
-                   "] is outside the vocabulary (vocab_size " + std::to_string(model.vocab_size) +
-                   " in " + config.model + "/config.json)");
-    in.tokenizer.clear();
-  } else {
-    if (!tokenizer)
-      fail_input(config.model +
-                 ": has no tokenizer.json; expected one to tokenize --text, or "
-                 "give the ids with --tokens FILE.npy");
-    std::vector<Encoding> rows;
-    for (std::size_t i = 0; i < config.texts.size(); ++i) {
-      rows.push_back(tokenizer->encode(config.texts[i]));
-      if (rows.back().ids.empty())
-        fail_input("--text #" + std::to_string(i + 1) + ": gives no tokens");
-      in.T = std::max(in.T, rows.back().ids.size());
-    }
-    in.B = rows.size();
-    std::int32_t pad = 0;
-    if (tokenizer->pad_id())
-      pad = *tokenizer->pad_id();
-    else if (model.pad_token_id && *model.pad_token_id >= 0)
-      pad = static_cast<std::int32_t>(*model.pad_token_id);
-    if (static_cast<std::size_t>(pad) >= model.vocab_size) pad = 0;
-    in.ids.assign(in.B * in.T, pad);
-    for (std::size_t b = 0; b < in.B; ++b) {
-      const Encoding& e = rows[b];
-      in.lengths.push_back(e.ids.size());
-      for (std::size_t t = 0; t < e.ids.size(); ++t) {
-        if (e.ids[t] < 0 || static_cast<std::size_t>(e.ids[t]) >= model.vocab_size)
-          fail_input(tok_path + ": gives token id " + std::to_string(e.ids[t]) + " ('" +
-                     e.tokens[t] + "') for --text #" + std::to_string(b + 1) +
-                     ", outside the model's vocabulary (vocab_size " +
-                     std::to_string(model.vocab_size) + " in config.json)");
-        in.ids[b * in.T + t] = e.ids[t];
-      }
-      in.tokens.push_back(e.tokens);
-    }
-  }
-  if (in.T > model.max_positions)
-    fail_input((config.tokens ? *config.tokens : std::string("--text")) + ": " +
-               std::to_string(in.T) + " tokens are more than the model's " +
-               std::to_string(model.max_positions) + " positions (max_position_embeddings in " +
-               config.model + "/config.json)");
-  if (in.tokens.empty()) {  // ids given: their strings from the tokenizer when there is one
-    for (std::size_t b = 0; b < in.B; ++b) {
-      std::vector<std::string> row;
-      for (std::size_t t = 0; t < in.T; ++t) {
-        const std::int32_t id = in.ids[b * in.T + t];
-        row.push_back(tokenizer && static_cast<std::size_t>(id) < tokenizer->vocab_size()
-                          ? tokenizer->token(id)
-                          : std::to_string(id));
-      }
-      in.tokens.push_back(std::move(row));
-    }
+    in.tokens.push_back(e.tokens);
+    in.tokens.back().resize(in.T, "<pad>");
   }
   return in;
+}
+
+ModelInput Model::ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t T,
+                      const std::string& what) const {
+  const ModelConfig& c = config();
+  if (B == 0 || T == 0 || ids.size() != B * T)
+    fail_input(what + ": expected at least one token id, as (T) or (B, T)");
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= c.vocab_size)
+      fail_input(what + ": token id " + std::to_string(ids[i]) + " at [" + std::to_string(i / T) +
+                 ", " + std::to_string(i % T) + "] is outside the vocabulary (vocab_size " +
+                 std::to_string(c.vocab_size) + " in " + checkpoint_.dir() + "/config.json)");
+  check_positions(c, T, what, checkpoint_.dir());
+  ModelInput in;
+  in.B = B;
+  in.T = T;
+  in.ids = std::move(ids);
+  in.lengths.assign(B, T);
+  for (std::size_t b = 0; b < B; ++b) {  // the ids' strings, from the tokenizer when there is one
+    std::vector<std::string> row;
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int32_t id = in.ids[b * T + t];
+      row.push_back(tokenizer_ && static_cast<std::size_t>(id) < tokenizer_->vocab_size()
+                        ? tokenizer_->token(id)
+                        : std::to_string(id));
+    }
+    in.tokens.push_back(std::move(row));
+  }
+  return in;
+}
+
+ModelInput read_token_ids(const Model& model, const std::string& path) {
+  const NpyArray a = read_npy(path);
+  if (a.shape.size() != 1 && a.shape.size() != 2)
+    fail_input(path + ": expected token ids of shape (T) or (B, T), got " + a.describe());
+  const std::size_t B = a.shape.size() == 1 ? 1 : a.shape[0], T = a.shape.back();
+  return model.ids(ids_of(a, path), B, T, path);
 }
 
 ModelRunReport run_model(const ModelRunConfig& config) {
   const auto start = Clock::now();
   ModelRunReport report;
   // Plan: every check before any weight is read.
-  const Checkpoint model(config.model);
+  if (config.tokens && !config.texts.empty())
+    fail_input("--tokens and --text: give one of them, not both");
+  if (!config.tokens && config.texts.empty())
+    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  const Model whole(config.model);
+  const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
   report.model = c;
   report.dir = config.model;
-  report.input = model_input(config, c);
+  report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
   const ModelInput& in = report.input;
   report.threads = resolve_threads(config.threads);
   if (config.save_attention) {
@@ -238,7 +251,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
   report.files.push_back(file_record(config.model + "/config.json"));
-  if (!in.tokenizer.empty()) report.files.push_back(file_record(in.tokenizer));
+  if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
   for (const std::string& f : model.weight_files())
     report.files.push_back(file_record(f, safetensors_header_bytes(f)));
   report.stored_dtypes = model.stored_dtypes();
@@ -272,14 +285,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.forward_ms = ms_since(t0);
   report.read_ms = r.seconds_read * 1e3;
   report.top_k = std::move(r.top_k);
-  if (in.vocabulary)
+  if (const auto& tok = whole.tokenizer())
     for (const auto& row : report.top_k) {
       report.top_k_tokens.emplace_back();
       for (const NextToken& t : row)
-        report.top_k_tokens.back().push_back(static_cast<std::size_t>(t.id) <
-                                                     in.vocabulary->vocab_size()
-                                                 ? in.vocabulary->token(t.id)
-                                                 : std::string());
+        report.top_k_tokens.back().push_back(
+            static_cast<std::size_t>(t.id) < tok->vocab_size() ? tok->token(t.id) : std::string());
     }
   for (const float v : r.output)
     if (!std::isfinite(v))

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -495,6 +496,42 @@ ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
   row["error"] = error;
   add_extra(row, extra);
   return row;
+}
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    fail_input(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+}
+
+}  // namespace
+
+std::optional<ModelRunView> read_model_run_view(const std::string& path) {
+  json j = read_json_file(path);
+  if (!j.is_object() || !j.contains("mode") || j["mode"] != "model") return std::nullopt;
+  ModelRunView v;
+  v.run_json = std::move(j);
+  const std::string tokens = (std::filesystem::path(path).parent_path() / "tokens.json").string();
+  const json t = read_json_file(tokens);
+  if (!t.is_object() || !t.contains("tokens") || !t["tokens"].is_array())
+    fail_input(tokens + ": expected {\"tokens\": [[token strings of each row]]}");
+  for (const json& row : t["tokens"]) {
+    if (!row.is_array()) fail_input(tokens + ": \"tokens\" is not a list of lists of strings");
+    v.tokens.emplace_back();
+    for (const json& s : row) {
+      if (!s.is_string()) fail_input(tokens + ": \"tokens\" is not a list of lists of strings");
+      v.tokens.back().push_back(s.get<std::string>());
+    }
+  }
+  return v;
 }
 
 json tokens_json(const ModelInput& in) {

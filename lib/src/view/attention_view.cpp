@@ -207,6 +207,13 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
   }
   const AttentionMapSet& first = v.maps.front();
+  if (options.labels.empty() && v.run && !v.run->token_labels.empty() && first.T == first.S) {
+    const std::size_t row = options.batch_index.value_or(0);
+    if (first.B == 1 && row < v.run->token_labels.size()) {
+      v.query_labels = v.run->token_labels[row];
+      v.query_labels.resize(first.T, "<pad>");
+    }
+  }
   if (!options.labels.empty())
     v.query_labels =
         read_labels(options.labels, first.T, "T = " + std::to_string(first.T) + " query positions");

@@ -41,8 +41,7 @@ struct ModelInput {
   std::vector<std::int32_t> ids;                 // (B, T), padded with the pad id (or 0)
   std::vector<std::size_t> lengths;              // B
   std::vector<std::vector<std::string>> tokens;  // each row's token strings (lengths[b] each)
-  std::string tokenizer;                // the tokenizer.json that made the ids ("" for --tokens)
-  std::optional<Tokenizer> vocabulary;  // DIR/tokenizer.json when there is one: token strings
+  std::string tokenizer;  // the tokenizer.json that made the ids ("" for --tokens)
 };
 
 struct ModelRunReport {
@@ -65,8 +64,33 @@ struct ModelRunReport {
   std::vector<std::string> outputs;  // file names written, run.json last
 };
 
-// Reads the ids (tokenizing texts with DIR/tokenizer.json) and checks them.
-ModelInput model_input(const ModelRunConfig& config, const ModelConfig& model);
+// A checkpoint with its tokenizer (DIR/tokenizer.json, when there is one):
+// what `mha run --model` and the Python module's mha.Model run. Opening it
+// checks everything and reads no weights.
+class Model {
+ public:
+  explicit Model(const std::string& dir);
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+  const ModelConfig& config() const { return checkpoint_.config(); }
+  const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
+  const std::string& tokenizer_path() const { return tokenizer_path_; }
+
+  // A batch of texts, tokenized and right-padded (pad_id, else config.json's
+  // pad_token_id, else 0). Throws mha::Error (invalid_input) without a
+  // tokenizer, for a text with no tokens, or over the model's positions.
+  ModelInput encode(const std::vector<std::string>& texts) const;
+  // Ids (B, T) given as they are; `what` (a file name) starts messages.
+  ModelInput ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t T,
+                 const std::string& what) const;
+
+ private:
+  Checkpoint checkpoint_;
+  std::optional<Tokenizer> tokenizer_;
+  std::string tokenizer_path_;
+};
+
+// The ids of a .npy file of shape (T) or (B, T) (any integer dtype).
+ModelInput read_token_ids(const Model& model, const std::string& path);
 
 ModelRunReport run_model(const ModelRunConfig& config);
 

@@ -9,7 +9,9 @@
 // keeps object keys sorted, so the bytes depend only on the values.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,13 @@ nlohmann::json to_json(const KernelReport& kernels);
 // timings, the outputs. And its tokens.json: {"ids", "lengths", "tokens"}.
 nlohmann::json to_json(const ModelRunReport& report);
 nlohmann::json tokens_json(const ModelInput& input);
+// A model run's run.json as the viewer shows it, with the token strings of
+// the tokens.json beside it; nullopt when `path` is not a model run's.
+struct ModelRunView {
+  nlohmann::json run_json;
+  std::vector<std::vector<std::string>> tokens;
+};
+std::optional<ModelRunView> read_model_run_view(const std::string& path);
 
 // run.json's contents. Optional parts (output_stats, attention_stats,
 // layer_stats, attention_axes, bf16_gemm, kernels) are left out when unset.

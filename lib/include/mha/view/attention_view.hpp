@@ -45,6 +45,10 @@ struct ViewedRun {
   // heads: that shape, which the maps are read as; empty for other runs.
   std::vector<std::size_t> attention_shape;
   nlohmann::json page;  // what the page shows of the run: run.json's contents
+  // A model run's token strings (tokens.json), per batch row: the maps'
+  // labels when no label files are given and the page holds one row (B = 1,
+  // or batch_index chooses it).
+  std::vector<std::vector<std::string>> token_labels;
 };
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
