@@ -97,3 +97,21 @@ set_tests_properties(cli.rope PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 add_test(NAME cli.presets COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_presets.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.presets PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# Whole Hugging Face-layout checkpoints (`mha run --model`) against the float64 PyTorch
+# references of tests/models/reference.py on random BERT, GPT-2, LLaMA, Mistral, Qwen2 and Qwen3
+# checkpoints (tests/models/checkpoints.py); one ctest test per TestCase class.
+foreach(group Families Selections Layouts Memory Errors)
+  add_test(NAME models.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_models.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
+# The references themselves against torch.nn.functional, nn.TransformerEncoderLayer and the
+# NumPy LLaMA attention of tests/cli/test_rope.py (no binary involved).
+add_test(NAME models.reference
+         COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/check_reference.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME models.safetensors_write
+         COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/safetensors_write.py
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

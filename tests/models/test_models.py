@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+"""`mha run --model DIR`: whole Hugging Face-layout checkpoints (config.json + .safetensors) run
+from token ids, held against the float64 PyTorch references of reference.py on the random
+checkpoints of checkpoints.py (BERT, GPT-2, LLaMA, Mistral, Qwen2, Qwen3; float32 and bfloat16
+files; sharded; prefixed names), and the bad inputs it refuses.
+
+What is held (the command's contract):
+  mha run --model DIR --tokens IDS.npy --out_dir OUT [--save_attention] [--save_hidden_states]
+          [--layers 0,2] [--heads 1,3] [--top_k K] [--threads N] [--max_memory SIZE]
+- output.npy float32 (B, T, d_model): the final hidden states (after the final norm; BERT: the
+  last layer's output);
+- self_attention.npy float32 (L_sel, B, h_sel, T, T) with --save_attention, the selected layers
+  and heads in ascending order (default all);
+- hidden_states.npy float32 (L + 1, B, T, d_model) with --save_hidden_states, as transformers'
+  output_hidden_states (entry 0 the embeddings' output, the last one equal to output.npy);
+- tokens.json {"ids": [[...]], "lengths": [...], "tokens": [[...]]};
+- run.json "top_k" for causal LMs: per batch row, [{"id", "token", "p"}, ...] after the last
+  token, p the softmax of the LM head's logits (tied to the embeddings or lm_head.weight);
+- bad input: exit 2, one line on stderr naming the file or key, no outputs written.
+Float32 and bfloat16 files are held at rtol = atol = 1e-5 (a bfloat16 file's values are exact in
+float32, so its error is float32 arithmetic's as well); the reference runs on the stored values.
+
+  /usr/bin/python3 tests/models/test_models.py [Group]   (MHA_BIN = path to mha)
+  python3 -m pytest tests/models/test_models.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import checkpoints  # noqa: E402
+import reference  # noqa: E402
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+TOL = dict(rtol=1e-5, atol=1e-5)
+OUTPUTS = ("output.npy", "self_attention.npy", "hidden_states.npy", "tokens.json", "run.json")
+CAUSAL = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+
+
+class ModelTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_models_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def checkpoint(self, name, family, dtype="F32", shards=1, seed=0, **kw):
+        """Writes DIR/name; returns (directory, config, stored state_dict)."""
+        config, t = checkpoints.make(family, seed=seed, **kw)
+        d = self.path(name)
+        return d, dict(config, torch_dtype=checkpoints.TORCH_DTYPE[dtype]), checkpoints.write(
+            d, config, t, dtype, shards)
+
+    def ids(self, config, B=2, T=16, seed=7, dtype=np.int64):
+        a = np.random.default_rng(seed).integers(0, config["vocab_size"], (B, T)).astype(dtype)
+        p = self.path("ids.npy")
+        np.save(p, a)
+        return a, p
+
+    def mha(self, model, tokens, *extra, out="out", code=0):
+        out = self.path(out)
+        args = [MHA, "run", "--model", model, "--tokens", tokens, "--out_dir", out, "-q"] + list(extra)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, code, f"{' '.join(args)}\nstderr: {p.stderr}")
+        return out, p
+
+    def load(self, out, name):
+        a = np.load(os.path.join(out, name))
+        self.assertEqual(a.dtype, np.float32, name)
+        return a
+
+    def read_json(self, out, name):
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+
+    def check_top_k(self, out, ref, lengths, k):
+        got = self.read_json(out, "run.json")["top_k"]
+        want = reference.top_k(ref["logits"], lengths, k)
+        self.assertEqual(len(got), len(want))
+        for b, (g, w) in enumerate(zip(got, want)):
+            # the draw must not hold near-ties among the first k + 1 (else the order is arbitrary)
+            z = np.sort(np.asarray(ref["logits"][b, lengths[b] - 1], np.float64))[::-1][:k + 1]
+            self.assertGreater(np.diff(-z).min(), 1e-4, "near-tie in the reference's top k + 1")
+            self.assertEqual([e["id"] for e in g], [i for i, _ in w], f"batch {b}: {g}")
+            np.testing.assert_allclose([e["p"] for e in g], [p for _, p in w], err_msg=f"batch {b}", **TOL)
+            for e in g:
+                self.assertEqual(set(e), {"id", "token", "p"}, e)
+
+
+class Families(ModelTest):
+    """Every family, float32 and bfloat16 files: every layer's maps, the hidden states, the output,
+    tokens.json and the top-k next tokens against the reference."""
+
+    def check_family(self, family, dtype):
+        d, config, sd = self.checkpoint(family, family, dtype)
+        ids, ids_path = self.ids(config)
+        extra = ["--save_attention", "--save_hidden_states"]
+        if family in CAUSAL:
+            extra += ["--top_k", "5"]
+        out, _ = self.mha(d, ids_path, *extra)
+        ref = reference.forward(config, sd, ids)
+        L, (B, T) = reference.num_layers(config), ids.shape
+        E = config.get("hidden_size", config.get("n_embd"))
+        h = config.get("num_attention_heads", config.get("n_head"))
+        output = self.load(out, "output.npy")
+        self.assertEqual(output.shape, (B, T, E))
+        np.testing.assert_allclose(output, ref["output"], err_msg="output.npy", **TOL)
+        maps = self.load(out, "self_attention.npy")
+        self.assertEqual(maps.shape, (L, B, h, T, T))
+        for n in range(L):
+            np.testing.assert_allclose(maps[n], ref["attentions"][n], err_msg=f"layer {n} maps", **TOL)
+        hidden = self.load(out, "hidden_states.npy")
+        self.assertEqual(hidden.shape, (L + 1, B, T, E))
+        for n in range(L + 1):
+            np.testing.assert_allclose(hidden[n], ref["hidden_states"][n], err_msg=f"hidden_states[{n}]", **TOL)
+        np.testing.assert_array_equal(hidden[L], output)
+        tokens = self.read_json(out, "tokens.json")
+        self.assertEqual(tokens["ids"], ids.tolist())
+        self.assertEqual(tokens["lengths"], [T] * B)
+        self.assertEqual(len(tokens["tokens"]), B)
+        if family in CAUSAL:
+            self.check_top_k(out, ref, [T] * B, 5)
+
+
+def _family_test(family, dtype):
+    return lambda self: self.check_family(family, dtype)
+
+
+for _f in checkpoints.FAMILIES:
+    for _dt in ("F32", "BF16"):
+        setattr(Families, f"test_{_f}_{_dt.lower()}", _family_test(_f, _dt))
+
+
+class Selections(ModelTest):
+    """--layers and --heads pick maps out of the full set (ascending order), nothing else changes."""
+
+    def setUp(self):
+        super().setUp()
+        self.d, self.config, self.sd = self.checkpoint("gpt2", "gpt2")  # 3 layers, 4 heads
+        self.ids_, self.ids_path = self.ids(self.config)
+        self.ref = reference.forward(self.config, self.sd, self.ids_)
+
+    def test_layers_and_heads(self):
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "0,2", "--heads", "1,3")
+        maps = self.load(out, "self_attention.npy")
+        B, T = self.ids_.shape
+        self.assertEqual(maps.shape, (2, B, 2, T, T))
+        for i, n in enumerate((0, 2)):
+            np.testing.assert_allclose(maps[i], self.ref["attentions"][n][:, [1, 3]], **TOL)
+        np.testing.assert_allclose(self.load(out, "output.npy"), self.ref["output"], **TOL)
+
+    def test_layers_only(self):
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "1")
+        maps = self.load(out, "self_attention.npy")
+        self.assertEqual(maps.shape[:3], (1, 2, 4))
+        np.testing.assert_allclose(maps[0], self.ref["attentions"][1], **TOL)
+
+    def test_heads_only(self):
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--heads", "2")
+        maps = self.load(out, "self_attention.npy")
+        self.assertEqual(maps.shape[:3], (3, 2, 1))
+        for n in range(3):
+            np.testing.assert_allclose(maps[n], self.ref["attentions"][n][:, [2]], **TOL)
+
+    def test_selection_in_ascending_order(self):
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "2,0", "--heads", "3,1")
+        maps = self.load(out, "self_attention.npy")
+        for i, n in enumerate((0, 2)):
+            np.testing.assert_allclose(maps[i], self.ref["attentions"][n][:, [1, 3]], **TOL)
+
+    def test_threads_do_not_change_results(self):
+        a, _ = self.mha(self.d, self.ids_path, "--save_attention", "--threads", "1", out="t1")
+        b, _ = self.mha(self.d, self.ids_path, "--save_attention", "--threads", "2", out="t2")
+        for name in ("output.npy", "self_attention.npy"):
+            np.testing.assert_allclose(self.load(a, name), self.load(b, name), **TOL)
+
+
+class Layouts(ModelTest):
+    """The checkpoint layouts of the hubs: shards with an index, task-model prefixes, rope
+    scaling, ids as int32 and one sequence."""
+
+    def check(self, d, config, sd, ids_kw=None, extra=()):
+        ids, ids_path = self.ids(config, **(ids_kw or {}))
+        out, _ = self.mha(d, ids_path, "--save_attention", "--save_hidden_states", *extra)
+        ids2 = ids if ids.ndim == 2 else ids[None]
+        ref = reference.forward(config, sd, ids2)
+        np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+        np.testing.assert_allclose(self.load(out, "hidden_states.npy"), ref["hidden_states"], **TOL)
+        np.testing.assert_allclose(self.load(out, "self_attention.npy"), np.stack(ref["attentions"]), **TOL)
+        return out, ref
+
+    def test_sharded(self):
+        d, config, sd = self.checkpoint("sharded", "llama", shards=3)
+        names = sorted(os.listdir(d))
+        self.assertEqual(names, ["config.json"] + [f"model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
+                         + ["model.safetensors.index.json"])
+        out, ref = self.check(d, config, sd, extra=("--top_k", "3"))
+        self.check_top_k(out, ref, [16, 16], 3)
+
+    def test_sharded_bfloat16_qwen3(self):
+        d, config, sd = self.checkpoint("sharded", "qwen3", "BF16", shards=2)
+        self.check(d, config, sd)
+
+    def test_bert_prefix(self):  # BertForMaskedLM: bert.* and cls.predictions.*
+        d, config, sd = self.checkpoint("bert_mlm", "bert", prefixed=True)
+        self.assertTrue(any(k.startswith("cls.") for k in sd))
+        self.check(d, config, sd)
+
+    def test_gpt2_transformer_prefix(self):  # GPT2LMHeadModel: transformer.*, lm_head tied
+        d, config, sd = self.checkpoint("gpt2_lm", "gpt2", prefixed=True)
+        out, ref = self.check(d, config, sd, extra=("--top_k", "4"))
+        self.check_top_k(out, ref, [16, 16], 4)
+
+    def test_llama_linear_rope_scaling(self):
+        for key in ("type", "rope_type"):
+            d, config, sd = self.checkpoint("scaled_" + key, "llama",
+                                            rope_scaling={key: "linear", "factor": 2.0})
+            self.check(d, config, sd)
+
+    def test_one_sequence_int32(self):
+        d, config, sd = self.checkpoint("mistral", "mistral")
+        ids = np.random.default_rng(3).integers(0, config["vocab_size"], 18).astype(np.int32)
+        np.save(self.path("ids.npy"), ids)
+        out, _ = self.mha(d, self.path("ids.npy"), "--save_attention", "--top_k", "2")
+        ref = reference.forward(config, sd, ids[None])
+        output = self.load(out, "output.npy")
+        self.assertEqual(output.shape, (1, 18, config["hidden_size"]))
+        np.testing.assert_allclose(output, ref["output"], **TOL)
+        np.testing.assert_allclose(self.load(out, "self_attention.npy"), np.stack(ref["attentions"]), **TOL)
+        self.assertEqual(self.read_json(out, "tokens.json")["ids"], [ids.tolist()])
+        self.check_top_k(out, ref, [18], 2)
+
+    def test_float16_file(self):
+        d, config, sd = self.checkpoint("half", "qwen2", "F16")
+        self.check(d, config, sd)
+
+
+class Memory(ModelTest):
+    """A checkpoint larger than --max_memory in float32 whose layers each fit runs (the layers are
+    read one at a time), and gives the same results; a limit below one layer is refused."""
+
+    # 8 layers of d_model 256: float32 arithmetic's error grows to ~1.3e-5 on hidden states of
+    # magnitude ~12, hence 1e-4 here (the other classes' 1e-5 have 5x room on their models)
+    TOL = dict(rtol=1e-4, atol=1e-4)
+    SIZES = dict(layers=8, hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=768, vocab=128)
+
+    def test_larger_than_max_memory(self):
+        config, t = checkpoints.make("llama", seed=2, **self.SIZES)
+        total = checkpoints.float32_bytes(t)
+        layer = sum(v.size * 4 for k, v in t.items() if k.startswith("model.layers.0."))
+        rest = total - 8 * layer  # embeddings, lm_head, final norm
+        self.assertGreater(total, 24 << 20)
+        limit = total // 2  # one layer + embeddings + lm_head + activations fit (~5 MiB), not all
+        self.assertGreater(limit, layer + rest + (2 << 20))
+        d = self.path("big")
+        sd = checkpoints.write(d, config, t)
+        ids, ids_path = self.ids(config, T=12)
+        out, _ = self.mha(d, ids_path, "--save_attention", "--max_memory", str(limit))
+        ref = reference.forward(config, sd, ids)
+        np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **self.TOL)
+        np.testing.assert_allclose(self.load(out, "self_attention.npy"), np.stack(ref["attentions"]), **self.TOL)
+        # and the limit is a limit: far below one layer, the run is refused before it starts
+        out2, p = self.mha(d, ids_path, "--max_memory", "64KiB", out="small", code=2)
+        self.assertIn("max_memory", p.stderr)
+        self.assertFalse(os.path.exists(out2) and os.listdir(out2), os.listdir(out2) if os.path.exists(out2) else None)
+
+
+class Errors(ModelTest):
+    """Bad input: exit 2, one line on stderr naming the file or key, and no outputs."""
+
+    def refused(self, model, tokens, *extra, names=(), any_of=()):
+        out, p = self.mha(model, tokens, *extra, code=2)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        for n in names:
+            self.assertIn(n, lines[0])
+        if any_of:
+            self.assertTrue(any(n in lines[0] for n in any_of), f"none of {any_of} in: {lines[0]}")
+        if os.path.exists(out):
+            self.assertEqual([n for n in os.listdir(out) if n in OUTPUTS], [], os.listdir(out))
+        return lines[0]
+
+    def good(self, family="gpt2", **kw):
+        d, config, sd = self.checkpoint(family, family, **kw)
+        ids, ids_path = self.ids(config)
+        return d, config, ids, ids_path
+
+    def test_no_config_json(self):
+        d, _, _, ids = self.good()
+        os.remove(os.path.join(d, "config.json"))
+        self.refused(d, ids, names=("config.json",))
+
+    def test_no_weights(self):
+        d, _, _, ids = self.good()
+        os.remove(os.path.join(d, "model.safetensors"))
+        self.refused(d, ids, names=("model.safetensors",))
+
+    def test_not_a_directory(self):
+        _, _, _, ids = self.good()
+        self.refused(self.path("nowhere"), ids, names=("nowhere",))
+
+    def test_unknown_model_type(self):
+        d, config, _, ids = self.good()
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(config, model_type="t5"), f)
+        line = self.refused(d, ids, names=("t5",))
+        for known in checkpoints.FAMILIES:  # the message lists the known ones
+            self.assertIn(known, line)
+
+    def test_token_id_out_of_vocabulary(self):
+        d, config, ids, ids_path = self.good()
+        ids[1, 5] = config["vocab_size"]
+        np.save(ids_path, ids)
+        self.refused(d, ids_path, any_of=("ids.npy", "vocab_size"))
+
+    def test_negative_token_id(self):
+        d, config, ids, ids_path = self.good("llama")
+        ids[0, 0] = -1
+        np.save(ids_path, ids)
+        self.refused(d, ids_path, any_of=("ids.npy", "vocab_size"))
+
+    def test_ids_not_integers(self):
+        d, _, ids, ids_path = self.good()
+        np.save(ids_path, ids.astype(np.float32))
+        self.refused(d, ids_path, names=("ids.npy",))
+
+    def test_ids_three_axes(self):
+        d, _, ids, ids_path = self.good()
+        np.save(ids_path, ids[None])
+        self.refused(d, ids_path, names=("ids.npy",))
+
+    def test_shard_missing(self):
+        d, config, sd = self.checkpoint("sharded", "llama", shards=3)
+        _, ids = self.ids(config)
+        os.remove(os.path.join(d, "model-00002-of-00003.safetensors"))
+        self.refused(d, ids, names=("model-00002-of-00003.safetensors",))
+
+    def test_tensor_missing_from_index(self):
+        d, config, sd = self.checkpoint("sharded", "llama", shards=3)
+        _, ids = self.ids(config)
+        p = os.path.join(d, "model.safetensors.index.json")
+        with open(p) as f:
+            index = json.load(f)
+        del index["weight_map"]["model.layers.1.mlp.up_proj.weight"]
+        with open(p, "w") as f:
+            json.dump(index, f)
+        self.refused(d, ids, names=("model.layers.1.mlp.up_proj.weight",))
+
+    def test_tensor_missing(self):
+        config, t = checkpoints.make("gpt2")
+        del t["h.1.mlp.c_fc.weight"]
+        d = self.path("gpt2")
+        checkpoints.write(d, config, t)
+        _, ids = self.ids(config)
+        self.refused(d, ids, names=("h.1.mlp.c_fc.weight",))
+
+    def test_tensor_wrong_shape(self):
+        config, t = checkpoints.make("qwen2")
+        t["model.layers.0.self_attn.k_proj.weight"] = t["model.layers.0.self_attn.k_proj.weight"][:, :-1]
+        d = self.path("qwen2")
+        checkpoints.write(d, config, t)
+        _, ids = self.ids(config)
+        self.refused(d, ids, names=("model.layers.0.self_attn.k_proj.weight",))
+
+    def test_untied_without_lm_head(self):
+        config, t = checkpoints.make("llama")
+        del t["lm_head.weight"]
+        d = self.path("llama")
+        checkpoints.write(d, config, t)
+        _, ids = self.ids(config)
+        self.refused(d, ids, "--top_k", "3", names=("lm_head.weight",))
+
+    def test_longer_than_max_position_embeddings(self):
+        for family, key in (("gpt2", "n_positions"), ("bert", "max_position_embeddings")):
+            d, config, _, _ = self.good(family)
+            _, ids = self.ids(config, B=1, T=config[key] + 1)
+            self.refused(d, ids, any_of=(key, "max_position_embeddings"))
+
+    def test_layer_and_head_out_of_range(self):
+        d, _, _, ids = self.good()  # 3 layers, 4 heads
+        self.refused(d, ids, "--save_attention", "--layers", "0,3", names=("layers",))
+        self.refused(d, ids, "--save_attention", "--heads", "4", names=("heads",))
+
+    def test_tokens_and_text(self):
+        d, _, _, ids = self.good()
+        self.refused(d, ids, "--text", "hello", any_of=("--text", "--tokens"))
+
+    def test_max_memory_too_small(self):
+        d, _, _, ids = self.good()
+        self.refused(d, ids, "--max_memory", "1KiB", names=("max_memory",))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
