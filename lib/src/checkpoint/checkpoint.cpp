@@ -126,8 +126,10 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// The shard files a model.safetensors.index.json names, in name order.
-std::vector<std::string> index_shards(const std::string& dir, const std::string& index) {
+// The shard files a model.safetensors.index.json names, in name order, and
+// its weight_map (tensor name -> shard file name).
+std::vector<std::string> index_shards(const std::string& dir, const std::string& index,
+                                      std::map<std::string, std::string>& weight_map) {
   json j;
   try {
     j = json::parse(read_text(index));
@@ -146,6 +148,7 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
       fail_input(index + ": weight_map['" + name + "'] is \"" + f +
                  "\"; expected a file name in the checkpoint's directory");
     shards.insert(f);
+    weight_map[name] = f;
   }
   if (shards.empty()) fail_input(index + ": weight_map is empty; expected the tensors' shards");
   std::vector<std::string> out;
@@ -180,12 +183,13 @@ Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 
 void Checkpoint::open_weights() {
   std::vector<std::string> paths;
+  std::map<std::string, std::string> weight_map;  // a sharded checkpoint's index
   const std::string single = dir_ + "/model.safetensors",
                     index = dir_ + "/model.safetensors.index.json";
   if (is_file(single))
     paths.push_back(single);
   else if (is_file(index))
-    paths = index_shards(dir_, index);
+    paths = index_shards(dir_, index, weight_map);
   else
     fail_input(dir_ +
                ": has no model.safetensors or model.safetensors.index.json; expected the "
@@ -197,8 +201,21 @@ void Checkpoint::open_weights() {
       if (!fresh)
         fail_input(p + ": tensor '" + name + "' is also in " + files_[it->second]->path() +
                    "; expected each tensor in one shard");
+      if (weight_map.empty()) continue;
+      const auto listed = weight_map.find(name);
+      const std::string file = p.substr(p.rfind('/') + 1);
+      if (listed == weight_map.end())
+        fail_input(index + ": weight_map has no entry for tensor '" + name + "' (in shard " + file +
+                   "); expected every tensor of the shards listed");
+      if (listed->second != file)
+        fail_input(index + ": weight_map puts tensor '" + name + "' in " + listed->second +
+                   ", but it is in " + file);
     }
   }
+  for (const auto& [name, file] : weight_map)
+    if (!where_.count(name))
+      fail_input(index + ": weight_map puts tensor '" + name + "' in " + file +
+                 ", which has no such tensor");
   // The prefix a task head's checkpoint puts before the base model's names
   // (BertForMaskedLM's "bert.", GPT2LMHeadModel's "transformer.").
   const std::string first = expected_tensors(config_).front().first;

@@ -556,7 +556,7 @@ json to_json(const ModelRunReport& r) {
     json row = json::array();
     for (std::size_t i = 0; i < r.top_k[b].size(); ++i) {
       json e = {{"id", r.top_k[b][i].id}, {"p", r.top_k[b][i].p}};
-      if (b < r.top_k_tokens.size()) e["token"] = r.top_k_tokens[b][i];
+      e["token"] = b < r.top_k_tokens.size() ? json(r.top_k_tokens[b][i]) : json(nullptr);
       row.push_back(e);
     }
     top.push_back(row);
