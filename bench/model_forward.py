@@ -206,7 +206,8 @@ def main(argv):
         print(f"max |output.npy - torch| = {diff:.2e}")
         print("reproduce: /usr/bin/python3 bench/model_forward.py " +
               " ".join(f"--{k} {v}" for k, v in (("layers", a.layers), ("seq", a.seq), ("repeat", a.repeat),
-                                                  ("threads", a.threads), ("mha", a.mha))))
+                                                  ("threads", a.threads), ("mha", a.mha)))
+              + (f" --cache {a.cache}" if a.cache else ""))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
