@@ -115,3 +115,4 @@ add_test(NAME models.reference
 add_test(NAME models.safetensors_write
          COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/safetensors_write.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(models.safetensors_write PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
