@@ -101,7 +101,7 @@ set_tests_properties(cli.presets PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 # Whole Hugging Face-layout checkpoints (`mha run --model`) against the float64 PyTorch
 # references of tests/models/reference.py on random BERT, GPT-2, LLaMA, Mistral, Qwen2 and Qwen3
 # checkpoints (tests/models/checkpoints.py); one ctest test per TestCase class.
-foreach(group Families Selections Layouts Memory Errors)
+foreach(group Families Selections Layouts Text Memory Errors)
   add_test(NAME models.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_models.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
@@ -115,3 +115,4 @@ add_test(NAME models.reference
 add_test(NAME models.safetensors_write
          COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/safetensors_write.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(models.safetensors_write PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")

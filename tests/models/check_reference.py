@@ -13,6 +13,7 @@ checkpoints.py (right-padded batches; rows t < length compared):
   (RMSNorm, SwiGLU) with torch.nn.functional; Mistral's sliding window as the unwindowed
   attention restricted to the window and renormalized.
 - bfloat16 files: the reference on the widened values differs from float32's.
+- bench/model_forward.py's float32 PyTorch GPT-2 against the reference.
 
   /usr/bin/python3 tests/models/check_reference.py
 """
@@ -206,6 +207,20 @@ class Reference(unittest.TestCase):
         b = reference.forward(config, bf, ids, lengths)["output"]
         self.assertGreater(np.abs(a - b).max(), 1e-4)  # the rounding shows
         self.assertLess(np.abs(a - b).max(), 0.5)
+
+    def test_bench_torch_gpt2(self):
+        """bench/model_forward.py's float32 PyTorch GPT-2 (the one timed) computes the same model."""
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+        import model_forward
+        config, t = checkpoints.make("gpt2", seed=6)
+        ids, _ = batch(config, lengths=(13, 13))
+        want = reference.forward(config, t, ids)
+        with torch.no_grad():
+            x, maps = model_forward.torch_gpt2({k: torch.from_numpy(v) for k, v in t.items()},
+                                               torch.from_numpy(ids), config["n_layer"], config["n_head"])
+        np.testing.assert_allclose(x.numpy(), want["output"], rtol=1e-5, atol=1e-5)
+        for m, a in zip(maps, want["attentions"]):
+            np.testing.assert_allclose(m.numpy(), a, rtol=1e-5, atol=1e-5)
 
     def test_top_k(self):
         logits = np.array([[[0.0, 1.0, 2.0, math.log(3.0) + 2.0]]])

@@ -162,4 +162,37 @@ if __name__ == "__main__":
         print("bfloat16 rounding matches torch's on", x.size, "values")
     except ImportError:
         pass
+    # the files through this tool's reader (`mha inspect --json`), when the binary is there
+    mha = os.environ.get("MHA_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                 "build", "bin", "mha"))
+    if os.path.exists(mha):
+        import subprocess
+        w = {"embed.weight": rng.standard_normal((50, 16)).astype(np.float32),
+             "layers.0.q.weight": rng.standard_normal((16, 16)).astype(np.float32) * 3,
+             "layers.0.q.bias": rng.standard_normal(16).astype(np.float32), "scalar": np.float32(2.5)}
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for dt in ("F32", "F16", "BF16"):
+                paths.append(os.path.join(d, dt + ".safetensors"))
+                save_file(paths[-1], w, dt)
+            save_sharded(d, w, 2, "BF16")
+            paths += [os.path.join(d, shard_name(k, 2)) for k in (1, 2)]
+            p = subprocess.run([mha, "inspect", "--json"] + paths, capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
+            rows = json.loads(p.stdout)
+            seen = 0
+            for r in rows:
+                path, name = r["file"].rsplit(":", 1)
+                dt = os.path.basename(path).split(".")[0]
+                dt = dt if dt in DTYPES else "BF16"  # the shards
+                want = as_stored(w[name], dt)
+                assert r["header"]["shape"] == list(want.shape), (r["file"], r["header"])
+                s = r["stats"]
+                assert s["count"] == want.size and s["min"] == want.min() and s["max"] == want.max(), (r["file"], s)
+                assert abs(s["mean"] - want.mean()) <= 1e-6 * (1 + abs(want.mean())), (r["file"], s)
+                seen += 1
+            assert seen == 3 * len(w) + len(w), seen
+        print(f"mha inspect reads the {seen} tensors back with their shapes and values ({mha})")
+    else:
+        print(f"no {mha}: the read-back through mha inspect was not run")
     print("ok")

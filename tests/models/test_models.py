@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import checkpoints  # noqa: E402
 import reference  # noqa: E402
+import tokenizers  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -83,7 +84,7 @@ class ModelTest(unittest.TestCase):
         with open(os.path.join(out, name)) as f:
             return json.load(f)
 
-    def check_top_k(self, out, ref, lengths, k):
+    def check_top_k(self, out, ref, lengths, k, with_tokens=False):
         got = self.read_json(out, "run.json")["top_k"]
         want = reference.top_k(ref["logits"], lengths, k)
         self.assertEqual(len(got), len(want))
@@ -93,8 +94,10 @@ class ModelTest(unittest.TestCase):
             self.assertGreater(np.diff(-z).min(), 1e-4, "near-tie in the reference's top k + 1")
             self.assertEqual([e["id"] for e in g], [i for i, _ in w], f"batch {b}: {g}")
             np.testing.assert_allclose([e["p"] for e in g], [p for _, p in w], err_msg=f"batch {b}", **TOL)
-            for e in g:
-                self.assertEqual(set(e), {"id", "token", "p"}, e)
+            for e in g:  # "token": the token's string, at least when there is a tokenizer.json
+                self.assertTrue({"id", "p"} <= set(e) <= {"id", "token", "p"}, e)
+                if with_tokens:
+                    self.assertIsInstance(e.get("token"), str, e)
 
 
 class Families(ModelTest):
@@ -243,6 +246,83 @@ class Layouts(ModelTest):
     def test_float16_file(self):
         d, config, sd = self.checkpoint("half", "qwen2", "F16")
         self.check(d, config, sd)
+
+
+class Text(ModelTest):
+    """--text with the checkpoint's tokenizer.json (tokenizers.py): the ids as Hugging Face's
+    tokenizer gives them, several texts right-padded into one batch with the padded keys masked:
+    every real row of the outputs and maps against the reference on the same ids and lengths."""
+
+    TEXTS = ["the cat sat on the mat",
+             "the quick brown fox jumps over the lazy dog, then the cat ran home!",
+             "a cat  runs 12 times"]
+
+    def check_text(self, family, tok, encode, V, texts, top_k):
+        config, t = checkpoints.make(family, vocab=V)
+        d = self.path(family)
+        sd = checkpoints.write(d, config, t)
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(tok, f, indent=2, ensure_ascii=False)
+        extra = ["--save_attention", "--save_hidden_states"] + (["--top_k", "5"] if top_k else [])
+        out = self.path("out")
+        args = [MHA, "run", "--model", d, "--out_dir", out, "-q"] + extra
+        for text in texts:
+            args += ["--text", text]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        want = [encode(text) for text in texts]
+        lengths = [len(ids) for ids, _ in want]
+        self.assertGreater(len(set(lengths)), 1)  # padding happens
+        tokens = self.read_json(out, "tokens.json")
+        self.assertEqual(tokens["lengths"], lengths)
+        for b, (ids, _) in enumerate(want):
+            self.assertEqual(tokens["ids"][b][:lengths[b]], ids, texts[b])
+            self.assertEqual(len(tokens["tokens"][b][:lengths[b]]), lengths[b])
+        B, T = len(texts), max(lengths)
+        padded = np.zeros((B, T), np.int64)
+        for b, (ids, _) in enumerate(want):
+            padded[b, :lengths[b]] = ids
+        ref = reference.forward(config, sd, padded, lengths)
+        output = self.load(out, "output.npy")
+        self.assertEqual(output.shape, (B, T, output.shape[-1]))
+        hidden = self.load(out, "hidden_states.npy")
+        maps = self.load(out, "self_attention.npy")
+        for b, n in enumerate(lengths):  # the real rows; a padded key gets no weight
+            np.testing.assert_allclose(output[b, :n], ref["output"][b, :n], err_msg=f"row {b}", **TOL)
+            np.testing.assert_allclose(hidden[:, b, :n], ref["hidden_states"][:, b, :n], err_msg=f"row {b}", **TOL)
+            for L in range(len(ref["attentions"])):
+                np.testing.assert_allclose(maps[L, b, :, :n], ref["attentions"][L][b, :, :n],
+                                           err_msg=f"layer {L} row {b}", **TOL)
+                np.testing.assert_array_less(maps[L, b, :, :n, n:], 1e-30)
+        if top_k:
+            self.check_top_k(out, ref, lengths, 5, with_tokens=True)
+
+    def test_gpt2_byte_level_bpe(self):
+        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        self.check_text("gpt2", tok, encode, V, self.TEXTS, top_k=True)
+
+    def test_qwen2_byte_level_bpe(self):
+        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        self.check_text("qwen2", tok, encode, V, self.TEXTS[:2], top_k=True)
+
+    def test_bert_wordpiece(self):
+        tok, encode, V = tokenizers.wordpiece(
+            ["the", "cat", "sat", "on", "mat", "run", "##ning", "##s", "dog", ",", "!", ".", "fast", "a"])
+        self.check_text("bert", tok, encode, V + 10,
+                        ["The cat sat on the mat.", "A dog, running fast!", "Cats run quickly, the dog sat."],
+                        top_k=False)
+
+    def test_text_without_tokenizer(self):
+        config, t = checkpoints.make("gpt2")
+        d = self.path("gpt2")
+        checkpoints.write(d, config, t)
+        out = self.path("out")
+        p = subprocess.run([MHA, "run", "--model", d, "--text", "hello", "--out_dir", out, "-q"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("tokenizer.json", p.stderr)
+        self.assertFalse(os.path.exists(out) and [n for n in os.listdir(out) if n in OUTPUTS])
 
 
 class Memory(ModelTest):
