@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -284,101 +285,110 @@ void Checkpoint::read(const std::string& name, float* out) const {
   files_[where_.at(stored)]->read(stored, out);
 }
 
-TransformerLayer<float> Checkpoint::layer(std::size_t l) const {
+void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L) const {
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model, f = c.d_ff, q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim;
   auto n = [&](const std::string& r) { return layer_name(c, l, r); };
-  auto vec = [&](const std::string& name, std::size_t size) {
-    mha::Tensor<float, 1> v({size});
+  auto vec = [&](mha::Tensor<float, 1>& v, const std::string& name, std::size_t size) {
+    v.resize({size});
     read(name, v.data());
-    return v;
   };
-  // nn.Linear's weight (out, in) as W (in, out): y = x W + b.
-  auto linear_w = [&](const std::string& name, std::size_t out, std::size_t in) {
-    std::vector<float> stored(out * in);
-    read(name, stored.data());
-    mha::Tensor<float, 2> W({in, out});
-    for (std::size_t o = 0; o < out; ++o)
-      for (std::size_t i = 0; i < in; ++i) W(i, o) = stored[o * in + i];
-    return W;
+  // nn.Linear's weight (out, in) as W (in, out): y = x W + b, transposed in
+  // 64 x 64 tiles from one scratch buffer (uninitialized: read() fills it).
+  std::unique_ptr<float[]> stored;
+  std::size_t stored_size = 0;
+  auto linear_w = [&](mha::Tensor<float, 2>& W, const std::string& name, std::size_t out,
+                      std::size_t in) {
+    if (stored_size < out * in) stored.reset(new float[stored_size = out * in]);
+    read(name, stored.get());
+    W.resize({in, out});
+    constexpr std::size_t kTile = 64;
+    float* w = W.data();
+    for (std::size_t o0 = 0; o0 < out; o0 += kTile)
+      for (std::size_t i0 = 0; i0 < in; i0 += kTile)
+        for (std::size_t o = o0; o < std::min(out, o0 + kTile); ++o)
+          for (std::size_t i = i0; i < std::min(in, i0 + kTile); ++i)
+            w[i * out + o] = stored[o * in + i];
   };
-  auto conv1d_w = [&](const std::string& name, std::size_t in, std::size_t out) {
-    mha::Tensor<float, 2> W({in, out});  // GPT-2's Conv1D stores (in, out): x W as is
+  auto conv1d_w = [&](mha::Tensor<float, 2>& W, const std::string& name, std::size_t in,
+                      std::size_t out) {
+    W.resize({in, out});  // GPT-2's Conv1D stores (in, out): x W as is
     read(name, W.data());
-    return W;
   };
-  auto norm = [&](const std::string& name, bool bias) {
-    Norm<float> nm;
-    nm.gamma = vec(name + ".weight", d);
-    if (bias) nm.beta = vec(name + ".bias", d);
+  auto norm = [&](Norm<float>& nm, const std::string& name, bool bias) {
+    vec(nm.gamma, name + ".weight", d);
+    if (bias) vec(nm.beta, name + ".bias", d);
     nm.rms = !bias;
-    return nm;
   };
-  TransformerLayer<float> L;
   Weights<float>& a = L.self_attn;
   switch (c.family) {
     case ModelFamily::bert:
-      a.W_q = linear_w(n("attention.self.query.weight"), d, d);
-      a.W_k = linear_w(n("attention.self.key.weight"), d, d);
-      a.W_v = linear_w(n("attention.self.value.weight"), d, d);
-      a.W_o = linear_w(n("attention.output.dense.weight"), d, d);
-      a.b_q = vec(n("attention.self.query.bias"), d);
-      a.b_k = vec(n("attention.self.key.bias"), d);
-      a.b_v = vec(n("attention.self.value.bias"), d);
-      a.b_o = vec(n("attention.output.dense.bias"), d);
-      L.norm1 = norm(n("attention.output.LayerNorm"), true);
-      L.ffn.W_1 = linear_w(n("intermediate.dense.weight"), f, d);
-      L.ffn.b_1 = vec(n("intermediate.dense.bias"), f);
-      L.ffn.W_2 = linear_w(n("output.dense.weight"), d, f);
-      L.ffn.b_2 = vec(n("output.dense.bias"), d);
-      L.norm2 = norm(n("output.LayerNorm"), true);
+      linear_w(a.W_q, n("attention.self.query.weight"), d, d);
+      linear_w(a.W_k, n("attention.self.key.weight"), d, d);
+      linear_w(a.W_v, n("attention.self.value.weight"), d, d);
+      linear_w(a.W_o, n("attention.output.dense.weight"), d, d);
+      vec(a.b_q, n("attention.self.query.bias"), d);
+      vec(a.b_k, n("attention.self.key.bias"), d);
+      vec(a.b_v, n("attention.self.value.bias"), d);
+      vec(a.b_o, n("attention.output.dense.bias"), d);
+      norm(L.norm1, n("attention.output.LayerNorm"), true);
+      linear_w(L.ffn.W_1, n("intermediate.dense.weight"), f, d);
+      vec(L.ffn.b_1, n("intermediate.dense.bias"), f);
+      linear_w(L.ffn.W_2, n("output.dense.weight"), d, f);
+      vec(L.ffn.b_2, n("output.dense.bias"), d);
+      norm(L.norm2, n("output.LayerNorm"), true);
       break;
     case ModelFamily::gpt2: {
-      const mha::Tensor<float, 2> qkv = conv1d_w(n("attn.c_attn.weight"), d, 3 * d);
-      const mha::Tensor<float, 1> qkv_b = vec(n("attn.c_attn.bias"), 3 * d);
+      // q, k, v: the thirds of c_attn's columns (Conv1D (d, 3d)).
+      if (stored_size < 3 * d * d) stored.reset(new float[stored_size = 3 * d * d]);
+      read(n("attn.c_attn.weight"), stored.get());
       mha::Tensor<float, 2>* W[3] = {&a.W_q, &a.W_k, &a.W_v};
-      mha::Tensor<float, 1>* b[3] = {&a.b_q, &a.b_k, &a.b_v};
-      for (std::size_t part = 0; part < 3; ++part) {  // q, k, v: the thirds of c_attn's columns
-        *W[part] = mha::Tensor<float, 2>({d, d});
-        *b[part] = mha::Tensor<float, 1>({d});
+      for (std::size_t part = 0; part < 3; ++part) {
+        W[part]->resize({d, d});
         for (std::size_t i = 0; i < d; ++i)
-          for (std::size_t j = 0; j < d; ++j) (*W[part])(i, j) = qkv(i, part * d + j);
-        for (std::size_t j = 0; j < d; ++j) (*b[part])(j) = qkv_b(part * d + j);
+          std::copy(stored.get() + i * 3 * d + part * d, stored.get() + i * 3 * d + (part + 1) * d,
+                    W[part]->data() + i * d);
       }
-      a.W_o = conv1d_w(n("attn.c_proj.weight"), d, d);
-      a.b_o = vec(n("attn.c_proj.bias"), d);
-      L.norm1 = norm(n("ln_1"), true);
-      L.norm2 = norm(n("ln_2"), true);
-      L.ffn.W_1 = conv1d_w(n("mlp.c_fc.weight"), d, f);
-      L.ffn.b_1 = vec(n("mlp.c_fc.bias"), f);
-      L.ffn.W_2 = conv1d_w(n("mlp.c_proj.weight"), f, d);
-      L.ffn.b_2 = vec(n("mlp.c_proj.bias"), d);
+      mha::Tensor<float, 1> qkv_b;
+      vec(qkv_b, n("attn.c_attn.bias"), 3 * d);
+      mha::Tensor<float, 1>* b[3] = {&a.b_q, &a.b_k, &a.b_v};
+      for (std::size_t part = 0; part < 3; ++part) {
+        b[part]->resize({d});
+        std::copy(qkv_b.data() + part * d, qkv_b.data() + (part + 1) * d, b[part]->data());
+      }
+      conv1d_w(a.W_o, n("attn.c_proj.weight"), d, d);
+      vec(a.b_o, n("attn.c_proj.bias"), d);
+      norm(L.norm1, n("ln_1"), true);
+      norm(L.norm2, n("ln_2"), true);
+      conv1d_w(L.ffn.W_1, n("mlp.c_fc.weight"), d, f);
+      vec(L.ffn.b_1, n("mlp.c_fc.bias"), f);
+      conv1d_w(L.ffn.W_2, n("mlp.c_proj.weight"), f, d);
+      vec(L.ffn.b_2, n("mlp.c_proj.bias"), d);
       break;
     }
     case ModelFamily::llama:
-      a.W_q = linear_w(n("self_attn.q_proj.weight"), q, d);
-      a.W_k = linear_w(n("self_attn.k_proj.weight"), kv, d);
-      a.W_v = linear_w(n("self_attn.v_proj.weight"), kv, d);
-      a.W_o = linear_w(n("self_attn.o_proj.weight"), d, q);
+      linear_w(a.W_q, n("self_attn.q_proj.weight"), q, d);
+      linear_w(a.W_k, n("self_attn.k_proj.weight"), kv, d);
+      linear_w(a.W_v, n("self_attn.v_proj.weight"), kv, d);
+      linear_w(a.W_o, n("self_attn.o_proj.weight"), d, q);
       if (c.qkv_bias) {
-        a.b_q = vec(n("self_attn.q_proj.bias"), q);
-        a.b_k = vec(n("self_attn.k_proj.bias"), kv);
-        a.b_v = vec(n("self_attn.v_proj.bias"), kv);
-        a.b_o = mha::Tensor<float, 1>({d});  // zeros: the kernel adds all four or none
-        std::fill(a.b_o.data(), a.b_o.data() + d, 0.0f);
+        vec(a.b_q, n("self_attn.q_proj.bias"), q);
+        vec(a.b_k, n("self_attn.k_proj.bias"), kv);
+        vec(a.b_v, n("self_attn.v_proj.bias"), kv);
+        a.b_o.resize({d});  // zeros: the kernel adds all four biases or none
+        a.b_o.fill(0.0f);
       }
       if (c.qk_norm) {
-        a.q_norm = vec(n("self_attn.q_norm.weight"), c.head_dim);
-        a.k_norm = vec(n("self_attn.k_norm.weight"), c.head_dim);
+        vec(a.q_norm, n("self_attn.q_norm.weight"), c.head_dim);
+        vec(a.k_norm, n("self_attn.k_norm.weight"), c.head_dim);
       }
-      L.norm1 = norm(n("input_layernorm"), false);
-      L.norm2 = norm(n("post_attention_layernorm"), false);
-      L.ffn.W_gate = linear_w(n("mlp.gate_proj.weight"), f, d);
-      L.ffn.W_1 = linear_w(n("mlp.up_proj.weight"), f, d);
-      L.ffn.W_2 = linear_w(n("mlp.down_proj.weight"), d, f);
+      norm(L.norm1, n("input_layernorm"), false);
+      norm(L.norm2, n("post_attention_layernorm"), false);
+      linear_w(L.ffn.W_gate, n("mlp.gate_proj.weight"), f, d);
+      linear_w(L.ffn.W_1, n("mlp.up_proj.weight"), f, d);
+      linear_w(L.ffn.W_2, n("mlp.down_proj.weight"), d, f);
       break;
   }
-  return L;
 }
 
 Norm<float> Checkpoint::final_norm() const {

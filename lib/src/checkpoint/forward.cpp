@@ -152,12 +152,13 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     for (std::size_t i = 0; i < c.h; ++i) head_slot[i] = static_cast<int>(i);
 
   std::size_t next_slot = 0;
+  StackWeights<float> w;  // one layer's weights at a time, in the same memory
+  w.layers.resize(1);
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     if (options.on_layer) options.on_layer(l);
     if (options.hidden_sink) options.hidden_sink(l, x.data());
-    StackWeights<float> w;
     const auto t0 = Clock::now();
-    w.layers.push_back(model.layer(l));
+    model.layer(l, w.layers[0]);
     read += seconds_since(t0);
     so.self_attn = attention_options(c, threads);
     const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -264,27 +265,31 @@ void SafetensorsFile::read_rows(const std::string& name, std::size_t row0, std::
                std::to_string(row0 + rows));
   const std::size_t row = first ? t->size() / first : 0, n = rows * row;
   const std::size_t item = dtype_size(t->dtype);
-  // Read in pieces of at most 16 MiB, converting each as it arrives.
-  constexpr std::size_t kPiece = std::size_t{16} << 20;
-  std::vector<unsigned char> buffer(std::min(n * item, kPiece));
-  std::size_t done = 0;
-  while (done < n) {
-    const std::size_t count = std::min(n - done, kPiece / item);
-    const std::uint64_t at = data_start_ + t->begin + (row0 * row + done) * item;
+  auto read_bytes = [&](void* into, std::size_t bytes, std::uint64_t at) {
+    auto* p = static_cast<unsigned char*>(into);
     std::size_t got = 0;
-    while (got < count * item) {
-      const ssize_t r =
-          ::pread(fd_, buffer.data() + got, count * item - got, static_cast<off_t>(at + got));
+    while (got < bytes) {
+      const ssize_t r = ::pread(fd_, p + got, bytes - got, static_cast<off_t>(at + got));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0)
         fail_input(path_ + ": cannot read tensor '" + name + "' (was the file truncated?)");
       got += static_cast<std::size_t>(r);
     }
-    const unsigned char* p = buffer.data();
+  };
+  const std::uint64_t start = data_start_ + t->begin + row0 * row * item;
+  if (t->dtype == "F32") {  // straight into place: no copy, no buffer
+    read_bytes(out, n * 4, start);
+    return;
+  }
+  // Other dtypes in pieces of at most 4 MiB, converted as they arrive.
+  constexpr std::size_t kPiece = std::size_t{4} << 20;
+  const std::unique_ptr<unsigned char[]> buffer(new unsigned char[std::min(n * item, kPiece)]);
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t count = std::min(n - done, kPiece / item);
+    read_bytes(buffer.get(), count * item, start + done * item);
+    const unsigned char* p = buffer.get();
     float* o = out + done;
-    if (t->dtype == "F32") {
-      std::memcpy(o, p, count * 4);
-    } else if (t->dtype == "BF16") {  // float32's upper half
+    if (t->dtype == "BF16") {  // float32's upper half
       for (std::size_t i = 0; i < count; ++i) {
         const std::uint32_t bits =
             (std::uint32_t{p[2 * i + 1]} << 24) | (std::uint32_t{p[2 * i]} << 16);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "linear.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/vexp.hpp"
 
 namespace mha {
 
@@ -54,17 +56,34 @@ void activate(T* x, std::size_t n, Activation activation) {
       for (std::size_t i = 0; i < n; ++i) x[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * r));
       return;
     }
-    case Activation::gelu_tanh: {  // PyTorch's approximate='tanh'
-      const T c = std::sqrt(T(2) / T(M_PI));
-      for (std::size_t i = 0; i < n; ++i) {
-        const T v = x[i];
-        x[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + T(0.044715) * v * v * v)));
+    case Activation::gelu_tanh:  // PyTorch's approximate='tanh'
+    case Activation::silu:       // x sigmoid(x)
+      break;
+  }
+  // Both are x sigmoid(z): z = 2 sqrt(2/pi) (x + 0.044715 x^3) for GELU-tanh
+  // (0.5 (1 + tanh(u)) = sigmoid(2u)), z = x for SiLU; computed as
+  // x - x / (1 + exp(z)), which stays finite for every finite x.
+  const bool gelu = activation == Activation::gelu_tanh;
+  const T c = T(2) * std::sqrt(T(2) / T(M_PI));
+  if constexpr (std::is_same_v<T, float>) {  // exp through the vector kernel, in pieces
+    constexpr std::size_t kPiece = 256;
+    float e[kPiece];
+    for (std::size_t i0 = 0; i0 < n; i0 += kPiece) {
+      const std::size_t m = std::min(kPiece, n - i0);
+      float* v = x + i0;
+      for (std::size_t i = 0; i < m; ++i) {
+        const float z = gelu ? c * (v[i] + 0.044715f * v[i] * v[i] * v[i]) : v[i];
+        e[i] = std::min(z, 80.0f);  // exp(80) is finite; sigmoid(80) is 1 in float
       }
-      return;
+      exp_shifted_sum(e, m, 0.0f);
+      for (std::size_t i = 0; i < m; ++i) v[i] = v[i] - v[i] / (1.0f + e[i]);
     }
-    case Activation::silu:  // x sigmoid(x)
-      for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / (T(1) + std::exp(-x[i]));
-      return;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const T v = x[i];
+      const T z = gelu ? c * (v + T(0.044715) * v * v * v) : v;
+      x[i] = v - v / (T(1) + std::exp(std::min(z, T(700))));
+    }
   }
 }
 

@@ -41,8 +41,10 @@ class Checkpoint {
   std::uint64_t float32_bytes() const;
   std::uint64_t layer_float32_bytes() const;
 
-  // Layer l's weights, read and converted now.
-  TransformerLayer<float> layer(std::size_t l) const;
+  // Layer l's weights, read and converted now, into `L` (its tensors are
+  // reused when their sizes match, as every layer's do: one layer's memory
+  // serves the whole pass).
+  void layer(std::size_t l, TransformerLayer<float>& L) const;
   Norm<float> final_norm() const;      // empty for BERT
   Norm<float> embedding_norm() const;  // BERT's embeddings.LayerNorm; else empty
   // Embedding rows: out (count, d_model) = the embedding of token ids[i] at
