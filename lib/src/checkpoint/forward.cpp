@@ -6,6 +6,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
 
 namespace mha {
@@ -65,36 +66,39 @@ Mask<float> mask_of(const ModelConfig& c, std::size_t T, const std::vector<std::
   return m;
 }
 
-// The k most likely next tokens after row b's last token, from the final
-// hidden state `hidden` (d_model): softmax over the LM head's logits, in
-// double.
-std::vector<NextToken> next_tokens(const Checkpoint& model, const float* hidden, std::size_t k) {
+// The k most likely next tokens after each row's last token, from the final
+// hidden states `last` (B, d_model): the LM head's logits (a GEMM over pieces
+// of its rows, read as they are needed), then a softmax in double.
+std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const float* last,
+                                                std::size_t B, std::size_t k) {
   const ModelConfig& c = model.config();
   const std::size_t d = c.d_model, V = c.vocab_size;
-  std::vector<double> logits(V);
+  std::vector<float> logits(V * B);  // (V, B)
   std::vector<float> rows(std::min(V, kHeadRows) * d);
   for (std::size_t v0 = 0; v0 < V; v0 += kHeadRows) {
     const std::size_t n = std::min(kHeadRows, V - v0);
     model.lm_head_rows(v0, n, rows.data());
-    for (std::size_t v = 0; v < n; ++v) {
-      double s = 0;
-      for (std::size_t j = 0; j < d; ++j) s += double(rows[v * d + j]) * hidden[j];
-      logits[v0 + v] = s;
-    }
+    // logits[v0:v0+n] (n, B) = rows (n, d) last^T (d, B)
+    gemm<float>(false, true, n, B, d, 1.0f, rows.data(), d, last, d, 0.0f, logits.data() + v0 * B,
+                B);
   }
-  const double top = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (double l : logits) sum += std::exp(l - top);
-  std::vector<std::int32_t> order(V);
-  for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
+  std::vector<std::vector<NextToken>> out(B);
   k = std::min(k, V);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                    [&](std::int32_t a, std::int32_t b) {
-                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                    });
-  std::vector<NextToken> out;
-  for (std::size_t i = 0; i < k; ++i)
-    out.push_back({order[i], std::exp(logits[order[i]] - top) / sum});
+  std::vector<std::int32_t> order(V);
+  for (std::size_t b = 0; b < B; ++b) {
+    auto logit = [&](std::int32_t v) { return double(logits[std::size_t(v) * B + b]); };
+    double top = logit(0);
+    for (std::size_t v = 0; v < V; ++v) top = std::max(top, logit(std::int32_t(v)));
+    double sum = 0;
+    for (std::size_t v = 0; v < V; ++v) sum += std::exp(logit(std::int32_t(v)) - top);
+    for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](std::int32_t x, std::int32_t y) {
+                        return logit(x) > logit(y) || (logit(x) == logit(y) && x < y);
+                      });
+    for (std::size_t i = 0; i < k; ++i)
+      out[b].push_back({order[i], std::exp(logit(order[i]) - top) / sum});
+  }
   return out;
 }
 
@@ -183,9 +187,10 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   }
   if (options.hidden_sink) options.hidden_sink(c.num_layers, x.data());
   if (options.top_k && c.has_lm_head()) {
+    std::vector<float> last(B * d);  // each row's last real token
     for (std::size_t b = 0; b < B; ++b)
-      result.top_k.push_back(
-          next_tokens(model, x.data() + (b * T + lengths[b] - 1) * d, options.top_k));
+      std::copy_n(x.data() + (b * T + lengths[b] - 1) * d, d, last.data() + b * d);
+    result.top_k = next_tokens(model, last.data(), B, options.top_k);
   }
   result.output = std::move(x);
   result.seconds_read = read;
