@@ -24,7 +24,8 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
 
 class Bpe : public Model {
  public:
-  Bpe(const json& model, const TokenIds& ids, const std::string& where) : ids_(ids) {
+  Bpe(const json& model, const TokenIds& ids, const Merges& merges, const std::string& where)
+      : ids_(ids) {
     if (const json* unk = optional_field(model, "unk_token")) {
       if (!unk->is_string()) fail_at(where + ".unk_token", "expected a string or null");
       unk_token_ = unk->get<std::string>();
@@ -47,7 +48,7 @@ class Bpe : public Model {
         byte_ids_[b] = it == ids_.end() ? -1 : it->second;
       }
     }
-    read_merges(model, where);
+    read_merges(merges);
   }
 
   void tokenize(const std::vector<std::string>& words,
@@ -68,33 +69,16 @@ class Bpe : public Model {
   bool byte_fallback() const override { return byte_fallback_; }
 
  private:
-  void read_merges(const json& model, const std::string& where) {
-    const json* merges = optional_field(model, "merges");
-    if (!merges || !merges->is_array())
-      fail_at(where, "expected an array \"merges\" of \"a b\" strings or [a, b] pairs");
-    merges_.reserve(merges->size());
-    std::string a, b;
-    for (std::size_t i = 0; i < merges->size(); ++i) {
-      const json& m = (*merges)[i];
-      if (m.is_string()) {
-        const std::string& s = m.get_ref<const std::string&>();
-        const std::size_t space = s.find(' ');
-        if (space == std::string::npos)
-          fail_at(where + ".merges[" + std::to_string(i) + "]",
-                  "expected two tokens separated by a space, got " + m.dump());
-        a.assign(s, 0, space);
-        const std::size_t end = s.find(' ', space + 1);
-        b.assign(s, space + 1, end == std::string::npos ? std::string::npos : end - space - 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        a = m[0].get<std::string>();
-        b = m[1].get<std::string>();
-      } else {
-        fail_at(where + ".merges[" + std::to_string(i) + "]",
-                "expected \"a b\" or [\"a\", \"b\"], got " + m.dump().substr(0, 60));
-      }
+  void read_merges(const Merges& merges) {
+    merges_.reserve(merges.size());
+    std::string joined;
+    for (std::size_t i = 0; i < merges.size(); ++i) {
+      const auto& [a, b] = merges[i];
       const auto ia = ids_.find(a), ib = ids_.find(b);
       if (ia == ids_.end() || ib == ids_.end()) continue;  // can never apply
-      const auto merged = ids_.find(a + b);
+      joined.assign(a).append(b);
+      const auto merged = ids_.find(joined);
+      // A later duplicate takes the earlier's place, as in the reference.
       merges_[pair_key(ia->second, ib->second)] = {static_cast<std::int32_t>(i),
                                                    merged == ids_.end() ? -1 : merged->second};
     }
@@ -210,9 +194,9 @@ class Bpe : public Model {
 
 }  // namespace
 
-std::unique_ptr<const Model> make_bpe(const json& model, const TokenIds& ids,
+std::unique_ptr<const Model> make_bpe(const json& model, const TokenIds& ids, const Merges& merges,
                                       const std::string& where) {
-  return std::make_unique<Bpe>(model, ids, where);
+  return std::make_unique<Bpe>(model, ids, merges, where);
 }
 
 }  // namespace mha::text

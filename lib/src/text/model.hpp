@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 namespace mha::text {
 
 using TokenIds = std::unordered_map<std::string, std::int32_t>;
+using Merges = std::vector<std::pair<std::string, std::string>>;  // in rank order
 
 class Model {
  public:
@@ -28,7 +30,7 @@ class Model {
 
 // `ids` must outlive the model.
 std::unique_ptr<const Model> make_bpe(const nlohmann::json& model, const TokenIds& ids,
-                                      const std::string& where);
+                                      const Merges& merges, const std::string& where);
 std::unique_ptr<const Model> make_wordpiece(const nlohmann::json& model, const TokenIds& ids,
                                             const std::string& where);
 

@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <unordered_map>
 
 #include "added_tokens.hpp"
@@ -18,6 +17,7 @@
 #include "normalizer.hpp"
 #include "post_processor.hpp"
 #include "pre_tokenizer.hpp"
+#include "tokenizer_json.hpp"
 #include "unicode.hpp"
 
 namespace mha::text {
@@ -45,12 +45,13 @@ std::string read_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     fail_input(path + ": is a directory, expected a tokenizer.json file");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail_input(path + ": cannot open (expected a tokenizer.json file)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) fail_input(path + ": cannot read");
-  return s.str();
+  std::string text(static_cast<std::size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size())))
+    fail_input(path + ": cannot read");
+  return text;
 }
 
 json parse(std::string_view text, const std::string& name) {
@@ -97,9 +98,9 @@ std::optional<std::string> config_pad_token(const json& config) {
   return std::nullopt;
 }
 
-std::shared_ptr<const TokenizerImpl> build(const json& root, const std::string& name,
+std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::string& name,
                                            const json& config) {
-  object_at(root, name);
+  const json& root = object_at(file.root, name);
   auto t = std::make_shared<TokenizerImpl>();
   const json* model = optional_field(root, "model");
   if (!model || !model->is_object()) fail_at(name, "expected an object \"model\"");
@@ -110,15 +111,10 @@ std::shared_ptr<const TokenizerImpl> build(const json& root, const std::string& 
     fail_at(mwhere + ".type",
             "model \"" + type + "\" is not supported (expected BPE or WordPiece)");
 
-  const json* vocab = optional_field(*model, "vocab");
-  if (!vocab || !vocab->is_object()) fail_at(mwhere, "expected an object \"vocab\" of token: id");
-  t->ids.reserve(vocab->size() + 1024);
+  if (!file.has_vocab) fail_at(mwhere, "expected an object \"vocab\" of token: id");
+  t->ids = std::move(file.vocab);
   std::int32_t largest = -1;
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    const std::int32_t id = id_value(it.value(), mwhere + ".vocab[\"" + it.key() + "\"]");
-    t->ids[it.key()] = id;
-    largest = std::max(largest, id);
-  }
+  for (const auto& entry : t->ids) largest = std::max(largest, entry.second);
 
   t->normalizer = make_normalizer(root.value("normalizer", json()), name + ": normalizer");
   t->pre_tokenizer =
@@ -151,7 +147,9 @@ std::shared_ptr<const TokenizerImpl> build(const json& root, const std::string& 
   for (const AddedToken& a : added) t->id_to_token[a.id] = a.content;
 
   if (type == "BPE") {
-    t->model = make_bpe(*model, t->ids, mwhere);
+    if (!file.has_merges)
+      fail_at(mwhere, "expected an array \"merges\" of \"a b\" strings or [a, b] pairs");
+    t->model = make_bpe(*model, t->ids, file.merges, mwhere);
     t->kind = t->pre_tokenizer && t->pre_tokenizer->byte_level() ? "byte-level BPE"
               : t->model->byte_fallback()                        ? "BPE with byte fallback"
                                                                  : "BPE";
@@ -222,18 +220,17 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
   std::string config;
   if (std::filesystem::is_regular_file(config_path, ec))
     config = text::read_file(config_path.string());
-  const text::json root = text::parse(text, tokenizer_json);
   const text::json cfg = config.empty() ? text::json() : text::parse(config, config_path.string());
-  return Tokenizer(text::build(root, tokenizer_json, cfg));
+  return Tokenizer(
+      text::build(text::read_tokenizer_json(text, tokenizer_json), tokenizer_json, cfg));
 }
 
 Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& name,
                                     std::string_view tokenizer_config_json) {
-  const text::json root = text::parse(tokenizer_json, name);
   const text::json cfg = tokenizer_config_json.empty()
                              ? text::json()
                              : text::parse(tokenizer_config_json, name + " (tokenizer_config)");
-  return Tokenizer(text::build(root, name, cfg));
+  return Tokenizer(text::build(text::read_tokenizer_json(tokenizer_json, name), name, cfg));
 }
 
 Encoding Tokenizer::encode(std::string_view utf8_text, bool add_special_tokens) const {
