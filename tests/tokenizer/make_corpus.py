@@ -3,7 +3,8 @@
 
 Hand-written cases first, then random mixes of fragments from each category (prose, accents,
 CJK, emoji and ZWJ sequences, whitespace runs, numbers, code, contractions, special-token
-spellings, unusual code points), then a few long strings. Every string is valid UTF-8.
+spellings, unusual code points), then random strings of code points from pools of likely
+trouble, then a few long strings. Every string is valid UTF-8 (no surrogates).
     make_corpus.py OUT.json
 """
 import json
@@ -83,6 +84,25 @@ def mixed(rng):
     return out
 
 
+# Code point pools for random strings: ASCII, the spaces each library counts differently,
+# Latin with accents, combining marks, CJK (BMP and Extension B), emoji, Arabic, private use,
+# controls and noncharacters, case-mapping oddities (İ, Σ, ẞ, ŉ, ǰ, ligatures, Kelvin), digits
+# of other scripts and numeric symbols.
+POOLS = [list(range(0x20, 0x7F)),
+         [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x85, 0xA0, 0x1680, 0x2000, 0x2028, 0x2029, 0x202F, 0x205F,
+          0x3000, 0xFEFF, 0x200B, 0x200D, 0x180E],
+         list(range(0xC0, 0x250)), list(range(0x300, 0x370)), list(range(0x4E00, 0x4E40)),
+         list(range(0x20000, 0x20010)), list(range(0x1F600, 0x1F650)), list(range(0x600, 0x660)),
+         list(range(0xE000, 0xE010)),
+         [0x0, 0x1, 0x1F, 0x7F, 0xFFFD, 0xFFFE, 0xFFFF, 0x10FFFF, 0x130, 0x3A3, 0x1E9E, 0xDF, 0x149,
+          0x1F0, 0xFB00, 0xFB01, 0x2126, 0x212A],
+         list(range(0x30, 0x3A)) + [0x660, 0x661, 0x966, 0xFF10, 0xBD, 0xB2, 0x2160]]
+
+
+def random_code_points(rng):
+    return "".join(chr(rng.choice(rng.choice(POOLS))) for _ in range(rng.randint(1, 40)))
+
+
 def long_text(rng, n):
     out = []
     while sum(len(p) for p in out) < n:
@@ -95,6 +115,7 @@ def corpus():
     texts = list(FIXED)
     while len(texts) < 2000:
         texts.append(mixed(rng))
+    texts += [random_code_points(rng) for _ in range(400)]
     texts += [long_text(rng, n) for n in (1000, 3000, 8000)]
     texts.append(" ".join(rng.choice(WORDS) for _ in range(2000)))  # long plain prose
     return texts
