@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "inspect_command.hpp"
+#include "tokenize_command.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
@@ -518,6 +519,8 @@ int main(const std::vector<std::string>& argv) {
   add_plot_command(app, plot_args);
   ViewArgs view_args;
   add_view_command(app, view_args);
+  TokenizeArgs tokenize_args;
+  add_tokenize_command(app, tokenize_args);
 
   const std::set<std::string> known = long_option_names(app);
   std::vector<std::string> args = argv;
@@ -557,6 +560,7 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("inspect")) return do_inspect(inspect_args);
     if (app.got_subcommand("plot")) return do_plot(plot_args);
     if (app.got_subcommand("view")) return do_view(view_args);
+    if (app.got_subcommand("tokenize")) return do_tokenize(tokenize_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -2,6 +2,7 @@
 # Installs any missing Debian packages and builds mha (Release) in build/.
 #   scripts/setup.sh          what `mha run` needs
 #   scripts/setup.sh --test   also what the test suite needs (Catch2, NumPy, PyTorch, pytest,
+#                             Node and npm with the tokenizer tests' pinned npm packages,
 #                             jsonschema, matplotlib, headless Chromium for the viewer's
 #                             browser tests, GNU parallel, strace (the Python module has no
 #                             file system calls per call), and Slurm with munge for the
@@ -15,14 +16,16 @@ with_tests=OFF
 werror=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
-          libpng-dev libfreetype-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev)
+          libpng-dev libfreetype-dev libicu-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   werror=ON  # what CI runs: a warning fails the build
-  packages+=(catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
+  packages+=(nodejs catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
             chromium parallel slurmctld slurmd slurm-client munge strace)
 fi
 
+# npm comes with NodeSource's nodejs, or as Debian's own package beside Debian's nodejs.
+[[ "$with_tests" == OFF ]] || command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,6 +36,17 @@ if (( ${#missing[@]} )); then
   echo "setup: installing ${missing[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# The tokenizer tests' vocabularies and reference implementation (docs/tokenizers.md): npm
+# packages pinned by tests/tokenizer/package-lock.json; no install script runs.
+if [[ "$with_tests" == ON ]]; then
+  lock=tests/tokenizer/package-lock.json
+  installed=tests/tokenizer/node_modules/.package-lock.json
+  if [[ ! -f "$installed" || "$lock" -nt "$installed" ]]; then
+    echo "setup: npm ci --ignore-scripts --prefix tests/tokenizer" >&2
+    npm ci --ignore-scripts --no-audit --no-fund --prefix tests/tokenizer >&2
+  fi
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHA_BUILD_TESTS=$with_tests \

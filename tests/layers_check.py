@@ -12,12 +12,13 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "io", "kernel", "model", "checkpoint", "inspect", "draw", "view", "run"]  # lowest first
+LAYERS = ["base", "io", "kernel", "model", "checkpoint", "inspect", "draw", "text", "view", "run"]  # lowest first
 # What each layer stands on, when not every layer below it: draw needs only base and io, so that
 # model, kernel and inspect never come to need libpng or FreeType (and draw never the kernel).
 BELOW = {layer: set(LAYERS[:i]) for i, layer in enumerate(LAYERS)}
 BELOW["draw"] = {"base", "io"}
 BELOW["checkpoint"] = {"base", "io", "kernel"}  # whole checkpoints need no run config
+BELOW["text"] = {"base", "io"}  # tokenizers: ICU, never the kernel
 INCLUDE = re.compile(r'^\s*#\s*include\s+"mha/([a-z_]+)/([a-z_0-9]+\.hpp)"', re.M)
 
 

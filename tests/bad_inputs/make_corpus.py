@@ -547,6 +547,31 @@ add("st_gap.safetensors", safetensors(st_header, st_data + b"\0" * 16))
 add("st_too_short.safetensors", b"\x08\0\0")
 
 
+# Tokenizers (mha tokenize): a small valid byte-level BPE tokenizer.json and broken ones.
+tok_good = {
+    "version": "1.0", "added_tokens": [{"id": 5, "content": "<|end|>", "special": True}],
+    "normalizer": None, "post_processor": None,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "\u0120": 2, "ab": 3, "\u0120ab": 4},
+              "merges": ["a b", "\u0120 ab"]},
+}
+add_json("tok_good/tokenizer.json", tok_good)
+add_json("tok_texts.json", ["ab ab<|end|>", "ba"])
+add("tok_texts_not_json.json", "[\"ab\",]\n")
+add_json("tok_texts_object.json", {"text": "ab"})
+add_json("tok_texts_number.json", ["ab", 3])
+add("tok_not_json.json", "{model: 1}\n")
+add_json("tok_list.json", [1, 2])
+add_json("tok_unigram.json", with_(tok_good, model={"type": "Unigram", "vocab": [["a", 0.0]]}))
+add_json("tok_no_vocab.json", with_(tok_good, model={"type": "BPE", "merges": []}))
+add_json("tok_vocab_id_string.json", with_(tok_good, model=dict(tok_good["model"], vocab={"a": "0"})))
+add_json("tok_bad_merge.json", with_(tok_good, model=dict(tok_good["model"], merges=["a b", 7])))
+add_json("tok_precompiled.json", with_(tok_good, normalizer={"type": "Precompiled", "precompiled_charsmap": "AA=="}))
+add_json("tok_bad_regex.json", with_(tok_good, pre_tokenizer={"type": "Split", "pattern": {"Regex": "(ab"}, "behavior": "Isolated"}))
+add_json("tok_template_unknown.json", with_(tok_good, post_processor={"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}))
+add_json("tok_added_no_id.json", with_(tok_good, added_tokens=[{"content": "<x>"}]))
+
+
 def write_all(check):
     bad = []
     for name, data in sorted(files.items()):

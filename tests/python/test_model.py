@@ -1,0 +1,104 @@
+"""mha.Model (docs/models.md): a whole checkpoint called from Python gives the bits
+`mha run --model` writes, and `mha view` labels a model run's maps with its tokens."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mha
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+import checkpoints  # noqa: E402
+import reference  # noqa: E402
+import tokenizers  # noqa: E402
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+TEXTS = ["the cat sat on the mat", "a dog ran"]
+
+
+def gpt2_with_tokenizer(tmp_path):
+    """A small GPT-2 checkpoint with a byte-level BPE tokenizer.json learned on TEXTS."""
+    tok_json, encode, vocab = tokenizers.byte_level_bpe(TEXTS, merges=40)
+    config, t = checkpoints.make("gpt2", seed=3, vocab=vocab)
+    d = str(tmp_path / "gpt2")
+    t = checkpoints.write(d, config, t, "F32", 1)
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tok_json, f)
+    return d, config, t, encode
+
+
+def run_cli(model, out, *extra):
+    args = [MHA, "run", "--model", model, "--out_dir", out, "-q"] + list(extra)
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_model_call_equals_the_cli(tmp_path):
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    out = run_cli(d, str(tmp_path / "out"), "--text", TEXTS[0], "--text", TEXTS[1],
+                  "--save_attention", "--save_hidden_states", "--top_k", "3")
+    model = mha.Model(d)
+    assert model.config["model_type"] == "gpt2"
+    r = model(TEXTS, hidden_states=True, top_k=3)
+    np.testing.assert_array_equal(r["output"], np.load(os.path.join(out, "output.npy")))
+    np.testing.assert_array_equal(r["attention"], np.load(os.path.join(out, "self_attention.npy")))
+    np.testing.assert_array_equal(r["hidden_states"], np.load(os.path.join(out, "hidden_states.npy")))
+    tokens = json.load(open(os.path.join(out, "tokens.json")))
+    assert r["tokens"] == tokens["tokens"]
+    assert list(r["lengths"]) == tokens["lengths"]
+    for text, row in zip(TEXTS, tokens["ids"]):
+        assert row == encode(text)[0]
+    run = json.load(open(os.path.join(out, "run.json")))
+    assert [[(e["id"], e["token"]) for e in row] for row in run["top_k"]] == \
+        [[(i, tok) for i, tok, _ in row] for row in r["top_k"]]
+
+
+def test_model_against_the_reference_with_padding(tmp_path):
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    r = mha.Model(d)(TEXTS, hidden_states=True)
+    lengths = np.array(r["lengths"])
+    assert lengths[1] < lengths[0]  # the second row is padded
+    ref = reference.forward(config, t, r["ids"].astype(np.int64), lengths)
+    for b, n in enumerate(lengths):  # real tokens: every layer's maps and hidden states
+        for layer in range(config["n_layer"]):
+            np.testing.assert_allclose(r["attention"][layer, b, :, :n, :n],
+                                       ref["attentions"][layer][b, :, :n, :n], rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(r["attention"][layer, b, :, :, n:], 0)  # padded keys
+        np.testing.assert_allclose(r["hidden_states"][:, b, :n], ref["hidden_states"][:, b, :n],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_ids_layers_and_heads(tmp_path):
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    model = mha.Model(d)
+    ids = np.array(encode(TEXTS[0])[0])
+    whole = model(ids)
+    part = model(ids[None, :], layers=[1], heads=[0, 2], top_k=0)
+    np.testing.assert_array_equal(part["attention"][0], whole["attention"][1][:, [0, 2]])
+    assert part["top_k"] is None and part["hidden_states"] is None
+    assert model(ids, attention=False)["attention"] is None
+    with pytest.raises(ValueError, match="vocabulary"):
+        model(np.array([[0, 10**6]]))
+    with pytest.raises(ValueError, match="layers"):
+        model(ids, layers=[99])
+    with pytest.raises(ValueError, match="no config.json"):
+        mha.Model(str(tmp_path))
+
+
+def test_view_labels_a_model_run_with_its_tokens(tmp_path):
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    out = run_cli(d, str(tmp_path / "out"), "--text", TEXTS[0], "--save_attention")
+    page = str(tmp_path / "view.html")
+    p = subprocess.run([MHA, "view", out, "-o", page], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    html = open(page, encoding="utf-8").read()
+    tokens = json.load(open(os.path.join(out, "tokens.json")))["tokens"][0]
+    m = re.search(r'"query_labels":(\[[^\]]*\])', html)
+    assert m, "the page holds no query labels"
+    assert json.loads(m.group(1)) == tokens
