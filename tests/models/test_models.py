@@ -275,9 +275,11 @@ class Text(ModelTest):
         self.assertGreater(len(set(lengths)), 1)  # padding happens
         tokens = self.read_json(out, "tokens.json")
         self.assertEqual(tokens["lengths"], lengths)
-        for b, (ids, _) in enumerate(want):
+        for b, (ids, strings) in enumerate(want):
             self.assertEqual(tokens["ids"][b][:lengths[b]], ids, texts[b])
-            self.assertEqual(len(tokens["tokens"][b][:lengths[b]]), lengths[b])
+            # each token's string: the vocabulary's (Ġcat, ##ning) or its decoded text ( cat)
+            got = tokens["tokens"][b][:lengths[b]]
+            self.assertIn(got, (strings, [self.decoded(tok, s) for s in strings]), texts[b])
         B, T = len(texts), max(lengths)
         padded = np.zeros((B, T), np.int64)
         for b, (ids, _) in enumerate(want):
@@ -296,6 +298,17 @@ class Text(ModelTest):
                 np.testing.assert_array_less(maps[L, b, :, :n, n:], 1e-30)
         if top_k:
             self.check_top_k(out, ref, lengths, 5, with_tokens=True)
+            inverse = {i: t for t, i in tok["model"]["vocab"].items()}
+            for row in self.read_json(out, "run.json")["top_k"]:
+                for e in row:
+                    self.assertIn(e["token"], (inverse[e["id"]], self.decoded(tok, inverse[e["id"]])), e)
+
+    @staticmethod
+    def decoded(tok, s):
+        if tok["model"]["type"] == "BPE":  # byte-level: the characters back to their bytes
+            u2b = {u: b for b, u in tokenizers.bytes_to_unicode().items()}
+            return bytes(u2b[ch] for ch in s).decode("utf-8", "replace")
+        return s
 
     def test_gpt2_byte_level_bpe(self):
         tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
