@@ -243,6 +243,20 @@ class Layouts(ModelTest):
         self.assertEqual(self.read_json(out, "tokens.json")["ids"], [ids.tolist()])
         self.check_top_k(out, ref, [18], 2)
 
+    def test_one_layer(self):  # hidden_states: the embeddings, then the final norm's output
+        d, config, sd = self.checkpoint("gpt2_1", "gpt2", layers=1)
+        out, ref = self.check(d, config, sd)
+        self.assertEqual(self.load(out, "hidden_states.npy").shape[0], 2)
+
+    def test_multi_query(self):  # one key/value head for all query heads
+        d, config, sd = self.checkpoint("mqa", "llama", kv_heads=1)
+        self.check(d, config, sd)
+
+    def test_as_long_as_max_position_embeddings(self):
+        for family in ("gpt2", "bert"):
+            d, config, sd = self.checkpoint(family, family)
+            self.check(d, config, sd, ids_kw=dict(B=1, T=config.get("n_positions", config.get("max_position_embeddings"))))
+
     def test_float16_file(self):
         d, config, sd = self.checkpoint("half", "qwen2", "F16")
         self.check(d, config, sd)
