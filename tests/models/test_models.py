@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import checkpoints  # noqa: E402
 import reference  # noqa: E402
-import tokenizers  # noqa: E402
+import tokenizer_files  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -263,7 +263,7 @@ class Layouts(ModelTest):
 
 
 class Text(ModelTest):
-    """--text with the checkpoint's tokenizer.json (tokenizers.py): the ids as Hugging Face's
+    """--text with the checkpoint's tokenizer.json (tokenizer_files.py): the ids as Hugging Face's
     tokenizer gives them, several texts right-padded into one batch with the padded keys masked:
     every real row of the outputs and maps against the reference on the same ids and lengths."""
 
@@ -320,20 +320,20 @@ class Text(ModelTest):
     @staticmethod
     def decoded(tok, s):
         if tok["model"]["type"] == "BPE":  # byte-level: the characters back to their bytes
-            u2b = {u: b for b, u in tokenizers.bytes_to_unicode().items()}
+            u2b = {u: b for b, u in tokenizer_files.bytes_to_unicode().items()}
             return bytes(u2b[ch] for ch in s).decode("utf-8", "replace")
         return s
 
     def test_gpt2_byte_level_bpe(self):
-        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
         self.check_text("gpt2", tok, encode, V, self.TEXTS, top_k=True)
 
     def test_qwen2_byte_level_bpe(self):
-        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
         self.check_text("qwen2", tok, encode, V, self.TEXTS[:2], top_k=True)
 
     def test_bert_wordpiece(self):
-        tok, encode, V = tokenizers.wordpiece(
+        tok, encode, V = tokenizer_files.wordpiece(
             ["the", "cat", "sat", "on", "mat", "run", "##ning", "##s", "dog", ",", "!", ".", "fast", "a"])
         self.check_text("bert", tok, encode, V + 10,
                         ["The cat sat on the mat.", "A dog, running fast!", "Cats run quickly, the dog sat."],
