@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import checkpoints  # noqa: E402
 import reference  # noqa: E402
-import tokenizers  # noqa: E402
+import tokenizer_files  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -243,13 +243,27 @@ class Layouts(ModelTest):
         self.assertEqual(self.read_json(out, "tokens.json")["ids"], [ids.tolist()])
         self.check_top_k(out, ref, [18], 2)
 
+    def test_one_layer(self):  # hidden_states: the embeddings, then the final norm's output
+        d, config, sd = self.checkpoint("gpt2_1", "gpt2", layers=1)
+        out, ref = self.check(d, config, sd)
+        self.assertEqual(self.load(out, "hidden_states.npy").shape[0], 2)
+
+    def test_multi_query(self):  # one key/value head for all query heads
+        d, config, sd = self.checkpoint("mqa", "llama", kv_heads=1)
+        self.check(d, config, sd)
+
+    def test_as_long_as_max_position_embeddings(self):
+        for family in ("gpt2", "bert"):
+            d, config, sd = self.checkpoint(family, family)
+            self.check(d, config, sd, ids_kw=dict(B=1, T=config.get("n_positions", config.get("max_position_embeddings"))))
+
     def test_float16_file(self):
         d, config, sd = self.checkpoint("half", "qwen2", "F16")
         self.check(d, config, sd)
 
 
 class Text(ModelTest):
-    """--text with the checkpoint's tokenizer.json (tokenizers.py): the ids as Hugging Face's
+    """--text with the checkpoint's tokenizer.json (tokenizer_files.py): the ids as Hugging Face's
     tokenizer gives them, several texts right-padded into one batch with the padded keys masked:
     every real row of the outputs and maps against the reference on the same ids and lengths."""
 
@@ -275,9 +289,11 @@ class Text(ModelTest):
         self.assertGreater(len(set(lengths)), 1)  # padding happens
         tokens = self.read_json(out, "tokens.json")
         self.assertEqual(tokens["lengths"], lengths)
-        for b, (ids, _) in enumerate(want):
+        for b, (ids, strings) in enumerate(want):
             self.assertEqual(tokens["ids"][b][:lengths[b]], ids, texts[b])
-            self.assertEqual(len(tokens["tokens"][b][:lengths[b]]), lengths[b])
+            # each token's string: the vocabulary's (Ġcat, ##ning) or its decoded text ( cat)
+            got = tokens["tokens"][b][:lengths[b]]
+            self.assertIn(got, (strings, [self.decoded(tok, s) for s in strings]), texts[b])
         B, T = len(texts), max(lengths)
         padded = np.zeros((B, T), np.int64)
         for b, (ids, _) in enumerate(want):
@@ -296,17 +312,28 @@ class Text(ModelTest):
                 np.testing.assert_array_less(maps[L, b, :, :n, n:], 1e-30)
         if top_k:
             self.check_top_k(out, ref, lengths, 5, with_tokens=True)
+            inverse = {i: t for t, i in tok["model"]["vocab"].items()}
+            for row in self.read_json(out, "run.json")["top_k"]:
+                for e in row:
+                    self.assertIn(e["token"], (inverse[e["id"]], self.decoded(tok, inverse[e["id"]])), e)
+
+    @staticmethod
+    def decoded(tok, s):
+        if tok["model"]["type"] == "BPE":  # byte-level: the characters back to their bytes
+            u2b = {u: b for b, u in tokenizer_files.bytes_to_unicode().items()}
+            return bytes(u2b[ch] for ch in s).decode("utf-8", "replace")
+        return s
 
     def test_gpt2_byte_level_bpe(self):
-        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
         self.check_text("gpt2", tok, encode, V, self.TEXTS, top_k=True)
 
     def test_qwen2_byte_level_bpe(self):
-        tok, encode, V = tokenizers.byte_level_bpe(self.TEXTS)
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
         self.check_text("qwen2", tok, encode, V, self.TEXTS[:2], top_k=True)
 
     def test_bert_wordpiece(self):
-        tok, encode, V = tokenizers.wordpiece(
+        tok, encode, V = tokenizer_files.wordpiece(
             ["the", "cat", "sat", "on", "mat", "run", "##ning", "##s", "dog", ",", "!", ".", "fast", "a"])
         self.check_text("bert", tok, encode, V + 10,
                         ["The cat sat on the mat.", "A dog, running fast!", "Cats run quickly, the dog sat."],
