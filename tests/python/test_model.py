@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 import checkpoints  # noqa: E402
 import reference  # noqa: E402
-import tokenizers  # noqa: E402
+import tokenizer_files as tokenizers  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TEXTS = ["the cat sat on the mat", "a dog ran"]
