@@ -48,9 +48,9 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
       ->type_name("TEXT");
   run.add_option("--tokens", args.tokens, "--model: .npy of token ids, (T) or (B, T)")
       ->type_name("PATH");
-  run.add_option("--layers", args.layers, "--model: layers whose maps are written, e.g. 3,5")
+  run.add_option("--layer_indices", args.layers, "--model: layers whose maps are written, e.g. 3,5")
       ->type_name("LIST");
-  run.add_option("--heads", args.heads, "--model: heads whose maps are written, e.g. 0,2")
+  run.add_option("--head_indices", args.heads, "--model: heads whose maps are written, e.g. 0,2")
       ->type_name("LIST");
   run.add_option("--top_k", args.top_k, "--model: next tokens reported for causal LMs (default 5)")
       ->type_name("INT");
@@ -77,8 +77,8 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
   mc.top_k = args.top_k;
-  if (!args.layers.empty()) mc.layers = index_list(args.layers, "layers");
-  if (!args.heads.empty()) mc.heads = index_list(args.heads, "heads");
+  if (!args.layers.empty()) mc.layers = index_list(args.layers, "layer_indices");
+  if (!args.heads.empty()) mc.heads = index_list(args.heads, "head_indices");
   const ModelRunReport r = run_model(mc);
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", mc.out_dir, f);
   spdlog::info(

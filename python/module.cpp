@@ -28,10 +28,12 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/layer_weights.hpp"
+#include "mha/model/memory.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/layer.hpp"
@@ -631,7 +633,8 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
 // mha.Model: a whole checkpoint (mha/run/model_run.hpp) called on text or ids.
 class PyModel {
  public:
-  explicit PyModel(const std::string& dir) : model_(dir) {}
+  PyModel(const std::string& dir, std::optional<std::uint64_t> max_memory)
+      : model_(dir), max_memory_(max_memory ? *max_memory : mha::default_max_memory()) {}
 
   py::dict call(const py::object& input, bool attention, bool hidden_states,
                 const std::optional<std::vector<std::size_t>>& layers,
@@ -685,9 +688,24 @@ class PyModel {
       return out;
     };
     py::array_t<float> maps, hidden;
+    // The arrays returned live in memory: with the forward's own, they must fit max_memory.
+    std::uint64_t bytes = mha::forward_memory(c, model_.checkpoint().layer_float32_bytes(), B, T,
+                                              mha::resolve_threads(threads));
     if (attention) {
-      fo.map_layers = chosen(layers, c.num_layers, "layers");
-      fo.map_heads = chosen(heads, c.h, "heads");
+      fo.map_layers = chosen(layers, c.num_layers, "layer_indices");
+      fo.map_heads = chosen(heads, c.h, "head_indices");
+      const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
+      bytes += std::uint64_t{4} * Ls * B * Hs * T * T;
+    }
+    if (hidden_states) bytes += std::uint64_t{4} * (c.num_layers + 1) * B * T * d;
+    if (bytes > max_memory_)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "the call needs about " + mha::format_bytes(double(bytes)) +
+                           " (the maps of every chosen layer and head, the hidden states, the "
+                           "forward), over max_memory " +
+                           mha::format_bytes(double(max_memory_)) +
+                           "; choose layer_indices= and head_indices=, or attention=False");
+    if (attention) {
       const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
       maps = py::array_t<float>(std::vector<py::ssize_t>{
           py::ssize_t(Ls), py::ssize_t(B), py::ssize_t(Hs), py::ssize_t(T), py::ssize_t(T)});
@@ -698,8 +716,9 @@ class PyModel {
                     rows * T * sizeof(float));
       };
     } else if (layers || heads) {
-      throw mha::Error(mha::ErrorKind::invalid_input,
-                       "layers/heads choose the maps returned: give attention=True too");
+      throw mha::Error(
+          mha::ErrorKind::invalid_input,
+          "layer_indices/head_indices choose the maps returned: give attention=True too");
     }
     if (hidden_states) {
       hidden = py::array_t<float>(std::vector<py::ssize_t>{
@@ -764,6 +783,7 @@ class PyModel {
 
  private:
   mha::Model model_;
+  std::uint64_t max_memory_;
 };
 
 }  // namespace
@@ -811,17 +831,22 @@ PYBIND11_MODULE(mha, m) {
                   "nn.MultiheadAttention, nn.TransformerEncoderLayer or "
                   "nn.TransformerDecoderLayer, with its weights; it takes inputs in the "
                   "module's own layout (batch_first or not).");
-  py::class_<PyModel>(m, "Model",
-                      "Model(dir)\n\nA whole checkpoint as model hubs publish it (config.json, "
-                      "model.safetensors or its index, tokenizer.json): BERT, GPT-2, LLaMA, "
-                      "Mistral, Qwen2, Qwen3 (docs/models.md). Opening it checks every file and "
-                      "reads no weights; each call reads them layer by layer.")
-      .def(py::init<const std::string&>(), py::arg("dir"))
+  py::class_<PyModel>(
+      m, "Model",
+      "Model(dir, max_memory=None)\n\nA whole checkpoint as model hubs publish it (config.json, "
+      "model.safetensors or its index, tokenizer.json): BERT, GPT-2, LLaMA, "
+      "Mistral, Qwen2, Qwen3 (docs/models.md). Opening it checks every file and "
+      "reads no weights; each call reads them layer by layer. A call whose arrays and "
+      "forward would need more than max_memory bytes (default 80% of physical "
+      "memory) raises ValueError before computing.")
+      .def(py::init<const std::string&, std::optional<std::uint64_t>>(), py::arg("dir"),
+           py::arg("max_memory") = py::none())
       .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
-           py::arg("hidden_states") = false, py::arg("layers") = py::none(),
-           py::arg("heads") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
-           "model(input, *, attention=True, hidden_states=False, layers=None, heads=None, "
-           "top_k=5, threads=0) -> dict\n\ninput: a text, a list of texts (right-padded) or "
+           py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
+           py::arg("head_indices") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
+           "model(input, *, attention=True, hidden_states=False, layer_indices=None, "
+           "head_indices=None, top_k=5, threads=0) -> dict\n\ninput: a text, a list of texts "
+           "(right-padded) or "
            "token ids (T) or (B, T). Returns ids, lengths, tokens, output (B, T, d_model), "
            "attention (layers, B, heads, T, T) or None, hidden_states (num_layers + 1, B, T, "
            "d_model) or None, and top_k (per row, (id, token, p)) for causal LMs or None.")

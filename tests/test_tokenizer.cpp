@@ -107,7 +107,7 @@ TEST_CASE("byte-level BPE: GPT-2's word split and byte alphabet", "[tokenizer]")
   CHECK(tokens(load(j), "Hi") == Tokens{"\u0120Hi"});
 }
 
-TEST_CASE("Split with a regex: Oniguruma's \\p{L}, (?i:...) and lookahead", "[tokenizer]") {
+TEST_CASE("Split with a regex: Unicode classes and case-insensitive groups and lookahead", "[tokenizer]") {
   json j = bpe({"a", "b", "'", "S", "s", "\u0120", "1"}, json::array());
   j["pre_tokenizer"] = {
       {"type", "Sequence"},

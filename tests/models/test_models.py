@@ -6,7 +6,7 @@ files; sharded; prefixed names), and the bad inputs it refuses.
 
 What is held (the command's contract):
   mha run --model DIR --tokens IDS.npy --out_dir OUT [--save_attention] [--save_hidden_states]
-          [--layers 0,2] [--heads 1,3] [--top_k K] [--threads N] [--max_memory SIZE]
+          [--layer_indices 0,2] [--head_indices 1,3] [--top_k K] [--threads N] [--max_memory SIZE]
 - output.npy float32 (B, T, d_model): the final hidden states (after the final norm; BERT: the
   last layer's output);
 - self_attention.npy float32 (L_sel, B, h_sel, T, T) with --save_attention, the selected layers
@@ -145,7 +145,7 @@ for _f in checkpoints.FAMILIES:
 
 
 class Selections(ModelTest):
-    """--layers and --heads pick maps out of the full set (ascending order), nothing else changes."""
+    """--layer_indices and --head_indices pick maps out of the full set (ascending order), nothing else changes."""
 
     def setUp(self):
         super().setUp()
@@ -154,7 +154,7 @@ class Selections(ModelTest):
         self.ref = reference.forward(self.config, self.sd, self.ids_)
 
     def test_layers_and_heads(self):
-        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "0,2", "--heads", "1,3")
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layer_indices", "0,2", "--head_indices", "1,3")
         maps = self.load(out, "self_attention.npy")
         B, T = self.ids_.shape
         self.assertEqual(maps.shape, (2, B, 2, T, T))
@@ -163,20 +163,20 @@ class Selections(ModelTest):
         np.testing.assert_allclose(self.load(out, "output.npy"), self.ref["output"], **TOL)
 
     def test_layers_only(self):
-        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "1")
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layer_indices", "1")
         maps = self.load(out, "self_attention.npy")
         self.assertEqual(maps.shape[:3], (1, 2, 4))
         np.testing.assert_allclose(maps[0], self.ref["attentions"][1], **TOL)
 
     def test_heads_only(self):
-        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--heads", "2")
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--head_indices", "2")
         maps = self.load(out, "self_attention.npy")
         self.assertEqual(maps.shape[:3], (3, 2, 1))
         for n in range(3):
             np.testing.assert_allclose(maps[n], self.ref["attentions"][n][:, [2]], **TOL)
 
     def test_selection_in_ascending_order(self):
-        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layers", "2,0", "--heads", "3,1")
+        out, _ = self.mha(self.d, self.ids_path, "--save_attention", "--layer_indices", "2,0", "--head_indices", "3,1")
         maps = self.load(out, "self_attention.npy")
         for i, n in enumerate((0, 2)):
             np.testing.assert_allclose(maps[i], self.ref["attentions"][n][:, [1, 3]], **TOL)
@@ -495,8 +495,8 @@ class Errors(ModelTest):
 
     def test_layer_and_head_out_of_range(self):
         d, _, _, ids = self.good()  # 3 layers, 4 heads
-        self.refused(d, ids, "--save_attention", "--layers", "0,3", names=("layers",))
-        self.refused(d, ids, "--save_attention", "--heads", "4", names=("heads",))
+        self.refused(d, ids, "--save_attention", "--layer_indices", "0,3", names=("layer_indices",))
+        self.refused(d, ids, "--save_attention", "--head_indices", "4", names=("head_indices",))
 
     def test_tokens_and_text(self):
         d, _, _, ids = self.good()

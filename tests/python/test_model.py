@@ -79,19 +79,21 @@ def test_ids_layers_and_heads(tmp_path):
     model = mha.Model(d)
     ids = np.array(encode(TEXTS[0])[0])
     whole = model(ids)
-    part = model(ids[None, :], layers=[1], heads=[0, 2], top_k=0)
+    part = model(ids[None, :], layer_indices=[1], head_indices=[0, 2], top_k=0)
     # Layer 0 ran the fused kernel (its maps were not asked for): layer 1's input, and so its
     # maps, agree with the whole run's to rounding, not bit for bit (docs/models.md).
     np.testing.assert_allclose(part["attention"][0], whole["attention"][1][:, [0, 2]],
                                rtol=1e-5, atol=1e-6)
-    same = model(ids, layers=[0, 1], heads=[0, 2], top_k=0)
+    same = model(ids, layer_indices=[0, 1], head_indices=[0, 2], top_k=0)
     np.testing.assert_array_equal(same["attention"], whole["attention"][:2][:, :, [0, 2]])
     assert part["top_k"] is None and part["hidden_states"] is None
     assert model(ids, attention=False)["attention"] is None
     with pytest.raises(ValueError, match="vocabulary"):
         model(np.array([[0, 10**6]]))
-    with pytest.raises(ValueError, match="layers"):
-        model(ids, layers=[99])
+    with pytest.raises(ValueError, match="layer_indices"):
+        model(ids, layer_indices=[99])
+    with pytest.raises(ValueError, match="max_memory"):
+        mha.Model(d, max_memory=100_000)(ids)
     with pytest.raises(ValueError, match="no config.json"):
         mha.Model(str(tmp_path))
 

@@ -237,10 +237,10 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   const ModelInput& in = report.input;
   report.threads = resolve_threads(config.threads);
   if (config.save_attention) {
-    report.map_layers = selection(config.layers, c.num_layers, "layers");
-    report.map_heads = selection(config.heads, c.h, "heads");
+    report.map_layers = selection(config.layers, c.num_layers, "layer_indices");
+    report.map_heads = selection(config.heads, c.h, "head_indices");
   } else if (config.layers || config.heads) {
-    fail_input("--layers/--heads choose the maps written: give --save_attention too");
+    fail_input("--layer_indices/--head_indices choose the maps written: give --save_attention too");
   }
   report.memory_estimate =
       forward_memory(c, model.layer_float32_bytes(), in.B, in.T, report.threads);
