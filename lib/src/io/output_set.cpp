@@ -161,6 +161,12 @@ void OutputSet::NpyStream::write_elements(std::size_t offset, const T* data,
   }
 }
 
+void OutputSet::NpyStream::start_writeback(std::size_t offset, std::size_t count) const {
+  // Advice only: commit()'s fsync still decides; a failure here changes nothing.
+  (void)::sync_file_range(fd_, static_cast<off_t>(data_start_ + offset * itemsize_),
+                          static_cast<off_t>(count * itemsize_), SYNC_FILE_RANGE_WRITE);
+}
+
 template void OutputSet::NpyStream::write_elements<float>(std::size_t, const float*,
                                                           std::size_t) const;
 template void OutputSet::NpyStream::write_elements<double>(std::size_t, const double*,

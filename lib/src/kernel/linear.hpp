@@ -30,9 +30,11 @@ constexpr std::size_t kGemmPieces = 8;
 // Up to this inner dimension a float32 projection runs through the direct
 // GEMM (direct_gemm.hpp), whose strips of W (k x 64) then stay in L2: one
 // Zen 4 core, 512 x 768 by 768 x 768: 112 vs 104 GFLOP/s for OpenBLAS, and
-// 64-row pieces 113 vs 95. Past it (the FFN's 3072) OpenBLAS is as fast or
-// faster.
-constexpr std::size_t kDirectMaxK = 1024;
+// 64-row pieces 113 vs 95. The FFN's second GEMM (k = 3072) too: on a Zen 5
+// core with OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=Haswell), a GPT-2
+// small forward over 512 tokens took 0.80-0.90 s of CPU instead of 0.91-0.95
+// (`mha run --model`, one thread, bench/model_forward.py's checkpoint).
+constexpr std::size_t kDirectMaxK = 4096;
 
 // An uninitialized array: the GEMMs write every element, and zeroing first
 // would only add a pass over memory the process touches for the first time

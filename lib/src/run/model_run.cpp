@@ -280,6 +280,18 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fo.hidden_sink = [&](std::size_t i, const float* x) {
       hidden->write_elements(i * B * T * d, x, B * T * d);
     };
+  // A layer's maps are complete when the next layer starts: to disk in the background.
+  std::size_t maps_done = 0;
+  if (maps)
+    fo.on_layer = [&](std::size_t l) {
+      const std::size_t slots = static_cast<std::size_t>(
+          std::lower_bound(report.map_layers.begin(), report.map_layers.end(), l) -
+          report.map_layers.begin());
+      const std::size_t per_slot = B * Hs * T * T;
+      if (slots > maps_done)
+        maps->start_writeback(maps_done * per_slot, (slots - maps_done) * per_slot);
+      maps_done = slots;
+    };
   const auto t0 = Clock::now();
   ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
   report.forward_ms = ms_since(t0);

@@ -46,6 +46,10 @@ class OutputSet {
    public:
     template <class T>
     void write_elements(std::size_t offset, const T* data, std::size_t count) const;
+    // Starts writing elements [offset, offset + count), already written, to
+    // disk in the background (sync_file_range), so that commit()'s fsync of a
+    // large stream waits for its tail only.
+    void start_writeback(std::size_t offset, std::size_t count) const;
 
    private:
     friend class OutputSet;
