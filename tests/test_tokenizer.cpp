@@ -259,6 +259,10 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   j = bpe({"a"}, json::array());
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}};
   CHECK_THAT(error_of(j), Catch::Contains("test.json: pre_tokenizer.pattern.Regex: not a regex"));
+  j = bpe({"a"}, json::array());
+  j["model"]["unk_token"] = "<unk>";
+  CHECK_THAT(error_of(j),
+             Catch::Contains("test.json: model.unk_token: \"<unk>\" is not in the vocabulary"));
   j = bert();
   j["model"]["vocab"]["x"] = -1;
   CHECK_THAT(error_of(j), Catch::Contains("model.vocab[\"x\"]: expected a token id"));
@@ -266,6 +270,18 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
                     Catch::StartsWith("t.json: not JSON"));
   CHECK_THROWS_WITH(mha::Tokenizer::from_file("/nonexistent/tokenizer.json"),
                     Catch::Contains("/nonexistent/tokenizer.json: cannot open"));
+  j = bpe({"a"}, json::array());
+  j["model"]["unk_token"] = "<unk>";
+  CHECK_THAT(error_of(j),
+             Catch::Contains("test.json: model.unk_token: \"<unk>\" is not in the vocabulary"));
+  j = bpe({"a"}, json::array());
+  j["model"]["vocab"]["b"] = 1 << 30;
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: ids go up to 1073741824 for 2 tokens"));
+  j = bpe({"a"}, json::array());
+  j["normalizer"] = {{"type", "Lowercase"}};
+  for (int i = 0; i < 40; ++i)
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {j["normalizer"]}}};
+  CHECK_THAT(error_of(j), Catch::Contains("nested deeper than 16 sequences"));
 }
 
 // The real vocabularies, when scripts/setup.sh --test installed them: load and encode times.

@@ -30,7 +30,9 @@ class Bpe : public Model {
       if (!unk->is_string()) fail_at(where + ".unk_token", "expected a string or null");
       unk_token_ = unk->get<std::string>();
       const auto it = ids_.find(*unk_token_);
-      if (it != ids_.end()) unk_id_ = it->second;
+      if (it == ids_.end())
+        fail_at(where + ".unk_token", "\"" + *unk_token_ + "\" is not in the vocabulary");
+      unk_id_ = it->second;
     }
     byte_fallback_ = bool_field(model, "byte_fallback", where, false);
     ignore_merges_ = bool_field(model, "ignore_merges", where, false);
