@@ -107,8 +107,10 @@ TEST_CASE("byte-level BPE: GPT-2's word split and byte alphabet", "[tokenizer]")
   CHECK(tokens(load(j), "Hi") == Tokens{"\u0120Hi"});
 }
 
-TEST_CASE("Split with a regex: Oniguruma's \\p{L}, (?i:...) and lookahead", "[tokenizer]") {
-  json j = bpe({"a", "b", "'", "S", "s", "\u0120", "1"}, json::array());
+TEST_CASE("Split with a regex: letter classes, (?i:...) and lookahead", "[tokenizer]") {
+  // "'S" is one piece only if (?i:'s) matches it; "  " two pieces only if (?!\S) looks ahead.
+  json j = bpe({"a", "'", "S", "\u0120", "1", "'S", "Sa", "\u0120\u0120"},
+               {"' S", "S a", "\u0120 \u0120"});
   j["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
@@ -117,9 +119,12 @@ TEST_CASE("Split with a regex: Oniguruma's \\p{L}, (?i:...) and lookahead", "[to
          {"behavior", "Isolated"},
          {"invert", false}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-  j["model"]["merges"] = json::array();
   const mha::Tokenizer t = load(j);
-  CHECK(tokens(t, "ab'S 11") == Tokens{"a", "b", "'", "S", "\u0120", "1", "1"});
+  CHECK(tokens(t, "'Sa  1") == Tokens{"'S", "a", "\u0120", "\u0120", "1"});
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  CHECK(tokens(load(j), "'Sa  1") == Tokens{});
+  j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
+  CHECK(tokens(load(j), "'Sa  1") == Tokens{"'S", "a", "\u0120", "\u0120", "1"});
 }
 
 TEST_CASE("Metaspace: ▁ for spaces, prepended, each ▁ starts a word", "[tokenizer]") {
