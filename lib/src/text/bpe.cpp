@@ -152,7 +152,9 @@ class Bpe : public Model {
   // A symbol's token; out-of-vocabulary ones become their bytes' <0xXX> tokens (byte fallback)
   // or the unknown token, or are dropped when there is neither.
   void emit(std::string piece, std::int32_t id, std::vector<std::string>& tokens) const {
-    if (id >= 0 || ids_.count(piece)) {
+    // By its spelling, not the symbol's id: with ids shared by two tokens (a malformed file)
+    // a merge may spell a token the vocabulary lacks.
+    if (id >= 0 && ids_.count(piece)) {
       tokens.push_back(std::move(piece));
       return;
     }
