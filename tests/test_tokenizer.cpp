@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -238,6 +239,22 @@ TEST_CASE("A tokenizer is copyable and its copies encode alike", "[tokenizer]") 
   CHECK(b.encode("hello").ids == a.encode("hello").ids);
   mha::Tokenizer c = std::move(b);
   CHECK(c.encode("hello").ids == Ids{2, 7, 3});
+}
+
+TEST_CASE("Threads may encode with one tokenizer at once", "[tokenizer]") {
+  json j = bert();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, j["normalizer"]}}};
+  const mha::Tokenizer t = load(j);
+  const std::string text = "UnAff\u00c4ble, H\u00e9llo! \u4e2d\u6587 [SEP] hello";
+  const Ids want = t.encode(text).ids;
+  std::vector<int> same(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 200; ++i) same[k] += t.encode(text).ids == want;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(same == std::vector<int>(4, 200));
 }
 
 TEST_CASE("Invalid UTF-8 is read as U+FFFD", "[tokenizer]") {
