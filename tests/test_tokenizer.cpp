@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -107,8 +108,10 @@ TEST_CASE("byte-level BPE: GPT-2's word split and byte alphabet", "[tokenizer]")
   CHECK(tokens(load(j), "Hi") == Tokens{"\u0120Hi"});
 }
 
-TEST_CASE("Split with a regex: Unicode classes and case-insensitive groups and lookahead", "[tokenizer]") {
-  json j = bpe({"a", "b", "'", "S", "s", "\u0120", "1"}, json::array());
+TEST_CASE("Split with a regex: letter classes, (?i:...) and lookahead", "[tokenizer]") {
+  // "'S" is one piece only if (?i:'s) matches it; "  " two pieces only if (?!\S) looks ahead.
+  json j = bpe({"a", "'", "S", "\u0120", "1", "'S", "Sa", "\u0120\u0120"},
+               {"' S", "S a", "\u0120 \u0120"});
   j["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
@@ -117,9 +120,12 @@ TEST_CASE("Split with a regex: Unicode classes and case-insensitive groups and l
          {"behavior", "Isolated"},
          {"invert", false}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-  j["model"]["merges"] = json::array();
   const mha::Tokenizer t = load(j);
-  CHECK(tokens(t, "ab'S 11") == Tokens{"a", "b", "'", "S", "\u0120", "1", "1"});
+  CHECK(tokens(t, "'Sa  1") == Tokens{"'S", "a", "\u0120", "\u0120", "1"});
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  CHECK(tokens(load(j), "'Sa  1") == Tokens{});
+  j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
+  CHECK(tokens(load(j), "'Sa  1") == Tokens{"'S", "a", "\u0120", "\u0120", "1"});
 }
 
 TEST_CASE("Metaspace: ▁ for spaces, prepended, each ▁ starts a word", "[tokenizer]") {
@@ -235,6 +241,22 @@ TEST_CASE("A tokenizer is copyable and its copies encode alike", "[tokenizer]") 
   CHECK(c.encode("hello").ids == Ids{2, 7, 3});
 }
 
+TEST_CASE("Threads may encode with one tokenizer at once", "[tokenizer]") {
+  json j = bert();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, j["normalizer"]}}};
+  const mha::Tokenizer t = load(j);
+  const std::string text = "UnAff\u00c4ble, H\u00e9llo! \u4e2d\u6587 [SEP] hello";
+  const Ids want = t.encode(text).ids;
+  std::vector<int> same(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 200; ++i) same[k] += t.encode(text).ids == want;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(same == std::vector<int>(4, 200));
+}
+
 TEST_CASE("Invalid UTF-8 is read as U+FFFD", "[tokenizer]") {
   const mha::Tokenizer t = load(bert());
   CHECK(tokens(t, std::string("hello\xff"), false) == Tokens{"hello"});  // clean_text drops U+FFFD
@@ -259,6 +281,10 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   j = bpe({"a"}, json::array());
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}};
   CHECK_THAT(error_of(j), Catch::Contains("test.json: pre_tokenizer.pattern.Regex: not a regex"));
+  j = bpe({"a"}, json::array());
+  j["model"]["unk_token"] = "<unk>";
+  CHECK_THAT(error_of(j),
+             Catch::Contains("test.json: model.unk_token: \"<unk>\" is not in the vocabulary"));
   j = bert();
   j["model"]["vocab"]["x"] = -1;
   CHECK_THAT(error_of(j), Catch::Contains("model.vocab[\"x\"]: expected a token id"));
@@ -266,6 +292,18 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
                     Catch::StartsWith("t.json: not JSON"));
   CHECK_THROWS_WITH(mha::Tokenizer::from_file("/nonexistent/tokenizer.json"),
                     Catch::Contains("/nonexistent/tokenizer.json: cannot open"));
+  j = bpe({"a"}, json::array());
+  j["model"]["unk_token"] = "<unk>";
+  CHECK_THAT(error_of(j),
+             Catch::Contains("test.json: model.unk_token: \"<unk>\" is not in the vocabulary"));
+  j = bpe({"a"}, json::array());
+  j["model"]["vocab"]["b"] = 1 << 30;
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: ids go up to 1073741824 for 2 tokens"));
+  j = bpe({"a"}, json::array());
+  j["normalizer"] = {{"type", "Lowercase"}};
+  for (int i = 0; i < 40; ++i)
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {j["normalizer"]}}};
+  CHECK_THAT(error_of(j), Catch::Contains("nested deeper than 16 sequences"));
 }
 
 // The real vocabularies, when scripts/setup.sh --test installed them: load and encode times.

@@ -38,3 +38,4 @@
 #include "mha/model/rng.hpp"
 #include "mha/model/weights.hpp"
 #include "mha/run/run.hpp"
+#include "mha/text/tokenizer.hpp"

@@ -19,12 +19,12 @@ struct AddedToken {
 
 class AddedTokenSplitter {
  public:
-  AddedTokenSplitter() = default;
-  // `tokens`: the contents to look for and, for each, whether it strips left and right.
+  // A content to look for and whether it takes the whitespace on its left and right.
   struct Entry {
     std::string content;
     bool lstrip, rstrip;
   };
+  AddedTokenSplitter() = default;  // finds nothing
   explicit AddedTokenSplitter(std::vector<Entry> entries);
   // The text as pieces: each match, and the (possibly stripped, possibly empty) text between.
   struct Piece {

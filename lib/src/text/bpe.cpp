@@ -30,7 +30,9 @@ class Bpe : public Model {
       if (!unk->is_string()) fail_at(where + ".unk_token", "expected a string or null");
       unk_token_ = unk->get<std::string>();
       const auto it = ids_.find(*unk_token_);
-      if (it != ids_.end()) unk_id_ = it->second;
+      if (it == ids_.end())
+        fail_at(where + ".unk_token", "\"" + *unk_token_ + "\" is not in the vocabulary");
+      unk_id_ = it->second;
     }
     byte_fallback_ = bool_field(model, "byte_fallback", where, false);
     ignore_merges_ = bool_field(model, "ignore_merges", where, false);
@@ -150,7 +152,9 @@ class Bpe : public Model {
   // A symbol's token; out-of-vocabulary ones become their bytes' <0xXX> tokens (byte fallback)
   // or the unknown token, or are dropped when there is neither.
   void emit(std::string piece, std::int32_t id, std::vector<std::string>& tokens) const {
-    if (id >= 0 || ids_.count(piece)) {
+    // By its spelling, not the symbol's id: with ids shared by two tokens (a malformed file)
+    // a merge may spell a token the vocabulary lacks.
+    if (id >= 0 && ids_.count(piece)) {
       tokens.push_back(std::move(piece));
       return;
     }

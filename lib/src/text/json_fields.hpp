@@ -13,6 +13,17 @@ namespace mha::text {
 
 using json = nlohmann::json;
 
+// A value for a message: short scalars as JSON, containers by their type only (dumping a
+// deeply nested value would recurse without bound).
+inline std::string describe(const json& v) {
+  if (!v.is_primitive()) return std::string("an ") + v.type_name();
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Sequences may nest; deeper than this is refused rather than recursed into.
+constexpr int kMaxNesting = 16;
+
 [[noreturn]] inline void fail_at(const std::string& where, const std::string& what) {
   fail_input(where + ": " + what);
 }
@@ -44,13 +55,13 @@ inline bool bool_field(const json& j, const char* key, const std::string& where,
   const json* v = optional_field(j, key);
   if (!v) return fallback;
   if (!v->is_boolean())
-    fail_at(where + "." + key, std::string("expected true or false, got ") + v->dump());
+    fail_at(where + "." + key, std::string("expected true or false, got ") + describe(*v));
   return v->get<bool>();
 }
 
 inline std::int32_t id_value(const json& v, const std::string& where) {
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0x7fffffff)
-    fail_at(where, "expected a token id (an integer from 0 to 2^31 - 1), got " + v.dump());
+    fail_at(where, "expected a token id (an integer from 0 to 2^31 - 1), got " + describe(v));
   return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 

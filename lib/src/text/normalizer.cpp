@@ -203,17 +203,20 @@ class Sequence : public Normalizer {
 
 }  // namespace
 
-std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std::string& where) {
+std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std::string& where,
+                                                  int depth) {
   if (config.is_null()) return nullptr;
   object_at(config, where);
+  if (depth > kMaxNesting)
+    fail_at(where, "nested deeper than " + std::to_string(kMaxNesting) + " sequences");
   const std::string type = string_field(config, "type", where);
   if (type == "Sequence") {
     const json* list = optional_field(config, "normalizers");
     if (!list || !list->is_array()) fail_at(where, "expected an array \"normalizers\"");
     std::vector<std::unique_ptr<const Normalizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i)
-      steps.push_back(
-          make_normalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]"));
+      steps.push_back(make_normalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]",
+                                      depth + 1));
     return std::make_unique<Sequence>(std::move(steps));
   }
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD")
@@ -243,7 +246,7 @@ std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std:
   if (type == "BertNormalizer") {
     const json* strip = optional_field(config, "strip_accents");
     if (strip && !strip->is_boolean())
-      fail_at(where + ".strip_accents", "expected true, false or null, got " + strip->dump());
+      fail_at(where + ".strip_accents", "expected true, false or null, got " + describe(*strip));
     return std::make_unique<BertNormalizer>(
         bool_field(config, "clean_text", where, true),
         bool_field(config, "handle_chinese_chars", where, true),

@@ -17,6 +17,6 @@ class Normalizer {
 
 // nullptr for a null normalizer; `where` names the file and key in messages.
 std::unique_ptr<const Normalizer> make_normalizer(const nlohmann::json& config,
-                                                  const std::string& where);
+                                                  const std::string& where, int depth = 0);
 
 }  // namespace mha::text

@@ -48,10 +48,12 @@ std::vector<std::string> SingleTemplate::apply(std::vector<std::string> tokens) 
 }
 
 SingleTemplate make_post_processor(const json& config, const TokenIds& ids,
-                                   const std::string& where) {
+                                   const std::string& where, int depth) {
   SingleTemplate t;
   if (config.is_null()) return t;
   object_at(config, where);
+  if (depth > kMaxNesting)
+    fail_at(where, "nested deeper than " + std::to_string(kMaxNesting) + " sequences");
   const std::string type = string_field(config, "type", where);
   if (type == "ByteLevel") return t;
   if (type == "BertProcessing" || type == "RobertaProcessing") {
@@ -63,9 +65,9 @@ SingleTemplate make_post_processor(const json& config, const TokenIds& ids,
     const json* list = optional_field(config, "processors");
     if (!list || !list->is_array()) fail_at(where, "expected an array \"processors\"");
     for (std::size_t i = 0; i < list->size(); ++i)
-      t = compose(
-          make_post_processor((*list)[i], ids, where + ".processors[" + std::to_string(i) + "]"),
-          t);
+      t = compose(make_post_processor((*list)[i], ids,
+                                      where + ".processors[" + std::to_string(i) + "]", depth + 1),
+                  t);
     return t;
   }
   if (type == "TemplateProcessing") {

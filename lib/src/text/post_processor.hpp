@@ -21,6 +21,6 @@ struct SingleTemplate {
 
 // The identity template for a null post-processor. Special tokens must be in `ids`.
 SingleTemplate make_post_processor(const nlohmann::json& config, const TokenIds& ids,
-                                   const std::string& where);
+                                   const std::string& where, int depth = 0);
 
 }  // namespace mha::text

@@ -254,10 +254,12 @@ std::unique_ptr<Regex> compile(const std::string& pattern, const std::string& wh
 
 }  // namespace
 
-std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const json& config,
-                                                       const std::string& where) {
+std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const json& config, const std::string& where,
+                                                       int depth) {
   if (config.is_null()) return nullptr;
   object_at(config, where);
+  if (depth > kMaxNesting)
+    fail_at(where, "nested deeper than " + std::to_string(kMaxNesting) + " sequences");
   const std::string type = string_field(config, "type", where);
   const std::string s = kJsSpaceClass;
   if (type == "Sequence") {
@@ -265,8 +267,8 @@ std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const json& config,
     if (!list || !list->is_array()) fail_at(where, "expected an array \"pretokenizers\"");
     std::vector<std::unique_ptr<const PreTokenizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i)
-      steps.push_back(
-          make_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
+      steps.push_back(make_pre_tokenizer(
+          (*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]", depth + 1));
     return std::make_unique<Sequence>(std::move(steps));
   }
   if (type == "ByteLevel")

@@ -23,6 +23,6 @@ class PreTokenizer {
 
 // nullptr for a null pre-tokenizer.
 std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const nlohmann::json& config,
-                                                       const std::string& where);
+                                                       const std::string& where, int depth = 0);
 
 }  // namespace mha::text

@@ -4,6 +4,7 @@
 
 #include <unicode/regex.h>
 
+#include "mha/base/error.hpp"
 #include "unicode.hpp"
 
 namespace mha::text {
@@ -117,12 +118,17 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
   UErrorCode status = U_ZERO_ERROR;
   std::unique_ptr<icu::RegexMatcher> m(pattern_->matcher(text, status));
   std::vector<std::pair<std::size_t, std::size_t>> out;
-  if (U_FAILURE(status)) throw std::runtime_error(u_errorName(status));
+  if (U_FAILURE(status)) fail_runtime(std::string("ICU regex: ") + u_errorName(status));
+  // A tokenizer.json's pattern that backtracks without end is cut off: each find may take
+  // about 10^8 steps of ICU's matcher (its limit counts units of 10,000).
+  m->setTimeLimit(10000, status);
   while (m->find(status) && U_SUCCESS(status)) {
     const std::int32_t b = m->start(status), e = m->end(status);
     out.emplace_back(byte_at[b], byte_at[e]);
   }
-  if (U_FAILURE(status)) throw std::runtime_error(u_errorName(status));
+  if (U_FAILURE(status))
+    fail_input(std::string("a regex of the tokenizer failed on this text (") + u_errorName(status) +
+               ")");
   return out;
 }
 

@@ -1,10 +1,9 @@
 // Tokenizer: tokenizer.json read and wired (normalizer, pre-tokenizer, model, post-processor,
 // added tokens), and encode's pipeline, step for step the reference's:
-//   text ─ cut at raw added tokens ─┬─ token
-//                                   └─ normalize ─ cut at normalized added tokens ─┬─ token
-//                                                                                  └─ pre-tokenize
-//                                                                                  ─ model
-//   then the post-processor's special tokens, and each token's id.
+//   text → cut at the raw added tokens; each piece between them →
+//     normalize → cut at the normalized added tokens; each piece between them →
+//       pre-tokenize → model
+//   then the post-processor's special tokens around it all, and each token's id.
 #include "mha/text/tokenizer.hpp"
 
 #include <filesystem>
@@ -98,6 +97,13 @@ std::optional<std::string> config_pad_token(const json& config) {
   return std::nullopt;
 }
 
+// The value of `key`, or null; a reference, never a copy.
+const json& field_or_null(const json& j, const char* key) {
+  static const json null;
+  const json* v = optional_field(j, key);
+  return v ? *v : null;
+}
+
 std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::string& name,
                                            const json& config) {
   const json& root = object_at(file.root, name);
@@ -116,9 +122,9 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
   std::int32_t largest = -1;
   for (const auto& entry : t->ids) largest = std::max(largest, entry.second);
 
-  t->normalizer = make_normalizer(root.value("normalizer", json()), name + ": normalizer");
+  t->normalizer = make_normalizer(field_or_null(root, "normalizer"), name + ": normalizer");
   t->pre_tokenizer =
-      make_pre_tokenizer(root.value("pre_tokenizer", json()), name + ": pre_tokenizer");
+      make_pre_tokenizer(field_or_null(root, "pre_tokenizer"), name + ": pre_tokenizer");
 
   // Added tokens go over the vocabulary before the model is built: the model sees them too.
   const std::vector<AddedToken> added = read_added_tokens(root, name + ": added_tokens");
@@ -138,6 +144,11 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
   t->raw_splitter = AddedTokenSplitter(std::move(raw));
   t->normalized_splitter = AddedTokenSplitter(std::move(normalized));
 
+  // Ids index a table: a few gaps are fine, an id far beyond the number of tokens is not.
+  const std::size_t tokens = t->ids.size();
+  if (static_cast<std::size_t>(largest) >= 2 * tokens + 65536)
+    fail_at(name, "ids go up to " + std::to_string(largest) + " for " + std::to_string(tokens) +
+                      " tokens (expected ids from 0 to about the number of tokens)");
   t->id_to_token.resize(static_cast<std::size_t>(largest) + 1);
   t->has_token.resize(t->id_to_token.size());
   for (const auto& [token, id] : t->ids) {
@@ -158,7 +169,7 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
     t->kind = "WordPiece";
   }
   t->post =
-      make_post_processor(root.value("post_processor", json()), t->ids, name + ": post_processor");
+      make_post_processor(field_or_null(root, "post_processor"), t->ids, name + ": post_processor");
 
   if (const json* padding = optional_field(root, "padding")) {
     if (padding->is_object() && padding->contains("pad_id"))

@@ -20,7 +20,7 @@ class WordPiece : public Model {
     const json* max = optional_field(model, "max_input_chars_per_word");
     if (max) {
       if (!max->is_number_unsigned())
-        fail_at(where + ".max_input_chars_per_word", "expected a count, got " + max->dump());
+        fail_at(where + ".max_input_chars_per_word", "expected a count, got " + describe(*max));
       max_chars_ = max->get<std::size_t>();
     }
   }
