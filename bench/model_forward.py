@@ -184,7 +184,9 @@ def main(argv):
 
         tok = os.path.join(cache, "tokenizer.json")
         if os.path.exists(tok):  # optional: the same model from text
-            text = " ".join(["the quick brown fox jumps over the lazy dog"] * (a.seq // 10))
+            # --seq words of English; GPT-2's tokenizer makes one token of each (" quick", ...)
+            words = "the quick brown fox jumps over the lazy dog".split()
+            text = " ".join((words * (a.seq // len(words) + 1))[:a.seq])
             tcmd = [a.mha, "run", "--model", cache, "--text", text, "--save_attention",
                     "--threads", str(a.threads), "--out_dir", out, "-q"]
             tw = []

@@ -732,6 +732,7 @@ class PyModel {
     {
       py::gil_scoped_release release;  // the forward runs without the GIL
       r = mha::forward(model_.checkpoint(), in.ids.data(), B, T, in.lengths, fo);
+      if (in.tokens.empty()) model_.name_tokens(in);  // ids given: their strings
     }
     py::array_t<float> output(
         std::vector<py::ssize_t>{py::ssize_t(B), py::ssize_t(T), py::ssize_t(d)});

@@ -123,12 +123,27 @@ std::vector<std::size_t> selection(const std::optional<std::vector<std::int64_t>
 
 }  // namespace
 
-Model::Model(const std::string& dir) : checkpoint_(dir) {
+namespace {
+
+std::string tokenizer_file(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
-  if (is_file(path)) {
-    tokenizer_ = Tokenizer::from_file(path);
-    tokenizer_path_ = path;
-  }
+  return is_file(path) ? path : std::string();
+}
+
+}  // namespace
+
+Model::Model(const std::string& dir)
+    : tokenizer_path_(tokenizer_file(dir)),
+      loading_(std::async(std::launch::async,
+                          [path = tokenizer_path_]() -> std::optional<Tokenizer> {
+                            if (path.empty()) return std::nullopt;
+                            return Tokenizer::from_file(path);
+                          })
+                   .share()),
+      checkpoint_(dir) {}
+
+const std::optional<Tokenizer>& Model::tokenizer() const {
+  return loading_.get();
 }
 
 namespace {
@@ -146,6 +161,7 @@ void check_positions(const ModelConfig& c, std::size_t T, const std::string& wha
 ModelInput Model::encode(const std::vector<std::string>& texts) const {
   const ModelConfig& c = config();
   const std::string& dir = checkpoint_.dir();
+  const std::optional<Tokenizer>& tokenizer_ = tokenizer();
   if (!tokenizer_)
     fail_input(dir + ": has no tokenizer.json; expected one to tokenize text, or give token ids");
   if (texts.empty()) fail_input("expected at least one text");
@@ -199,17 +215,21 @@ ModelInput Model::ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t 
   in.T = T;
   in.ids = std::move(ids);
   in.lengths.assign(B, T);
-  for (std::size_t b = 0; b < B; ++b) {  // the ids' strings, from the tokenizer when there is one
+  return in;
+}
+
+void Model::name_tokens(ModelInput& in) const {
+  const std::optional<Tokenizer>& tok = tokenizer();
+  in.tokens.clear();
+  for (std::size_t b = 0; b < in.B; ++b) {
     std::vector<std::string> row;
-    for (std::size_t t = 0; t < T; ++t) {
-      const std::int32_t id = in.ids[b * T + t];
-      row.push_back(tokenizer_ && static_cast<std::size_t>(id) < tokenizer_->vocab_size()
-                        ? tokenizer_->token(id)
-                        : std::to_string(id));
+    for (std::size_t t = 0; t < in.T; ++t) {
+      const std::int32_t id = in.ids[b * in.T + t];
+      row.push_back(tok && static_cast<std::size_t>(id) < tok->vocab_size() ? tok->token(id)
+                                                                            : std::to_string(id));
     }
     in.tokens.push_back(std::move(row));
   }
-  return in;
 }
 
 ModelInput read_token_ids(const Model& model, const std::string& path) {
@@ -297,6 +317,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.forward_ms = ms_since(t0);
   report.read_ms = r.seconds_read * 1e3;
   report.top_k = std::move(r.top_k);
+  if (report.input.tokens.empty()) whole.name_tokens(report.input);  // ids given: after the forward
   if (const auto& tok = whole.tokenizer())
     for (const auto& row : report.top_k) {
       report.top_k_tokens.emplace_back();

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,10 +70,13 @@ struct ModelRunReport {
 // checks everything and reads no weights.
 class Model {
  public:
+  // The tokenizer loads on a thread of its own while the checkpoint is
+  // opened (and, for ids, while the forward runs); tokenizer() waits for it
+  // and throws its error, if any.
   explicit Model(const std::string& dir);
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const ModelConfig& config() const { return checkpoint_.config(); }
-  const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
+  const std::optional<Tokenizer>& tokenizer() const;
   const std::string& tokenizer_path() const { return tokenizer_path_; }
 
   // A batch of texts, tokenized and right-padded (pad_id, else config.json's
@@ -80,13 +84,16 @@ class Model {
   // tokenizer, for a text with no tokens, or over the model's positions.
   ModelInput encode(const std::vector<std::string>& texts) const;
   // Ids (B, T) given as they are; `what` (a file name) starts messages.
+  // Their token strings (from the tokenizer when there is one, else the
+  // ids) come with name_tokens(), which waits for the tokenizer.
   ModelInput ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t T,
                  const std::string& what) const;
+  void name_tokens(ModelInput& input) const;
 
  private:
-  Checkpoint checkpoint_;
-  std::optional<Tokenizer> tokenizer_;
   std::string tokenizer_path_;
+  std::shared_future<std::optional<Tokenizer>> loading_;  // declared first: starts first
+  Checkpoint checkpoint_;
 };
 
 // The ids of a .npy file of shape (T) or (B, T) (any integer dtype).
