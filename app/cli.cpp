@@ -18,7 +18,6 @@
 #include <CLI/CLI.hpp>
 
 #include "inspect_command.hpp"
-#include "tokenize_command.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
@@ -39,6 +38,7 @@
 #include "plot_command.hpp"
 #include "run_progress.hpp"
 #include "sweep_command.hpp"
+#include "tokenize_command.hpp"
 #include "view_command.hpp"
 
 namespace mha::cli {
