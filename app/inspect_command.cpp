@@ -1,6 +1,7 @@
 #include "inspect_command.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -8,6 +9,8 @@
 
 #include "mha/base/error.hpp"
 #include "mha/inspect/inspect.hpp"
+#include "mha/io/out_dir.hpp"
+#include "mha/io/stream_input.hpp"
 
 namespace mha::cli {
 namespace {
@@ -71,6 +74,36 @@ void print_report(const InspectResult& r) {
   if (st.heads() > 1) std::cout << line("mean", st.mean());
 }
 
+// The files to inspect: a run's out_dir stands for the .npy and .npz outputs
+// its run.json lists; each file of a run is checked against its run.json.
+std::vector<std::string> run_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+      if (!is_stream_input(path)) check_run_output(path);
+      files.push_back(path);
+      continue;
+    }
+    const auto listed = listed_outputs(path);
+    if (!listed)
+      fail_input(path +
+                 ": a directory without run.json; expected .npy or .npz files, or a "
+                 "run's out_dir");
+    std::size_t found = 0;
+    for (const auto& [name, _] : *listed) {
+      const std::string ext = std::filesystem::path(name).extension().string();
+      if (ext != ".npy" && ext != ".npz") continue;
+      const std::string file = (std::filesystem::path(path) / name).string();
+      check_run_output(file);
+      files.push_back(file);
+      ++found;
+    }
+    if (!found) fail_input(path + "/run.json lists no .npy or .npz output to inspect");
+  }
+  return files;
+}
+
 }  // namespace
 
 void add_inspect_command(CLI::App& app, InspectArgs& args) {
@@ -81,7 +114,7 @@ void add_inspect_command(CLI::App& app, InspectArgs& args) {
       "Examples (after `mha run --config configs/default.json`):\n"
       "  mha inspect out/default/attention.npy\n"
       "  mha inspect data/tokens.npy out/default/output.npy --json");
-  inspect->add_option("files", args.files, ".npy or .npz files")->required();
+  inspect->add_option("files", args.files, ".npy or .npz files, or a run's out_dir")->required();
   inspect->add_flag("--json", args.json, "print JSON (one object, or an array for several)");
   CLI::Option* on =
       inspect->add_flag("--attention", args.attention,
@@ -105,7 +138,7 @@ int do_inspect(const InspectArgs& args) {
   // empty; the text reports go out file by file, as long files take a while.
   nlohmann::json all = nlohmann::json::array();
   bool first = true;
-  for (const auto& path : args.files) {
+  for (const auto& path : run_files(args.files)) {
     for (const InspectResult& r : inspect_file(path, options, warn)) {
       if (args.json) {
         all.push_back(r.to_json());

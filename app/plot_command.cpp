@@ -13,6 +13,7 @@
 #include "mha/draw/heatmap.hpp"
 #include "mha/draw/png.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/stream_input.hpp"
 
@@ -92,7 +93,8 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
       "  mha plot out/default/attention.npy --average_heads --color_scale log -o out/mean.png\n"
       "  mha plot out/default/attention.npy --color_range per_head -o out/per_head.png\n"
       "  mha plot out/default/attention.npy --vmin 0 --vmax 0.5 -o out/fixed.png");
-  plot->add_option("file", args.file, "attention .npy: (B, h, T, S), (B, T, S) or (T, S)")
+  plot->add_option("file", args.file,
+                   "attention .npy: (B, h, T, S), (B, T, S) or (T, S); or a run's out_dir")
       ->required();
   plot->add_option("-o,--output", args.output, "PNG to write (default: FILE with .png)");
   plot->add_option("--layer_index", args.layer,
@@ -271,9 +273,35 @@ void log_plot(const std::string& out_path, const Plot& plot, const AttentionPane
                  panels.factor());
 }
 
+// FILE, or a run's out_dir standing for the attention maps its run.json
+// lists; a run's file is checked against its run.json.
+std::string plot_input(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!is_stream_input(path)) check_run_output(path);
+    return path;
+  }
+  const auto listed = listed_outputs(path);
+  if (!listed)
+    fail_input(path +
+               ": a directory without run.json; expected an attention .npy file or a "
+               "run's out_dir");
+  for (const char* name : {"attention.npy", "self_attention.npy", "cross_attention.npy"})
+    if (listed->count(name)) {
+      const std::string file = (fs::path(path) / name).string();
+      check_run_output(file);
+      return file;
+    }
+  fail_input(path +
+             "/run.json lists no attention.npy, self_attention.npy or "
+             "cross_attention.npy; expected a run with save_attention");
+}
+
 }  // namespace
 
-int do_plot(const PlotArgs& args) {
+int do_plot(const PlotArgs& given) {
+  PlotArgs args = given;
+  args.file = plot_input(given.file);
   PlotOptions options;
   options.scale = args.scale == "log" ? ColorScale::log : ColorScale::linear;
   options.range =

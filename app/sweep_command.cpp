@@ -28,6 +28,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/io/dir_lock.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"
@@ -85,6 +86,15 @@ void remove_stale_temporaries(const std::string& dir) {
     const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
     if (::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
   }
+}
+
+// A run's directory inside the sweep's out_dir: never a link to elsewhere.
+void check_run_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec))
+    fail_input(dir +
+               ": is a symbolic link; a sweep writes its runs only into directories of "
+               "its own out_dir (remove the link)");
 }
 
 std::string utc_now() {
@@ -205,6 +215,7 @@ class Runner {
     json config = run.config;
     if (!config.contains("threads") || config["threads"].is_null() || config["threads"] == 0)
       config["threads"] = threads_;
+    check_run_dir(run.dir);
     {
       OutputSet staged(run.dir);  // creates the directory; config.json lands atomically
       staged.stage_bytes("config.json", config.dump(2) + "\n");
@@ -429,7 +440,10 @@ int do_sweep_worker() {
     if (t1 == std::string::npos || t2 == std::string::npos) return 2;
     const std::string index = line.substr(0, t1), config = line.substr(t1 + 1, t2 - t1 - 1),
                       log = line.substr(t2 + 1);
-    const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Never through a link: one planted at run.log is replaced by the log.
+    int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (log_fd < 0 && errno == ELOOP && ::unlink(log.c_str()) == 0)
+      log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (log_fd >= 0) {
       ::dup2(log_fd, STDERR_FILENO);
       ::dup2(log_fd, STDOUT_FILENO);
@@ -678,7 +692,11 @@ int do_sweep(const SweepArgs& args) {
     print_dry_run(sweep, shard);
     return invalid && !args.skip_invalid ? 2 : 0;
   }
+  // One sweep process per shard and out_dir; other shards run side by side.
+  const DirLock lock(sweep.out_dir, ".mha.shard-" + std::to_string(shard.index) + "-of-" +
+                                        std::to_string(shard.count) + ".lock");
   const ShardRuns runs = shard_runs(args, sweep, shard, cores);
+  for (const std::size_t i : runs.todo) check_run_dir(sweep.runs[i].dir);
   const std::vector<std::size_t>& todo = runs.todo;
   spdlog::info("{}: {} run(s) in shard {}, {} to do{}, {} at a time with {} thread(s) each, in {}",
                args.file, todo.size() + runs.skipped + runs.invalid, shard.str(), todo.size(),

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,34 @@ extern "C" void remove_temporaries_and_die(int sig) {
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
+
+// Passes everything written on to `dst` and keeps its crc32 and length.
+class ChecksumBuf : public std::streambuf {
+ public:
+  explicit ChecksumBuf(std::streambuf* dst) : dst_(dst) {}
+  const FileChecksum& sum() const { return sum_; }
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const std::streamsize done = dst_->sputn(s, n);
+    if (done > 0) add(s, static_cast<std::size_t>(done));
+    return done;
+  }
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
+  }
+  int sync() override { return dst_->pubsync(); }
+
+ private:
+  void add(const char* s, std::size_t n) {
+    sum_.crc32 = crc32_update(sum_.crc32, s, n);
+    sum_.bytes += n;
+  }
+  std::streambuf* dst_;
+  FileChecksum sum_;
+};
 
 std::string errno_str(int err) {
   return err ? std::strerror(err) : "unknown error";
@@ -143,7 +172,7 @@ const OutputSet::NpyStream& OutputSet::stage_npy_stream(const std::string& filen
   stream->data_start_ = header.size();
   stream->itemsize_ = itemsize(dtype);
   stream->name_ = final_path;
-  staged_.push_back({tmp, final_path, stream});
+  staged_.push_back({tmp, final_path, stream, {}, header});
   return *stream;
 }
 
@@ -153,12 +182,39 @@ void OutputSet::NpyStream::write_elements(std::size_t offset, const T* data,
   const char* p = reinterpret_cast<const char*>(data);
   std::size_t left = count * sizeof(T);
   off_t at = static_cast<off_t>(data_start_ + offset * itemsize_);
+  // The block is hot in cache here: its checksum costs little now and saves
+  // reading the file back at the end.
+  const Block block{static_cast<std::uint64_t>(at), left, crc32_update(0, p, left)};
+  {
+    std::lock_guard<std::mutex> lock(blocks_mutex_);
+    blocks_.push_back(block);
+  }
   while (left > 0) {
     const ssize_t n = ::pwrite(fd_, p, left, at);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail_runtime(name_ + ": write failed: " + errno_str(n < 0 ? errno : ENOSPC));
     p += n, at += n, left -= static_cast<std::size_t>(n);
   }
+}
+
+FileChecksum OutputSet::NpyStream::checksum(const std::string& header) const {
+  std::vector<Block> blocks;
+  {
+    std::lock_guard<std::mutex> lock(blocks_mutex_);
+    blocks = blocks_;
+  }
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block& a, const Block& b) { return a.at < b.at; });
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail_runtime(name_ + ": cannot stat it: " + errno_str(errno));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  FileChecksum sum{header.size(), crc32_update(0, header.data(), header.size())};
+  for (const Block& b : blocks) {
+    if (b.at != sum.bytes) return fd_checksum(fd_, name_);  // a gap or an overlap
+    sum.crc32 = crc32_combine(sum.crc32, b.crc32, b.bytes);
+    sum.bytes += b.bytes;
+  }
+  return sum.bytes == size ? sum : fd_checksum(fd_, name_);
 }
 
 void OutputSet::NpyStream::start_writeback(std::size_t offset, std::size_t count) const {
@@ -203,13 +259,19 @@ void OutputSet::stage(const std::string& filename,
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
   ::close(fd);
+  FileChecksum sum;
   try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) fail_runtime(final_path + ": cannot open " + tmp + ": " + errno_str(errno));
     errno = 0;
-    write(out);
+    ChecksumBuf counted(out.rdbuf());
+    std::ostream counted_out(&counted);
+    write(counted_out);
+    counted_out.flush();
+    if (!counted_out) out.setstate(std::ios::badbit);
     out.flush();
     if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
+    sum = counted.sum();
     out.close();
     if (!out) fail_runtime(final_path + ": write failed: " + errno_str(errno));
     if (const int err = sync_path(tmp, O_RDONLY))
@@ -218,7 +280,7 @@ void OutputSet::stage(const std::string& filename,
     remove_quietly(tmp);
     throw;
   }
-  staged_.push_back({tmp, final_path, nullptr});
+  staged_.push_back({tmp, final_path, nullptr, sum, {}});
 }
 
 void OutputSet::stage_bytes(const std::string& filename, const std::string& bytes) {
@@ -258,10 +320,17 @@ void OutputSet::stage_npz(const std::string& filename,
 
   staged_.reserve(staged_.size() + 1);
   const std::string tmp = temp_path(filename);
+  // Created exclusively first, as stage() does: nothing planted under the
+  // temporary name is followed.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail_runtime(final_path + ": cannot create " + tmp + ": " + errno_str(errno));
+  ::close(fd);
+  FileChecksum sum;
   try {
     write_npz(tmp, members);
     if (const int err = sync_path(tmp, O_RDONLY))
       fail_runtime(final_path + ": fsync failed: " + errno_str(err));
+    sum = file_checksum(tmp);
   } catch (const Error& e) {
     remove_quietly(tmp);
     // Report the file the user asked for, not our temporary name.
@@ -272,10 +341,31 @@ void OutputSet::stage_npz(const std::string& filename,
     remove_quietly(tmp);
     throw;
   }
-  staged_.push_back({tmp, final_path, nullptr});
+  staged_.push_back({tmp, final_path, nullptr, sum, {}});
+}
+
+FileChecksum OutputSet::checksum(const std::string& filename) const {
+  const std::string final_path = path(filename);
+  for (const Staged& s : staged_)
+    if (s.final_path == final_path)
+      return s.stream && s.stream->fd_ >= 0 ? s.stream->checksum(s.header) : s.sum;
+  fail_runtime(final_path + ": not staged in this output set");
+}
+
+void OutputSet::remove_on_commit(std::vector<std::string> filenames) {
+  remove_ = std::move(filenames);
 }
 
 void OutputSet::commit() {
+  // The earlier run's files go first: were this process to die between the
+  // two steps, the directory would hold no run.json rather than one that
+  // describes a mixture.
+  for (const std::string& name : remove_) {
+    const std::string p = path(name);
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT)
+      fail_runtime(p + ": cannot remove this output of an earlier run: " + errno_str(errno));
+  }
+  remove_.clear();
   while (!staged_.empty()) {
     const Staged s = staged_.front();
     if (s.stream && s.stream->fd_ >= 0) {

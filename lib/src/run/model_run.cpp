@@ -1,18 +1,21 @@
 #include "mha/run/model_run.hpp"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/io/checksum.hpp"
+#include "mha/io/dir_lock.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/model/memory.hpp"
@@ -24,6 +27,7 @@ namespace mha {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -38,22 +42,9 @@ bool is_file(const std::string& path) {
 ModelRunReport::File file_record(const std::string& path, std::uint64_t limit = ~std::uint64_t{0}) {
   ModelRunReport::File f;
   f.path = path;
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(0, std::ios::end);
-  f.bytes = static_cast<std::uint64_t>(in.tellg());
-  in.seekg(0);
-  unsigned long crc = ::crc32(0L, Z_NULL, 0);
-  std::vector<char> buffer(1 << 20);
-  std::uint64_t left = std::min(limit, f.bytes);
-  while (left > 0 && in) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buffer.size()));
-    in.read(buffer.data(), static_cast<std::streamsize>(n));
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-    left -= n;
-  }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", crc & 0xffffffffUL);
-  f.crc32 = hex;
+  struct stat st {};
+  f.bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  f.crc32 = crc32_hex(file_checksum(path, limit).crc32);
   return f;
 }
 
@@ -248,6 +239,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input("--tokens and --text: give one of them, not both");
   if (!config.tokens && config.texts.empty())
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  // Before anything is read: a second process on this out_dir stops here.
+  const DirLock lock(config.out_dir, kOutDirLock);
   const Model whole(config.model);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
@@ -335,9 +328,15 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.outputs = {"tokens.json", "output.npy"};
   if (maps) report.outputs.push_back("self_attention.npy");
   if (hidden) report.outputs.push_back("hidden_states.npy");
+  for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
+  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+    std::error_code ec;
+    return config.tokens && fs::equivalent(*config.tokens, p, ec);
+  }));
   out.commit();
   return report;
 }

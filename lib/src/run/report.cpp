@@ -1,27 +1,18 @@
 #include "mha/run/report.hpp"
 
 #include <sys/resource.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <type_traits>
 
+#include "mha/io/checksum.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/precision.hpp"
 
 namespace mha {
 namespace {
-
-// zlib's crc32 continued over `bytes`, in pieces its 32-bit length can take.
-unsigned long crc32_update(unsigned long crc, const void* bytes, std::size_t n) {
-  const auto* p = static_cast<const Bytef*>(bytes);
-  constexpr std::size_t kPiece = std::size_t{1} << 30;
-  for (std::size_t done = 0; done < n; done += kPiece)
-    crc = ::crc32(crc, p + done, static_cast<uInt>(std::min(kPiece, n - done)));
-  return crc;
-}
 
 std::optional<double> finite(double x) {
   return std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
@@ -109,10 +100,8 @@ NpyStats npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   std::size_t n = 1;
   for (std::size_t d : shape) n *= d;
   const std::string header = npy_header(npy_dtype<T>(), shape);
-  unsigned long crc = crc32_update(::crc32(0L, Z_NULL, 0), header.data(), header.size());
+  std::uint32_t crc = crc32_update(0, header.data(), header.size());
   crc = crc32_update(crc, data, n * sizeof(T));
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", crc & 0xffffffffUL);
 
   double sum = 0, lo = INFINITY, hi = -INFINITY;
   bool nan = false;
@@ -131,7 +120,7 @@ NpyStats npy_stats(const T* data, const std::vector<std::size_t>& shape) {
   }
   const double std_dev = n ? std::sqrt(squares / static_cast<double>(n)) : NAN;
   if (nan || !n) lo = hi = NAN;  // as NumPy's min and max
-  return {hex, finite(mean), finite(std_dev), finite(lo), finite(hi)};
+  return {crc32_hex(crc), finite(mean), finite(std_dev), finite(lo), finite(hi)};
 }
 
 template NpyStats npy_stats<float>(const float*, const std::vector<std::size_t>&);

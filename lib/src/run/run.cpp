@@ -13,6 +13,9 @@
 #include "mha/draw/heatmap.hpp"
 #include "mha/draw/png.hpp"
 #include "mha/inspect/attention_stats.hpp"
+#include "mha/io/checksum.hpp"
+#include "mha/io/dir_lock.hpp"
+#include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/kernel/attention.hpp"
@@ -72,14 +75,19 @@ OutputFile weights_output(const char* layout, const char* dtype) {
   return f;
 }
 
+// The input file of `c` that `path` is, if any.
+const std::string* input_at(const Config& c, const std::string& path) {
+  std::error_code ec;
+  for (const auto* in : {&c.query, &c.key, &c.value, &c.weights, &c.mask, &c.key_lengths_file})
+    if (*in && fs::exists(path, ec) && fs::equivalent(*in->operator->(), path, ec)) return &**in;
+  return nullptr;
+}
+
 // Refuses to overwrite an input with an output of the same run.
 void check_not_input(const Config& c, const std::string& out_path) {
-  std::error_code ec;
-  for (const auto* in : {&c.query, &c.key, &c.value, &c.weights, &c.mask, &c.key_lengths_file}) {
-    if (*in && fs::exists(out_path, ec) && fs::equivalent(*in->operator->(), out_path, ec))
-      fail_input(out_path + ": output would overwrite the input '" + **in +
-                 "'; choose another out_dir");
-  }
+  if (const std::string* in = input_at(c, out_path))
+    fail_input(out_path + ": output would overwrite the input '" + *in +
+               "'; choose another out_dir");
 }
 
 // The dtype tensors are written in: output_dtype, else the compute dtype T
@@ -529,8 +537,16 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   report.blas = blas_load();
   report.kernels = KernelReport{direct_gemm_isa(), vexp_isa()};
 
+  for (auto& [name, file] : report.outputs) {
+    const FileChecksum sum = out.checksum(name);
+    file.bytes = sum.bytes;
+    file.crc32 = crc32_hex(sum.crc32);
+  }
   RunResult result;
   out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  // An earlier run's outputs in out_dir go in the same commit (its inputs stay).
+  out.remove_on_commit(
+      earlier_run_outputs(out.dir(), [&](const std::string& p) { return input_at(c, p); }));
   out.commit();  // run.json is renamed last: its presence means the run completed
   result.report = std::move(report);
   result.files = out.committed();
@@ -546,6 +562,8 @@ RunResult run(const Config& config, const std::function<void(const std::string&)
   if (progress) progress->begin("plan");
   PlanFiles files;
   const RunPlan plan = plan_run(config, files);
+  // Before anything is read: a second process on this out_dir stops here.
+  const DirLock lock(config.out_dir, kOutDirLock);
   if (config.dtype == ComputeType::float64) return run_typed<double>(plan, t_load, warn, progress);
   return run_typed<float>(plan, t_load, warn,
                           progress);  // float32, or bfloat16 GEMMs within float32

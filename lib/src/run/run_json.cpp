@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "mha/base/error.hpp"
+#include "mha/io/checksum.hpp"
 
 namespace mha {
 namespace {
@@ -54,6 +55,8 @@ json output_json(const OutputFile& f) {
   if (f.shape) j["shape"] = *f.shape;
   if (f.dtype) j["dtype"] = *f.dtype;
   if (f.layout) j["layout"] = *f.layout;
+  if (f.bytes) j["bytes"] = *f.bytes;
+  if (f.crc32) j["crc32"] = *f.crc32;
   if (const auto& p = f.plot) {
     j["width"] = p->width;
     j["height"] = p->height;
@@ -208,6 +211,8 @@ OutputFile read_output(const Reader& r) {
   if (r.has("shape")) f.shape = r.counts("shape");
   if (r.has("dtype")) f.dtype = r.string("dtype");
   if (r.has("layout")) f.layout = r.string("layout");
+  if (r.has("bytes")) f.bytes = r.count("bytes");
+  if (r.has("crc32")) f.crc32 = r.string("crc32");
   if (r.has("width")) {  // attention.png
     PlotFile& p = f.plot.emplace();
     p.width = static_cast<int>(r.count("width"));
@@ -588,7 +593,10 @@ json to_json(const ModelRunReport& r) {
   j["memory"] = {{"estimate_bytes", r.memory_estimate}, {"max_memory", r.max_memory}};
   j["timings"] = {
       {"read_weights_ms", r.read_ms}, {"forward_ms", r.forward_ms}, {"total_ms", r.total_ms}};
-  j["outputs"] = r.outputs;
+  json outputs = json::object();
+  for (const auto& [name, sum] : r.checksums)
+    outputs[name] = {{"bytes", sum.bytes}, {"crc32", crc32_hex(sum.crc32)}};
+  j["outputs"] = outputs;
   return j;
 }
 

@@ -407,8 +407,18 @@ std::string shard_results_path(const Sweep& sweep, const Shard& shard) {
 
 void append_row(const std::string& path, const ordered_json& row) {
   std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const fs::path dir = fs::path(path).parent_path();
+  if (fs::is_symlink(dir, ec))
+    fail_input(dir.string() +
+               ": is a symbolic link; the sweep writes its results only into "
+               "a directory of its out_dir (remove the link)");
+  fs::create_directories(dir, ec);
+  // Never through a link: the rows go to this file or nowhere.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ELOOP)
+    fail_input(path +
+               ": is a symbolic link; the sweep appends its results only to a file of "
+               "its own (remove the link)");
   if (fd < 0) fail_runtime(path + ": cannot open results file: " + std::strerror(errno));
   const std::string line = row.dump() + "\n";
   // One write of the whole line: O_APPEND puts it at the end atomically, so

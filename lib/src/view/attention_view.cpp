@@ -9,6 +9,7 @@
 #include "mha/draw/heatmap.hpp"
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/io/float16.hpp"
+#include "mha/io/out_dir.hpp"
 #include "mha/io/stream_input.hpp"
 #include "mha/view/page.hpp"
 
@@ -188,11 +189,20 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     v.title = path;
     const std::string run_json = (fs::path(path) / "run.json").string();
     v.run = run_beside(run_json, read_run);
+    // With a run.json, only the maps it lists, as the run wrote them.
+    const auto listed = listed_outputs(path);
     for (const char* name : {"attention", "self_attention", "cross_attention"}) {
-      const std::string file = (fs::path(path) / (std::string(name) + ".npy")).string();
-      if (fs::exists(file, ec))
-        v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
+      const std::string base = std::string(name) + ".npy";
+      const std::string file = (fs::path(path) / base).string();
+      if (!fs::exists(file, ec) || (listed && !listed->count(base))) continue;
+      check_run_output(file);
+      v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
     }
+    if (v.maps.empty() && listed)
+      fail_input(path +
+                 "/run.json lists no attention.npy, self_attention.npy or cross_attention.npy; "
+                 "expected a run with save_attention (a map file there from an earlier run is "
+                 "not shown)");
     if (v.maps.empty())
       fail_input(path +
                  ": no attention.npy, self_attention.npy or cross_attention.npy in this "
@@ -200,6 +210,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
                  "(results.jsonl) or an attention .npy file");
   } else {
     if (!fs::exists(path, ec)) fail_input(path + ": no such file or directory");
+    if (!is_stream_input(path)) check_run_output(path);
     v.title = path;
     const fs::path file(path);
     v.run = run_beside((file.parent_path() / "run.json").string(), read_run);

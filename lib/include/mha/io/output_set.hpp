@@ -7,10 +7,13 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "mha/io/checksum.hpp"
 #include "mha/io/npy.hpp"
 
 namespace mha {
@@ -53,15 +56,35 @@ class OutputSet {
 
    private:
     friend class OutputSet;
+    struct Block {
+      std::uint64_t at, bytes;  // file offset and length
+      std::uint32_t crc32;
+    };
+    // The file's checksum from the blocks' own (crc32_combine in file order),
+    // or read back from the file when they do not tile it.
+    FileChecksum checksum(const std::string& header) const;
     int fd_ = -1;
     std::size_t data_start_ = 0, itemsize_ = 0;
     std::string name_;
+    mutable std::mutex blocks_mutex_;
+    mutable std::vector<Block> blocks_;  // each write_elements call's crc32
   };
   const NpyStream& stage_npy_stream(const std::string& filename, DType dtype,
                                     const std::vector<std::size_t>& shape);
 
-  // Renames every staged file to its final name (in staging order); streams
-  // are synced and closed first.
+  // The crc32 and size of a staged file as it will be committed (a stream's
+  // once its elements are all written), for run.json.
+  FileChecksum checksum(const std::string& filename) const;
+
+  // Files in dir() that commit() removes before it renames anything: the
+  // outputs of an earlier run (run.json first), so that the directory never
+  // holds one run's files beside another's, even if this process dies
+  // half-way through the renames. A link is removed, never followed.
+  void remove_on_commit(std::vector<std::string> filenames);
+
+  // Removes the files remove_on_commit() named, then renames every staged
+  // file to its final name (in staging order); streams are synced and
+  // closed first.
   void commit();
   std::vector<std::string> committed() const { return committed_; }
 
@@ -69,11 +92,14 @@ class OutputSet {
   struct Staged {
     std::string tmp, final_path;
     std::shared_ptr<NpyStream> stream;  // open file of a stage_npy_stream, else null
+    FileChecksum sum;                   // of a file written whole (not of a stream)
+    std::string header;                 // a stream's .npy header
   };
   std::string temp_path(const std::string& filename);
   std::string dir_;
   std::vector<Staged> staged_;
   std::vector<std::string> committed_;
+  std::vector<std::string> remove_;
 };
 
 // For applications: on SIGINT, SIGTERM or SIGHUP remove every temporary an

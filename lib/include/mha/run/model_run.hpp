@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mha/checkpoint/forward.hpp"
+#include "mha/io/checksum.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha {
@@ -62,7 +64,8 @@ struct ModelRunReport {
   std::uint64_t memory_estimate = 0, max_memory = 0;
   int threads = 1;
   double read_ms = 0, forward_ms = 0, total_ms = 0;
-  std::vector<std::string> outputs;  // file names written, run.json last
+  std::vector<std::string> outputs;               // file names written, run.json last
+  std::map<std::string, FileChecksum> checksums;  // of each output but run.json
 };
 
 // A checkpoint with its tokenizer (DIR/tokenizer.json, when there is one):

@@ -56,6 +56,11 @@ struct OutputFile {
   std::optional<std::string> dtype;               // .npy and weights.npz
   std::optional<std::string> layout;              // weights.npz
   std::optional<PlotFile> plot;                   // attention.png
+  // The whole file's size and crc32 (8 lowercase hex digits), which readers
+  // check it against (io/out_dir.hpp); absent from run.json files written
+  // before outputs carried checksums.
+  std::optional<std::uint64_t> bytes;
+  std::optional<std::string> crc32;
 };
 
 // Of a written .npy file (see npy_stats); a statistic that is not finite

@@ -1,0 +1,100 @@
+#include "mha/io/dir_lock.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "mha/base/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mha {
+
+namespace {
+
+// The pid the holder wrote, or "" when it has not written it yet.
+std::string holder_pid(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return "";
+  std::string pid(buf, static_cast<std::size_t>(n));
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  return pid.find_first_not_of("0123456789") == std::string::npos ? pid : "";
+}
+
+}  // namespace
+
+DirLock::DirLock(const std::string& dir, const std::string& name)
+    : dir_(dir.empty() ? "." : dir), path_((fs::path(dir_) / name).string()) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir_, ec))) {
+    created_dir_ = fs::create_directories(dir_, ec);
+    if (ec) fail_runtime(dir_ + ": cannot create output directory: " + ec.message());
+  }
+  if (!fs::is_directory(dir_, ec))
+    fail_runtime(dir_ + ": output directory exists but is not a directory");
+  // The holder removes the file when it is done, so the file locked may have
+  // been unlinked between open and flock: then open the new one.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ELOOP)
+        fail_runtime(path_ + ": is a symbolic link; the lock file is never followed (remove it)");
+      fail_runtime(path_ +
+                   ": cannot create the output directory's lock file: " + std::strerror(err));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
+      ::close(fd);
+      fail_runtime(path_ + ": is not a plain file of its own; expected the lock file mha makes");
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) {
+        ::close(fd);
+        fail_runtime(path_ + ": cannot lock it: " + std::strerror(err));
+      }
+      // The holder writes its pid right after locking: give it a moment.
+      std::string pid = holder_pid(fd);
+      for (int i = 0; i < 20 && pid.empty(); ++i) {
+        ::usleep(5000);
+        pid = holder_pid(fd);
+      }
+      ::close(fd);
+      fail_input(dir_ + ": in use by another mha process" +
+                 (pid.empty() ? std::string() : " (pid " + pid + ")") +
+                 " writing its outputs there; wait for it to finish or choose another out_dir");
+    }
+    struct stat now {};
+    if (::stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd, 0) != 0 ||
+          ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+        const int err = errno;
+        ::close(fd);
+        fail_runtime(path_ + ": cannot write the lock file: " + std::strerror(err));
+      }
+      fd_ = fd;
+      return;
+    }
+    ::close(fd);  // unlinked by its last holder: try the current one
+  }
+  fail_runtime(path_ + ": the lock file keeps changing; is another process removing it?");
+}
+
+DirLock::~DirLock() {
+  if (fd_ < 0) return;
+  // Unlinked while still held: a process that opened it meanwhile finds the
+  // inode gone from the directory after its flock and opens the new file.
+  ::unlink(path_.c_str());
+  ::close(fd_);
+  if (created_dir_) ::rmdir(dir_.c_str());  // only when empty
+}
+
+}  // namespace mha
