@@ -116,3 +116,12 @@ add_test(NAME models.safetensors_write
          COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/safetensors_write.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(models.safetensors_write PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# An out_dir belongs to one run: stale outputs removed, checksums checked by the readers, the
+# out_dir lock (two processes at once), and links planted at every name a command writes.
+foreach(group StaleOutputs Checksums Locks Links)
+  add_test(NAME cli.out_dir.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_out_dir.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.out_dir.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
