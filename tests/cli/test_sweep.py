@@ -255,8 +255,8 @@ class Case(unittest.TestCase):
             run_dir = os.path.join(out, d)
             for name in os.listdir(run_dir):
                 path = os.path.join(run_dir, name)
-                if name.startswith("."):
-                    self.assertRegex(name, r"^\.[^/]+\.tmp\.\d+\.\d+$", path)
+                if name.startswith("."):  # the unheld lock file, or a temporary
+                    self.assertRegex(name, r"^(\.mha\.lock|\.[^/]+\.tmp\.\d+\.\d+)$", path)
                 elif name == "run.json":
                     self.assertEqual(load_json(path)["status"], "complete", path)
                 elif name.endswith(".npy"):

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "mha/base/error.hpp"
+#include "mha/io/output_set.hpp"
 
 namespace fs = std::filesystem;
 
@@ -81,6 +82,7 @@ DirLock::DirLock(const std::string& dir, const std::string& name)
         fail_runtime(path_ + ": cannot write the lock file: " + std::strerror(err));
       }
       fd_ = fd;
+      remove_on_signal(path_);  // a run stopped by SIGINT or SIGTERM leaves no lock file
       return;
     }
     ::close(fd);  // unlinked by its last holder: try the current one
@@ -92,6 +94,7 @@ DirLock::~DirLock() {
   if (fd_ < 0) return;
   // Unlinked while still held: a process that opened it meanwhile finds the
   // inode gone from the directory after its flock and opens the new file.
+  forget_on_signal(path_);
   ::unlink(path_.c_str());
   ::close(fd_);
   if (created_dir_) ::rmdir(dir_.c_str());  // only when empty

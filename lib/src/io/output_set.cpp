@@ -389,6 +389,14 @@ void OutputSet::commit() {
   sync_path(dir_, O_RDONLY | O_DIRECTORY);
 }
 
+void remove_on_signal(const std::string& path) {
+  register_temp(path);
+}
+
+void forget_on_signal(const std::string& path) {
+  unregister_temp(path);
+}
+
 void remove_temporaries_on_signal() {
   struct sigaction action {};
   action.sa_handler = remove_temporaries_and_die;

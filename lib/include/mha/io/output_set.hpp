@@ -109,4 +109,9 @@ class OutputSet {
 // '.' and contain ".tmp.", and no final name ever holds a partial file.)
 void remove_temporaries_on_signal();
 
+// Another file the handler above removes (a DirLock's lock file), until
+// forget_on_signal(path).
+void remove_on_signal(const std::string& path);
+void forget_on_signal(const std::string& path);
+
 }  // namespace mha
