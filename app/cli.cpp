@@ -26,6 +26,7 @@
 #include "mha/io/output_set.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/fma_peak.hpp"
 #include "mha/kernel/vexp.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/weight_formats.hpp"
@@ -235,23 +236,35 @@ std::vector<bool> parse_bench_dtypes(const std::string& list) {
 
 // The table's lines above its rows: the machine's GEMM speeds, then the column names.
 void print_bench_header(const BenchArgs& args, int threads, double sgemm,
-                        std::optional<double> bf16_gemm) {
+                        std::optional<double> bf16_gemm, const std::vector<FmaPeak>& peaks) {
   std::cout << fmt::format(
       "sgemm 2048^3: {:.1f} GFLOP/s with {} thread(s); OpenBLAS {} kernels; direct GEMM {}, "
       "exp {}\n",
       sgemm, threads, blas_load().core, direct_gemm_isa(), vexp_isa());
+  std::string peak_line;
+  for (const FmaPeak& p : peaks)
+    peak_line += fmt::format("{}{} {:.1f}", peak_line.empty() ? "" : ", ", p.isa, p.gflops);
+  if (!peak_line.empty())
+    std::cout << "FMA peak (registers only), GFLOP/s: " << peak_line << "; \"peak\" is of "
+              << peaks.front().isa << "\n";
   if (bf16_gemm)
     std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
                              *bf16_gemm);
-  std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>10}", "shape",
-                           "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm",
+  std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10} {:>10} {:>9} {:>7} {:>6} {:>10}", "shape",
+                           "variant", "dtype", "ms median", "ms min", "GFLOP/s", "sgemm", "peak",
                            "peak RSS");
   if (args.one_shot)
     std::cout << fmt::format(" {:>11} {:>6} {:>10}", "1-shot comp", "ratio", "1-shot wall");
   std::cout << "\n";
 }
 
-nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneShot>& one) {
+// The case's GFLOP/s over the widest ISA's FMA peak (0 without one).
+double peak_fraction(const BenchResult& r, const std::vector<FmaPeak>& peaks) {
+  return peaks.empty() || peaks.front().gflops <= 0 ? 0.0 : r.gflops / peaks.front().gflops;
+}
+
+nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneShot>& one,
+                                 const std::vector<FmaPeak>& peaks) {
   const Dims& d = r.dims;
   nlohmann::json j = {{"shape", r.shape},
                       {"variant", r.variant},
@@ -266,6 +279,7 @@ nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneSh
                       {"ms_min", r.ms_min},
                       {"gflops", r.gflops},
                       {"sgemm_fraction", r.sgemm_fraction},
+                      {"fma_peak_fraction", peak_fraction(r, peaks)},
                       {"peak_rss_bytes", r.peak_rss_bytes}};
   if (r.layers) {
     j["layers"] = r.layers;
@@ -278,10 +292,12 @@ nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneSh
   return j;
 }
 
-void print_bench_row(const BenchResult& r, const std::optional<OneShot>& one) {
-  std::cout << fmt::format("{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.0f} MiB",
-                           r.shape, r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops,
-                           100 * r.sgemm_fraction, r.peak_rss_bytes / 1048576.0);
+void print_bench_row(const BenchResult& r, const std::optional<OneShot>& one,
+                     const std::vector<FmaPeak>& peaks) {
+  std::cout << fmt::format(
+      "{:<12} {:<8} {:<8} {:>10.3f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>5.0f}% {:>7.0f} MiB", r.shape,
+      r.variant, r.dtype, r.ms_median, r.ms_min, r.gflops, 100 * r.sgemm_fraction,
+      100 * peak_fraction(r, peaks), r.peak_rss_bytes / 1048576.0);
   if (one)
     std::cout << fmt::format(" {:>11.3f} {:>5.2f}x {:>10.3f}", one->compute_ms,
                              one->compute_ms / r.ms_median, one->wall_ms);
@@ -296,9 +312,11 @@ int do_bench(const BenchArgs& args) {
   const int threads = resolve_threads(args.threads);
   const double sgemm = sgemm_gflops(threads, 5);
   const double bf16_gemm = any_bf16 ? bf16_gemm_gflops(threads, 5) : 0.0;
+  const std::vector<FmaPeak> peaks = fma_peaks(threads);
   nlohmann::json results = nlohmann::json::array();
   if (!args.json)
-    print_bench_header(args, threads, sgemm, any_bf16 ? std::optional(bf16_gemm) : std::nullopt);
+    print_bench_header(args, threads, sgemm, any_bf16 ? std::optional(bf16_gemm) : std::nullopt,
+                       peaks);
   std::vector<std::tuple<std::string, std::string, bool>> runs;  // each case in each dtype
   for (const auto& [name, variant] : plan.cases)
     for (const bool bf16 : bf16s) runs.emplace_back(name, variant, bf16);
@@ -316,15 +334,18 @@ int do_bench(const BenchArgs& args) {
       one = time_one_shot(std::filesystem::read_symlink("/proc/self/exe").string(), config,
                           args.repeat);
     }
-    results.push_back(bench_result_json(r, one));
-    if (!args.json) print_bench_row(r, one);
+    results.push_back(bench_result_json(r, one, peaks));
+    if (!args.json) print_bench_row(r, one, peaks);
   }
   if (args.json) {
+    nlohmann::json fma_json = nlohmann::json::object();
+    for (const FmaPeak& p : peaks) fma_json[p.isa] = p.gflops;
     nlohmann::json out = {{"tool", "mha"},
                           {"version", MHA_VERSION},
                           {"threads", threads},
                           {"repeat", args.repeat},
                           {"sgemm_gflops", sgemm},
+                          {"fma_peak_gflops", fma_json},
                           {"results", results},
                           {"blas", to_json(blas_load())},
                           {"kernels", to_json(KernelReport{direct_gemm_isa(), vexp_isa()})}};

@@ -338,6 +338,17 @@ class Bench(Case):
         self.assertEqual(tut["flops"], 2 * 64 * (5 * 512 * 512 * 4 + 8 * 5 * 5 * 128))
         self.assertGreater(tut["ms_median"], 0)
         self.assertLessEqual(tut["ms_min"], tut["ms_median"])
+        # The FMA peak of every ISA the CPU has (/proc/cpuinfo's flags), widest first; each case
+        # as a fraction of the widest.
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split("flags")[1].split("\n")[0].split()
+        isas = [isa for isa, flag in (("avx512", "avx512f"), ("avx2", "avx2")) if flag in flags]
+        self.assertEqual(sorted(r["fma_peak_gflops"]), sorted(isas))
+        for isa in isas:
+            self.assertGreater(r["fma_peak_gflops"][isa], 0, isa)
+        if isas:
+            widest = r["fma_peak_gflops"][isas[0]]
+            self.assertAlmostEqual(tut["fma_peak_fraction"], tut["gflops"] / widest, places=9)
 
     def test_bench_bad_shape(self):
         rc, _, err = run(["bench", "--shapes", "huge"])
