@@ -116,3 +116,12 @@ add_test(NAME models.safetensors_write
          COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/safetensors_write.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(models.safetensors_write PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+
+# `mha compare` against numpy.allclose: NaN and infinities at the same and different indices,
+# with and without --equal_nan, and the refused tolerances.
+foreach(group Verdicts Tolerances)
+  add_test(NAME cli.compare.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_compare.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.compare.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
