@@ -873,7 +873,7 @@ class Jobs(Case):
     def test_one_core_is_shared_by_one_job(self):
         # SLURM_CPUS_PER_TASK=1 makes any machine a 1-core one for mha: --jobs 2 is refused
         # there, and --jobs 1 runs one run at a time with 1 thread.
-        s = self.write_sweep({"base": SMALL, "grid": {"seed": [0, 1]}})
+        s = self.write_sweep({"base": dict(SMALL, h=2), "grid": {"seed": [0, 1]}})
         env = dict(os.environ, SLURM_CPUS_PER_TASK="1")
         refused = subprocess.run([MHA, "sweep", s, "--jobs", "2", "--out_dir", self.path("two")],
                                  capture_output=True, text=True, timeout=60, env=env)

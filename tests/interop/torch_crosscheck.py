@@ -484,10 +484,10 @@ def check_compare_verdicts(hx):
     hx.mha(["compare", p("a.npy"), p("a_close.npy"), "--rtol", "1e-5", "--atol", "1e-5"], expect=1,
            what="mha compare a.npy a_close.npy (NaN at the same index, no --equal_nan)")
     # atol + rtol*|b|: |4.01 - 4| = 0.01 <= 0 + 0.0025 * 4.01 holds, with |a| it would not
-    hx.mha(["compare", p("a.npy"), p("b.npy"), "--rtol", "0.0025", "--atol", "0"], expect=0,
-           what="mha compare a.npy b.npy --rtol 0.0025 (rtol scales |b|)")
-    hx.mha(["compare", p("b.npy"), p("a.npy"), "--rtol", "0.0025", "--atol", "0"], expect=1,
-           what="mha compare b.npy a.npy --rtol 0.0025 (rtol scales |b|)")
+    hx.mha(["compare", p("a.npy"), p("b.npy"), "--rtol", "0.0025", "--atol", "0", "--equal_nan"],
+           expect=0, what="mha compare a.npy b.npy --rtol 0.0025 (rtol scales |b|)")
+    hx.mha(["compare", p("b.npy"), p("a.npy"), "--rtol", "0.0025", "--atol", "0", "--equal_nan"],
+           expect=1, what="mha compare b.npy a.npy --rtol 0.0025 (rtol scales |b|)")
 
 
 # ---------------------------------------------------------------- main
