@@ -33,7 +33,8 @@ def missing():
     if chromium_path() is None:
         found.append(("chromium (apt-get install chromium, or MHA_CHROMIUM)", CHROMIUM_TESTS))
     # As tests/slurm/test_slurm.py looks: PATH, then /usr/sbin (not on a user's PATH).
-    absent = [t for t in SLURM_TOOLS if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
+    absent = [t for t in SLURM_TOOLS
+              if not shutil.which(t) and not os.path.exists("/usr/sbin/" + t)]
     if absent:
         found.append((f"Slurm ({', '.join(absent)}: apt-get install slurmctld slurmd slurm-client "
                       "munge)", SLURM_TESTS))

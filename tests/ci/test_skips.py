@@ -24,7 +24,8 @@ import skips  # noqa: E402
 
 # Ways a Python or shell test can skip; only tests/skips.py may use them.
 SKIP_PATTERNS = re.compile(r"skipTest\(|SkipTest|unittest\.skip|pytest\.skip|pytest\.mark\.skip|"
-                           r"skipif|importorskip|exit\(\s*77\s*\)|(?:^|[;&|])\s*exit 77\b|exit\(SKIP\)")
+                           r"skipif|importorskip|exit\(\s*77\s*\)|(?:^|[;&|])\s*exit 77\b|"
+                           r"exit\(SKIP\)")
 BROWSER_TESTS = ["view.AttentionPage", "view.RunHtml", "view.LargePage", "view.SweepReport",
                  "view.browser"]
 
@@ -86,7 +87,8 @@ class Allowed(unittest.TestCase):
         self.assertFalse(skips.required({}))
 
     def test_skip_exit_codes(self):
-        code = "import sys; sys.path.insert(0, 'tests'); import skips; skips.skip(['slurm.arrays'], 'no cluster')"
+        code = ("import sys; sys.path.insert(0, 'tests'); import skips; "
+                "skips.skip(['slurm.arrays'], 'no cluster')")
         p = run(["-c", code], env_with())
         self.assertEqual((p.returncode, p.stdout), (77, "SKIP: no cluster\n"))
         p = run(["-c", code], env_with(MHA_REQUIRE_ALL="1"))

@@ -901,12 +901,17 @@ class Jobs(Case):
         s = self.write_sweep({"base": SMALL, "grid": {"h": [1, 2]}})
         self.expect_refused(s, "--jobs", str(CORES + 1), fragment=f"--jobs {CORES + 1}")
         self.expect_refused(s, "--jobs", "0", fragment="--jobs")
-        if CORES < 2:
-            return  # --jobs 2 is refused for the cores alone
-        t = self.write_sweep({"base": dict(SMALL, threads=CORES), "grid": {"h": [1, 2]}}, "t.json")
-        self.expect_refused(t, "--jobs", "2", fragment=f"threads = {CORES} with --jobs 2")
-        # Alone, the same threads fit.
-        self.sweep(t, self.path("ok"), "-q")
+        # Explicit threads that do not fit beside the other jobs (jobs x threads > cores); on a
+        # single core, 2 threads with --jobs 1.
+        jobs = min(CORES, 2)
+        threads = CORES // jobs + 1
+        t = self.write_sweep({"base": dict(SMALL, threads=threads), "grid": {"h": [1, 2]}},
+                             "t.json")
+        self.expect_refused(t, "--jobs", str(jobs),
+                            fragment=f"threads = {threads} with --jobs {jobs}")
+        # Every core for one run alone fits.
+        u = self.write_sweep({"base": dict(SMALL, threads=CORES), "grid": {"h": [1, 2]}}, "u.json")
+        self.sweep(u, self.path("ok"), "-q")
         self.assertEqual(load_json(self.path("ok", "h=1", "run.json"))["config"]["threads"], CORES)
 
 
