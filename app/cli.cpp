@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -115,8 +117,22 @@ void add_weights_command(CLI::App& app, ConvertArgs& args) {
 
 struct CompareArgs {
   std::string a, b;
-  double rtol = 1e-5, atol = 1e-8;
+  AllClose tolerance;  // numpy.allclose's defaults
 };
+
+// numpy.allclose takes any tolerance; a negative, infinite or NaN one makes
+// its answer meaningless, so the flags refuse them.
+CLI::Validator tolerance_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
+          return "expected a finite number >= 0, got '" + text + "'";
+        return std::string();
+      },
+      "TOL>=0");
+}
 
 void add_compare_command(CLI::App& app, CompareArgs& args) {
   CLI::App* compare = app.add_subcommand(
@@ -129,10 +145,13 @@ void add_compare_command(CLI::App& app, CompareArgs& args) {
       "  mha compare out/one_thread/output.npy out/default/output.npy --rtol 0 --atol 0");
   compare->add_option("A", args.a, "array to check")->required();
   compare->add_option("B", args.b, "reference array")->required();
-  compare->add_option("--rtol", args.rtol, "relative tolerance (default 1e-5)")
-      ->check(CLI::NonNegativeNumber);
-  compare->add_option("--atol", args.atol, "absolute tolerance (default 1e-8)")
-      ->check(CLI::NonNegativeNumber);
+  compare->add_option("--rtol", args.tolerance.rtol, "relative tolerance (default 1e-5)")
+      ->check(tolerance_check());
+  compare->add_option("--atol", args.tolerance.atol, "absolute tolerance (default 1e-8)")
+      ->check(tolerance_check());
+  compare->add_flag("--equal_nan", args.tolerance.equal_nan,
+                    "count NaN in both arrays at the same index as close (default: NaN is never "
+                    "close, as in numpy)");
 }
 
 struct BenchArgs {
@@ -375,22 +394,25 @@ int do_convert(const ConvertArgs& args) {
 }
 
 int do_compare(const CompareArgs& args) {
-  const Comparison c =
-      compare(read_npy(args.a), read_npy(args.b), args.rtol, args.atol, args.a, args.b);
+  const Comparison c = compare(read_npy(args.a), read_npy(args.b), args.tolerance, args.a, args.b);
   if (!c.same_shape)  // numpy.allclose would broadcast; equal shapes are what a check means
     throw Error(ErrorKind::invalid_input,
                 args.a + " and " + args.b + " cannot be compared: shapes " +
                     shape_str(read_npy(args.a).shape) + " vs " + shape_str(read_npy(args.b).shape) +
                     " (expected equal shapes)");
-  std::cout << fmt::format("{} vs {}: {} elements, {} outside rtol={:g} atol={:g}\n", args.a,
-                           args.b, c.count, c.mismatches, args.rtol, args.atol);
+  std::cout << fmt::format("{} vs {}: {} elements, {} outside rtol={:g} atol={:g}{}\n", args.a,
+                           args.b, c.count, c.mismatches, args.tolerance.rtol, args.tolerance.atol,
+                           args.tolerance.equal_nan ? " equal_nan" : "");
   std::cout << fmt::format("max abs diff {:.6g}, max rel diff {:.6g}\n", c.max_abs_diff,
                            c.max_rel_diff);
   if (!c.worst_index.empty())
     std::cout << fmt::format("worst index {}: {:.9g} vs {:.9g}\n", shape_str(c.worst_index),
                              c.worst_a, c.worst_b);
-  std::cout << fmt::format("NaN: {} in A, {} in B, {} at different positions\n", c.nan_a, c.nan_b,
-                           c.nan_mismatches);
+  const std::uint64_t nan_pairs = (c.nan_a + c.nan_b - c.nan_mismatches) / 2;
+  std::cout << fmt::format(
+      "NaN: {} in A, {} in B, {} at different positions{}\n", c.nan_a, c.nan_b, c.nan_mismatches,
+      nan_pairs && !args.tolerance.equal_nan ? " (NaN is not close to NaN without --equal_nan)"
+                                             : "");
   std::cout << "allclose: " << (c.close ? "yes" : "no") << std::endl;
   return c.close ? 0 : 1;
 }

@@ -125,3 +125,12 @@ foreach(group StaleOutputs Checksums Locks Links)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.out_dir.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+
+# `mha compare` against numpy.allclose: NaN and infinities at the same and different indices,
+# with and without --equal_nan, and the refused tolerances.
+foreach(group Verdicts Tolerances)
+  add_test(NAME cli.compare.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_compare.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.compare.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()

@@ -126,10 +126,27 @@ TEST_CASE("rtol scales with |b|, the reference", "[compare]") {
   }
 }
 
-TEST_CASE("NaN equals NaN at the same index, and nothing else", "[compare]") {
+TEST_CASE("NaN is never close by default, as numpy.allclose(equal_nan=False)", "[compare]") {
+  // NaN at the same index: close only with equal_nan.
+  const NpyArray a = f8({kNaN, 3.0}), b = f8({kNaN, 3.0});
+  const Comparison c = mha::compare(a, b, 0.0, 0.0);
+  CHECK_FALSE(c.close);
+  CHECK(c.mismatches == 1);
+  CHECK(c.nan_a == 1);
+  CHECK(c.nan_b == 1);
+  CHECK(c.nan_mismatches == 0);  // same positions: not a NaN mismatch, still not close
+  CHECK(c.worst_index == Index{0});
+  CHECK_FALSE(mha::compare(a, b, mha::AllClose{}).close);  // numpy's defaults
+  CHECK(mha::compare(a, b, mha::AllClose{0.0, 0.0, true}).close);
+  // Huge tolerances do not make NaN close.
+  CHECK_FALSE(mha::compare(f8({kNaN}), f8({kNaN}), 1e300, 1e300).close);
+}
+
+TEST_CASE("with equal_nan, NaN equals NaN at the same index, and nothing else", "[compare]") {
+  const mha::AllClose equal_nan{1e-5, 1e-8, true};
   const NpyArray a = f8({kNaN, 1.0, kNaN, 4.0});
   const NpyArray b = f8({kNaN, 1.0, 2.0, kNaN});
-  const Comparison c = mha::compare(a, b, 1e-5, 1e-8);
+  const Comparison c = mha::compare(a, b, equal_nan);
   CHECK_FALSE(c.close);
   CHECK(c.count == 4);
   CHECK(c.nan_a == 2);
@@ -140,27 +157,52 @@ TEST_CASE("NaN equals NaN at the same index, and nothing else", "[compare]") {
   CHECK(c.worst_index == Index{2});  // the first NaN mismatch wins
   CHECK(std::isnan(c.worst_a));
   CHECK(c.worst_b == 2.0);
+  // Without equal_nan the NaN pair at 0 is a mismatch too, and the first.
+  const Comparison d = mha::compare(a, b, 1e-5, 1e-8);
+  CHECK(d.mismatches == 3);
+  CHECK(d.nan_mismatches == 2);
+  CHECK(d.worst_index == Index{0});
 
+  const mha::AllClose exact_nan{0.0, 0.0, true};
   SECTION("NaN at the same positions only is close") {
-    const Comparison d = mha::compare(f8({kNaN, 3.0}), f8({kNaN, 3.0}), 0.0, 0.0);
-    CHECK(d.close);
-    CHECK(d.nan_a == 1);
-    CHECK(d.nan_b == 1);
-    CHECK(d.nan_mismatches == 0);
-    CHECK(d.worst_index == Index{1});
+    const Comparison e = mha::compare(f8({kNaN, 3.0}), f8({kNaN, 3.0}), exact_nan);
+    CHECK(e.close);
+    CHECK(e.nan_a == 1);
+    CHECK(e.nan_b == 1);
+    CHECK(e.nan_mismatches == 0);
+    CHECK(e.worst_index == Index{1});
   }
   SECTION("all NaN is close") {
-    const Comparison d = mha::compare(f8({kNaN, kNaN}), f8({kNaN, kNaN}), 0.0, 0.0);
-    CHECK(d.close);
-    CHECK(d.worst_index == Index{0});
+    const Comparison e = mha::compare(f8({kNaN, kNaN}), f8({kNaN, kNaN}), exact_nan);
+    CHECK(e.close);
+    CHECK(e.worst_index == Index{0});
   }
   SECTION("a NaN mismatch beats any finite excess") {
-    const Comparison d = mha::compare(f8({100.0, kNaN}), f8({0.0, 1.0}), 0.0, 0.0);
-    CHECK(d.mismatches == 2);
-    CHECK(d.nan_mismatches == 1);
-    CHECK(d.worst_index == Index{1});
-    CHECK(d.max_abs_diff == 100.0);
+    const Comparison e = mha::compare(f8({100.0, kNaN}), f8({0.0, 1.0}), exact_nan);
+    CHECK(e.mismatches == 2);
+    CHECK(e.nan_mismatches == 1);
+    CHECK(e.worst_index == Index{1});
+    CHECK(e.max_abs_diff == 100.0);
   }
+}
+
+TEST_CASE("tolerances must be finite and >= 0", "[compare]") {
+  const NpyArray a = f8({1.0});
+  for (const double bad : {-1.0, -1e-300, kNaN, kInf, -kInf}) {
+    for (const bool rtol : {true, false}) {
+      try {
+        mha::compare(a, a, rtol ? bad : 0.0, rtol ? 0.0 : bad);
+        FAIL("no exception for " << bad);
+      } catch (const mha::Error& e) {
+        CHECK(e.kind() == mha::ErrorKind::invalid_input);
+        const std::string what = e.what();
+        CHECK(what.find(rtol ? "rtol" : "atol") != std::string::npos);
+        CHECK(what.find("expected a finite number >= 0") != std::string::npos);
+      }
+    }
+  }
+  CHECK(mha::compare(a, a, 0.0, 0.0).close);
+  CHECK(mha::compare(a, a, 1e300, 1e300).close);
 }
 
 TEST_CASE("infinities match only themselves", "[compare]") {
@@ -260,7 +302,7 @@ TEST_CASE("float16, float32 and float64 compare by value", "[compare]") {
   const NpyArray d = f8({1.0, 0.5, -2.0, kInf, kNaN});
   for (const NpyArray* x : {&h, &s, &d})
     for (const NpyArray* y : {&h, &s, &d}) {
-      const Comparison c = mha::compare(*x, *y, 0.0, 0.0);
+      const Comparison c = mha::compare(*x, *y, mha::AllClose{0.0, 0.0, true});
       CHECK(c.close);
       CHECK(c.nan_a == 1);
       CHECK(c.nan_b == 1);

@@ -3,10 +3,13 @@
 // kernel_keras[i, head, c] = W[i, head * d + c]).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "mha/io/npz.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "test_util.hpp"
 
@@ -153,4 +156,74 @@ TEST_CASE("layout detection and native names", "[weights]") {
                   "unknown weight tensor 'in_proj_weight'");
   require_invalid([&] { mha::to_native(native, WeightsFormat::keras, "w.npz"); },
                   "unknown tensor 'W_q' in Keras");
+}
+
+TEST_CASE("convert_weights_file refuses non-float tensors and output paths it cannot write",
+          "[weights]") {
+  namespace fs = std::filesystem;
+  TempDir dir("convert");
+  // Native weights, d_model = 4, h = 2, no biases.
+  std::vector<std::pair<std::string, NpyArray>> native = {{"W_q", counting({4, 4}, 0)},
+                                                          {"W_k", counting({4, 4}, 100)},
+                                                          {"W_v", counting({4, 4}, 200)},
+                                                          {"W_o", counting({4, 4}, 300)}};
+  const std::string in = dir / "w.npz";
+  mha::write_npz(in, native);
+
+  SECTION("float16 and float64 convert; int32 and bool are refused, naming the tensor") {
+    for (const mha::DType dtype : {mha::DType::f2, mha::DType::f8}) {
+      auto members = native;
+      for (auto& [name, a] : members) {  // the values do not matter here, only the dtype
+        a.dtype = dtype;
+        a.data.resize(16 * mha::itemsize(dtype));
+      }
+      mha::write_npz(dir / "f.npz", members);
+      mha::convert_weights_file(dir / "f.npz", WeightsFormat::auto_detect, WeightsFormat::torch,
+                                std::nullopt, dir / "f_torch.npz");
+      CHECK(fs::exists(dir / "f_torch.npz"));
+      fs::remove(dir / "f_torch.npz");
+    }
+    for (const mha::DType dtype : {mha::DType::i4, mha::DType::b1}) {
+      auto members = native;
+      NpyArray& w_v = members[2].second;
+      w_v.dtype = dtype;
+      w_v.data.resize(16 * mha::itemsize(dtype));
+      mha::write_npz(dir / "i.npz", members);
+      require_invalid(
+          [&] {
+            mha::convert_weights_file(dir / "i.npz", WeightsFormat::auto_detect,
+                                      WeightsFormat::torch, std::nullopt, dir / "i_torch.npz");
+          },
+          dir / "i.npz" + ": tensor 'W_v' has dtype " + mha::dtype_name(dtype) +
+              "; expected float16, float32 or float64 weights");
+      CHECK_FALSE(fs::exists(dir / "i_torch.npz"));
+    }
+  }
+  SECTION("an existing directory, or a path under a file, before the input is read") {
+    fs::create_directory(dir / "out");
+    const std::string missing = dir / "missing.npz";  // reading it would fail: it is never read
+    require_invalid(
+        [&] {
+          mha::convert_weights_file(missing, WeightsFormat::auto_detect, WeightsFormat::torch,
+                                    std::nullopt, dir / "out");
+        },
+        dir / "out" + ": is a directory; expected the path of the file to write");
+    require_invalid(
+        [&] {
+          mha::convert_weights_file(missing, WeightsFormat::auto_detect, WeightsFormat::torch,
+                                    std::nullopt, dir / "out/");
+        },
+        ": is a directory");
+    require_invalid(
+        [&] {
+          mha::convert_weights_file(in, WeightsFormat::auto_detect, WeightsFormat::torch,
+                                    std::nullopt, in + "/sub/torch.npz");
+        },
+        in + "/sub/torch.npz: " + in + " is a file; expected a directory to write into");
+    CHECK(fs::is_empty(dir / "out"));
+    // A parent that does not exist yet is made, as for every output.
+    mha::convert_weights_file(in, WeightsFormat::auto_detect, WeightsFormat::torch, std::nullopt,
+                              dir / "new/sub/torch.npz");
+    CHECK(fs::exists(dir / "new/sub/torch.npz"));
+  }
 }

@@ -275,6 +275,9 @@ add("npy_4d.npy", np_save(query.reshape(1, B, T, D)))
 add("npy_empty_1d.npy", np_save(np.zeros((0,), dtype="<f4")))
 add("npy_empty_1d_b.npy", np_save(np.zeros((0,), dtype="<f4")))
 add("npy_0d_b.npy", np_save(np.float32(1.5)))
+# mha compare: NaN at the same index in both (not close unless --equal_nan, as numpy.allclose).
+add("npy_compare_nan_a.npy", np_save(np.array([1.0, np.nan, 3.0], dtype="<f4")))
+add("npy_compare_nan_b.npy", np_save(np.array([1.0, np.nan, 3.0], dtype="<f4")))
 
 # ---------------------------------------------------------------------------
 # .npz
@@ -365,6 +368,8 @@ add("npz_wk_nan.npz", npz_of(with_(weights, W_k=w_nan)))
 b_inf = weights["b_o"].copy()
 b_inf[6] = -np.inf
 add("npz_bo_inf.npz", npz_of(with_(weights, b_o=b_inf)))
+# Every tensor int32 (mha weights convert would move the values as they are).
+add("npz_all_int32.npz", npz_of({n: np.round(a * 100).astype("<i4") for n, a in weights.items()}))
 
 # A directory of NAME.npy weights with an empty directory beside it.
 for n, a in weights.items():

@@ -354,10 +354,7 @@ class PlotCommand(Case):
         self.assertIn("color log, 0.01 to 0.1", err)
 
     def test_pytorch_attention_weights(self):
-        try:
-            import torch
-        except ImportError:
-            self.skipTest("python3-torch is not installed")
+        import torch  # python3-torch (scripts/setup.sh --test); imported here so others start fast
         torch.manual_seed(0)
         layer = torch.nn.MultiheadAttention(16, 4, batch_first=True)
         x = torch.rand(2, 7, 16)

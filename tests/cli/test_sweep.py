@@ -846,27 +846,47 @@ class Validity(Case):
 class Jobs(Case):
     """--jobs N shares the cores: threads = cores / N per run."""
 
-    def test_two_jobs(self):
-        if CORES < 2:
-            self.skipTest("needs 2 cores")
+    def test_jobs_share_the_cores(self):
+        # As many runs at once as --jobs says, each with its share of the cores: two on a machine
+        # with 2 cores or more, one (with every core) on a single core, where --jobs 2 is refused.
+        jobs = min(CORES, 2)
+        threads = CORES // jobs
         s = self.write_sweep({"base": dict(MEDIUM, seq_len=1024), "grid": {"seed": [0, 1, 2, 3]}})
         out = self.path("out")
-        p = self.start(s, out, "--jobs", "2")
+        p = self.start(s, out, "--jobs", str(jobs))
         most, deadline = 0, time.monotonic() + DEADLINE
         while p.poll() is None and time.monotonic() < deadline:
             most = max(most, len(children(p.pid)))
             time.sleep(0.005)
         self.assertEqual(p.wait(), 0, self.stderr_of(p))
-        self.assertEqual(most, 2, "--jobs 2 should run two runs at once")
-        self.assertIn(f"2 at a time with {CORES // 2} thread(s) each", self.stderr_of(p))
+        self.assertEqual(most, jobs, f"--jobs {jobs} should run {jobs} run(s) at once")
+        self.assertIn(f"{jobs} at a time with {threads} thread(s) each", self.stderr_of(p))
         for i in range(4):
             report = load_json(os.path.join(out, f"seed={i}", "run.json"))
             self.assertEqual(report["status"], "complete")
-            self.assertEqual(report["config"]["threads"], CORES // 2)
+            self.assertEqual(report["config"]["threads"], threads)
             self.assertEqual(load_json(os.path.join(out, f"seed={i}", "config.json"))["threads"],
-                             CORES // 2)
+                             threads)
         rows = self.check_results(out, [f"seed={i}" for i in range(4)])
-        self.assertEqual({r["threads"] for r in rows}, {CORES // 2})
+        self.assertEqual({r["threads"] for r in rows}, {threads})
+
+    def test_one_core_is_shared_by_one_job(self):
+        # SLURM_CPUS_PER_TASK=1 makes any machine a 1-core one for mha: --jobs 2 is refused
+        # there, and --jobs 1 runs one run at a time with 1 thread.
+        s = self.write_sweep({"base": dict(SMALL, h=2), "grid": {"seed": [0, 1]}})
+        env = dict(os.environ, SLURM_CPUS_PER_TASK="1")
+        refused = subprocess.run([MHA, "sweep", s, "--jobs", "2", "--out_dir", self.path("two")],
+                                 capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn("--jobs 2: this machine has 1 core(s) for this process", refused.stderr)
+        self.assertFalse(os.path.exists(self.path("two")))
+        ok = subprocess.run([MHA, "sweep", s, "--jobs", "1", "--out_dir", self.path("one")],
+                            capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("1 at a time with 1 thread(s) each", ok.stderr)
+        for i in range(2):
+            self.assertEqual(load_json(self.path("one", f"seed={i}", "run.json"))["config"]
+                             ["threads"], 1)
 
     def expect_refused(self, sweep_file, *flags, fragment):
         out = self.path("out")
@@ -881,12 +901,17 @@ class Jobs(Case):
         s = self.write_sweep({"base": SMALL, "grid": {"h": [1, 2]}})
         self.expect_refused(s, "--jobs", str(CORES + 1), fragment=f"--jobs {CORES + 1}")
         self.expect_refused(s, "--jobs", "0", fragment="--jobs")
-        if CORES < 2:
-            return  # --jobs 2 is refused for the cores alone
-        t = self.write_sweep({"base": dict(SMALL, threads=CORES), "grid": {"h": [1, 2]}}, "t.json")
-        self.expect_refused(t, "--jobs", "2", fragment=f"threads = {CORES} with --jobs 2")
-        # Alone, the same threads fit.
-        self.sweep(t, self.path("ok"), "-q")
+        # Explicit threads that do not fit beside the other jobs (jobs x threads > cores); on a
+        # single core, 2 threads with --jobs 1.
+        jobs = min(CORES, 2)
+        threads = CORES // jobs + 1
+        t = self.write_sweep({"base": dict(SMALL, threads=threads), "grid": {"h": [1, 2]}},
+                             "t.json")
+        self.expect_refused(t, "--jobs", str(jobs),
+                            fragment=f"threads = {threads} with --jobs {jobs}")
+        # Every core for one run alone fits.
+        u = self.write_sweep({"base": dict(SMALL, threads=CORES), "grid": {"h": [1, 2]}}, "u.json")
+        self.sweep(u, self.path("ok"), "-q")
         self.assertEqual(load_json(self.path("ok", "h=1", "run.json"))["config"]["threads"], CORES)
 
 

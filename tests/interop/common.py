@@ -57,7 +57,7 @@ class Harness:
         """Holds `got` against `expected` (.npy paths) with `mha compare` and with
         numpy.allclose(equal_nan=True); raises Failure when either says they differ
         or when the two disagree."""
-        cmd = ["compare", got, expected, "--rtol", repr(rtol), "--atol", repr(atol)]
+        cmd = ["compare", got, expected, "--rtol", repr(rtol), "--atol", repr(atol), "--equal_nan"]
         a, b = np.load(got), np.load(expected)
         if self.numpy_compare:
             if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):

@@ -17,7 +17,7 @@ together with the inputs, masks, and PyTorch's output and attention. Then
 
 runs on the same files and `mha compare` holds output.npy and attention.npy
 against PyTorch's at rtol = atol = 1e-5 (float32) or 1e-10 (float64); every
-verdict of `mha compare` is also checked against numpy.allclose(equal_nan=True).
+verdict of `mha compare --equal_nan` is also checked against numpy.allclose(equal_nan=True).
 
 Masks: PyTorch's bool attn_mask means True = masked, so it goes to mha with
 --mask_true_means ignore; its 3-D (B*h, T, S) form is passed reshaped to
@@ -478,13 +478,16 @@ def check_compare_verdicts(hx):
              ("nan_mismatch.npy", "a.npy", 1), ("a.npy", "shape.npy", 2), ("a.npy", "bad.npy", 2),
              ("a.npy", "missing.npy", 2)]
     for x, y, want in cases:
-        hx.mha(["compare", p(x), p(y), "--rtol", "1e-5", "--atol", "1e-5"], expect=want,
-               what=f"mha compare {x} {y}")
+        hx.mha(["compare", p(x), p(y), "--rtol", "1e-5", "--atol", "1e-5", "--equal_nan"],
+               expect=want, what=f"mha compare {x} {y} --equal_nan")
+    # Without --equal_nan, as numpy.allclose's default, the NaN at [0, 1] is not close.
+    hx.mha(["compare", p("a.npy"), p("a_close.npy"), "--rtol", "1e-5", "--atol", "1e-5"], expect=1,
+           what="mha compare a.npy a_close.npy (NaN at the same index, no --equal_nan)")
     # atol + rtol*|b|: |4.01 - 4| = 0.01 <= 0 + 0.0025 * 4.01 holds, with |a| it would not
-    hx.mha(["compare", p("a.npy"), p("b.npy"), "--rtol", "0.0025", "--atol", "0"], expect=0,
-           what="mha compare a.npy b.npy --rtol 0.0025 (rtol scales |b|)")
-    hx.mha(["compare", p("b.npy"), p("a.npy"), "--rtol", "0.0025", "--atol", "0"], expect=1,
-           what="mha compare b.npy a.npy --rtol 0.0025 (rtol scales |b|)")
+    hx.mha(["compare", p("a.npy"), p("b.npy"), "--rtol", "0.0025", "--atol", "0", "--equal_nan"],
+           expect=0, what="mha compare a.npy b.npy --rtol 0.0025 (rtol scales |b|)")
+    hx.mha(["compare", p("b.npy"), p("a.npy"), "--rtol", "0.0025", "--atol", "0", "--equal_nan"],
+           expect=1, what="mha compare b.npy a.npy --rtol 0.0025 (rtol scales |b|)")
 
 
 # ---------------------------------------------------------------- main

@@ -6,8 +6,9 @@ docs/cluster.md (scripts/slurm/) submitted as they are.
     MHA_BIN=build/bin/mha /usr/bin/python3 tests/slurm/test_slurm.py [TestCase ...]
 
 Needs root (slurmd runs the jobs) and the packages slurmctld, slurmd, slurm-client and munge
-(scripts/setup.sh --test installs them). Without them every test is skipped with the reason, and
-the script exits 77, which ctest reports as skipped.
+(scripts/setup.sh --test installs them). Without them, or when the cluster does not start, the
+script says why and exits 77, which ctest reports as skipped (1 under MHA_REQUIRE_ALL unless
+MHA_ALLOW_SKIPS lists slurm.arrays: tests/skips.py).
 """
 import json
 import os
@@ -19,6 +20,9 @@ import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import skips  # noqa: E402  (tests/skips.py)
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 ROOT = os.path.abspath(os.environ.get("MHA_SOURCE_DIR", os.path.join(os.path.dirname(__file__),
@@ -171,26 +175,32 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
 
 CLUSTER = None
-SKIP_REASON = None
 
 
-def setUpModule():
-    global CLUSTER, SKIP_REASON
+def start_cluster():
+    """The running cluster, or the reason it cannot run here."""
     c = Cluster()
-    SKIP_REASON = c.why_not()
-    if SKIP_REASON:
+    reason = c.why_not()
+    if reason:
         shutil.rmtree(c.dir, ignore_errors=True)
-        return
+        return None, reason
     try:
         c.start()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, RuntimeError) as e:
         detail = getattr(e, "stderr", b"") or b""
         if isinstance(detail, bytes):
             detail = detail.decode(errors="replace")
-        SKIP_REASON = f"the single-node Slurm did not start: {e} {detail.strip()} " + c.log_tail()
         c.stop()
-        return
-    CLUSTER = c
+        return None, f"the single-node Slurm did not start: {e} {detail.strip()} " + c.log_tail()
+    return c, None
+
+
+def setUpModule():
+    global CLUSTER
+    if CLUSTER is None:  # not run as a script (python3 -m unittest ...)
+        CLUSTER, reason = start_cluster()
+        if reason:
+            raise RuntimeError(reason)
 
 
 def tearDownModule():
@@ -205,8 +215,6 @@ def read_jsonl(path):
 
 class SlurmCase(unittest.TestCase):
     def setUp(self):
-        if SKIP_REASON:
-            self.skipTest(SKIP_REASON)
         self.c = CLUSTER
         self.tmp = tempfile.mkdtemp(prefix="mha_slurm_case_")
         self.sweep_file = os.path.join(self.tmp, "sweep.json")
@@ -314,8 +322,8 @@ class CancelAndResubmit(SlurmCase):
 
 
 if __name__ == "__main__":
+    CLUSTER, reason = start_cluster()
+    if reason:
+        skips.skip(["slurm.arrays"], reason)
     result = unittest.main(exit=False, argv=[sys.argv[0]] + sys.argv[1:]).result
-    if SKIP_REASON:
-        print(f"skipped: {SKIP_REASON}")
-        sys.exit(77)
     sys.exit(0 if result.wasSuccessful() else 1)

@@ -6,7 +6,7 @@ terminated by a NUL byte.  One page (target) is open at a time; commands for
 it go through a flat session (``Target.attachToTarget`` with ``flatten``).
 
     from browser import Browser, require_chromium
-    require_chromium()                       # exits 77 (ctest skip) if absent
+    require_chromium(["view.browser"])       # exits 77 (ctest skip) if absent
     with Browser(width=800, height=600) as b:
         b.open("out/view.html")
         b.wait_for("document.querySelector('svg') !== null")
@@ -35,10 +35,12 @@ import time
 import zlib
 from itertools import accumulate
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import skips  # noqa: E402  (tests/skips.py)
+
 __all__ = ["Browser", "BrowserError", "JSError", "chromium_path",
            "require_chromium", "decode_png"]
 
-SKIP = 77  # ctest's SKIP_RETURN_CODE
 
 _READ_FD = 3   # Chromium reads requests here
 _WRITE_FD = 4  # and writes responses and events here
@@ -76,13 +78,14 @@ def chromium_path():
     return None
 
 
-def require_chromium():
-    """Return chromium_path(), or print why not and exit 77 (ctest: skipped)."""
+def require_chromium(tests):
+    """Return chromium_path(), or say why not and end the process through skips.skip(): with
+    77 (ctest: skipped), or 1 when MHA_REQUIRE_ALL is set and MHA_ALLOW_SKIPS does not list
+    the ctest `tests` this process runs."""
     path = chromium_path()
     if path is None:
-        print("SKIP: chromium not found (apt-get install chromium, "
-              "or set MHA_CHROMIUM)", flush=True)
-        sys.exit(SKIP)
+        skips.skip(tests, "chromium not found (scripts/setup.sh --test installs it, "
+                          "or set MHA_CHROMIUM)")
     return path
 
 

@@ -1,7 +1,8 @@
 """Self-test of tests/view/browser.py (headless Chromium over the DevTools pipe).
 
 Run: /usr/bin/python3 tests/view/test_browser.py
-Exit 0 on pass, 1 on failure, 77 (ctest skip) when Chromium is not installed.
+Exit 0 on pass, 1 on failure, 77 (ctest skip) when Chromium is not installed (1 under
+MHA_REQUIRE_ALL unless MHA_ALLOW_SKIPS lists view.browser: tests/skips.py).
 The PNG decoder is checked first, against PNGs built here with every filter
 type; that part needs no browser.
 """
@@ -269,7 +270,7 @@ def test_browser(tmp):
 
 def main():
     test_decoder()
-    path = browser.require_chromium()
+    path = browser.require_chromium(["view.browser"])
     print("     chromium: %s" % path)
     with tempfile.TemporaryDirectory(prefix="mha-test-browser-") as tmp:
         test_browser(tmp)

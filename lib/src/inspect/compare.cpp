@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -106,10 +107,27 @@ std::vector<std::size_t> unravel(std::size_t flat, const std::vector<std::size_t
   return index;
 }
 
+// numpy accepts any tolerance, but a negative or NaN one answers "not close"
+// for equal arrays and an infinite one "close" for any finite pair.
+void check_tolerance(double value, const char* name) {
+  if (std::isfinite(value) && value >= 0) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  fail_input(std::string("compare: ") + name + " = " + text + "; expected a finite number >= 0");
+}
+
 }  // namespace
 
 Comparison compare(const NpyArray& a, const NpyArray& b, double rtol, double atol,
                    const std::string& name_a, const std::string& name_b) {
+  return compare(a, b, AllClose{rtol, atol, false}, name_a, name_b);
+}
+
+Comparison compare(const NpyArray& a, const NpyArray& b, const AllClose& tolerance,
+                   const std::string& name_a, const std::string& name_b) {
+  check_tolerance(tolerance.rtol, "rtol");
+  check_tolerance(tolerance.atol, "atol");
+  const double rtol = tolerance.rtol, atol = tolerance.atol;
   check_array(a, name_a);
   check_array(b, name_b);
 
@@ -145,8 +163,8 @@ Comparison compare(const NpyArray& a, const NpyArray& b, double rtol, double ato
       bool mismatch;
       double excess;
       if (nan_x || nan_y) {
-        mismatch = nan_x != nan_y;  // NaN equals NaN (equal_nan=True)
-        if (mismatch) ++r.nan_mismatches;
+        mismatch = nan_x != nan_y || !tolerance.equal_nan;
+        if (nan_x != nan_y) ++r.nan_mismatches;
         excess = mismatch ? kInf : -kInf;
       } else if (std::isinf(x) || std::isinf(y)) {
         mismatch = x != y;  // only the same infinity is close

@@ -356,9 +356,46 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
   return out;
 }
 
+namespace {
+
+// Refuses, before anything is read, an output path the finished file could
+// not be renamed to: an existing directory, a path ending in '/', or one
+// under an existing file. A parent that does not exist yet is created, as
+// every output's is (OutputSet).
+void check_output_path(const std::string& in, const std::string& out) {
+  namespace fs = std::filesystem;
+  const fs::path path(out);
+  std::error_code ec;
+  if (!path.has_filename() || fs::is_directory(path, ec))
+    fail_input(out + ": is a directory; expected the path of the file to write");
+  for (fs::path up = path.parent_path(); !up.empty(); up = up.parent_path()) {
+    if (fs::exists(up, ec)) {
+      if (!fs::is_directory(up, ec))
+        fail_input(out + ": " + up.string() + " is a file; expected a directory to write into");
+      break;
+    }
+    if (up == up.parent_path()) break;
+  }
+  if (fs::exists(path, ec) && fs::exists(in, ec) && fs::equivalent(path, in, ec))
+    fail_input(out + ": output would overwrite the input; choose another path");
+}
+
+// Conversion moves stored values as they are, so a tensor of another dtype
+// would be written as it is and refused only when a run reads it.
+void check_float_tensors(const std::map<std::string, NpyArray>& arrays, const std::string& in) {
+  for (const auto& [name, a] : arrays)
+    if (!is_float(a.dtype))
+      fail_input(in + ": tensor '" + name + "' has dtype " + dtype_name(a.dtype) +
+                 "; expected float16, float32 or float64 weights");
+}
+
+}  // namespace
+
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
                                    std::optional<std::size_t> h, const std::string& out) {
+  check_output_path(in, out);
   const std::map<std::string, NpyArray> read = read_weight_arrays(in);
+  check_float_tensors(read, in);
   const bool layers = has_layer_names(read);  // Transformer layers (layer_weights.hpp)
   NativeWeights native =
       layers ? layer_weights_to_native(read, from, in) : to_native(read, from, in);
@@ -367,11 +404,7 @@ WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, We
                std::to_string(*native.h) + " heads");
   auto arrays = layers ? layer_weights_from_native(native.arrays, to, in)
                        : from_native(native.arrays, to, h ? h : native.h, in);
-  std::filesystem::path path(out);
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && std::filesystem::exists(in, ec) &&
-      std::filesystem::equivalent(path, in, ec))
-    fail_input(out + ": output would overwrite the input; choose another path");
+  const std::filesystem::path path(out);
   OutputSet set(path.has_parent_path() ? path.parent_path().string() : ".");
   if (kind_from_name(out) == FileKind::safetensors)
     set.stage_bytes(path.filename().string(), encode_safetensors(arrays));

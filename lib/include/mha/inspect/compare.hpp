@@ -1,5 +1,6 @@
 // Element-wise comparison of two arrays, as numpy.allclose decides it:
-// |a - b| <= atol + rtol * |b|, with NaN equal to NaN at the same index.
+// |a - b| <= atol + rtol * |b|; an infinity is close only to the same
+// infinity, and NaN to NaN only with equal_nan.
 // `mha compare` and the interop test suites use it.
 #pragma once
 
@@ -10,6 +11,13 @@
 #include "mha/io/npy.hpp"
 
 namespace mha {
+
+// numpy.allclose's keyword arguments, with its defaults.
+struct AllClose {
+  double rtol = 1e-5;
+  double atol = 1e-8;
+  bool equal_nan = false;  // NaN in both arrays at the same index counts as close
+};
 
 struct Comparison {
   bool same_shape = true;
@@ -27,7 +35,12 @@ struct Comparison {
 // Compares float arrays (f2/f4/f8, converted to double) or bool/integer
 // arrays (compared as numbers). Arrays of different shapes compare as not
 // close with same_shape false. Throws mha::Error (invalid_input) for
-// unsupported dtypes, naming `name_a` or `name_b`.
+// unsupported dtypes, naming `name_a` or `name_b`, and for a tolerance that is
+// negative, infinite or NaN.
+Comparison compare(const NpyArray& a, const NpyArray& b, const AllClose& tolerance,
+                   const std::string& name_a = "a", const std::string& name_b = "b");
+
+// The same with equal_nan = false, numpy's default.
 Comparison compare(const NpyArray& a, const NpyArray& b, double rtol, double atol,
                    const std::string& name_a = "a", const std::string& name_b = "b");
 

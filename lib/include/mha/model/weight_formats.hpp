@@ -60,6 +60,8 @@ NpyArray transpose_2d(const NpyArray& a);
 
 // `mha weights convert`: reads `in` (.npz or directory) in layout `from`,
 // writes `out` (.npz, atomically) in layout `to`. Returns the layout read.
+// Throws (invalid_input) before reading when `out` is a directory or lies
+// under a file, and before converting when a tensor is not float16/32/64.
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
                                    std::optional<std::size_t> h, const std::string& out);
 
