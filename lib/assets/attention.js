@@ -150,10 +150,23 @@
     const y = Math.min(event.clientY + 14, window.innerHeight - el.offsetHeight - 4);
     el.style.left = x + 'px'; el.style.top = y + 'px';
   }
+  // The file's sizes: a map longer than the page's side is held as blocks of
+  // factor × factor weights (each their max), T × S of them.
+  function fileT(m) { return m.factor > 1 ? m.T_file : m.T; }
+  function fileS(m) { return m.factor > 1 ? m.S_file : m.S; }
   function describe(c) {
-    const m = D.maps[c.g.mi];
+    const m = D.maps[c.g.mi], f = m.factor || 1;
     const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + c.g.l : '') + ' · batch ' + c.g.b];
-    if (c.t1 - c.t0 === 1 && c.s1 - c.s0 === 1) {
+    if (f > 1) {
+      let v = -Infinity;
+      for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
+        const x = weight(c.g.mi, c.g.l, c.g.b, c.g.head, t, s);
+        if (Number.isNaN(x) || x > v) v = x;
+      }
+      lines.push('queries ' + c.t0 * f + '–' + (Math.min(c.t1 * f, m.T_file) - 1) + ', keys ' +
+        c.s0 * f + '–' + (Math.min(c.s1 * f, m.S_file) - 1));
+      lines.push('max weight ' + exact(v, m.dtype) + ' (the file\'s map is held as ' + f + ' × ' + f + ' blocks)');
+    } else if (c.t1 - c.t0 === 1 && c.s1 - c.s0 === 1) {
       const q = queryLabel(c.t0), k = keyLabel(c.s0);
       lines.push('query ' + c.t0 + (q !== null ? ' "' + q + '"' : ''));
       lines.push('key ' + c.s0 + (k !== null ? ' "' + k + '"' : ''));
@@ -473,7 +486,8 @@
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
     $('subtitle').textContent = D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
-      'B = ' + m.B + ', h = ' + m.h + ', T = ' + m.T + ', S = ' + m.S + ' (' + m.dtype + ')').join(' · ') +
+      'B = ' + m.B + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
+      (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
     W = await Promise.all(D.maps.map(unpack));

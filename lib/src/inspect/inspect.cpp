@@ -628,7 +628,8 @@ std::vector<InspectResult> inspect_file(const std::string& path, const InspectOp
     results.push_back(inspect_npy(path, options, warn));
     return results;
   }
-  for_each_npz_member(path, [&](const std::string& key, const std::string& bytes) {
+  for_each_npz_member(path, [&](const NpzMember& member, const std::string& bytes) {
+    const std::string& key = member.key;
     Origin origin;
     origin.name = path + ":" + key;
     origin.layer_maps = key == "self_attention" || key == "cross_attention";
