@@ -250,7 +250,8 @@
     const m = M(), r = state.region, canvas = $('detail');
     const range = headRange(state.detail);
     const R = r.t1 - r.t0, C = r.s1 - r.s0;
-    const labels = Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
+    // Axis labels name single positions; a shrunk map's cells are blocks.
+    const labels = !(m.factor > 1) && Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
     const margin = labels ? { left: 90, top: 90 } : { left: 0, top: 0 };
     const g = drawMap(canvas, state.map, state.layer, state.batch, state.detail, r, DETAIL_PX, range, margin);
     if (labels) {
@@ -273,9 +274,11 @@
         ctx.restore();
       }
     }
+    const F = m.factor || 1;
     $('detail-title').textContent = headName(m, state.detail) + (m.layer_axis ? ' · layer ' + state.layer : '') +
-      ' · queries ' + r.t0 + '–' + (r.t1 - 1) + ', keys ' + r.s0 + '–' + (r.s1 - 1) +
-      (g.f > 1 ? ' · ' + g.f + '×' + g.f + ' cells per pixel block (max)' : ' · full resolution');
+      ' · queries ' + r.t0 * F + '–' + (Math.min(r.t1 * F, fileT(m)) - 1) + ', keys ' + r.s0 * F + '–' +
+      (Math.min(r.s1 * F, fileS(m)) - 1) +
+      (g.f * F > 1 ? ' · ' + g.f * F + '×' + g.f * F + ' weights per pixel block (max)' : ' · full resolution');
   }
   function setupDetail() {
     const canvas = $('detail');
