@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -172,6 +173,27 @@ TEST_CASE("npz members' headers are read and checked before any member is inflat
       "crc.npz: checked W_q first", input);
   require_error([&] { mha::read_npz(tmp / "crc.npz"); }, "member 'W_q.npy': cannot read: CRC error",
                 input);
+
+  // Streamed: a member read to its end is CRC-checked there; one read in part is not.
+  require_error(
+      [&] {
+        mha::for_each_npz_member_streamed(
+            tmp / "crc.npz", [](const mha::NpzMember& m, const mha::NpzMemberRead& read) {
+              std::string all(m.bytes, '\0');
+              read(all.size(), reinterpret_cast<unsigned char*>(all.data()));
+            });
+      },
+      "member 'W_q.npy': cannot read: CRC error", input);
+  std::string first;
+  mha::for_each_npz_member_streamed(
+      tmp / "w.npz", [&](const mha::NpzMember& m, const mha::NpzMemberRead& read) {
+        first.resize(m.header.header_bytes + 8);
+        read(first.size(), reinterpret_cast<unsigned char*>(first.data()));
+      });
+  float two[2];
+  std::memcpy(two, first.data() + header.size(), sizeof two);
+  CHECK(two[0] == 1);
+  CHECK(two[1] == 2);
 
   // A header that declares more data than the member holds, named by archive and member.
   const std::string big = mha::npy_header(DType::f4, {1, 32768, 16384}) + std::string(128, '\0');

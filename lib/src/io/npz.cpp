@@ -363,6 +363,41 @@ void for_each_npz_member(
     f(a.members[i], read_member(a.za.get(), a.index[i], a.st[i], a.what[i]));
 }
 
+void for_each_npz_member_streamed(
+    const std::string& path,
+    const std::function<void(const NpzMember& member, const NpzMemberRead& read)>& f,
+    const NpzCheck& check) {
+  OpenArchive a = read_archive(path);
+  if (check) check(path, a.members);
+  for (std::size_t i = 0; i < a.members.size(); ++i) {
+    const std::string& what = a.what[i];
+    const std::uint64_t declared = a.st[i].size;
+    ZipFilePtr file(lz().zip_fopen_index(a.za.get(), a.index[i], 0));
+    if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(a.za.get()));
+    std::uint64_t pos = 0;
+    const NpzMemberRead read = [&](std::size_t n, unsigned char* out) {
+      for (std::size_t done = 0; done < n;) {
+        const zip_int64_t got = lz().zip_fread(file.get(), out + done, n - done);
+        if (got < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
+        if (got == 0)
+          fail_input(what + ": holds " + std::to_string(pos) +
+                     " bytes, but its directory entry declares " + std::to_string(declared));
+        done += static_cast<std::size_t>(got);
+        pos += static_cast<std::uint64_t>(got);
+      }
+    };
+    f(a.members[i], read);
+    if (pos != declared) continue;  // `f` stopped early: nothing more to check
+    // Read past the end: libzip checks the CRC there, and no byte may follow.
+    unsigned char extra = 0;
+    const zip_int64_t got = lz().zip_fread(file.get(), &extra, 1);
+    if (got < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
+    if (got > 0)
+      fail_input(what + ": holds more data than the " + std::to_string(declared) +
+                 " bytes its directory entry declares");
+  }
+}
+
 std::map<std::string, NpyArray> read_npz(const std::string& path, const NpzCheck& check) {
   std::map<std::string, NpyArray> arrays;
   for_each_npz_member(

@@ -51,6 +51,20 @@ void for_each_npz_member(
     const std::function<void(const NpzMember& member, const std::string& bytes)>& f,
     const NpzCheck& check = {});
 
+// The next `n` bytes of a member, inflated as they are read, in order from
+// its first byte (its .npy header, then the data). Throws mha::Error naming
+// the archive and member when the member ends early or fails to inflate.
+using NpzMemberRead = std::function<void(std::size_t n, unsigned char* out)>;
+
+// Each member after the same checks as read_npz, streamed instead of held:
+// `f` reads as much of it as it needs, in order (mha inspect scans members
+// in bounded memory this way). A member read to its end is checked as
+// read_npz checks it (its size and CRC).
+void for_each_npz_member_streamed(
+    const std::string& path,
+    const std::function<void(const NpzMember& member, const NpzMemberRead& read)>& f,
+    const NpzCheck& check = {});
+
 // Writes an uncompressed .npz (members "NAME.npy") to `path` directly; callers
 // that need atomicity write to a temporary path (see OutputSet).
 void write_npz(const std::string& path,
