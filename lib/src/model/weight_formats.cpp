@@ -290,6 +290,7 @@ WeightsFormat detect_weights_format(const Arrays& arrays, const std::string& pat
 
 void check_weight_names(const std::vector<std::string>& names, WeightsFormat format,
                         const std::string& path) {
+  if (has_layer_names(names)) return;  // Transformer layers: checked when converted
   if (format == WeightsFormat::auto_detect) {
     if (detect_preset(names)) return;
     format = detect_from_names(names, path);

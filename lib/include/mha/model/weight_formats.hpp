@@ -39,7 +39,8 @@ WeightsFormat detect_weights_format(const std::map<std::string, NpyArray>& array
 
 // The checks of to_native that need the tensor names alone, with its
 // messages: names that fit no layout (auto), or a name unknown in `format`.
-// Presets (bert, gpt2, llama) are checked when converted.
+// Presets (bert, gpt2, llama) and Transformer layer files (layer_weights.hpp)
+// are checked when converted.
 void check_weight_names(const std::vector<std::string>& names, WeightsFormat format,
                         const std::string& path);
 
