@@ -221,10 +221,6 @@ void write_empty_zip(const std::string& path) {
   if (!out) fail_runtime(path + ": cannot write: " + std::strerror(errno));
 }
 
-}  // namespace
-
-namespace {
-
 // An archive opened for reading, with every member's directory entry and
 // .npy header.
 struct OpenArchive {

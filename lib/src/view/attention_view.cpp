@@ -10,7 +10,6 @@
 #include "mha/draw/colormap.hpp"
 #include "mha/draw/heatmap.hpp"
 #include "mha/inspect/attention_stats.hpp"
-#include "mha/io/float16.hpp"
 #include "mha/io/npy_reader.hpp"
 #include "mha/view/page.hpp"
 
@@ -48,10 +47,6 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
                                          const std::string& name) {
   return run && name == "attention" ? run->attention_shape : std::vector<std::size_t>{};
 }
-
-}  // namespace
-
-namespace {
 
 // Refuses a weight outside [0, 1] (NaN is a masked row's); `index` is its
 // position in the page's array of full-resolution maps.
