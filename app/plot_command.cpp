@@ -13,6 +13,7 @@
 #include "mha/draw/heatmap.hpp"
 #include "mha/draw/png.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/io/npy_reader.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/stream_input.hpp"
@@ -21,32 +22,6 @@ namespace mha::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Elements [offset, offset + count) of a float array as V (float16 and
-// float32 as float, float64 as double, or anything as double).
-template <class V>
-void load(const NpyArray& a, std::size_t offset, std::size_t count, V* out) {
-  const unsigned char* p = a.data.data() + offset * itemsize(a.dtype);
-  if (a.dtype == DType::f2) {
-    for (std::size_t k = 0; k < count; ++k) {
-      std::uint16_t bits;
-      std::memcpy(&bits, p + 2 * k, 2);
-      out[k] = static_cast<V>(half_to_float(bits));
-    }
-  } else if (a.dtype == DType::f4) {
-    for (std::size_t k = 0; k < count; ++k) {
-      float x;
-      std::memcpy(&x, p + 4 * k, 4);
-      out[k] = static_cast<V>(x);
-    }
-  } else {
-    for (std::size_t k = 0; k < count; ++k) {
-      double x;
-      std::memcpy(&x, p + 8 * k, 8);
-      out[k] = static_cast<V>(x);
-    }
-  }
-}
 
 // "all", or comma-separated indices below h, each once.
 std::vector<std::size_t> parse_heads(const std::string& text, std::size_t h, bool has_heads,
@@ -128,22 +103,19 @@ void add_plot_command(CLI::App& app, PlotArgs& args) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{8192}));
 }
 
-// Layer `l` of a (layers, ...) array: self_attention.npy of Transformer layers.
-NpyArray layer_slice(const NpyArray& a, std::size_t l, const std::string& file) {
-  if (a.shape.size() < 3)
-    fail_input("--layer_index: " + file + " has shape " + shape_str(a.shape) +
+// The element where layer `l` of a (layers, ...) array begins (self_attention.npy
+// of Transformer layers), and the shape of one layer's maps.
+std::uint64_t layer_offset(const NpyHeaderInfo& h, std::size_t l, const std::string& file,
+                           std::vector<std::size_t>& shape) {
+  if (h.shape.size() < 3)
+    fail_input("--layer_index: " + file + " has shape " + shape_str(h.shape) +
                "; expected a layer axis first, (layers, B, h, T, S) or (layers, B, T, S)");
-  if (l >= a.shape[0])
+  if (l >= h.shape[0])
     fail_input("--layer_index " + std::to_string(l) + ": " + file + " holds " +
-               std::to_string(a.shape[0]) + " layers (shape " + shape_str(a.shape) +
-               "), indices 0 to " + std::to_string(a.shape[0] - 1));
-  NpyArray out;
-  out.dtype = a.dtype;
-  out.shape.assign(a.shape.begin() + 1, a.shape.end());
-  const std::size_t bytes = a.data.size() / a.shape[0];
-  out.data.assign(a.data.begin() + static_cast<std::ptrdiff_t>(l * bytes),
-                  a.data.begin() + static_cast<std::ptrdiff_t>((l + 1) * bytes));
-  return out;
+               std::to_string(h.shape[0]) + " layers (shape " + shape_str(h.shape) +
+               "), indices 0 to " + std::to_string(h.shape[0] - 1));
+  shape.assign(h.shape.begin() + 1, h.shape.end());
+  return static_cast<std::uint64_t>(l) * (h.size() / h.shape[0]);
 }
 
 namespace {
@@ -155,13 +127,13 @@ struct MapSizes {
 
 // The map sizes of `a` (a layer's already, with --layer_index), refusing
 // arrays that are not attention maps and a --batch_index beyond B.
-MapSizes map_sizes(const NpyArray& a, const PlotArgs& args) {
-  const std::string shape = shape_str(a.shape);
-  if (!is_float(a.dtype))
-    fail_input(args.file + ": " + a.describe() +
+MapSizes map_sizes(DType dtype, const std::vector<std::size_t>& dims, const PlotArgs& args) {
+  const std::string shape = shape_str(dims);
+  if (!is_float(dtype))
+    fail_input(args.file + ": " + dtype_name(dtype) + " array of shape " + shape +
                "; expected attention weights of dtype float16, float32 or float64");
   MapSizes m;
-  m.rank = a.shape.size();
+  m.rank = dims.size();
   if (m.rank == 5 && !args.layer)
     fail_input(args.file + ": shape " + shape +
                " holds the maps of several layers (layers, B, h, T, S); choose one with "
@@ -169,9 +141,9 @@ MapSizes map_sizes(const NpyArray& a, const PlotArgs& args) {
   if (m.rank < 2 || m.rank > 4)
     fail_input(args.file + ": shape " + shape +
                "; expected attention weights (B, h, T, S), (B, T, S) or (T, S)");
-  if (m.rank >= 3) m.B = a.shape[0];
-  if (m.rank == 4) m.h = a.shape[1];
-  m.T = a.shape[m.rank - 2], m.S = a.shape[m.rank - 1];
+  if (m.rank >= 3) m.B = dims[0];
+  if (m.rank == 4) m.h = dims[1];
+  m.T = dims[m.rank - 2], m.S = dims[m.rank - 1];
   if (m.B == 0 || m.h == 0 || m.T == 0 || m.S == 0)
     fail_input(args.file + ": shape " + shape + " is empty; expected at least one weight");
   if (args.batch >= m.B)
@@ -210,15 +182,16 @@ std::string plot_output_path(const PlotArgs& args) {
   return out_path;
 }
 
-// The panels' cells from the batch element's maps.
-void fill_panels(const NpyArray& a, const MapSizes& m, const PlotOptions& options, bool mean,
-                 AttentionPanels& panels) {
+// The panels' cells from the batch element's maps, read from the file a
+// block of rows at a time (`first`: where the plotted layer begins).
+void fill_panels(NpyReader& a, std::uint64_t first, const MapSizes& m, const PlotOptions& options,
+                 bool mean, AttentionPanels& panels) {
   const std::size_t T = m.T, S = m.S, n = mean ? 1 : options.heads.size();
   // Row chunks keep the converted copy small whatever the file's size.
   const std::size_t chunk = std::max<std::size_t>(1, (std::size_t{1} << 20) / S);
   std::vector<double> rows, sum;
   auto at = [&](std::size_t head, std::size_t t) {
-    return ((options.batch * m.h + head) * T + t) * S;
+    return first + ((options.batch * m.h + head) * T + t) * S;
   };
   for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
     const std::size_t count = std::min(chunk, T - t0);
@@ -226,7 +199,7 @@ void fill_panels(const NpyArray& a, const MapSizes& m, const PlotOptions& option
     if (mean) {
       sum.assign(count * S, 0.0);
       for (std::size_t head : options.heads) {
-        load(a, at(head, t0), count * S, rows.data());
+        a.read(at(head, t0), count * S, rows.data());
         for (std::size_t k = 0; k < rows.size(); ++k) sum[k] += rows[k];
       }
       for (double& x : sum) x /= static_cast<double>(options.heads.size());
@@ -234,7 +207,7 @@ void fill_panels(const NpyArray& a, const MapSizes& m, const PlotOptions& option
       continue;
     }
     for (std::size_t p = 0; p < n; ++p) {
-      load(a, at(options.heads[p], t0), count * S, rows.data());
+      a.read(at(options.heads[p], t0), count * S, rows.data());
       panels.add_rows(p, t0, count, rows.data());
     }
   }
@@ -310,11 +283,15 @@ int do_plot(const PlotArgs& given) {
   check_color_limits(options, "--");
   if (args.output.empty() && is_stream_input(args.file))
     fail_input(args.file + ": a pipe or device has no directory to put the PNG beside; give -o");
-  NpyArray a = read_npy(args.file);
-  if (args.layer) a = layer_slice(a, *args.layer, args.file);
-  const MapSizes m = map_sizes(a, args);
+  // The header now, the rows as they are drawn: memory stays at a block of
+  // rows and the panels' cells whatever the file's size.
+  NpyReader a(args.file);
+  std::vector<std::size_t> dims = a.header().shape;
+  const std::uint64_t first =
+      args.layer ? layer_offset(a.header(), *args.layer, args.file, dims) : 0;
+  const MapSizes m = map_sizes(a.header().dtype, dims, args);
   options.batch = args.batch;
-  options.heads = parse_heads(args.heads, m.h, m.rank == 4, args.file, shape_str(a.shape));
+  options.heads = parse_heads(args.heads, m.h, m.rank == 4, args.file, shape_str(dims));
   options.average = args.average;
   options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
   options.cell = args.cell;
@@ -326,7 +303,7 @@ int do_plot(const PlotArgs& given) {
   const std::size_t n = mean ? 1 : options.heads.size();
   options.max_cells = args.max_cells ? args.max_cells : default_max_cells(n);
   AttentionPanels panels(n, m.T, m.S, options.max_cells, options.reduce);
-  fill_panels(a, m, options, mean, panels);
+  fill_panels(a, first, m, options, mean, panels);
   const std::vector<std::string> titles = panel_titles(m.rank, mean, options.heads);
   const std::string name = fs::path(args.file).filename().string();
   const std::string subject = m.rank == 2 ? name : name + ", batch " + std::to_string(args.batch);

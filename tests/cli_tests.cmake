@@ -42,12 +42,13 @@ foreach(group Float16Output Bfloat16 PrecisionSweep PrecisionBench)
 endforeach()
 
 # Attention plots end to end: `mha run --plot`, `mha plot` on NumPy and PyTorch files (PNGs
-# decoded with the standard library), and its errors; one ctest test per TestCase class.
-foreach(group RunPlot PlotCommand PlotErrors)
+# decoded with the standard library), and its errors; `mha plot` and `mha view` on a sparse
+# 30000 x 30000 map in bounded memory (LargeMaps); one ctest test per TestCase class.
+foreach(group RunPlot PlotCommand PlotErrors LargeMaps)
   add_test(NAME cli.plot.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plot.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(cli.plot.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+  set_tests_properties(cli.plot.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 300)
 endforeach()
 
 # The command line's spelling against docs/interface.md; the README's and --help's examples.

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -138,6 +139,69 @@ TEST_CASE("npz malformed archives are refused", "[npz]") {
 
   require_error([&] { mha::read_npz(tmp / "missing.npz"); }, "missing.npz: no such file", input);
   require_error([&] { mha::read_npz(tmp.path.string()); }, ": is a directory", input);
+}
+
+TEST_CASE("npz members' headers are read and checked before any member is inflated", "[npz]") {
+  TempDir tmp("npz");
+  const auto input = mha::ErrorKind::invalid_input;
+  const std::vector<float> f = {1, 2, 3, 4, 5, 6};
+  mha::write_npz(tmp / "w.npz", {{"W_q", NpyArray::of(f.data(), {2, 3})}});
+  // Corrupt the data (its CRC no longer matches): only reading it all finds out.
+  std::string bytes = read_file(tmp / "w.npz");
+  const std::size_t at = bytes.find("\x93NUMPY");
+  REQUIRE(at != std::string::npos);
+  const std::string header = mha::npy_header(DType::f4, {2, 3});
+  bytes[at + header.size() + 5] ^= 0x40;
+  write_file(tmp / "crc.npz", bytes);
+
+  const std::vector<mha::NpzMember> members = mha::read_npz_members(tmp / "crc.npz");
+  REQUIRE(members.size() == 1);
+  CHECK(members[0].key == "W_q");
+  CHECK(members[0].name == (tmp / "crc.npz") + ":W_q");
+  CHECK(members[0].bytes == header.size() + 24);
+  CHECK(members[0].header.shape == std::vector<std::size_t>{2, 3});
+  CHECK(members[0].header.dtype == DType::f4);
+  CHECK(members[0].header.data_bytes == 24);
+
+  // The caller's check comes before any data is inflated: its error, not the CRC's.
+  require_error(
+      [&] {
+        mha::read_npz(tmp / "crc.npz", [](const std::string& path, const auto& m) {
+          mha::fail_input(path + ": checked " + m.at(0).key + " first");
+        });
+      },
+      "crc.npz: checked W_q first", input);
+  require_error([&] { mha::read_npz(tmp / "crc.npz"); }, "member 'W_q.npy': cannot read: CRC error",
+                input);
+
+  // Streamed: a member read to its end is CRC-checked there; one read in part is not.
+  require_error(
+      [&] {
+        mha::for_each_npz_member_streamed(
+            tmp / "crc.npz", [](const mha::NpzMember& m, const mha::NpzMemberRead& read) {
+              std::string all(m.bytes, '\0');
+              read(all.size(), reinterpret_cast<unsigned char*>(all.data()));
+            });
+      },
+      "member 'W_q.npy': cannot read: CRC error", input);
+  std::string first;
+  mha::for_each_npz_member_streamed(
+      tmp / "w.npz", [&](const mha::NpzMember& m, const mha::NpzMemberRead& read) {
+        first.resize(m.header.header_bytes + 8);
+        read(first.size(), reinterpret_cast<unsigned char*>(first.data()));
+      });
+  float two[2];
+  std::memcpy(two, first.data() + header.size(), sizeof two);
+  CHECK(two[0] == 1);
+  CHECK(two[1] == 2);
+
+  // A header that declares more data than the member holds, named by archive and member.
+  const std::string big = mha::npy_header(DType::f4, {1, 32768, 16384}) + std::string(128, '\0');
+  write_zip(tmp / "big.npz", {{"W_q.npy", big}});
+  require_error([&] { mha::read_npz_members(tmp / "big.npz"); },
+                "big.npz:W_q: data is 128 bytes, expected 2147483648 for float32 array of shape "
+                "(1, 32768, 16384): the .npy header declares more data than the member holds",
+                input);
 }
 
 TEST_CASE("npz write errors are runtime errors naming the path", "[npz]") {

@@ -150,10 +150,23 @@
     const y = Math.min(event.clientY + 14, window.innerHeight - el.offsetHeight - 4);
     el.style.left = x + 'px'; el.style.top = y + 'px';
   }
+  // The file's sizes: a map longer than the page's side is held as blocks of
+  // factor × factor weights (each their max), T × S of them.
+  function fileT(m) { return m.factor > 1 ? m.T_file : m.T; }
+  function fileS(m) { return m.factor > 1 ? m.S_file : m.S; }
   function describe(c) {
-    const m = D.maps[c.g.mi];
+    const m = D.maps[c.g.mi], f = m.factor || 1;
     const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + c.g.l : '') + ' · batch ' + c.g.b];
-    if (c.t1 - c.t0 === 1 && c.s1 - c.s0 === 1) {
+    if (f > 1) {
+      let v = -Infinity;
+      for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
+        const x = weight(c.g.mi, c.g.l, c.g.b, c.g.head, t, s);
+        if (Number.isNaN(x) || x > v) v = x;
+      }
+      lines.push('queries ' + c.t0 * f + '–' + (Math.min(c.t1 * f, m.T_file) - 1) + ', keys ' +
+        c.s0 * f + '–' + (Math.min(c.s1 * f, m.S_file) - 1));
+      lines.push('max weight ' + exact(v, m.dtype) + ' (the file\'s map is held as ' + f + ' × ' + f + ' blocks)');
+    } else if (c.t1 - c.t0 === 1 && c.s1 - c.s0 === 1) {
       const q = queryLabel(c.t0), k = keyLabel(c.s0);
       lines.push('query ' + c.t0 + (q !== null ? ' "' + q + '"' : ''));
       lines.push('key ' + c.s0 + (k !== null ? ' "' + k + '"' : ''));
@@ -237,7 +250,8 @@
     const m = M(), r = state.region, canvas = $('detail');
     const range = headRange(state.detail);
     const R = r.t1 - r.t0, C = r.s1 - r.s0;
-    const labels = Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
+    // Axis labels name single positions; a shrunk map's cells are blocks.
+    const labels = !(m.factor > 1) && Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
     const margin = labels ? { left: 90, top: 90 } : { left: 0, top: 0 };
     const g = drawMap(canvas, state.map, state.layer, state.batch, state.detail, r, DETAIL_PX, range, margin);
     if (labels) {
@@ -260,9 +274,11 @@
         ctx.restore();
       }
     }
+    const F = m.factor || 1;
     $('detail-title').textContent = headName(m, state.detail) + (m.layer_axis ? ' · layer ' + state.layer : '') +
-      ' · queries ' + r.t0 + '–' + (r.t1 - 1) + ', keys ' + r.s0 + '–' + (r.s1 - 1) +
-      (g.f > 1 ? ' · ' + g.f + '×' + g.f + ' cells per pixel block (max)' : ' · full resolution');
+      ' · queries ' + r.t0 * F + '–' + (Math.min(r.t1 * F, fileT(m)) - 1) + ', keys ' + r.s0 * F + '–' +
+      (Math.min(r.s1 * F, fileS(m)) - 1) +
+      (g.f * F > 1 ? ' · ' + g.f * F + '×' + g.f * F + ' weights per pixel block (max)' : ' · full resolution');
   }
   function setupDetail() {
     const canvas = $('detail');
@@ -473,7 +489,8 @@
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
     $('subtitle').textContent = D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
-      'B = ' + m.B + ', h = ' + m.h + ', T = ' + m.T + ', S = ' + m.S + ' (' + m.dtype + ')').join(' · ') +
+      'B = ' + m.B + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
+      (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
     W = await Promise.all(D.maps.map(unpack));

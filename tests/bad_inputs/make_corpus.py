@@ -4,7 +4,9 @@
     /usr/bin/python3 tests/bad_inputs/make_corpus.py          # (re)write files/
     /usr/bin/python3 tests/bad_inputs/make_corpus.py --check  # compare, write nothing
 
-Every file is small (the largest is a few KiB) and deterministic: NumPy
+Every file is small (the largest are two archives of about 128 KiB, the
+deflate stream of a 128 MiB array of zeros, which git stores in 2 KiB) and
+deterministic: NumPy
 arrays from a fixed seed, .npy headers and zip archives assembled byte by
 byte (so that they can say what no writer would: a header length of
 0xFFFFFFF0, a member declaring 5 GiB, ...). cases.json says which case uses
@@ -354,6 +356,37 @@ add("npz_bomb_total_9GiB.npz",
 # archive reader and refused for what they hold.
 add("npz_zeros_honest.npz",
     zip_bytes([Member(n + ".npy", zeros, method=8) for n in ("W_q", "W_k", "W_v")]))
+
+# Members whose .npy headers are read before anything is inflated. A real
+# deflate stream of a 128 MiB float32 array of zeros (1, 8192, 4096), about
+# 128 KiB, compressed a chunk at a time so the array is never held: named
+# "attention" it is no weights layout, named W_q it is over a max_memory of
+# 64 MiB; both are refused from the member's first bytes.
+def zeros_member(name, shape):
+    header = npy(header_text("'<f4'", "False", shape))
+    n = 4
+    for d in shape:
+        n *= d
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    payload, crc = [c.compress(header)], zlib.crc32(header)
+    chunk = b"\0" * (1 << 20)
+    for _ in range(n // len(chunk)):
+        payload.append(c.compress(chunk))
+        crc = zlib.crc32(chunk, crc)
+    payload.append(c.flush())
+    return Member(name, b"", method=8, declared_size=len(header) + n, crc=crc,
+                  payload=b"".join(payload))
+
+
+huge_shape = (1, 8192, 4096)
+add("npz_huge_not_weights.npz", zip_bytes([zeros_member("attention.npy", huge_shape)]))
+add("npz_huge_wq.npz", replace_member("W_q.npy", zeros_member("W_q.npy", huge_shape[1:])))
+# A header declaring (1, 32768, 16384) float32 (2 GiB) over 128 bytes of data,
+# the member's size recorded honestly.
+add("npz_header_declares_more.npz",
+    replace_member("W_q.npy", Member("W_q.npy", npy(header_text("'<f4'", "False",
+                                                                (1, 32768, 16384)),
+                                                    b"\0" * 128))))
 
 # Weights whose shapes are one off, a NaN and an Inf.
 add("npz_wq_one_column_more.npz", npz_of(with_(weights, W_q=uniform((D, D + 1)))))

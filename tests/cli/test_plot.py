@@ -433,5 +433,62 @@ class PlotErrors(Case):
         self.expect_error(["plot", a, "--color_range", "spread"], "--color_range: spread not in")
 
 
+class LargeMaps(Case):
+    """`mha plot` and `mha view` on a 30000 x 30000 float32 map (3.6 GB, a sparse file that costs
+    no disk): rows are read a block at a time, so peak resident memory stays under 300 MB."""
+
+    N = 30000
+    MAX_RSS_MB = 300
+
+    def sparse_map(self):
+        path = self.path("big.npy")
+        header = np.lib.format.header_data_from_array_1_0(np.zeros((1, 1, 1, 1), np.float32))
+        header["shape"] = (1, 1, self.N, self.N)
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            f.truncate(f.tell() + self.N * self.N * 4)
+        return path
+
+    def measured(self, args):
+        """Exit code, stderr and peak resident memory in MB of `mha ARGS` (the child's rusage). A
+        2 GiB address-space limit keeps a regression from taking the machine's memory."""
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+        with tempfile.TemporaryFile() as err:
+            p = subprocess.Popen([MHA] + args, stdout=subprocess.DEVNULL, stderr=err,
+                                 preexec_fn=limit)
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            return p.returncode, err.read().decode(errors="replace"), usage.ru_maxrss / 1024
+
+    def test_plot_in_bounded_memory(self):
+        big, png = self.sparse_map(), self.path("big.png")
+        rc, err, rss = self.measured(["plot", big, "-o", png])
+        self.assertEqual(rc, 0, err)
+        self.assertLess(rss, self.MAX_RSS_MB, f"mha plot took {rss:.0f} MB")
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertRegex(err, r"downsampled 30000x30000 to \d+x\d+ cells by block max")
+
+    def test_view_in_bounded_memory(self):
+        big, html = self.sparse_map(), self.path("big.html")
+        rc, err, rss = self.measured(["view", big, "-o", html])
+        self.assertEqual(rc, 0, err)
+        self.assertLess(rss, self.MAX_RSS_MB, f"mha view took {rss:.0f} MB")
+        with open(html) as f:
+            page = f.read()
+        self.assertLess(len(page), 64 << 20)
+        # The map is held as blocks of 11 x 11 weights: 2728 x 2728 cells.
+        data = json.loads(re.search(r'<script id="mha-data" type="application/json">(.*?)</script>',
+                                    page, re.S).group(1))
+        m = data["maps"][0]
+        self.assertEqual((m["T_file"], m["S_file"], m["factor"], m["T"], m["S"]),
+                         (self.N, self.N, 11, 2728, 2728))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

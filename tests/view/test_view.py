@@ -335,6 +335,34 @@ class LargePage(BrowserCase):
         self.assertEqual(np.float32(re.search(r"weight (\S+)", text).group(1)), w[0, 7, 105, 309])
         self.assert_clean()
 
+    def test_map_longer_than_a_page_side(self):
+        # 3000 x 3000 is longer than a page's 2896: the page holds 1500 x 1500 blocks of 2 x 2
+        # weights, each their max, and says so; hovering a block gives the file's ranges.
+        a = np.zeros((3000, 3000), np.float32)
+        a[:, 1] = 0.75
+        a[27, 0] = 1.0
+        path = os.path.join(self.dir, "long.npy")
+        np.save(path, a)
+        page = os.path.join(self.dir, "long.html")
+        r = mha("view", path, "-o", page)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(page)
+        self.assertIn("T = 3000, S = 3000 (float32), shown as 1500 × 1500 blocks of 2 × 2 (max)",
+                      b.evaluate("document.getElementById('subtitle').textContent"))
+        b.evaluate("mhaView.openDetail(0)")
+        b.evaluate("mhaView.state.region = {t0: 10, t1: 40, s0: 0, s1: 30}; mhaView.render()")
+        self.assertIn("queries 20–79, keys 0–59",
+                      b.evaluate("document.getElementById('detail-title').textContent"))
+        x, y = self.cell_center("#detail", 3, 0)
+        b.mouse_move(x, y)
+        text = self.tooltip()
+        self.assertIn("queries 26–27, keys 0–1", text)
+        self.assertIn("max weight 1 ", text)
+        x, y = self.cell_center("#detail", 4, 0)
+        b.mouse_move(x, y)
+        self.assertIn("max weight 0.75 ", self.tooltip())
+        self.assert_clean()
+
 
 class SweepReport(BrowserCase):
     def test_chart_series_and_png(self):

@@ -28,6 +28,7 @@
 #include "mha/base/error.hpp"
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/io/npy_reader.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/mask.hpp"

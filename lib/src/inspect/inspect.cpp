@@ -392,6 +392,9 @@ struct Origin {
   bool named_attention = false;        // attention.npy, or member "attention"
   bool layer_maps = false;             // self_/cross_attention.npy: (layers, B, h, T, S)
   const std::string* bytes = nullptr;  // the member's whole .npy; null: the file `name`
+  // Or an .npz member streamed from the archive: its header, and its bytes in order.
+  const NpyHeaderInfo* member_header = nullptr;
+  const NpzMemberRead* member = nullptr;
 };
 
 // Whether an array is taken for attention: forced (by --attention or by its
@@ -490,12 +493,24 @@ class ArrayData {
  public:
   ArrayData(const Origin& origin, const NpyHeaderInfo& h) {
     if (needs_reordering(h)) {
-      whole_ = origin.bytes ? parse_npy(*origin.bytes, origin.name) : read_npy(origin.name);
+      if (origin.member) {  // the member whole, to reorder
+        std::string bytes(h.header_bytes + h.data_bytes, '\0');
+        (*origin.member)(bytes.size(), reinterpret_cast<unsigned char*>(bytes.data()));
+        whole_ = parse_npy(bytes, origin.name);
+      } else {
+        whole_ = origin.bytes ? parse_npy(*origin.bytes, origin.name) : read_npy(origin.name);
+      }
       read_ = read_from_memory(whole_.data.data());  // C order, native byte order
       return;
     }
     swap_ = itemsize(h.dtype) > 1 && h.big_endian != host_is_big_endian();
-    if (origin.bytes) {
+    if (origin.member) {
+      // Past the header, then the data in the order the scan asks for it.
+      std::vector<unsigned char> header(h.header_bytes);
+      (*origin.member)(header.size(), header.data());
+      const NpzMemberRead* member = origin.member;
+      read_ = [member](std::uint64_t, std::size_t n, unsigned char* out) { (*member)(n, out); };
+    } else if (origin.bytes) {
       read_ = read_from_memory(reinterpret_cast<const unsigned char*>(origin.bytes->data()) +
                                h.header_bytes);
     } else {
@@ -520,7 +535,9 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
   const std::string& name = origin.name;
   InspectResult result;
   result.file = name;
-  result.header = origin.bytes ? parse_npy_header(*origin.bytes, name) : read_npy_header(name);
+  result.header = origin.member_header ? *origin.member_header
+                  : origin.bytes       ? parse_npy_header(*origin.bytes, name)
+                                       : read_npy_header(name);
   const NpyHeaderInfo& h = result.header;
   const std::string what =
       std::string(dtype_name(h.dtype)) + " array of shape " + shape_str(h.shape);
@@ -628,12 +645,16 @@ std::vector<InspectResult> inspect_file(const std::string& path, const InspectOp
     results.push_back(inspect_npy(path, options, warn));
     return results;
   }
-  for_each_npz_member(path, [&](const std::string& key, const std::string& bytes) {
+  // Every member's header first (read_npz's checks), then each member
+  // streamed from the archive as the scan reads it.
+  for_each_npz_member_streamed(path, [&](const NpzMember& member, const NpzMemberRead& read) {
+    const std::string& key = member.key;
     Origin origin;
-    origin.name = path + ":" + key;
+    origin.name = member.name;
     origin.layer_maps = key == "self_attention" || key == "cross_attention";
     origin.named_attention = key == "attention" || origin.layer_maps;
-    origin.bytes = &bytes;
+    origin.member_header = &member.header;
+    origin.member = &read;
     results.push_back(inspect_array(origin, options, warn));
   });
   return results;

@@ -658,6 +658,22 @@ NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name
   return info_of(parse_header(bytes, name));
 }
 
+NpyHeaderInfo parse_npy_header(const std::string& first_bytes, std::uint64_t file_size,
+                               const std::string& name) {
+  const auto* p = reinterpret_cast<const unsigned char*>(first_bytes.data());
+  Header h;
+  std::size_t header_len = 0;
+  const std::size_t offset = parse_preamble(p, first_bytes.size(), file_size, name, header_len, h);
+  if (first_bytes.size() < offset + header_len)
+    fail_runtime(name + ": internal: the .npy header was not read whole");
+  const char* dict = first_bytes.data() + offset;
+  HeaderParser(dict, dict + header_len, name).parse(h);
+  finish_header(h, name);
+  h.data_offset = offset + header_len;
+  check_data_size(h, file_size - h.data_offset, name);
+  return info_of(std::move(h));
+}
+
 NpyHeaderInfo read_npy_header(const std::string& path) {
   const NpyArray* given = provided_npy(path);
   const NpyView* view = given ? nullptr : provided_view(path);

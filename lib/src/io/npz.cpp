@@ -221,11 +221,17 @@ void write_empty_zip(const std::string& path) {
   if (!out) fail_runtime(path + ": cannot write: " + std::strerror(errno));
 }
 
-}  // namespace
+// An archive opened for reading, with every member's directory entry and
+// .npy header.
+struct OpenArchive {
+  ZipPtr za;
+  std::vector<zip_uint64_t> index;  // of each member, in archive order
+  std::vector<zip_stat_t> st;
+  std::vector<std::string> what;  // "path: member 'W_q.npy'"
+  std::vector<NpzMember> members;
+};
 
-void for_each_npz_member(
-    const std::string& path,
-    const std::function<void(const std::string& key, const std::string& bytes)>& f) {
+ZipPtr open_archive(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail_input(path + ": no such file");
   if (std::filesystem::is_directory(path, ec))
@@ -247,24 +253,61 @@ void for_each_npz_member(
       fail_input(path + ": not a valid .npz (zip) archive: two members have the same name");
     fail_input(path + ": not a valid .npz (zip) archive: " + zip_code_str(code));
   }
+  return za;
+}
 
+// The member's .npy header from its first bytes: only as much is inflated as
+// the header takes (npy_stream_size says when it is whole, and refuses a
+// header over 1 MiB), so that a member declaring gigabytes costs nothing to
+// refuse.
+NpyHeaderInfo read_member_header(zip_t* za, zip_uint64_t index, const zip_stat_t& st,
+                                 const std::string& what, const std::string& name) {
+  ZipFilePtr file(lz().zip_fopen_index(za, index, 0));
+  if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(za));
+  std::string head;
+  std::size_t want = 4096;
+  while (head.size() < st.size) {
+    const std::size_t old = head.size();
+    const auto n_want = static_cast<std::size_t>(std::min<std::uint64_t>(want, st.size - old));
+    head.resize(old + n_want);
+    const zip_int64_t n = lz().zip_fread(file.get(), head.data() + old, n_want);
+    if (n < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
+    head.resize(old + static_cast<std::size_t>(n));
+    if (n == 0) break;
+    if (npy_stream_size(head, name) != 0) break;
+    want = head.size();  // the header is longer: read as much again
+  }
+  // A member that ends early is refused as read_member would refuse it.
+  const std::uint64_t whole = npy_stream_size(head, name);
+  if (head.size() < st.size && whole == 0)
+    fail_input(what + ": holds " + std::to_string(head.size()) +
+               " bytes, but its directory entry declares " + std::to_string(st.size));
+  if (whole == 0 || whole == st.size) return parse_npy_header(head, st.size, name);
+  // The header's array against the member's size as the directory records it.
+  const NpyHeaderInfo h = parse_npy_header(head, whole, name);
+  const std::uint64_t data = st.size > h.header_bytes ? st.size - h.header_bytes : 0;
+  fail_input(name + ": data is " + std::to_string(data) + " bytes, expected " +
+             std::to_string(h.data_bytes) + " for " + dtype_name(h.dtype) + " array of shape " +
+             shape_str(h.shape) + ": the .npy header declares " +
+             (whole > st.size ? "more" : "less") + " data than the member holds (" +
+             std::to_string(st.size) + " bytes, as the archive records it)");
+}
+
+OpenArchive read_archive(const std::string& path) {
+  OpenArchive a;
+  a.za = open_archive(path);
+  zip_t* za = a.za.get();
   // First every directory entry: names, declared sizes and their total, so
   // that an archive over the limits is refused before anything is inflated.
-  struct Entry {
-    zip_uint64_t index;
-    std::string key, what;
-    zip_stat_t st;
-  };
-  std::vector<Entry> entries;
   std::set<std::string> keys;
   std::uint64_t total = 0;
-  const zip_int64_t count = lz().zip_get_num_entries(za.get(), 0);
+  const zip_int64_t count = lz().zip_get_num_entries(za, 0);
   for (zip_int64_t i = 0; i < count; ++i) {
     const auto index = static_cast<zip_uint64_t>(i);
-    const char* raw_name = lz().zip_get_name(za.get(), index, 0);
+    const char* raw_name = lz().zip_get_name(za, index, 0);
     if (raw_name == nullptr)
       fail_input(path + ": cannot read the name of member " + std::to_string(i) + ": " +
-                 lz().zip_strerror(za.get()));
+                 lz().zip_strerror(za));
     const std::string member = raw_name;
     const std::string what = path + ": member '" + escaped(member) + "'";
     if (member.size() < kSuffix.size() ||
@@ -276,7 +319,7 @@ void for_each_npz_member(
                  "'W_q.npy'");
     const std::string key = member.substr(0, member.size() - kSuffix.size());
     if (!keys.insert(key).second) fail_input(what + ": the archive holds it more than once");
-    const zip_stat_t st = stat_member(za.get(), index, what);
+    const zip_stat_t st = stat_member(za, index, what);
     // Each size is at most kMaxMemberBytes, so the sum cannot wrap before
     // it passes the limit.
     total += st.size;
@@ -285,17 +328,80 @@ void for_each_npz_member(
                  " bytes uncompressed by member '" + escaped(member) + "', over the limit of " +
                  bytes_str(kMaxTotalBytes) +
                  " for a whole .npz (save large weights as a directory of .npy files)");
-    entries.push_back({index, key, what, st});
+    a.index.push_back(index);
+    a.st.push_back(st);
+    a.what.push_back(what);
+    NpzMember m;
+    m.key = key;
+    m.name = path + ":" + key;
+    m.bytes = st.size;
+    a.members.push_back(std::move(m));
   }
-
-  for (const auto& e : entries) f(e.key, read_member(za.get(), e.index, e.st, e.what));
+  // Then every header, each from its member's first bytes.
+  for (std::size_t i = 0; i < a.members.size(); ++i)
+    a.members[i].header = read_member_header(za, a.index[i], a.st[i], a.what[i], a.members[i].name);
+  return a;
 }
 
-std::map<std::string, NpyArray> read_npz(const std::string& path) {
+}  // namespace
+
+std::vector<NpzMember> read_npz_members(const std::string& path) {
+  return read_archive(path).members;
+}
+
+void for_each_npz_member(
+    const std::string& path,
+    const std::function<void(const NpzMember& member, const std::string& bytes)>& f,
+    const NpzCheck& check) {
+  OpenArchive a = read_archive(path);
+  if (check) check(path, a.members);
+  for (std::size_t i = 0; i < a.members.size(); ++i)
+    f(a.members[i], read_member(a.za.get(), a.index[i], a.st[i], a.what[i]));
+}
+
+void for_each_npz_member_streamed(
+    const std::string& path,
+    const std::function<void(const NpzMember& member, const NpzMemberRead& read)>& f,
+    const NpzCheck& check) {
+  OpenArchive a = read_archive(path);
+  if (check) check(path, a.members);
+  for (std::size_t i = 0; i < a.members.size(); ++i) {
+    const std::string& what = a.what[i];
+    const std::uint64_t declared = a.st[i].size;
+    ZipFilePtr file(lz().zip_fopen_index(a.za.get(), a.index[i], 0));
+    if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(a.za.get()));
+    std::uint64_t pos = 0;
+    const NpzMemberRead read = [&](std::size_t n, unsigned char* out) {
+      for (std::size_t done = 0; done < n;) {
+        const zip_int64_t got = lz().zip_fread(file.get(), out + done, n - done);
+        if (got < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
+        if (got == 0)
+          fail_input(what + ": holds " + std::to_string(pos) +
+                     " bytes, but its directory entry declares " + std::to_string(declared));
+        done += static_cast<std::size_t>(got);
+        pos += static_cast<std::uint64_t>(got);
+      }
+    };
+    f(a.members[i], read);
+    if (pos != declared) continue;  // `f` stopped early: nothing more to check
+    // Read past the end: libzip checks the CRC there, and no byte may follow.
+    unsigned char extra = 0;
+    const zip_int64_t got = lz().zip_fread(file.get(), &extra, 1);
+    if (got < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
+    if (got > 0)
+      fail_input(what + ": holds more data than the " + std::to_string(declared) +
+                 " bytes its directory entry declares");
+  }
+}
+
+std::map<std::string, NpyArray> read_npz(const std::string& path, const NpzCheck& check) {
   std::map<std::string, NpyArray> arrays;
-  for_each_npz_member(path, [&](const std::string& key, const std::string& bytes) {
-    arrays.emplace(key, parse_npy(bytes, path + ":" + key));
-  });
+  for_each_npz_member(
+      path,
+      [&](const NpzMember& m, const std::string& bytes) {
+        arrays.emplace(m.key, parse_npy(bytes, m.name));
+      },
+      check);
   return arrays;
 }
 

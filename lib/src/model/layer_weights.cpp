@@ -161,13 +161,19 @@ std::vector<std::string> stack_names(const StackShape& s) {
 
 }  // namespace
 
-bool has_layer_names(const Arrays& arrays) {
-  for (const auto& [name, a] : arrays)
+bool has_layer_names(const std::vector<std::string>& names) {
+  for (const auto& name : names)
     if (split_layer(name).first != std::string::npos ||
         name.find("linear1.") != std::string::npos || starts_with(name, "self_attn.") ||
         name.find("norm1.") != std::string::npos)
       return true;
   return false;
+}
+
+bool has_layer_names(const Arrays& arrays) {
+  std::vector<std::string> names;
+  for (const auto& [name, a] : arrays) names.push_back(name);
+  return has_layer_names(names);
 }
 
 NativeWeights layer_weights_to_native(const Arrays& arrays, WeightsFormat format,

@@ -246,28 +246,63 @@ const char* to_string(WeightsFormat f) {
   return "?";
 }
 
-WeightsFormat detect_weights_format(const Arrays& arrays, const std::string& path) {
+namespace {
+
+// The layout the names fit, or the message of to_native for names that fit none.
+WeightsFormat detect_from_names(const std::vector<std::string>& names, const std::string& path) {
   std::size_t native = 0, torch = 0, keras = 0;
-  for (const auto& [name, array] : arrays) {
+  for (const auto& name : names) {
     native += is_native_name(name);
     torch += !torch_name(name).empty();
     keras += !keras_name(name).empty();
   }
-  const std::size_t n = arrays.size();
+  const std::size_t n = names.size();
   if (n && native == n) return WeightsFormat::native;
   if (n && torch == n) return WeightsFormat::torch;
   if (n && keras == n) return WeightsFormat::keras;
-  std::string names;
-  for (const auto& [name, array] : arrays) {
-    if (names.size() > 80) {
-      names += ", ...";
+  std::string shown;
+  for (const auto& name : names) {
+    if (shown.size() > 80) {
+      shown += ", ...";
       break;
     }
-    names += (names.empty() ? "" : ", ") + name;
+    shown += (shown.empty() ? "" : ", ") + name;
   }
-  fail_input(path + ": cannot tell the weights layout from the tensor names (" + names +
+  fail_input(path + ": cannot tell the weights layout from the tensor names (" + shown +
              "); expected native (W_q, b_q, ...), torch (in_proj_weight, out_proj.weight, ...) "
              "or keras (query/kernel, ...) names");
+}
+
+void refuse_unknown_native(const std::string& name, const std::string& path) {
+  if (!is_native_name(name))
+    fail_input(path + ": unknown weight tensor '" + name +
+               "' (expected native names W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o; "
+               "set weights_format for torch or keras layouts)");
+}
+
+}  // namespace
+
+WeightsFormat detect_weights_format(const Arrays& arrays, const std::string& path) {
+  std::vector<std::string> names;
+  for (const auto& [name, array] : arrays) names.push_back(name);
+  return detect_from_names(names, path);
+}
+
+void check_weight_names(const std::vector<std::string>& names, WeightsFormat format,
+                        const std::string& path) {
+  if (has_layer_names(names)) return;  // Transformer layers: checked when converted
+  if (format == WeightsFormat::auto_detect) {
+    if (detect_preset(names)) return;
+    format = detect_from_names(names, path);
+  }
+  for (const auto& name : names) {
+    if (format == WeightsFormat::native) refuse_unknown_native(name, path);
+    if (format == WeightsFormat::torch && torch_name(name).empty())
+      fail_input(path + ": unknown tensor '" + name +
+                 "' in a PyTorch nn.MultiheadAttention state_dict");
+    if (format == WeightsFormat::keras && keras_name(name).empty())
+      fail_input(path + ": unknown tensor '" + name + "' in Keras MultiHeadAttention weights");
+  }
 }
 
 NativeWeights to_native(const Arrays& arrays, WeightsFormat format, const std::string& path) {
@@ -280,11 +315,7 @@ NativeWeights to_native(const Arrays& arrays, WeightsFormat format, const std::s
   if (format == WeightsFormat::auto_detect) format = detect_weights_format(arrays, path);
   if (format == WeightsFormat::torch) return torch_to_native(arrays, path);
   if (format == WeightsFormat::keras) return keras_to_native(arrays, path);
-  for (const auto& [name, array] : arrays)
-    if (!is_native_name(name))
-      fail_input(path + ": unknown weight tensor '" + name +
-                 "' (expected native names W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o; "
-                 "set weights_format for torch or keras layouts)");
+  for (const auto& [name, array] : arrays) refuse_unknown_native(name, path);
   return {arrays, WeightsFormat::native, std::nullopt};
 }
 
@@ -394,7 +425,10 @@ void check_float_tensors(const std::map<std::string, NpyArray>& arrays, const st
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
                                    std::optional<std::size_t> h, const std::string& out) {
   check_output_path(in, out);
-  const std::map<std::string, NpyArray> read = read_weight_arrays(in);
+  WeightsCheck check;
+  if (from != WeightsFormat::bert && from != WeightsFormat::gpt2 && from != WeightsFormat::llama)
+    check.names = from;
+  const std::map<std::string, NpyArray> read = read_weight_arrays(in, check);
   check_float_tensors(read, in);
   const bool layers = has_layer_names(read);  // Transformer layers (layer_weights.hpp)
   NativeWeights native =

@@ -7,6 +7,7 @@
 #include "mha/io/npz.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
+#include "mha/model/memory.hpp"
 #include "mha/model/rng.hpp"
 
 namespace mha {
@@ -39,20 +40,63 @@ Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::stri
 
 }  // namespace
 
-std::map<std::string, NpyArray> read_weight_arrays(const std::string& path) {
+namespace {
+
+// `check` on the headers of a weights file's arrays, named by `names`
+// ("weights.npz:W_q"): before any data is read.
+void check_headers(const std::string& path, const std::map<std::string, NpyHeaderInfo>& headers,
+                   const std::map<std::string, std::string>& names, const WeightsCheck& check) {
+  if (check.names) {
+    std::vector<std::string> keys;
+    for (const auto& [key, header] : headers) keys.push_back(key);
+    check_weight_names(keys, *check.names, path);
+  }
+  if (!check.max_bytes) return;
+  std::uint64_t total = 0;
+  const std::string* largest = nullptr;
+  for (const auto& [key, header] : headers) {
+    total += header.data_bytes;
+    if (!largest || header.data_bytes > headers.at(*largest).data_bytes) largest = &key;
+  }
+  if (total <= *check.max_bytes) return;
+  const NpyHeaderInfo& h = headers.at(*largest);
+  fail_input(names.at(*largest) + ": " + dtype_name(h.dtype) + " array of shape " +
+             shape_str(h.shape) + " (" + format_bytes(static_cast<double>(h.data_bytes)) +
+             "); the weights' arrays hold " + format_bytes(static_cast<double>(total)) +
+             " in all, over max_memory " + format_bytes(static_cast<double>(*check.max_bytes)) +
+             " (raise max_memory)");
+}
+
+}  // namespace
+
+std::map<std::string, NpyArray> read_weight_arrays(const std::string& path,
+                                                   const WeightsCheck& check) {
   if (const auto* given = provided_weights(path)) return *given;
   const FileKind kind = file_kind(path);
   if (kind == FileKind::safetensors) return read_safetensors(path);
   // A .npy is not a weights file: read_npz says why.
-  if (kind != FileKind::npy_directory) return read_npz(path);
+  if (kind != FileKind::npy_directory)
+    return read_npz(path, [&](const std::string&, const std::vector<NpzMember>& members) {
+      std::map<std::string, NpyHeaderInfo> headers;
+      std::map<std::string, std::string> names;
+      for (const NpzMember& m : members) {
+        headers[m.key] = m.header;
+        names[m.key] = m.name;
+      }
+      check_headers(path, headers, names, check);
+    });
   std::error_code ec;
-  std::map<std::string, NpyArray> arrays;
-  for (const auto& entry : fs::directory_iterator(path, ec)) {
-    if (kind_from_name(entry.path().string()) != FileKind::npy) continue;
-    arrays[entry.path().stem().string()] = read_npy(entry.path().string());
-  }
+  std::map<std::string, std::string> files;  // name -> its .npy
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (kind_from_name(entry.path().string()) == FileKind::npy)
+      files[entry.path().stem().string()] = entry.path().string();
   if (ec) fail_input(path + ": cannot list weights directory: " + ec.message());
-  if (arrays.empty()) fail_input(path + ": weights directory holds no .npy files");
+  if (files.empty()) fail_input(path + ": weights directory holds no .npy files");
+  std::map<std::string, NpyHeaderInfo> headers;
+  for (const auto& [key, file] : files) headers[key] = read_npy_header(file);
+  check_headers(path, headers, files, check);
+  std::map<std::string, NpyArray> arrays;
+  for (const auto& [key, file] : files) arrays[key] = read_npy(file);
   return arrays;
 }
 

@@ -44,7 +44,8 @@ bool is_preset(WeightsFormat f) {
 // stripped (presets.hpp), reading only that layer's bytes from a .safetensors.
 std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFormat format,
                                              std::optional<std::int64_t> layer_index,
-                                             const std::optional<std::string>& prefix) {
+                                             const std::optional<std::string>& prefix,
+                                             const WeightsCheck& check) {
   const bool named_preset = is_preset(format);
   std::map<std::string, NpyArray> arrays;
   if ((layer_index || prefix) && !provided_weights(path) &&
@@ -58,7 +59,7 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
     std::map<std::string, NpyArray> layer = read_safetensors(path, wanted);
     for (const auto& [full, own] : selected) arrays[own] = std::move(layer.at(full));
   } else {
-    arrays = read_weight_arrays(path);
+    arrays = read_weight_arrays(path, check);
     if (layer_index || prefix) {
       const auto preset = named_preset ? std::optional(format) : detect_preset(arrays);
       arrays = select_layer(arrays, preset, layer_index, prefix, path);
@@ -71,7 +72,8 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
 
 const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format,
                                         std::optional<std::int64_t> layer_index,
-                                        const std::optional<std::string>& prefix) {
+                                        const std::optional<std::string>& prefix,
+                                        std::optional<std::uint64_t> max_bytes) {
   const std::string key = std::string(to_string(format)) + ":" +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
@@ -80,9 +82,14 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
     try {
       // Arrays given in memory are converted from where they are, not copied first.
       const auto* given = layer_index || prefix ? nullptr : provided_weights(path);
+      // The names (one layer's are checked once selected) and the sizes,
+      // from the headers before any data is read.
+      WeightsCheck check;
+      if (!layer_index && !prefix && !is_preset(format)) check.names = format;
+      check.max_bytes = max_bytes;
       weights_[key] =
           given ? to_native(*given, format, path)
-                : to_native(layer_arrays(path, format, layer_index, prefix), format, path);
+                : to_native(layer_arrays(path, format, layer_index, prefix, check), format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;
@@ -93,14 +100,18 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
 
 const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFormat format,
                                               std::optional<std::int64_t> layer_index,
-                                              const std::optional<std::string>& prefix) {
+                                              const std::optional<std::string>& prefix,
+                                              std::optional<std::uint64_t> max_bytes) {
   const std::string key = std::string("layers:") + to_string(format) + ":" +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
-      std::map<std::string, NpyArray> arrays = layer_arrays(path, format, layer_index, prefix);
+      WeightsCheck check;
+      check.max_bytes = max_bytes;
+      std::map<std::string, NpyArray> arrays =
+          layer_arrays(path, format, layer_index, prefix, check);
       const auto preset = is_preset(format) ? std::optional(format) : detect_preset(arrays);
       if (preset == WeightsFormat::bert)
         weights_[key] = bert_layer_to_native(arrays, path);
@@ -119,6 +130,12 @@ const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFo
 }
 
 namespace {
+
+// The most a weights file's arrays may hold: the run's max_memory, checked
+// on their headers before their data are read (the estimate comes later).
+std::uint64_t weights_limit(const Config& c) {
+  return c.max_memory.value_or(default_max_memory());
+}
 
 void check_rope(const Config& c, const Dims& d) {
   if (!c.rope_dim) return;
@@ -162,8 +179,8 @@ void plan_stack_weights(const Config& c, PlanFiles& files, RunPlan& p, StackShap
     s.final_norm = c.final_norm.value_or(false);
     return;
   }
-  const NativeWeights* lw = p.weights =
-      &files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
+  const NativeWeights* lw = p.weights = &files.layer_weights(
+      *c.weights, c.weights_format, c.layer_index, c.weights_prefix, weights_limit(c));
   p.shapes.weights_name = *c.weights;
   const std::string prefix = "layers.0.self_attn.";
   for (const auto& [name, array] : lw->arrays)
@@ -301,11 +318,15 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   Config c = given;
   // A checkpoint preset (bert, gpt2, llama) brings the model's settings (presets.hpp).
   if (c.weights) {
-    const WeightsFormat f =
-        c.layer == LayerKind::attention
-            ? files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix).format
-            : files.layer_weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix)
-                  .format;
+    const WeightsFormat f = c.layer == LayerKind::attention
+                                ? files
+                                      .weights(*c.weights, c.weights_format, c.layer_index,
+                                               c.weights_prefix, weights_limit(c))
+                                      .format
+                                : files
+                                      .layer_weights(*c.weights, c.weights_format, c.layer_index,
+                                                     c.weights_prefix, weights_limit(c))
+                                      .format;
     if (is_preset(f)) apply_preset_settings(c, f, *c.weights);
   }
   p.config = c;
@@ -318,7 +339,8 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   // attention_axes: N-D inputs run as (B', L, F), every other axis a batch axis.
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
-    p.weights = &files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix);
+    p.weights = &files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix,
+                               weights_limit(c));
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

@@ -1,14 +1,16 @@
 #include "mha/view/attention_view.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "mha/base/error.hpp"
 #include "mha/draw/colormap.hpp"
 #include "mha/draw/heatmap.hpp"
 #include "mha/inspect/attention_stats.hpp"
-#include "mha/io/float16.hpp"
+#include "mha/io/npy_reader.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/stream_input.hpp"
 #include "mha/view/page.hpp"
@@ -21,44 +23,6 @@ namespace fs = std::filesystem;
 // Weights may round a little past [0, 1] in float16 or through a sum; more is
 // not an attention map.
 constexpr double kSlack = 1e-3;
-
-template <class V>
-void check_and_count(const AttentionMapSet& m, const V* w) {
-  const std::size_t n = m.array.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = w[i];
-    if (std::isnan(x)) continue;
-    if (!(x >= -kSlack && x <= 1 + kSlack)) {
-      std::ostringstream os;
-      os << m.file << ": element " << i << " is " << x << "; expected attention weights in [0, 1] "
-         << "(an attention.npy, self_attention.npy or cross_attention.npy)";
-      fail_input(os.str());
-    }
-  }
-}
-
-// Statistics per (layer, batch element) and per layer over every batch element.
-template <class V>
-void add_stats(AttentionMapSet& m, const V* w) {
-  const std::size_t map = m.T * m.S;
-  m.stats = nlohmann::json::array();
-  m.stats_all = nlohmann::json::array();
-  for (std::size_t l = 0; l < m.layers; ++l) {
-    AttentionStats all(m.h, m.T, m.S);
-    nlohmann::json per_batch = nlohmann::json::array();
-    for (std::size_t b = 0; b < m.B; ++b) {
-      AttentionStats one(m.h, m.T, m.S);
-      for (std::size_t i = 0; i < m.h; ++i) {
-        const V* block = w + ((l * m.B + b) * m.h + i) * map;
-        one.add_rows(i, 0, m.T, block);
-        all.add_rows(i, 0, m.T, block);
-      }
-      per_batch.push_back(one.to_json());
-    }
-    m.stats.push_back(std::move(per_batch));
-    m.stats_all.push_back(all.to_json());
-  }
-}
 
 std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
@@ -86,6 +50,76 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
   return run && name == "attention" ? run->attention_shape : std::vector<std::size_t>{};
 }
 
+// Refuses a weight outside [0, 1] (NaN is a masked row's); `index` is its
+// position in the page's array of full-resolution maps.
+template <class V>
+void check_weight(const AttentionMapSet& m, std::uint64_t index, V x) {
+  const double w = x;
+  if (std::isnan(w) || (w >= -kSlack && w <= 1 + kSlack)) return;
+  std::ostringstream os;
+  os << m.file << ": element " << index << " is " << w << "; expected attention weights in [0, 1] "
+     << "(an attention.npy, self_attention.npy or cross_attention.npy)";
+  fail_input(os.str());
+}
+
+// Reads the kept maps (every layer, the batch elements `batches`, every head)
+// a block of rows at a time: each weight checked, the statistics per (layer,
+// batch element) and per layer, and the page's cells (the weights, or the
+// max of each factor x factor block, NaN if any is NaN) into m.array.
+template <class V>
+void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_t file_B,
+               AttentionMapSet& m) {
+  const std::size_t T = m.T, S = m.S, f = m.factor, cols = m.cols;
+  const std::size_t cells = m.rows * cols;
+  V* out = reinterpret_cast<V*>(m.array.data.data());
+  // Rows per read: about 1 MiB of weights, whole blocks of f rows.
+  std::size_t chunk = std::max<std::size_t>(1, (std::size_t{1} << 20) / S);
+  chunk = (chunk + f - 1) / f * f;
+  std::vector<V> rows(std::min(chunk, T) * S);
+  m.stats = nlohmann::json::array();
+  m.stats_all = nlohmann::json::array();
+  std::size_t map = 0;  // the page's maps in order (layer, batch, head)
+  for (std::size_t l = 0; l < m.layers; ++l) {
+    AttentionStats all(m.h, T, S);
+    nlohmann::json per_batch = nlohmann::json::array();
+    for (std::size_t b : batches) {
+      AttentionStats one(m.h, T, S);
+      for (std::size_t i = 0; i < m.h; ++i, ++map) {
+        const std::uint64_t first = ((std::uint64_t{l} * file_B + b) * m.h + i) * T * S;
+        V* page = out + map * cells;
+        if (f > 1) std::fill(page, page + cells, -std::numeric_limits<V>::infinity());
+        for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
+          const std::size_t count = std::min(chunk, T - t0);
+          r.read(first + std::uint64_t{t0} * S, count * S, rows.data());
+          for (std::size_t k = 0; k < count * S; ++k)
+            check_weight(m, std::uint64_t{map} * T * S + std::uint64_t{t0} * S + k, rows[k]);
+          one.add_rows(i, t0, count, rows.data());
+          all.add_rows(i, t0, count, rows.data());
+          if (f == 1) {
+            std::copy(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(count * S),
+                      page + t0 * S);
+            continue;
+          }
+          for (std::size_t t = 0; t < count; ++t) {
+            V* cell_row = page + (t0 + t) / f * cols;
+            const V* row = rows.data() + t * S;
+            for (std::size_t s = 0; s < S; ++s) {
+              V& c = cell_row[s / f];
+              if (std::isnan(row[s]))
+                c = row[s];
+              else if (!std::isnan(c) && row[s] > c)
+                c = row[s];
+            }
+          }
+        }
+      }
+      per_batch.push_back(one.to_json());
+    }
+    m.stats.push_back(std::move(per_batch));
+    m.stats_all.push_back(all.to_json());
+  }
+}
+
 }  // namespace
 
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
@@ -93,91 +127,77 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
   AttentionMapSet m;
   m.name = name;
   m.file = file;
-  // A file too large for a page is refused from its header, before its data
-  // are read (one batch element of it may still fit).
-  if (!is_stream_input(file)) {
-    const NpyHeaderInfo header = read_npy_header(file);
-    const std::vector<std::size_t>& dims = as_shape.empty() ? header.shape : as_shape;
-    std::size_t weights = header.size();
-    const std::size_t rank = dims.size();
-    if (options.batch_index && rank >= 3 && dims[batch_axis(rank)] > 0)
-      weights /= dims[batch_axis(rank)];
-    if (weights > kMaxViewWeights)
-      fail_input(file + ": shape " + shape_text(header.shape) + " holds " +
-                 std::to_string(weights) + " weights" +
-                 (options.batch_index ? " per batch element" : "") + "; a page holds at most " +
-                 std::to_string(kMaxViewWeights) +
-                 " (choose one batch element with --batch_index, or view fewer heads)");
-  }
-  NpyArray a = read_npy(file);
-  const std::string shape = shape_text(a.shape);
+  // The header first; the data are read a block of rows at a time, only the
+  // batch elements kept.
+  NpyReader r(file);
+  const NpyHeaderInfo& header = r.header();
+  const std::string shape = shape_text(header.shape);
+  std::vector<std::size_t> dims = header.shape;
   if (!as_shape.empty()) {
     std::size_t n = 1;
     for (std::size_t d : as_shape) n *= d;
-    if (n != a.size())
+    if (n != header.size())
       fail_input(file + ": shape " + shape + " is not a reshape of " + shape_text(as_shape) +
                  ", the flattened run run.json describes");
-    a.shape = as_shape;
+    dims = as_shape;
   }
-  if (!is_float(a.dtype))
-    fail_input(file + ": " + a.describe() +
+  if (!is_float(header.dtype))
+    fail_input(file + ": " + dtype_name(header.dtype) + " array of shape " + shape_str(dims) +
                "; expected attention weights of dtype float16, float32 or float64");
-  const std::size_t rank = a.shape.size();
+  const std::size_t rank = dims.size();
   if (rank < 2 || rank > 5)
     fail_input(file + ": shape " + shape +
                "; expected attention weights (T, S), (B, T, S), (B, h, T, S) or (layers, B, h, "
                "T, S)");
   // A rank-4 array is (B, h, T, S); rank 5 (layers, B, h, T, S).
-  const std::vector<std::size_t>& s = a.shape;
-  m.T = s[rank - 2];
-  m.S = s[rank - 1];
-  m.B = rank >= 3 ? s[batch_axis(rank)] : 1;
-  m.h = rank >= 4 ? s[rank - 3] : 1;
-  m.layers = rank == 5 ? s[0] : 1;
+  m.T = dims[rank - 2];
+  m.S = dims[rank - 1];
+  m.B = rank >= 3 ? dims[batch_axis(rank)] : 1;
+  m.h = rank >= 4 ? dims[rank - 3] : 1;
+  m.layers = rank == 5 ? dims[0] : 1;
   m.head_axis = rank >= 4;
   m.layer_axis = rank == 5;
   if (m.T == 0 || m.S == 0 || m.B == 0 || m.h == 0 || m.layers == 0)
     fail_input(file + ": shape " + shape + " holds no weights; expected a non-empty map");
-  // float16 is widened to float32, which holds it exactly.
-  if (a.dtype == DType::f2) {
-    NpyArray wide;
-    wide.dtype = DType::f4;
-    wide.shape = a.shape;
-    wide.data.resize(a.size() * 4);
-    convert(a, reinterpret_cast<float*>(wide.data.data()), file);
-    a = std::move(wide);
-  }
+  std::vector<std::size_t> batches;
   if (options.batch_index) {
     const std::size_t b = *options.batch_index;
     if (b >= m.B)
       fail_input("--batch_index " + std::to_string(b) + ": " + file +
                  " holds B = " + std::to_string(m.B) + " batch elements (shape " + shape +
                  "), indices 0 to " + std::to_string(m.B - 1));
-    const std::size_t item = itemsize(a.dtype), block = m.h * m.T * m.S * item;
-    std::vector<unsigned char> kept;
-    kept.reserve(m.layers * block);
-    for (std::size_t l = 0; l < m.layers; ++l) {
-      const unsigned char* p = a.data.data() + (l * m.B + b) * block;
-      kept.insert(kept.end(), p, p + block);
-    }
-    a.data = std::move(kept);
-    a.shape[batch_axis(rank)] = 1;
-    m.B = 1;
-  }
-  if (a.size() > kMaxViewWeights)
-    fail_input(file + ": shape " + shape + " holds " + std::to_string(a.size()) +
-               " weights; a page holds at most " + std::to_string(kMaxViewWeights) +
-               " (choose one batch element with --batch_index, or view fewer heads)");
-  m.array = std::move(a);
-  if (m.array.dtype == DType::f4) {
-    const float* w = reinterpret_cast<const float*>(m.array.data.data());
-    check_and_count(m, w);
-    add_stats(m, w);
+    batches = {b};
   } else {
-    const double* w = reinterpret_cast<const double*>(m.array.data.data());
-    check_and_count(m, w);
-    add_stats(m, w);
+    for (std::size_t b = 0; b < m.B; ++b) batches.push_back(b);
   }
+  // A map longer than a page's side is shrunk by f x f blocks; then the
+  // page's cells, over every map kept, must fit.
+  const std::size_t maps = m.layers * batches.size() * m.h;
+  m.factor = std::max<std::size_t>(1, (std::max(m.T, m.S) + kMaxViewSide - 1) / kMaxViewSide);
+  m.rows = (m.T + m.factor - 1) / m.factor;
+  m.cols = (m.S + m.factor - 1) / m.factor;
+  if (maps * m.rows * m.cols > kMaxViewWeights)
+    fail_input(file + ": shape " + shape + " holds " + std::to_string(maps * m.T * m.S) +
+               " weights" + (options.batch_index ? " per batch element" : "") +
+               "; a page holds at most " + std::to_string(kMaxViewWeights) +
+               (m.factor > 1
+                    ? " (maps longer than " + std::to_string(kMaxViewSide) + " are shrunk to " +
+                          std::to_string(m.rows) + " x " + std::to_string(m.cols) + " blocks each)"
+                    : std::string()) +
+               " (choose one batch element with --batch_index, or view fewer heads)");
+  const std::size_t file_B = m.B;
+  m.B = batches.size();
+  // float16 is widened to float32, which holds it exactly.
+  m.array.dtype = header.dtype == DType::f8 ? DType::f8 : DType::f4;
+  m.array.shape = dims;
+  if (rank >= 3) m.array.shape[batch_axis(rank)] = m.B;
+  m.array.shape[rank - 2] = m.rows;
+  m.array.shape[rank - 1] = m.cols;
+  m.array.data.resize(maps * m.rows * m.cols * itemsize(m.array.dtype));
+  if (m.array.dtype == DType::f4)
+    read_maps<float>(r, batches, file_B, m);
+  else
+    read_maps<double>(r, batches, file_B, m);
   return m;
 }
 
@@ -246,8 +266,11 @@ std::string attention_page(const AttentionView& view) {
   data["kind"] = "attention";
   data["title"] = view.title;
   data["version"] = MHA_VERSION;
-  data["query_labels"] = view.query_labels;
-  data["key_labels"] = view.key_labels;
+  // Labels name single positions: a page of shrunk maps shows block ranges instead.
+  bool shrunk = false;
+  for (const auto& m : view.maps) shrunk = shrunk || m.factor > 1;
+  data["query_labels"] = shrunk ? std::vector<std::string>{} : view.query_labels;
+  data["key_labels"] = shrunk ? std::vector<std::string>{} : view.key_labels;
   data["run"] = view.run ? view.run->page : nlohmann::json(nullptr);
   nlohmann::json colors = nlohmann::json::array();
   for (const Rgb& c : viridis_table()) colors.push_back({c.r, c.g, c.b});
@@ -260,8 +283,11 @@ std::string attention_page(const AttentionView& view) {
                             {"layers", m.layers},
                             {"B", m.B},
                             {"h", m.h},
-                            {"T", m.T},
-                            {"S", m.S},
+                            {"T", m.rows},
+                            {"S", m.cols},
+                            {"factor", m.factor},
+                            {"T_file", m.T},
+                            {"S_file", m.S},
                             {"layer_axis", m.layer_axis},
                             {"head_axis", m.head_axis},
                             {"dtype", item == 4 ? "float32" : "float64"},

@@ -102,8 +102,10 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
                           const Warn& warn = {});
 
 // Every array of `path`: one for a .npy, each member of a .npz (by its name
-// ending, or its zip magic), in archive order. .npz members are loaded whole
-// one at a time (read_npz's limits apply).
+// ending, or its zip magic), in archive order. An .npz's member headers are
+// all read and checked first (read_npz's checks and limits), then each
+// member is streamed from the archive as it is scanned (Fortran-order
+// members are read whole, one at a time).
 std::vector<InspectResult> inspect_file(const std::string& path, const InspectOptions& options,
                                         const Warn& warn = {});
 

@@ -67,6 +67,13 @@ struct NpyHeaderInfo {
 NpyHeaderInfo parse_npy_header(const std::string& bytes, const std::string& name);
 NpyHeaderInfo read_npy_header(const std::string& path);
 
+// The header of a .npy of `file_size` bytes from its first bytes (at least
+// its whole header: npy_stream_size says how many), with parse_npy_header's
+// checks and messages, the data's size checked against `file_size`. For
+// members of an .npz, judged before they are inflated.
+NpyHeaderInfo parse_npy_header(const std::string& first_bytes, std::uint64_t file_size,
+                               const std::string& name);
+
 // The length in bytes a .npy must have, judged from its first bytes: 0 until
 // its whole header is there. Throws as read_npy would on a bad magic string,
 // version or header. read_npy uses it on pipes (mha/io/stream_input.hpp) to

@@ -43,6 +43,7 @@ std::vector<std::pair<std::string, NpyArray>> layer_weights_from_native(
 
 // Whether the names look like Transformer layer weights of either layout.
 bool has_layer_names(const std::map<std::string, NpyArray>& arrays);
+bool has_layer_names(const std::vector<std::string>& names);
 
 // How many layers the native names hold (the largest N of layers.N. + 1).
 std::size_t layer_count(const std::map<std::string, NpyArray>& native);

@@ -37,6 +37,13 @@ const char* to_string(WeightsFormat format);  // "auto", "native", "torch", "ker
 WeightsFormat detect_weights_format(const std::map<std::string, NpyArray>& arrays,
                                     const std::string& path);
 
+// The checks of to_native that need the tensor names alone, with its
+// messages: names that fit no layout (auto), or a name unknown in `format`.
+// Presets (bert, gpt2, llama) and Transformer layer files (layer_weights.hpp)
+// are checked when converted.
+void check_weight_names(const std::vector<std::string>& names, WeightsFormat format,
+                        const std::string& path);
+
 struct NativeWeights {
   std::map<std::string, NpyArray> arrays;  // native names: W_q, b_q, ...
   WeightsFormat format;                    // the layout they were read in

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,15 +13,29 @@
 #include "mha/io/npy.hpp"
 #include "mha/kernel/dims.hpp"
 #include "mha/kernel/weights.hpp"
+#include "mha/model/weight_formats.hpp"
 
 namespace mha {
 
 // The native tensor names, in file order.
 const std::vector<std::string>& weight_names(bool use_bias);
 
+// What read_weight_arrays checks on a file's names and .npy headers before
+// it reads any array data.
+struct WeightsCheck {
+  // The layout the names must fit (check_weight_names); unset: none here,
+  // the names are checked when converted (weight_formats.hpp).
+  std::optional<WeightsFormat> names;
+  // The most bytes the arrays may hold together: the run's max_memory.
+  std::optional<std::uint64_t> max_bytes;
+};
+
 // Reads the arrays of a weights file: an .npz archive, or a directory of
-// NAME.npy. Names are checked when converted (weight_formats.hpp).
-std::map<std::string, NpyArray> read_weight_arrays(const std::string& path);
+// NAME.npy. Every member's (or file's) .npy header is read and `check`ed
+// first, so that a file of the wrong names or too large is refused before
+// anything is inflated or read.
+std::map<std::string, NpyArray> read_weight_arrays(const std::string& path,
+                                                   const WeightsCheck& check = {});
 
 // Checks every tensor's presence and shape against `dims` and converts to T.
 // Errors name the tensor, its shape and the expected shape. `prefix` is put

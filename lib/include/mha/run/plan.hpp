@@ -29,13 +29,18 @@ class PlanFiles {
   const std::vector<std::size_t>& npy_shape(const std::string& path);
   DType npy_dtype(const std::string& path);  // after npy_shape(path) succeeded
   // One layer of a whole checkpoint with `layer_index` or `prefix` (presets.hpp).
+  // The names and, with `max_bytes` (max_memory), the arrays' sizes are
+  // checked from the .npy headers of an .npz or directory before its data
+  // are read (read_weight_arrays).
   const NativeWeights& weights(const std::string& path, WeightsFormat format,
                                std::optional<std::int64_t> layer_index = std::nullopt,
-                               const std::optional<std::string>& prefix = std::nullopt);
+                               const std::optional<std::string>& prefix = std::nullopt,
+                               std::optional<std::uint64_t> max_bytes = std::nullopt);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
                                      std::optional<std::int64_t> layer_index = std::nullopt,
-                                     const std::optional<std::string>& prefix = std::nullopt);
+                                     const std::optional<std::string>& prefix = std::nullopt,
+                                     std::optional<std::uint64_t> max_bytes = std::nullopt);
 
  private:
   std::map<std::string, std::vector<std::size_t>> shapes_;

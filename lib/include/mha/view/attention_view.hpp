@@ -31,7 +31,10 @@ struct AttentionMapSet {
   std::string file;  // where it was read from
   std::size_t layers = 1, B = 1, h = 1, T = 0, S = 0;
   bool layer_axis = false, head_axis = false;
-  NpyArray array;            // float32 or float64, C order (layers, B, h, T, S)
+  // Maps longer than kMaxViewSide on a side are shrunk by factor x factor
+  // blocks (each cell the block's max, NaN if any is) to rows x cols cells.
+  std::size_t factor = 1, rows = 0, cols = 0;
+  NpyArray array;            // float32 or float64, C order (layers, B, h, rows, cols)
   nlohmann::json stats;      // [layer][batch] -> AttentionStats::to_json(), and
   nlohmann::json stats_all;  // [layer] over every batch element
 };
@@ -68,14 +71,19 @@ struct ViewOptions {
 
 // The most weights one page holds (float32: 32 MiB before compression).
 constexpr std::size_t kMaxViewWeights = std::size_t{8} << 20;
+// The longest side of a map in a page: one map of 2896 x 2896 fits
+// kMaxViewWeights. A longer map is read a block of rows at a time and
+// shrunk by blocks, so that a map of any size makes a page of bounded size.
+constexpr std::size_t kMaxViewSide = 2896;
 
 // `path` is a run directory (its run.json and attention.npy, or a stack's
 // self_attention.npy and cross_attention.npy) or one attention .npy (with the
 // run.json beside it, if any, which `read_run` reads). Throws mha::Error (invalid_input) naming the
 // file and what was expected: not a float array, a rank other than 2 to 5,
 // weights outside [0, 1], labels whose count is not T (or S), a batch_index
-// out of range, more than kMaxViewWeights weights, or a directory with no
-// attention file.
+// out of range, more than kMaxViewWeights cells (after maps longer than
+// kMaxViewSide are shrunk), or a directory with no attention file. Files are
+// read a block of rows at a time, only the batch element kept.
 AttentionView read_attention_view(const std::string& path, const ViewOptions& options,
                                   const RunReader& read_run = {});
 
