@@ -413,8 +413,7 @@ template <class T>
 RepeatTimes repeat_stage(const RunPlan& plan, const Loaded<T>& l) {
   const Config& c = plan.config;
   const TypedLayer<T>& layer = *l.layer;
-  const AttentionSink<T> drop = [](std::size_t, std::size_t, std::size_t, std::size_t,
-                                   const T*) {};
+  const AttentionSink<T> drop = [](std::size_t, std::size_t, std::size_t, std::size_t, const T*) {};
   const AttentionOutput maps = !(c.save_attention || c.plot) ? AttentionOutput::none
                                : c.average_heads             ? AttentionOutput::mean_over_heads
                                                              : AttentionOutput::per_head;
@@ -441,8 +440,8 @@ RepeatTimes repeat_stage(const RunPlan& plan, const Loaded<T>& l) {
     if (maps != AttentionOutput::none) options.sink = drop;
     scratch.resize(d.B * d.T * d.d_out);
     call = [&, options] {
-      layer.attend(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d),
-                   layer.planned_mask(), options, scratch.data());
+      layer.attend(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), layer.planned_mask(),
+                   options, scratch.data());
     };
   }
   call();  // warm: discarded

@@ -221,12 +221,12 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
   std::map<std::string, std::string> x_text;  // categorical x: value -> position
   std::vector<std::string> categories;
   const bool numeric_x = numeric_key(v, c.x);
-  auto add = [&](const std::string& series, double x, double y, double lo = NAN,
-                 double hi = NAN) {
+  auto add = [&](const std::string& series, double x, double y, double lo = NAN, double hi = NAN) {
     if (!points.count(series)) order.push_back(series);
     auto& p = points[series][x];
     if (std::isfinite(y)) p.sum += y, p.count += 1;
-    if (std::isfinite(lo) && std::isfinite(hi)) p.lo = std::min(p.lo, lo), p.hi = std::max(p.hi, hi);
+    if (std::isfinite(lo) && std::isfinite(hi))
+      p.lo = std::min(p.lo, lo), p.hi = std::max(p.hi, hi);
   };
   for (const auto& row : v.rows) {
     if (!is_ok(row) || !row.contains(c.x) || !row.contains(c.y)) continue;
