@@ -49,8 +49,12 @@ class Case(unittest.TestCase):
             return json.load(f)
 
     def files(self, out):
-        return {n: open(os.path.join(out, n), "rb").read()
-                for n in sorted(os.listdir(out)) if n.endswith((".npy", ".npz", ".png"))}
+        found = {}
+        for n in sorted(os.listdir(out)):
+            if n.endswith((".npy", ".npz", ".png")):
+                with open(os.path.join(out, n), "rb") as f:
+                    found[n] = f.read()
+        return found
 
     def check_timings(self, timings, n):
         rep = timings["compute_repeat"]

@@ -432,8 +432,11 @@ class SweepReport(BrowserCase):
           c.data.datasets.forEach((d, i) => c.getDatasetMeta(i).data.forEach((p, j) => {
             const [lo, hi] = d.ranges[j];
             for (const y of [c.scales.y.getPixelForValue(hi) + 1, c.scales.y.getPixelForValue(lo) - 1]) {
-              const px = ctx.getImageData(Math.round(p.x * dpr), Math.round(y * dpr), 1, 1).data;
-              out.push([d.borderColor, Array.from(px)]);
+              // The most opaque of the 3 device pixels across the 1.5-pixel line.
+              const row = ctx.getImageData(Math.round(p.x * dpr) - 1, Math.round(y * dpr), 3, 1).data;
+              let best = 0;
+              for (let k = 1; k < 3; ++k) if (row[4 * k + 3] > row[4 * best + 3]) best = k;
+              out.push([d.borderColor, Array.from(row.slice(4 * best, 4 * best + 4))]);
             }
           }));
           return out; })()""")

@@ -110,7 +110,7 @@ struct RepeatTimes {
 struct StageTimes {
   double load_ms = 0;  // the plan and the load
   double compute_ms = 0, write_ms = 0;
-  std::optional<RepeatTimes> compute_repeat;
+  std::optional<RepeatTimes> compute_repeat = std::nullopt;
 };
 
 struct RunReport {
