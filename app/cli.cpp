@@ -501,6 +501,11 @@ int do_run(const RunArgs& args) {
         "{} attention, B={} T={} S={} h={} d_k={} d_v={}: {:.3f} ms compute, {:.2f} GFLOP/s",
         r.dims.key_is_query ? "self" : "cross", r.dims.B, r.dims.T, r.dims.S, r.dims.h, r.dims.d_k,
         r.dims.d_v, r.timings.compute_ms, r.gflops_per_s);
+  if (const auto& t = r.timings.compute_repeat)
+    spdlog::info(
+        "compute repeated {} times after a warm call: median {:.3f} ms (min {:.3f}, max "
+        "{:.3f})",
+        t->samples.size(), t->median, t->min, t->max);
   if (args.html) {
     // The same page `mha view OUT_DIR` writes, from the files just committed.
     ViewArgs view;

@@ -60,13 +60,18 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
                  bool print_json) {
   static const std::set<std::string> apply = {"out_dir", "save_attention", "save_hidden_states",
                                               "threads", "max_memory"};
-  for (const std::string& key : given)
+  for (const std::string& key : given) {
+    if (key == "repeat")
+      throw Error(ErrorKind::invalid_input,
+                  "--repeat: not supported with --model (it times one layer or stack's compute; "
+                  "bench/model_forward.py --repeat times a whole model)");
     if (!apply.count(key))
       throw Error(ErrorKind::invalid_input,
                   "--" + key +
                       ": not used with --model (the model's config.json sets it); "
                       "with --model give out_dir, save_attention, save_hidden_states, threads, "
                       "max_memory");
+  }
   ModelRunConfig mc;
   mc.model = args.model;
   mc.texts = args.texts;

@@ -280,13 +280,15 @@ class PyLayer {
  public:
   explicit PyLayer(py::dict config, bool seq_first = false, const char* source = "mha.Layer")
       : provided_(std::make_unique<Provided>()), seq_first_(seq_first) {
-    for (const char* reserved : {"query", "key", "value", "memory", "out_dir"})
+    for (const char* reserved : {"query", "key", "value", "memory", "out_dir", "repeat"})
       if (config.contains(reserved))
-        throw mha::Error(mha::ErrorKind::invalid_input,
-                         std::string(reserved) + ": " +
-                             (std::string(reserved) == "out_dir"
-                                  ? "a Layer writes no files (mha.run does)"
-                                  : "give it to the call, layer(query, key, value, memory=...)"));
+        throw mha::Error(
+            mha::ErrorKind::invalid_input,
+            std::string(reserved) + ": " +
+                (std::string(reserved) == "out_dir" ? "a Layer writes no files (mha.run does)"
+                 : std::string(reserved) == "repeat"
+                     ? "a Layer times nothing (mha.run does; time the calls in Python)"
+                     : "give it to the call, layer(query, key, value, memory=...)"));
     const mha::Config c = make_config(config, *provided_, source);
     // Sized when the config names the calls' sizes; else each call makes its mask.
     build(c, c.seq_len.has_value());
@@ -537,13 +539,13 @@ py::tuple attention(const py::object& query, const py::object& key, const py::ob
                     py::kwargs kwargs) {
   py::dict config;
   for (const auto& [k, v] : kwargs) config[k] = v;
-  for (const char* reserved : {"query", "key", "value", "out_dir"})
+  for (const char* reserved : {"query", "key", "value", "out_dir", "repeat"})
     if (config.contains(reserved))
-      throw mha::Error(
-          mha::ErrorKind::invalid_input,
-          std::string(reserved) + ": give it as " +
-              (std::string(reserved) == "out_dir" ? "mha.run's config (attention() writes no files)"
-                                                  : "a positional argument"));
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(reserved) + ": give it as " +
+                           (std::string(reserved) == "out_dir" || std::string(reserved) == "repeat"
+                                ? "mha.run's config (attention() writes no files and times nothing)"
+                                : "a positional argument"));
   // The inputs in the compute dtype, planned as they will be called.
   mha::DType dtype = mha::DType::f4;
   if (config.contains("dtype") && py::isinstance<py::str>(config["dtype"]) &&

@@ -59,6 +59,14 @@ foreach(group Spelling Aliases ProgressLine)
   set_tests_properties(cli.interface.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 endforeach()
 
+# repeat: timed calls of the compute, in run.json, sweep rows and the report (docs/config.md).
+foreach(group RunRepeat SweepRepeat)
+  add_test(NAME cli.repeat.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_repeat.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.repeat.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 300)
+endforeach()
+
 # run.json and results rows against schemas/ (python3-jsonschema).
 foreach(group RunJson ResultsRows)
   add_test(NAME cli.schemas.${group}

@@ -266,6 +266,52 @@ TEST_CASE("line chart: many series stay readable", "[line_chart]") {
   CHECK(L.plot_area.w >= 300);
 }
 
+TEST_CASE("line chart: error bars from lo to hi in the series' colour", "[line_chart]") {
+  LineChart c = three_series();
+  // Series 1 gets ranges (point 2 none); the axis grows to hold the highest hi.
+  c.series[1].lo = {1.5, 3.0, kNaN, 7.0, 9.0};
+  c.series[1].hi = {2.5, 4.0, kNaN, 8.5, 25.0};
+  const mha::RenderedChart r = mha::render_line_chart(c);
+  const ChartLayout& L = r.layout;
+  CHECK(L.y_hi >= 25.0);
+  REQUIRE(L.ranges.size() == 3);
+  CHECK(L.ranges[0].empty());
+  CHECK(L.ranges[2].empty());
+  REQUIRE(L.ranges[1].size() == 5);
+  CHECK(L.ranges[1][2] == std::make_pair(-1, -1));
+  for (std::size_t j : {0, 1, 3, 4}) {
+    const auto [top, bottom] = L.ranges[1][j];
+    const auto [x, y] = L.points[1][j];
+    INFO("point " << j);
+    CHECK(top < y);
+    CHECK(bottom > y);
+    // The bar's ends and its caps are the series' colour.
+    CHECK(r.image.at(x, top) == L.colors[1]);
+    CHECK(r.image.at(x, bottom) == L.colors[1]);
+    CHECK(r.image.at(x - 3, top) == L.colors[1]);
+    CHECK(r.image.at(x + 3, bottom) == L.colors[1]);
+  }
+  // The long bar of point 4 runs straight up from the marker: a quarter of the
+  // way down from its top cap (clear of series 2's marker at the same x) is
+  // its colour, where no line of the chart passes.
+  const auto [x4, y4] = L.points[1][4];
+  const int quarter = L.ranges[1][4].first + (y4 - L.ranges[1][4].first) / 4;
+  CHECK(r.image.at(x4, quarter) == L.colors[1]);
+  c.series[1].lo.clear();
+  c.series[1].hi.clear();
+  c.series.push_back({"h = 9", {1}, {25.0}});  // keeps the axis (and the legend's width)
+  const mha::RenderedChart no_bars = mha::render_line_chart(c);
+  REQUIRE(no_bars.layout.y_hi == L.y_hi);
+  REQUIRE(no_bars.layout.points[1][4] == L.points[1][4]);
+  CHECK(no_bars.image.at(x4, quarter) == Rgb{255, 255, 255});
+  c.series.pop_back();
+  c.series[1].lo = {1.5, 3.0, kNaN, 7.0, 9.0};
+  c.series[1].hi = {2.5, 4.0, kNaN, 8.5, 25.0};
+
+  c.series[1].hi.pop_back();
+  require_invalid([&] { mha::render_line_chart(c); }, "5 points but 5 lo and 4 hi values");
+}
+
 TEST_CASE("line chart: bad input", "[line_chart]") {
   LineChart c;
   require_invalid([&] { mha::render_line_chart(c); }, "no series");

@@ -3,6 +3,7 @@
 // written again gives the same bytes (attention, stack and attention_axes
 // runs), the sizes read back are the run's, and a file missing a required key
 // or holding one of the wrong type is refused naming the file and the key.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -140,6 +141,48 @@ TEST_CASE("run.json round-trips through RunReport: Transformer stacks", "[run_js
   const mha::RunReport encoder = round_trip(e);
   CHECK(encoder.layer_stats.empty());
   CHECK_FALSE(encoder.attention_stats);
+}
+
+TEST_CASE("run.json round-trips through RunReport: repeat", "[run_json]") {
+  TempDir dir("run_json_repeat");
+  mha::Config c;
+  c.h = 2;
+  c.d_model = 8;
+  c.seq_len = 5;
+  c.save_attention = true;
+  c.repeat = 4;
+  c.out_dir = dir / "repeat";
+  const mha::RunReport r = round_trip(c);
+  CHECK(r.config.repeat == 4);
+  REQUIRE(r.timings.compute_repeat);
+  const mha::RepeatTimes& t = *r.timings.compute_repeat;
+  REQUIRE(t.samples.size() == 4);
+  CHECK(t.min == *std::min_element(t.samples.begin(), t.samples.end()));
+  CHECK(t.max == *std::max_element(t.samples.begin(), t.samples.end()));
+  CHECK(t.min <= t.median);
+  CHECK(t.median <= t.max);
+
+  c.repeat = 1;  // today's run.json: no compute_repeat
+  c.out_dir = dir / "once";
+  CHECK_FALSE(round_trip(c).timings.compute_repeat);
+
+  // A samples list that does not match repeat is an error naming the key.
+  json j = json::parse(read_file(dir / "repeat/run.json"));
+  j["timings_ms"]["compute_repeat"]["samples"].push_back(1.0);
+  mha::test::require_invalid([&] { mha::run_report_from_json(j, "r.json"); },
+                             "r.json: key 'timings_ms.compute_repeat.samples'");
+}
+
+TEST_CASE("RepeatTimes: the median of an odd and an even count, min and max", "[run_json]") {
+  const mha::RepeatTimes odd = mha::RepeatTimes::of({5, 1, 4});
+  CHECK(odd.median == 4);
+  CHECK(odd.min == 1);
+  CHECK(odd.max == 5);
+  CHECK(odd.samples == std::vector<double>{5, 1, 4});  // in call order
+  const mha::RepeatTimes even = mha::RepeatTimes::of({3, 10, 1, 2});
+  CHECK(even.median == 2.5);
+  CHECK(even.min == 1);
+  CHECK(even.max == 10);
 }
 
 TEST_CASE("run.json round-trips through RunReport: attention_axes", "[run_json]") {

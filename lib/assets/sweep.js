@@ -1,8 +1,11 @@
 // mha sweep report: a sweep's results.jsonl rows (inline, sweep_view.cpp) charted
 // with Chart.js (Debian's libjs-chart.js, inlined): any numeric column against a
 // swept key, one line per value of another. Runs that share x and the group
-// are averaged into one point, as the PNG (sweep_chart) does. window.mhaChart
-// is the Chart.js instance, for tests.
+// are averaged into one point, as the PNG (sweep_chart) does. With repeated
+// timings (D.ranges, sweep_view.cpp's y_range), compute_ms is the median with
+// a min-to-max error bar at each point (drawn by the errorBars plugin below:
+// Chart.js 3.9 has none of its own). window.mhaChart is the Chart.js
+// instance, for tests; each dataset's `ranges` holds its bars' [lo, hi].
 (function () {
   'use strict';
   const D = JSON.parse(document.getElementById('mha-data').textContent);
@@ -15,15 +18,19 @@
 
   function numericKey(key) { return ok.every((r) => !(key in r) || typeof r[key] === 'number'); }
 
-  // Series as sweep_chart builds them: name -> Map(x -> [sum, count]).
+  // Series as sweep_chart builds them: name -> Map(x -> [sum, count, lo, hi]).
   function series(y, x, group) {
     const order = [], points = new Map(), categories = [];
     const numericX = x === 'index' || numericKey(x);
-    const add = (name, xv, yv) => {
+    const range = (D.ranges || {})[y];
+    const finite = (v) => typeof v === 'number' && Number.isFinite(v);
+    const add = (name, xv, yv, lo, hi) => {
       if (!points.has(name)) { points.set(name, new Map()); order.push(name); }
       const p = points.get(name);
-      if (!p.has(xv)) p.set(xv, [0, 0]);
-      if (typeof yv === 'number' && Number.isFinite(yv)) { const e = p.get(xv); e[0] += yv; e[1] += 1; }
+      if (!p.has(xv)) p.set(xv, [0, 0, Infinity, -Infinity]);
+      const e = p.get(xv);
+      if (finite(yv)) { e[0] += yv; e[1] += 1; }
+      if (finite(lo) && finite(hi)) { e[2] = Math.min(e[2], lo); e[3] = Math.max(e[3], hi); }
     };
     for (const r of ok) {
       if (!(x in r) || !(y in r)) continue;
@@ -36,42 +43,82 @@
       }
       const g = group ? group + '=' + (group in r ? text(r[group]) : '?') : '';
       const yv = r[y];
-      if (Array.isArray(yv)) yv.forEach((v, i) => add((g ? g + ' · ' : '') + 'head ' + i, xv, v));
+      if (range && range.value in r) add(g || y, xv, r[range.value], r[range.lo], r[range.hi]);
+      else if (Array.isArray(yv)) yv.forEach((v, i) => add((g ? g + ' · ' : '') + 'head ' + i, xv, v));
       else if (typeof yv === 'boolean') add(g || y, xv, yv ? 1 : 0);
       else if (typeof yv === 'number') add(g || y, xv, yv);
     }
     return {
       categories,
-      sets: order.map((name) => ({
-        name,
-        points: [...points.get(name).entries()].sort((a, b) => a[0] - b[0])
-          .map(([xv, [sum, n]]) => ({ x: xv, y: n ? sum / n : null })),
-      })),
+      ranged: !!range,
+      sets: order.map((name) => {
+        const entries = [...points.get(name).entries()].sort((a, b) => a[0] - b[0]);
+        return {
+          name,
+          points: entries.map(([xv, [sum, n]]) => ({ x: xv, y: n ? sum / n : null })),
+          ranges: range ? entries.map(([, [, , lo, hi]]) => (lo <= hi ? [lo, hi] : null)) : null,
+        };
+      }),
     };
   }
 
+  // A dataset's `ranges` as vertical bars with caps, in its colour, over its points.
+  const errorBars = {
+    id: 'errorBars',
+    afterDatasetsDraw(c) {
+      const ctx = c.ctx, yScale = c.scales.y;
+      c.data.datasets.forEach((ds, i) => {
+        const meta = c.getDatasetMeta(i);
+        if (!ds.ranges || meta.hidden) return;
+        ctx.save();
+        ctx.strokeStyle = ds.borderColor;
+        ctx.lineWidth = 1.5;
+        ds.ranges.forEach((r, j) => {
+          const p = meta.data[j];
+          if (!r || !p || ds.data[j].y === null) return;
+          const top = yScale.getPixelForValue(r[1]), bottom = yScale.getPixelForValue(r[0]);
+          ctx.beginPath();
+          ctx.moveTo(p.x, top); ctx.lineTo(p.x, bottom);
+          ctx.moveTo(p.x - 5, top); ctx.lineTo(p.x + 5, top);
+          ctx.moveTo(p.x - 5, bottom); ctx.lineTo(p.x + 5, bottom);
+          ctx.stroke();
+        });
+        ctx.restore();
+      });
+    },
+  };
+
   function draw() {
     const y = $('y').value, x = $('x').value, group = $('group').value;
-    const { categories, sets } = series(y, x, group);
+    const { categories, ranged, sets } = series(y, x, group);
     const logX = $('log-x').checked && categories.length === 0, logY = $('log-y').checked;
     const datasets = sets.map((s, i) => ({
-      label: s.name, data: s.points, showLine: true, spanGaps: false,
+      label: s.name, data: s.points, ranges: s.ranges, showLine: true, spanGaps: false,
       borderColor: COLORS[i % COLORS.length], backgroundColor: COLORS[i % COLORS.length],
       borderWidth: 2, pointRadius: 4,
     }));
+    // The bars' ends are inside the y axis (Chart.js fits the axis to the points only).
+    const ends = sets.flatMap((s) => (s.ranges || []).filter((r) => r).flat());
+    const rangeText = (c) => {
+      const r = c.dataset.ranges && c.dataset.ranges[c.dataIndex];
+      return r ? ' (median; min ' + r[0] + ', max ' + r[1] + ')' : '';
+    };
     const config = {
       type: 'scatter',
       data: { datasets },
+      plugins: [errorBars],
       options: {
         animation: false, responsive: true, maintainAspectRatio: false,
         plugins: {
-          title: { display: true, text: y + ' against ' + x + (group ? ' for each ' + group : '') },
-          tooltip: { callbacks: { label: (c) => c.dataset.label + ': ' + x + ' = ' + (categories.length ? categories[c.parsed.x] : c.parsed.x) + ', ' + y + ' = ' + c.parsed.y } },
+          title: { display: true, text: y + (ranged ? ' (median, bars: min to max)' : '') + ' against ' + x + (group ? ' for each ' + group : '') },
+          tooltip: { callbacks: { label: (c) => c.dataset.label + ': ' + x + ' = ' + (categories.length ? categories[c.parsed.x] : c.parsed.x) + ', ' + y + ' = ' + c.parsed.y + rangeText(c) } },
         },
         scales: {
           x: { type: logX ? 'logarithmic' : 'linear', title: { display: true, text: x },
                ticks: categories.length ? { stepSize: 1, callback: (v) => categories[v] ?? '' } : {} },
-          y: { type: logY ? 'logarithmic' : 'linear', title: { display: true, text: y } },
+          y: { type: logY ? 'logarithmic' : 'linear', title: { display: true, text: y + (ranged ? ' (median)' : '') },
+               suggestedMin: ends.length ? Math.min(...ends) : undefined,
+               suggestedMax: ends.length ? Math.max(...ends) : undefined },
         },
       },
     };

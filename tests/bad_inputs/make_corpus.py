@@ -511,6 +511,12 @@ add_json("cfg_seed_negative.json", {"query": "files/q.npy", "h": 2, "seed": -1})
 add_json("cfg_dtype_float16.json", {"query": "files/q.npy", "h": 2, "dtype": "float16"})
 add_json("cfg_key_lengths_string_list.json", {"query": "files/q.npy", "h": 2,
                                                "key_lengths": ["4", "2"]})
+add_json("cfg_repeat_zero.json", {"query": "files/q.npy", "h": 2, "repeat": 0})
+add_json("cfg_repeat_negative.json", {"query": "files/q.npy", "h": 2, "repeat": -3})
+add_json("cfg_repeat_float.json", '{"query": "files/q.npy", "h": 2, "repeat": 2.5}\n')
+add_json("cfg_repeat_string.json", {"query": "files/q.npy", "h": 2, "repeat": "5"})
+add_json("cfg_repeat_too_many.json", {"query": "files/q.npy", "h": 2, "repeat": 1001})
+add_json("cfg_repeat_ok.json", {"query": "files/q.npy", "h": 2, "repeat": 3})
 add_json("cfg_query_number.json", {"query": 5, "h": 2})
 add_json("cfg_nested_duplicate.json", '{"query": "files/q.npy", "h": 2, "extra": {"a": 1, "a": 2}}\n')
 

@@ -180,3 +180,16 @@ def test_a_c_contiguous_float32_input_is_not_copied():
 def sys_executable():
     import sys
     return sys.executable
+
+
+def test_repeat_in_run_not_in_layers(tmp_path):
+    # mha.run times the compute `repeat` times (docs/config.md); a Layer or attention() call
+    # writes and times nothing, so they refuse the key rather than ignore it.
+    r = mha.run({"h": 2, "d_model": 8, "seq_len": 4, "repeat": 3, "out_dir": str(tmp_path / "o")})
+    rep = r["timings_ms"]["compute_repeat"]
+    assert rep["repeat"] == 3 and len(rep["samples"]) == 3
+    assert rep["min"] <= rep["median"] <= rep["max"]
+    with pytest.raises(ValueError, match="repeat: a Layer times nothing"):
+        mha.Layer(h=2, d_model=8, repeat=3)
+    with pytest.raises(ValueError, match="repeat: give it as mha.run's config"):
+        mha.attention(np.ones((1, 3, 8), "f4"), h=2, repeat=3)

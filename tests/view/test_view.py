@@ -407,10 +407,78 @@ class SweepReport(BrowserCase):
         r = mha("sweep", "configs/sweeps/heads_vs_length.json", "--report", "--out_dir", out)
         self.assertEqual(r.returncode, 0, r.stderr)
         b = self.open(os.path.join(out, "report.html"))
+        # repeat 5: the median of the timed calls, with their min and max as bars.
         self.assertEqual(b.evaluate("mhaChart.options.plugins.title.text"),
-                         "compute_ms against seq_len for each h")
+                         "compute_ms (median, bars: min to max) against seq_len for each h")
         got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => p.x)])")
         self.assertEqual(got, [["h=%d" % h, [32, 128, 512]] for h in (1, 2, 4, 8)])
+        rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.data.map(p => p.y), d.ranges])")
+        for h, (ys, ranges) in zip((1, 2, 4, 8), got):
+            mine = sorted((r["seq_len"], r["compute_ms_median"], r["compute_ms_min"],
+                           r["compute_ms_max"]) for r in rows if r["h"] == h)
+            self.assertEqual(ys, [m[1] for m in mine])
+            self.assertEqual(ranges, [[m[2], m[3]] for m in mine])
+        self.assert_clean()
+
+    def test_repeat_error_bars(self):
+        # Rows as a sweep with repeat writes them, with bars wide enough to find on the canvas.
+        out = os.path.join(self.dir, "ranged")
+        os.makedirs(out, exist_ok=True)
+        rows = []
+        for i, (h, T) in enumerate((h, T) for h in (1, 2) for T in (8, 16, 32)):
+            median = 10.0 * h + T / 8
+            rows.append({"schema_version": 1, "index": i, "name": "h%d_T%d" % (h, T),
+                         "status": "ok", "h": h, "seq_len": T, "compute_ms": median + 30,
+                         "compute_ms_median": median, "compute_ms_min": median - 4,
+                         "compute_ms_max": median + 6, "run_dir": out})
+        with open(os.path.join(out, "results.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump({"schema_version": 1, "sweep_file": "x.json", "swept_keys": ["h", "seq_len"],
+                       "runs": len(rows)}, f)
+        r = mha("view", out, "-o", os.path.join(out, "report.html"), "--png", "-")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "report.html"))
+        self.assertEqual(b.evaluate("mhaChart.options.plugins.title.text"),
+                         "compute_ms (median, bars: min to max) against seq_len for each h")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y]),"
+                         " d.ranges])")
+        for label, points, ranges in got:
+            h = int(label.split("=")[1])
+            mine = [r for r in rows if r["h"] == h]
+            self.assertEqual(points, [[r["seq_len"], r["compute_ms_median"]] for r in mine])
+            self.assertEqual(ranges, [[r["compute_ms_min"], r["compute_ms_max"]] for r in mine])
+        # The axis holds every bar, and each bar is drawn in its series' colour: the pixels
+        # just inside its ends (above and below the marker) are painted.
+        lo, hi = b.evaluate("[mhaChart.scales.y.min, mhaChart.scales.y.max]")
+        self.assertLessEqual(lo, min(r["compute_ms_min"] for r in rows))
+        self.assertGreaterEqual(hi, max(r["compute_ms_max"] for r in rows))
+        painted = b.evaluate("""(() => {
+          const c = mhaChart, ctx = c.ctx, dpr = c.currentDevicePixelRatio, out = [];
+          c.data.datasets.forEach((d, i) => c.getDatasetMeta(i).data.forEach((p, j) => {
+            const [lo, hi] = d.ranges[j];
+            for (const y of [c.scales.y.getPixelForValue(hi) + 1, c.scales.y.getPixelForValue(lo) - 1]) {
+              // The most opaque of the 3 device pixels across the 1.5-pixel line.
+              const row = ctx.getImageData(Math.round(p.x * dpr) - 1, Math.round(y * dpr), 3, 1).data;
+              let best = 0;
+              for (let k = 1; k < 3; ++k) if (row[4 * k + 3] > row[4 * best + 3]) best = k;
+              out.push([d.borderColor, Array.from(row.slice(4 * best, 4 * best + 4))]);
+            }
+          }));
+          return out; })()""")
+        self.assertEqual(len(painted), 12)
+        for colour, (r_, g_, b_, a_) in painted:
+            want = tuple(int(colour[k:k + 2], 16) for k in (1, 3, 5))
+            self.assertGreater(a_, 128, (colour, (r_, g_, b_, a_)))
+            self.assertLess(max(abs(r_ - want[0]), abs(g_ - want[1]), abs(b_ - want[2])), 40,
+                            (colour, (r_, g_, b_, a_)))
+        # Another column has no bars.
+        b.evaluate("(() => { const y = document.getElementById('y'); y.value = 'compute_ms_min';"
+                   " y.dispatchEvent(new Event('change')); })()")
+        self.assertEqual(b.evaluate("mhaChart.data.datasets.map(d => d.ranges)"), [None, None])
+        self.assertEqual(b.evaluate("mhaChart.options.plugins.title.text"),
+                         "compute_ms_min against seq_len for each h")
         self.assert_clean()
 
 

@@ -288,6 +288,11 @@ void validate(const LineChart& chart) {
     if (s.x.size() != s.y.size())
       fail_input("line chart: " + series_name(chart, i) + " has " + std::to_string(s.x.size()) +
                  " x values and " + std::to_string(s.y.size()) + " y values; expected as many");
+    if ((!s.lo.empty() || !s.hi.empty()) &&
+        (s.lo.size() != s.x.size() || s.hi.size() != s.x.size()))
+      fail_input("line chart: " + series_name(chart, i) + " has " + std::to_string(s.x.size()) +
+                 " points but " + std::to_string(s.lo.size()) + " lo and " +
+                 std::to_string(s.hi.size()) + " hi values; expected one each per point");
     for (std::size_t j = 0; j < s.x.size(); ++j) {
       if (!std::isfinite(s.x[j]))
         fail_input("line chart: " + series_name(chart, i) + " has x = " + num(s.x[j]) +
@@ -314,6 +319,9 @@ DataBounds data_bounds(const LineChart& chart) {
       d.x_min = std::min(d.x_min, s.x[j]), d.x_max = std::max(d.x_max, s.x[j]);
       if (std::isfinite(s.y[j]))
         d.y_min = std::min(d.y_min, s.y[j]), d.y_max = std::max(d.y_max, s.y[j]);
+      for (const auto* range : {&s.lo, &s.hi})  // error bars stay inside the plot
+        if (!range->empty() && std::isfinite(s.y[j]) && std::isfinite((*range)[j]))
+          d.y_min = std::min(d.y_min, (*range)[j]), d.y_max = std::max(d.y_max, (*range)[j]);
     }
   return d;
 }
@@ -432,15 +440,34 @@ void place_points(const LineChart& chart, const Axes& a, ChartLayout& L) {
       L.points[i].push_back(std::isfinite(s.y[j]) ? std::make_pair(a.px(s.x[j]), a.py(s.y[j]))
                                                   : std::make_pair(-1, -1));
   }
+  L.ranges.resize(chart.series.size());
+  for (std::size_t i = 0; i < chart.series.size(); ++i) {
+    const ChartSeries& s = chart.series[i];
+    if (s.lo.empty()) continue;
+    for (std::size_t j = 0; j < s.x.size(); ++j) {
+      const bool bar = std::isfinite(s.y[j]) && std::isfinite(s.lo[j]) && std::isfinite(s.hi[j]);
+      L.ranges[i].push_back(bar ? std::make_pair(a.py(s.hi[j]), a.py(s.lo[j]))
+                                : std::make_pair(-1, -1));
+    }
+  }
 }
 
 // Every line first, then every marker, so no line hides a point.
 void draw_series(Image& img, const ChartLayout& L, Coverage& cov) {
+  constexpr int kCap = 4;  // an error bar's cap reaches this far either side
   for (std::size_t i = 0; i < L.points.size(); ++i) {
     const auto& p = L.points[i];
     for (std::size_t j = 1; j < p.size(); ++j)
       if (p[j - 1].first >= 0 && p[j].first >= 0)
         cov.segment(p[j - 1].first, p[j - 1].second, p[j].first, p[j].second);
+    for (std::size_t j = 0; j < L.ranges[i].size(); ++j) {
+      const auto [top, bottom] = L.ranges[i][j];
+      if (top < 0) continue;
+      const int x = p[j].first;
+      cov.segment(x, top, x, bottom);
+      cov.segment(x - kCap, top, x + kCap, top);
+      cov.segment(x - kCap, bottom, x + kCap, bottom);
+    }
     cov.flush(img, L.colors[i]);
   }
   for (std::size_t i = 0; i < L.points.size(); ++i)

@@ -21,6 +21,9 @@ using json = nlohmann::json;
 // Sizes above 2^30 cannot fit in memory as a tensor anyway; the cap keeps
 // every product of two sizes far from 64-bit overflow.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 30;
+// Timed repetitions of the compute: enough for any median, and a typo such as
+// 50000 is refused rather than run for hours.
+constexpr std::int64_t kMaxRepeat = 1000;
 
 const std::vector<ConfigKey> kKeys = {
     {"h", "INT", "number of heads", false},
@@ -41,6 +44,9 @@ const std::vector<ConfigKey> kKeys = {
     {"threads", "INT", "worker threads (default 0 = all cores)", false},
     {"max_memory", "SIZE", "refuse runs needing more (default 80% of RAM), e.g. 8GiB", false},
     {"allow_nonfinite", "BOOL", "accept NaN/Inf in inputs and weights", true},
+    {"repeat", "INT",
+     "time the compute N more times after a discarded warm call: median, min, max (default 1)",
+     false},
     {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
@@ -370,6 +376,10 @@ bool set_number(Config& c, const std::string& key, const json& v, const std::str
     c.threads = v.is_null() ? 0 : static_cast<int>(get_int(v, where, 0, 1024));
     return true;
   }
+  if (key == "repeat") {
+    c.repeat = v.is_null() ? 1 : static_cast<int>(get_int(v, where, 1, kMaxRepeat));
+    return true;
+  }
   if (key == "max_memory") {
     if (v.is_null()) return c.max_memory.reset(), true;
     if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() > 0)) {
@@ -571,6 +581,7 @@ json Config::to_json() const {
   j["threads"] = threads;
   j["max_memory"] = opt(max_memory);
   j["allow_nonfinite"] = allow_nonfinite;
+  j["repeat"] = repeat;
   j["query"] = opt(query);
   j["key"] = opt(key);
   j["value"] = opt(value);

@@ -84,6 +84,20 @@ Config RunReport::resolved_config() const {
   return c;
 }
 
+RepeatTimes RepeatTimes::of(std::vector<double> samples) {
+  RepeatTimes r;
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size(), mid = n / 2;
+  if (n > 0) {
+    r.min = sorted.front();
+    r.max = sorted.back();
+    r.median = n % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  }
+  r.samples = std::move(samples);
+  return r;
+}
+
 std::uint64_t run_flops(const Dims& dims, const std::optional<StackShape>& stack) {
   if (!stack) return dims.flops();
   const std::uint64_t rows = dims.B * dims.T;

@@ -403,6 +403,57 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   if (r.stats) report.attention_stats = summarize(*r.stats, c.average_heads);
 }
 
+// With repeat > 1, after the run's own compute: the same forward (the same
+// kernel path: the exact one when maps are asked for) called once to warm up,
+// then `repeat` times timed, each into a scratch output (the run's output
+// stays as computed). Maps are made but go to a sink that drops them: the
+// timings leave out writing attention.npy, its statistics and the plot, and a
+// stack's hidden states.
+template <class T>
+RepeatTimes repeat_stage(const RunPlan& plan, const Loaded<T>& l) {
+  const Config& c = plan.config;
+  const TypedLayer<T>& layer = *l.layer;
+  const AttentionSink<T> drop = [](std::size_t, std::size_t, std::size_t, std::size_t, const T*) {};
+  const AttentionOutput maps = !(c.save_attention || c.plot) ? AttentionOutput::none
+                               : c.average_heads             ? AttentionOutput::mean_over_heads
+                                                             : AttentionOutput::per_head;
+  std::function<void()> call;
+  std::vector<T> scratch;
+  if (plan.stack) {
+    const StackShape& s = *plan.stack;
+    StackOptions<T> options = layer.stack_options(c);
+    if (c.save_attention) {  // a stack's maps: save_attention only (plot is refused)
+      options.self_attn.attention = options.cross_attn.attention = maps;
+      options.self_attn.sink = options.cross_attn.sink = drop;
+    }
+    scratch.resize(s.self.B * s.self.T * s.self.d_model);
+    const Mask<T> cross = layer.cross_mask(c);
+    const bool decoder = s.kind == LayerKind::decoder;
+    call = [&, options, cross, decoder] {
+      layer.run_stack(s, l.in.query_data(), decoder ? l.memory.data() : nullptr,
+                      layer.planned_mask(), cross, options, scratch.data());
+    };
+  } else {
+    const Dims& d = plan.dims;
+    LayerOptions<T> options = layer.attention_options(c);
+    options.attention = maps;
+    if (maps != AttentionOutput::none) options.sink = drop;
+    scratch.resize(d.B * d.T * d.d_out);
+    call = [&, options] {
+      layer.attend(d, l.in.query_data(), l.in.key_data(d), l.in.value_data(d), layer.planned_mask(),
+                   options, scratch.data());
+    };
+  }
+  call();  // warm: discarded
+  std::vector<double> samples;
+  for (int i = 0; i < c.repeat; ++i) {
+    const auto t = Clock::now();
+    call();
+    samples.push_back(ms_since(t));
+  }
+  return RepeatTimes::of(std::move(samples));
+}
+
 // Write: output.npy, attention.png, weights.npz and the inputs, staged in `out`.
 template <class T>
 void write_stage(const RunPlan& plan, const Loaded<T>& l, const Computed<T>& r, OutputSet& out,
@@ -519,6 +570,10 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   if (progress) progress->begin("compute");
   compute_stage<T>(plan, l, out, report, r, progress);
   report.timings.compute_ms = ms_since(t_compute);
+  if (c.repeat > 1) {
+    if (progress) progress->begin("repeat");
+    report.timings.compute_repeat = repeat_stage<T>(plan, l);
+  }
 
   auto t_write = Clock::now();
   if (progress) progress->begin("write");

@@ -361,6 +361,12 @@ json to_json(const RunReport& r) {
       {"gflops_per_s", r.gflops_per_s},
       {"peak_rss_bytes", r.peak_rss_bytes},
   };
+  if (const auto& rep = r.timings.compute_repeat)
+    report["timings_ms"]["compute_repeat"] = {{"repeat", rep->samples.size()},
+                                              {"median", rep->median},
+                                              {"min", rep->min},
+                                              {"max", rep->max},
+                                              {"samples", rep->samples}};
   if (r.attention_stats) report["attention_stats"] = summary_json(*r.attention_stats);
   if (const auto& s = r.output_stats)
     report["output_stats"] = {{"crc32", s->crc32},
@@ -406,6 +412,17 @@ RunReport run_report_from_json(const json& j, const std::string& path) {
   r.timings.load_ms = t.number("load");
   r.timings.compute_ms = t.number("compute");
   r.timings.write_ms = t.number("write");
+  if (t.has("compute_repeat")) {  // repeat > 1; the summary is recomputed from the samples
+    const Reader rep = t.object("compute_repeat");
+    std::vector<double> samples;
+    rep.each("samples", [&](const json& v, const std::string& where) {
+      if (!v.is_number() || v.get<double>() < 0) rep.wrong(where, "a non-negative number", v);
+      samples.push_back(v.get<double>());
+    });
+    if (samples.empty() || samples.size() != rep.count("repeat"))
+      rep.wrong(rep.name("samples"), "a list of `repeat` timings", rep.at("samples"));
+    r.timings.compute_repeat = RepeatTimes::of(std::move(samples));
+  }
   r.gflops_per_s = top.number("gflops_per_s");
   r.peak_rss_bytes = top.count("peak_rss_bytes");
   if (top.has("output_stats")) r.output_stats = read_npy_stats(top.object("output_stats"));
@@ -460,6 +477,11 @@ ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport
   row["flops"] = report.flops;
   row["load_ms"] = report.timings.load_ms;
   row["compute_ms"] = report.timings.compute_ms;
+  if (const auto& rep = report.timings.compute_repeat) {
+    row["compute_ms_median"] = rep->median;
+    row["compute_ms_min"] = rep->min;
+    row["compute_ms_max"] = rep->max;
+  }
   row["write_ms"] = report.timings.write_ms;
   row["gflops_per_s"] = report.gflops_per_s;
   row["peak_rss_bytes"] = report.peak_rss_bytes;

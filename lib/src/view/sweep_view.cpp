@@ -29,6 +29,9 @@ const std::set<std::string>& result_columns() {
                                                  "peak_rss_bytes",
                                                  "load_ms",
                                                  "compute_ms",
+                                                 "compute_ms_median",
+                                                 "compute_ms_min",
+                                                 "compute_ms_max",
                                                  "write_ms",
                                                  "wall_ms",
                                                  "finished_at",
@@ -90,6 +93,19 @@ std::string read_text(const std::string& path) {
 }
 
 }  // namespace
+
+YRange y_range(const SweepView& v, const std::string& y) {
+  if (y != "compute_ms" && y != "compute_ms_median") return {};
+  for (const auto& row : v.rows)
+    if (is_ok(row) && row.contains("compute_ms_median") && row["compute_ms_median"].is_number())
+      return {"compute_ms_median", "compute_ms_min", "compute_ms_max"};
+  return {};
+}
+
+std::string chart_title(const ChartChoice& c, const YRange& range) {
+  return c.y + (range.value.empty() ? "" : " (median, bars: min to max)") + " against " + c.x +
+         (c.group.empty() ? "" : " for each " + c.group);
+}
 
 SweepView read_sweep_view(const std::string& dir) {
   SweepView v;
@@ -189,19 +205,28 @@ ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
 
 LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
   LineChart chart;
-  chart.title = c.y + " against " + c.x + (c.group.empty() ? "" : " for each " + c.group);
+  const YRange range = y_range(v, c.y);
+  chart.title = chart_title(c, range);
   chart.x_label = c.x;
-  chart.y_label = c.y;
-  // series name -> x -> (sum, count); series in order of first appearance.
+  chart.y_label = c.y + (range.value.empty() ? "" : " (median)");
+  // series name -> x -> (sum, count, lowest lo, highest hi); series in order
+  // of first appearance.
+  struct Point {
+    double sum = 0;
+    int count = 0;
+    double lo = INFINITY, hi = -INFINITY;
+  };
   std::vector<std::string> order;
-  std::map<std::string, std::map<double, std::pair<double, int>>> points;
+  std::map<std::string, std::map<double, Point>> points;
   std::map<std::string, std::string> x_text;  // categorical x: value -> position
   std::vector<std::string> categories;
   const bool numeric_x = numeric_key(v, c.x);
-  auto add = [&](const std::string& series, double x, double y) {
+  auto add = [&](const std::string& series, double x, double y, double lo = NAN, double hi = NAN) {
     if (!points.count(series)) order.push_back(series);
     auto& p = points[series][x];
-    if (std::isfinite(y)) p.first += y, p.second += 1;
+    if (std::isfinite(y)) p.sum += y, p.count += 1;
+    if (std::isfinite(lo) && std::isfinite(hi))
+      p.lo = std::min(p.lo, lo), p.hi = std::max(p.hi, hi);
   };
   for (const auto& row : v.rows) {
     if (!is_ok(row) || !row.contains(c.x) || !row.contains(c.y)) continue;
@@ -217,8 +242,16 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
     const std::string group =
         c.group.empty() ? ""
                         : c.group + "=" + (row.contains(c.group) ? value_text(row[c.group]) : "?");
-    const auto& y = row[c.y];
-    if (y.is_array()) {
+    // With repeated timings, the median and its range (a row without them,
+    // from an older run, keeps its own compute_ms and no range).
+    auto number = [&](const std::string& key) {
+      return row.contains(key) && row[key].is_number() ? row[key].get<double>() : NAN;
+    };
+    const bool ranged = !range.value.empty() && row.contains(range.value);
+    const auto& y = row[ranged ? range.value : c.y];
+    if (ranged) {
+      add(group.empty() ? c.y : group, x, number(range.value), number(range.lo), number(range.hi));
+    } else if (y.is_array()) {
       for (std::size_t i = 0; i < y.size(); ++i)
         add((group.empty() ? "" : group + " · ") + "head " + std::to_string(i), x,
             y[i].is_number() ? y[i].get<double>() : NAN);
@@ -230,10 +263,13 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
   for (const auto& name : order) {
     ChartSeries s;
     s.name = name;
-    for (const auto& [x, sum] : points[name]) {
+    for (const auto& [x, p] : points[name]) {
       s.x.push_back(x);
-      s.y.push_back(sum.second ? sum.first / sum.second : NAN);
+      s.y.push_back(p.count ? p.sum / p.count : NAN);
+      s.lo.push_back(p.lo <= p.hi ? p.lo : NAN);
+      s.hi.push_back(p.lo <= p.hi ? p.hi : NAN);
     }
+    if (range.value.empty()) s.lo.clear(), s.hi.clear();
     chart.series.push_back(std::move(s));
   }
   if (!numeric_x) {
@@ -254,6 +290,12 @@ std::string sweep_page(const SweepView& v, const ChartChoice& c) {
   data["swept_keys"] = v.swept_keys;
   data["numeric_columns"] = v.numeric_columns;
   data["choice"] = {{"y", c.y}, {"x", c.x}, {"group", c.group}};
+  // Which columns give compute_ms its median and range (empty: none).
+  const YRange range = y_range(v, "compute_ms");
+  data["ranges"] = nlohmann::ordered_json::object();
+  if (!range.value.empty())
+    for (const char* y : {"compute_ms", "compute_ms_median"})
+      data["ranges"][y] = {{"value", range.value}, {"lo", range.lo}, {"hi", range.hi}};
   data["rows"] = v.rows;
   return html_page("mha sweep report: " + v.dir, std::string(page_asset("sweep.html")),
                    data.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),

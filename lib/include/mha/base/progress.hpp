@@ -11,7 +11,8 @@
 namespace mha {
 
 struct StageProgress {
-  std::atomic<const char*> stage{"plan"};  // a string literal: plan, load, compute, write, done
+  // A string literal: plan, load, compute, repeat, write, done.
+  std::atomic<const char*> stage{"plan"};
   std::atomic<std::uint64_t> done{0}, total{0};  // total 0: the stage is not counted
 
   // Enters `name` (a string literal) with `units` of work to count.

@@ -41,9 +41,13 @@
 namespace mha {
 
 // One line: points in x order (drawn in the order given); y may be NaN (a gap).
+// lo and hi, if given (one each per point), are a range around each y drawn
+// as an error bar: a vertical line from lo to hi with 9-pixel caps, in the
+// series' colour (a point whose lo or hi is not finite gets none).
 struct ChartSeries {
   std::string name;
   std::vector<double> x, y;
+  std::vector<double> lo = {}, hi = {};
 };
 
 struct LineChart {
@@ -61,6 +65,9 @@ struct ChartLayout {
   std::vector<double> x_ticks, y_ticks;  // tick values, ascending, within [lo, hi]
   // The pixel of each point of each series; (-1, -1) for a gap (non-finite y).
   std::vector<std::vector<std::pair<int, int>>> points;
+  // Each point's error bar as pixel rows (top = hi, bottom = lo); (-1, -1) for
+  // none. Empty for a series without lo and hi.
+  std::vector<std::vector<std::pair<int, int>>> ranges;
   std::vector<Rgb> colors;  // the colour of each series: Tableau 10, repeating
 };
 
@@ -72,7 +79,7 @@ struct RenderedChart {
 // The qualitative palette: Tableau 10, in its order.
 extern const Rgb kTableau10[10];
 
-// Throws mha::Error (invalid_input) for no series, mismatched x/y sizes, a
+// Throws mha::Error (invalid_input) for no series, mismatched x/y (or lo/hi) sizes, a
 // non-finite x, log_x with x <= 0, no finite point, or a size outside
 // 200 x 150 to kMaxPlotSide or too small for the plot area to keep 40 x 40
 // pixels beside its texts.

@@ -38,6 +38,10 @@ struct Config {
   int threads = 0;                          // worker threads; 0 = all cores (or OMP_NUM_THREADS)
   std::optional<std::uint64_t> max_memory;  // bytes; unset: 80% of physical memory
   bool allow_nonfinite = false;             // accept NaN/Inf in inputs and weights
+  // Compute timings: > 1 times the layer's forward this many more times after
+  // one discarded warm call (run.json's timings_ms.compute_repeat); 1: the
+  // run's own compute is the only sample.
+  int repeat = 1;
 
   // Inputs: paths of .npy files (relative to the working directory); unset
   // means random from `seed`.

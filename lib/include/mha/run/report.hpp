@@ -95,9 +95,22 @@ struct KernelReport {
   std::string direct_gemm, exp;
 };
 
+// With repeat > 1: the layer's forward timed `samples.size()` times after
+// the run's own compute and one discarded warm call (run.json's
+// timings_ms.compute_repeat).
+struct RepeatTimes {
+  std::vector<double> samples;  // ms, in call order
+  double median = 0, min = 0, max = 0;
+
+  // The summary of `samples` (at least one): the median is the mean of the two
+  // middle values for an even count, as NumPy's.
+  static RepeatTimes of(std::vector<double> samples);
+};
+
 struct StageTimes {
   double load_ms = 0;  // the plan and the load
   double compute_ms = 0, write_ms = 0;
+  std::optional<RepeatTimes> compute_repeat = std::nullopt;
 };
 
 struct RunReport {

@@ -9,7 +9,9 @@
 //
 // Only ok rows are charted. Runs that share x and group but differ in a third
 // swept key are averaged into one point (the page's table lists every run). A
-// list column (attention_entropy_per_head) gives one series per head.
+// list column (attention_entropy_per_head) gives one series per head. With
+// repeated timings (repeat > 1), compute_ms is charted as the median of the
+// timed calls with a min-to-max bar at each point.
 #pragma once
 
 #include <string>
@@ -45,6 +47,20 @@ SweepView read_sweep_view(const std::string& dir);
 // mha::Error (invalid_input) for a y that is not a numeric column, or an x or
 // group that is not a swept key (the message lists the choices).
 ChartChoice choose_chart(const SweepView& view, const ChartChoice& wanted);
+
+// The columns a chart of `y` takes its values and ranges from: with repeated
+// timings (rows with compute_ms_median, run config repeat > 1), y compute_ms
+// or compute_ms_median is charted as the median with a bar from
+// compute_ms_min to compute_ms_max; any other y (or rows without them) has
+// no range (all empty). Points that average several runs get the lowest min
+// and the highest max.
+struct YRange {
+  std::string value, lo, hi;
+};
+YRange y_range(const SweepView& view, const std::string& y);
+
+// The chart's title: "y against x for each group", and the median's note.
+std::string chart_title(const ChartChoice& choice, const YRange& range);
 
 // The chart's series as the PNG draws them (and the page, from the same rows).
 LineChart sweep_chart(const SweepView& view, const ChartChoice& choice);
