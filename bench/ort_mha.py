@@ -76,6 +76,8 @@ def parse_args(argv):
     p.add_argument("--mha", default=os.path.join(ROOT, "build", "bin", "mha"),
                    help="the mha binary the outputs are compared with (default: build/bin/mha)")
     p.add_argument("--seed", type=int, default=0, help="seed of inputs and weights (default 0)")
+    p.add_argument("--check_setup", action="store_true",
+                   help="only check that node, onnxruntime-node, onnx and mha are there")
     a = p.parse_args(argv)
     cases = []
     for spec in (s.strip() for s in a.shapes.split(",")):
@@ -116,6 +118,8 @@ def check_setup(mha):
 
 ARGS = parse_args(sys.argv[1:])
 check_setup(ARGS.mha)
+if ARGS.check_setup:
+    sys.exit(0)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
