@@ -110,7 +110,7 @@ def main():
     print("# onnxruntime-node %s (CPU provider) | torch %s"
           % (ort_doc.get("ort_version", "?"), torch_version))
     head = ["case", "mha f32 ms", "mha bf16 ms", "ORT ms", "ORT op", "torch ms", "ORT/mha",
-            "torch/mha", "mha of FMA peak", "ORT max abs diff"]
+            "torch/mha", "mha of FMA peak", "ORT max abs diff", "ORT MHA / Attention ms"]
     rows = []
     for c in a.cases:
         f32, bf16 = m.get(c + ("float32",)), m.get(c + ("bfloat16",))
@@ -122,7 +122,9 @@ def main():
                      "%.3f" % o["ms_median"], o["op"], "%.3f" % t["ms_median"],
                      "%.2f" % (o["ms_median"] / f32["ms_median"]),
                      "%.2f" % (t["ms_median"] / f32["ms_median"]),
-                     "%.2f" % f32.get("fma_peak_fraction", 0), "%.1e" % o["max_abs_diff"]])
+                     "%.2f" % f32.get("fma_peak_fraction", 0), "%.1e" % o["max_abs_diff"],
+                     " / ".join("%.3f" % o["op_ms"][op] if op in o["op_ms"] else "-"
+                                for op in ("MultiHeadAttention", "Attention"))])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
 
     def line(cells):
@@ -134,7 +136,8 @@ def main():
         print(line(r))
     print("# ms = median of the timed calls after 2 warm-up calls; X/mha = X ms / mha float32 ms"
           " (> 1: mha is faster); ORT op = the faster of com.microsoft.MultiHeadAttention and"
-          " com.microsoft.Attention; max abs diff = ORT's output against `mha run`'s")
+          " com.microsoft.Attention (both ops' medians in the last column); max abs diff = the"
+          " faster op's output against `mha run`'s")
     return 0
 
 
