@@ -64,7 +64,8 @@ def main():
     a = parse_args(sys.argv[1:])
     if not os.access(a.mha, os.X_OK):
         sys.exit("compare_all.py: no executable mha at '%s' (build it, or pass --mha)" % a.mha)
-    spec = lambda cases: ",".join("%s:%s" % c for c in cases)  # noqa: E731
+    def spec(cases):
+        return ",".join("%s:%s" % c for c in cases)
     common = ["--threads", str(a.threads), "--repeat", str(a.repeat)]
     attention = [c for c in a.cases if c[0] not in LAYER_SHAPES]
     layers = [c for c in a.cases if c[0] in LAYER_SHAPES]
