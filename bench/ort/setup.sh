@@ -5,7 +5,7 @@
 # Usage: bash bench/ort/setup.sh        (from anywhere; apt-get needs root or sudo)
 #
 # npm runs with --ignore-scripts: onnxruntime-node's postinstall script downloads from outside
-# the npm registry (GPU binaries), and the CPU binaries for linux-x64 are inside its tarball.
+# the npm registry (CUDA binaries), and the CPU binaries for linux-x64 are inside its tarball.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
