@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mha/io/float16.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "test_util.hpp"
@@ -226,4 +227,39 @@ TEST_CASE("convert_weights_file refuses non-float tensors and output paths it ca
                               dir / "new/sub/torch.npz");
     CHECK(fs::exists(dir / "new/sub/torch.npz"));
   }
+}
+
+TEST_CASE("to torch: projections stored in different float dtypes are widened, exactly",
+          "[weights]") {
+  // W_q in float16 (values exact there), W_k and W_v in float32: in_proj_weight is float32
+  // and holds each transposed projection's values unchanged.
+  TempDir dir("mixed");
+  std::vector<float> q(16);
+  for (std::size_t i = 0; i < 16; ++i) q[i] = 0.25f * static_cast<float>(i);
+  NpyArray w_q = NpyArray::of(q.data(), {4, 4});
+  NpyArray w_q16;
+  w_q16.dtype = mha::DType::f2;
+  w_q16.shape = {4, 4};
+  for (float v : q) {  // 0.25 * i for i < 16: exact in float16 (sign 0, exponent and 10 bits)
+    const mha::float16 h = mha::to_float16(v);
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&h.bits);
+    w_q16.data.insert(w_q16.data.end(), bytes, bytes + 2);
+  }
+  const std::string in = dir / "w.npz";
+  mha::write_npz(in, {{"W_q", w_q16},
+                      {"W_k", counting({4, 4}, 100)},
+                      {"W_v", counting({4, 4}, 200)},
+                      {"W_o", counting({4, 4}, 300)}});
+  mha::convert_weights_file(in, WeightsFormat::auto_detect, WeightsFormat::torch, std::nullopt,
+                            dir / "t.npz");
+  const auto out = mha::read_npz(dir / "t.npz");
+  const NpyArray& packed = out.at("in_proj_weight");
+  REQUIRE(packed.dtype == mha::DType::f4);
+  REQUIRE(packed.shape == std::vector<std::size_t>{12, 4});
+  const NpyArray w_k = counting({4, 4}, 100);
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 4; ++j) {
+      CHECK(at(packed, j * 4 + i) == at(w_q, i * 4 + j));        // rows 0-3: W_q^T
+      CHECK(at(packed, (4 + j) * 4 + i) == at(w_k, i * 4 + j));  // rows 4-7: W_k^T
+    }
 }

@@ -74,14 +74,27 @@ NpyArray rows(const NpyArray& a, std::size_t r0, std::size_t r1) {
   return out;
 }
 
+// Parts stored in different float dtypes (say W_q in float16, W_k in
+// float32) are widened to the widest of them, which holds each exactly.
 NpyArray concat_rows(const std::vector<const NpyArray*>& parts) {
   NpyArray out;
   out.dtype = parts[0]->dtype;
+  for (const NpyArray* p : parts)
+    if (itemsize(p->dtype) > itemsize(out.dtype)) out.dtype = p->dtype;
   out.shape = parts[0]->shape;
   out.shape[0] = 0;
   for (const NpyArray* p : parts) {
     out.shape[0] += p->shape[0];
-    out.data.insert(out.data.end(), p->data.begin(), p->data.end());
+    if (p->dtype == out.dtype) {
+      out.data.insert(out.data.end(), p->data.begin(), p->data.end());
+      continue;
+    }
+    const std::size_t at = out.data.size();
+    out.data.resize(at + p->size() * itemsize(out.dtype));
+    if (out.dtype == DType::f8)
+      convert(*p, reinterpret_cast<double*>(out.data.data() + at), "in_proj");
+    else
+      convert(*p, reinterpret_cast<float*>(out.data.data() + at), "in_proj");
   }
   return out;
 }
