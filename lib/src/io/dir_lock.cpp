@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -42,18 +43,18 @@ DirLock::DirLock(const std::string& dir, const std::string& name)
   // The holder removes the file when it is done, so the file locked may have
   // been unlinked between open and flock: then open the new one.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = ::open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      fd = make_lock_file();
+      if (fd == -1) continue;  // another process made it first
+      fd_ = fd;
+      return;
+    }
     if (fd < 0) {
       const int err = errno;
       if (err == ELOOP)
         fail_runtime(path_ + ": is a symbolic link; the lock file is never followed (remove it)");
-      fail_runtime(path_ +
-                   ": cannot create the output directory's lock file: " + std::strerror(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
-      ::close(fd);
-      fail_runtime(path_ + ": is not a plain file of its own; expected the lock file mha makes");
+      fail_runtime(path_ + ": cannot open the output directory's lock file: " + std::strerror(err));
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
@@ -72,15 +73,16 @@ DirLock::DirLock(const std::string& dir, const std::string& name)
                  (pid.empty() ? std::string() : " (pid " + pid + ")") +
                  " writing its outputs there; wait for it to finish or choose another out_dir");
     }
+    // A lock file left by a process that died: ours now, if it is still the
+    // one under the name and not a link to some other file.
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
+      ::close(fd);
+      fail_runtime(path_ + ": is not a plain file of its own; expected the lock file mha makes");
+    }
     struct stat now {};
     if (::stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
-      const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 ||
-          ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-        const int err = errno;
-        ::close(fd);
-        fail_runtime(path_ + ": cannot write the lock file: " + std::strerror(err));
-      }
+      write_pid(fd);
       fd_ = fd;
       remove_on_signal(path_);  // a run stopped by SIGINT or SIGTERM leaves no lock file
       return;
@@ -88,6 +90,70 @@ DirLock::DirLock(const std::string& dir, const std::string& name)
     ::close(fd);  // unlinked by its last holder: try the current one
   }
   fail_runtime(path_ + ": the lock file keeps changing; is another process removing it?");
+}
+
+void DirLock::write_pid(int fd) const {
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    ::close(fd);
+    fail_runtime(path_ + ": cannot write the lock file: " + std::strerror(err));
+  }
+}
+
+int DirLock::make_lock_file() const {
+  // Made whole (locked, pid written) under a temporary name that the signal
+  // handler removes, then linked into place, so that a signal at any moment
+  // leaves no lock file nobody removes. link() fails if the name exists.
+  static std::atomic<unsigned long> counter{0};
+  const std::string tmp =
+      path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  remove_on_signal(tmp);
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    forget_on_signal(tmp);
+    fail_runtime(path_ + ": cannot create the output directory's lock file: " + std::strerror(err));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // nobody else knows this file: cannot fail
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    forget_on_signal(tmp);
+    fail_runtime(path_ + ": cannot lock it: " + std::strerror(err));
+  }
+  try {
+    write_pid(fd);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    forget_on_signal(tmp);
+    throw;
+  }
+  const int linked = ::link(tmp.c_str(), path_.c_str());
+  const int err = errno;
+  if (linked == 0) remove_on_signal(path_);
+  ::unlink(tmp.c_str());
+  forget_on_signal(tmp);
+  if (linked == 0) return fd;
+  ::close(fd);
+  if (err == EEXIST) return -1;
+  if (err != EPERM && err != EOPNOTSUPP && err != ENOSYS)
+    fail_runtime(path_ + ": cannot create the output directory's lock file: " + std::strerror(err));
+  // A filesystem without hard links: made under its name (a signal in the
+  // moment before it is registered leaves it, and a lock file left by a
+  // dead process never blocks).
+  const int direct =
+      ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (direct < 0 && errno == EEXIST) return -1;
+  if (direct < 0 || ::flock(direct, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (direct >= 0) ::close(direct);
+    fail_runtime(path_ + ": cannot create the output directory's lock file: " + std::strerror(e));
+  }
+  remove_on_signal(path_);
+  write_pid(direct);
+  return direct;
 }
 
 DirLock::~DirLock() {

@@ -24,6 +24,10 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
 
  private:
+  void write_pid(int fd) const;  // closes fd and throws on failure
+  // A new lock file, locked, under the name; -1 when another process made
+  // one first.
+  int make_lock_file() const;
   std::string dir_, path_;
   int fd_ = -1;
   bool created_dir_ = false;
