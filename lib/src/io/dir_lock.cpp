@@ -84,7 +84,9 @@ DirLock::DirLock(const std::string& dir, const std::string& name)
     if (::stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
       write_pid(fd);
       fd_ = fd;
-      remove_on_signal(path_);  // a run stopped by SIGINT or SIGTERM leaves no lock file
+      // A run stopped by SIGINT or SIGTERM leaves no lock file.
+      remove_on_signal(path_, static_cast<unsigned long long>(st.st_dev),
+                       static_cast<unsigned long long>(st.st_ino));
       return;
     }
     ::close(fd);  // unlinked by its last holder: try the current one
@@ -130,9 +132,21 @@ int DirLock::make_lock_file() const {
     forget_on_signal(tmp);
     throw;
   }
+  // Registered before the link, for this file only: a signal between the two
+  // removes the name if it is ours, and leaves another process's file alone.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    forget_on_signal(tmp);
+    fail_runtime(path_ + ": cannot stat the lock file: " + std::strerror(err));
+  }
+  remove_on_signal(path_, static_cast<unsigned long long>(st.st_dev),
+                   static_cast<unsigned long long>(st.st_ino));
   const int linked = ::link(tmp.c_str(), path_.c_str());
   const int err = errno;
-  if (linked == 0) remove_on_signal(path_);
+  if (linked != 0) forget_on_signal(path_);
   ::unlink(tmp.c_str());
   forget_on_signal(tmp);
   if (linked == 0) return fd;
@@ -151,7 +165,10 @@ int DirLock::make_lock_file() const {
     if (direct >= 0) ::close(direct);
     fail_runtime(path_ + ": cannot create the output directory's lock file: " + std::strerror(e));
   }
-  remove_on_signal(path_);
+  struct stat made {};
+  if (::fstat(direct, &made) == 0)
+    remove_on_signal(path_, static_cast<unsigned long long>(made.st_dev),
+                     static_cast<unsigned long long>(made.st_ino));
   write_pid(direct);
   return direct;
 }
@@ -160,8 +177,10 @@ DirLock::~DirLock() {
   if (fd_ < 0) return;
   // Unlinked while still held: a process that opened it meanwhile finds the
   // inode gone from the directory after its flock and opens the new file.
-  forget_on_signal(path_);
+  // The handler removes the name only while it is this file's, so a signal
+  // between the two steps cannot remove a file another process made since.
   ::unlink(path_.c_str());
+  forget_on_signal(path_);
   ::close(fd_);
   if (created_dir_) ::rmdir(dir_.c_str());  // only when empty
 }

@@ -32,12 +32,19 @@ constexpr std::size_t kTempPathMax = 4096;
 char g_temp_paths[kTempSlots][kTempPathMax];
 std::atomic<int> g_temp_state[kTempSlots];  // 0 free, 1 being written, 2 live
 
-void register_temp(const std::string& path) {
+// A slot's file identity (st_dev, st_ino), when the handler is to remove the
+// path only while it still names that file; 0, 0 for any file.
+std::atomic<unsigned long long> g_temp_dev[kTempSlots], g_temp_ino[kTempSlots];
+
+void register_temp(const std::string& path, unsigned long long dev = 0,
+                   unsigned long long ino = 0) {
   if (path.size() >= kTempPathMax) return;
   for (int i = 0; i < kTempSlots; ++i) {
     int expected = 0;
     if (g_temp_state[i].compare_exchange_strong(expected, 1)) {
       std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+      g_temp_dev[i].store(dev, std::memory_order_relaxed);
+      g_temp_ino[i].store(ino, std::memory_order_relaxed);
       g_temp_state[i].store(2, std::memory_order_release);
       return;
     }
@@ -55,7 +62,13 @@ void unregister_temp(const std::string& path) {
 
 extern "C" void remove_temporaries_and_die(int sig) {
   for (int i = 0; i < kTempSlots; ++i)
-    if (g_temp_state[i].load(std::memory_order_acquire) == 2) ::unlink(g_temp_paths[i]);
+    if (g_temp_state[i].load(std::memory_order_acquire) == 2) {
+      const unsigned long long dev = g_temp_dev[i].load(std::memory_order_relaxed),
+                               ino = g_temp_ino[i].load(std::memory_order_relaxed);
+      struct stat st {};  // lstat and unlink are async-signal-safe
+      if (ino == 0 || (::lstat(g_temp_paths[i], &st) == 0 && st.st_dev == dev && st.st_ino == ino))
+        ::unlink(g_temp_paths[i]);
+    }
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -391,6 +404,10 @@ void OutputSet::commit() {
 
 void remove_on_signal(const std::string& path) {
   register_temp(path);
+}
+
+void remove_on_signal(const std::string& path, unsigned long long dev, unsigned long long ino) {
+  register_temp(path, dev, ino);
 }
 
 void forget_on_signal(const std::string& path) {

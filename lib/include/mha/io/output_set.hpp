@@ -112,6 +112,10 @@ void remove_temporaries_on_signal();
 // Another file the handler above removes (a DirLock's lock file), until
 // forget_on_signal(path).
 void remove_on_signal(const std::string& path);
+// The same, only while `path` still names the file (st_dev, st_ino): what a
+// lock file is registered with before it is linked under a name another
+// process may have taken first.
+void remove_on_signal(const std::string& path, unsigned long long dev, unsigned long long ino);
 void forget_on_signal(const std::string& path);
 
 }  // namespace mha
