@@ -346,11 +346,20 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   // once enough query rows share the copy (not for decoding's single row).
   const bool direct = std::is_same_v<T, float> && !job.opt.bf16_gemm && rows >= kDirectScoreRows &&
                       std::string_view(direct_gemm_isa()) != "blas";
+  // bfloat16 GEMMs run natively: K_i's and V_i's blocks packed in pairs
+  // (bf16_gemm.hpp), then multiplied by the native kernel.
+  const bool native = std::is_same_v<T, float> && job.opt.bf16_gemm && detail::bf16_native();
+  thread_local std::vector<std::uint32_t> packed;
+  if (native)
+    packed.resize(std::max(detail::bf16_pairs(d.d_k) * Bk, detail::bf16_pairs(Bk) * d.d_v));
   T* KT = X + Bk;
   for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
-    if (direct) {
+    if (native) {
+      detail::packed_product(true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
+                             job.p.ldk, packed.data(), P, Bk, false);
+    } else if (direct) {
       // KT (d_k, n; ld Bk) = scale * K_i[s0:s0+n]^T, then P = Q_i KT.
       transpose_scaled(K + s0 * job.p.ldk, job.p.ldk, n, d.d_k, job.opt.scale, KT, Bk);
       block_product(rows, n, d.d_k, Q, job.p.ldq, KT, Bk, P, Bk, false, false);
@@ -377,8 +386,12 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
       m[r] = m_new;
     }
     // O (rows, d_v) += P V_i[s0:s0+n]
-    block_product(rows, d.d_v, n, P, Bk, V + s0 * job.p.ldv, job.p.ldv, O, d.d_v, true,
-                  job.opt.bf16_gemm);
+    if (native)
+      detail::packed_product(false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv,
+                             packed.data(), O, d.d_v, true);
+    else
+      block_product(rows, d.d_v, n, P, Bk, V + s0 * job.p.ldv, job.p.ldv, O, d.d_v, true,
+                    job.opt.bf16_gemm);
   }
 }
 
@@ -485,9 +498,14 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
   auto proj = [&](const Tensor<T, 2>& W, const Tensor<T, 1>& b, std::size_t col) {
     return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
   };
-  const std::vector<Projection<T>> qkv = {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk),
-                                          proj(w.W_v, w.b_v, hdk + kdk)};
-  const Projection<T> out{w.W_o.data(), d.d_out, bias ? w.b_o.data() : nullptr, 0};
+  // Weights packed once for every piece when bfloat16 GEMMs run natively.
+  Buffer<std::uint32_t> packed_qkv, packed_out;
+  const std::vector<Projection<T>> qkv = detail::pack_weights<T>(
+      {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk), proj(w.W_v, w.b_v, hdk + kdk)}, d.d_model,
+      opt.bf16_gemm, threads, packed_qkv);
+  const Projection<T> out =
+      detail::pack_weights<T>({{w.W_o.data(), d.d_out, bias ? w.b_o.data() : nullptr, 0}}, hdv,
+                              opt.bf16_gemm, threads, packed_out)[0];
   const bool fused = opt.attention == AttentionOutput::none;
   const bool mean = opt.attention == AttentionOutput::mean_over_heads;
   const T inv_h = T(1) / static_cast<T>(d.h);

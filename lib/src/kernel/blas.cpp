@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bf16_gemm.hpp"
 #include "mha/base/error.hpp"
 #include "mha/kernel/bfloat16.hpp"
 
@@ -205,22 +206,42 @@ SbgemmFn openblas_sbgemm() {
 
 std::atomic<SbgemmFn> g_test_sbgemm{nullptr};
 
-// The routine bf16 GEMMs use: sbgemm when available, unless MHA_BF16_GEMM says.
-SbgemmFn sbgemm_or_null() {
-  if (SbgemmFn fn = g_test_sbgemm.load(std::memory_order_relaxed)) return fn;
-  static const SbgemmFn chosen = [] {
+enum class Bf16Backend { native, sbgemm, sgemm };
+
+// The routine bf16 GEMMs use: the native kernel (bf16_gemm.hpp) where the CPU
+// has AVX512_BF16, else sbgemm when OpenBLAS has it, else sgemm on rounded
+// operands; MHA_BF16_GEMM picks one. A test's sbgemm (set_sbgemm_for_tests)
+// overrides all of them.
+Bf16Backend bf16_backend() {
+  if (g_test_sbgemm.load(std::memory_order_relaxed)) return Bf16Backend::sbgemm;
+  static const Bf16Backend chosen = [] {
     const char* env = std::getenv("MHA_BF16_GEMM");
     const std::string want = env ? env : "";
-    if (want == "sgemm") return SbgemmFn{nullptr};
-    if (want == "sbgemm" && !openblas_sbgemm())
-      fail_input(
-          "MHA_BF16_GEMM=sbgemm: the loaded OpenBLAS has no cblas_sbgemm (it was built "
-          "without BUILD_BFLOAT16); unset it to use sgemm on bfloat16-rounded operands");
-    if (!want.empty() && want != "sgemm" && want != "sbgemm")
-      fail_input("MHA_BF16_GEMM: expected 'sgemm' or 'sbgemm', got '" + want + "'");
-    return openblas_sbgemm();
+    const bool native = detail::cpu_has_avx512_bf16();
+    if (want == "sgemm") return Bf16Backend::sgemm;
+    if (want == "sbgemm") {
+      if (!openblas_sbgemm())
+        fail_input(
+            "MHA_BF16_GEMM=sbgemm: the loaded OpenBLAS has no cblas_sbgemm (it was built "
+            "without BUILD_BFLOAT16); unset it, or use avx512bf16 or sgemm");
+      return Bf16Backend::sbgemm;
+    }
+    if (want == "avx512bf16") {
+      if (!native)
+        fail_input("MHA_BF16_GEMM=avx512bf16: this CPU has no AVX512_BF16; unset it, or use sgemm");
+      return Bf16Backend::native;
+    }
+    if (!want.empty())
+      fail_input("MHA_BF16_GEMM: expected 'avx512bf16', 'sbgemm' or 'sgemm', got '" + want + "'");
+    if (native) return Bf16Backend::native;
+    return openblas_sbgemm() ? Bf16Backend::sbgemm : Bf16Backend::sgemm;
   }();
   return chosen;
+}
+
+SbgemmFn sbgemm_fn() {
+  if (SbgemmFn fn = g_test_sbgemm.load(std::memory_order_relaxed)) return fn;
+  return openblas_sbgemm();
 }
 
 // Copies the (rows x cols, ld) matrix at X to `out` (rows x cols, packed),
@@ -263,7 +284,20 @@ void gemm_bf16(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, fl
     round_matrix(B, b_rows, b_cols, ldb, b.data());
     return std::pair<const Out*, const Out*>(a.data(), b.data());
   };
-  if (SbgemmFn sbgemm = sbgemm_or_null()) {
+  const Bf16Backend backend = bf16_backend();
+  if (backend == Bf16Backend::native) {
+    // op(B) packed once into per-thread pairs, op(A) rounded as it goes.
+    thread_local std::vector<std::uint32_t> packed;
+    packed.resize(detail::bf16_pairs(k) * n);
+    detail::bf16_pack_b(tb, k, n, B, ldb, packed.data(), n);
+    if (beta != 0 && beta != 1)
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) C[i * ldc + j] *= beta;
+    detail::bf16_gemm(m, n, k, alpha, ta, A, lda, packed.data(), n, C, ldc, beta != 0);
+    return;
+  }
+  if (backend == Bf16Backend::sbgemm) {
+    const SbgemmFn sbgemm = sbgemm_fn();
     const auto [a, b] = rounded(std::uint16_t{});
     sbgemm(CblasRowMajor, op(ta), op(tb), static_cast<int>(m), static_cast<int>(n),
            static_cast<int>(k), alpha, a, ld(a_cols), b, ld(b_cols), beta, C,
@@ -300,8 +334,21 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
 }
 
 const char* bf16_gemm_backend() {
-  return sbgemm_or_null() ? "sbgemm" : "sgemm";
+  switch (bf16_backend()) {
+    case Bf16Backend::native:
+      return "avx512bf16";
+    case Bf16Backend::sbgemm:
+      return "sbgemm";
+    default:
+      return "sgemm";
+  }
 }
+
+namespace detail {
+bool bf16_native() {
+  return bf16_backend() == Bf16Backend::native;
+}
+}  // namespace detail
 
 void set_sbgemm_for_tests(SbgemmFn fn) {
   g_test_sbgemm.store(fn, std::memory_order_relaxed);

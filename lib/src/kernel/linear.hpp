@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
+#include "bf16_gemm.hpp"
 #include "direct_gemm.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
@@ -62,29 +64,56 @@ void block_product(std::size_t m, std::size_t n, std::size_t k, const T* A, std:
   gemm<T>(false, false, m, n, k, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc, bf16);
 }
 
+// C (m, n; ldc) = alpha A (m, k; lda) op(B), or C += that when `accumulate`,
+// where op(B) (k, n) is B (k, n; ldb) or, with trans_b, B^T: through the
+// native bfloat16 GEMM (bf16_gemm.hpp), op(B) packed into `packed`
+// (bf16_pairs(k) * n words). Only where bf16_native(): float32 only, a no-op
+// for float64 (bfloat16 GEMMs are refused there before any task runs).
+template <class T>
+void packed_product(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* A,
+                    std::size_t lda, const T* B, std::size_t ldb, std::uint32_t* packed, T* C,
+                    std::size_t ldc, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    bf16_pack_b(trans_b, k, n, B, ldb, packed, n);
+    bf16_gemm(m, n, k, alpha, false, A, lda, packed, n, C, ldc, accumulate);
+  }
+}
+
 // One linear map of a call to project(): columns [col, col + n) of Y get
 // X W + b, W (k, n; ld n), b (n) or null.
+// Wp: W packed for the native bfloat16 GEMM (bf16_gemm.hpp; pack_weights),
+// or null.
 template <class T>
 struct Projection {
   const T* W;
   std::size_t n;
   const T* b;
   std::size_t col;
+  const std::uint32_t* Wp = nullptr;
 };
 
 // Y[:, col + c0 : col + c1] (rows; ldy) = X (rows, k; ldx) W[:, c0:c1] + b[c0:c1],
 // in one GEMM: the bias is broadcast into Y first so that the GEMM with
 // beta = 1 adds the product.
+// Xp: X rounded for the native bfloat16 GEMM (bf16_round_rows, ld
+// bf16_pairs(k) words), used with pr.Wp, or null.
 template <class T>
 void project_block(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
                    const Projection<T>& pr, std::size_t c0, std::size_t c1, T* Y, std::size_t ldy,
-                   bool bf16) {
+                   bool bf16, const std::uint32_t* Xp = nullptr) {
   if (rows == 0 || c1 == c0) return;
   T* y = Y + pr.col + c0;
   T beta = 0;
   if (pr.b) {
     for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b + c0, pr.b + c1, y + r * ldy);
     beta = 1;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 && pr.Wp && Xp)
+      return bf16_gemm_rounded(rows, c1 - c0, k, 1.f, Xp, bf16_pairs(k), pr.Wp + c0, pr.n, y, ldy,
+                               beta != 0);
+    if (bf16 && pr.Wp)
+      return bf16_gemm(rows, c1 - c0, k, 1.f, false, X, ldx, pr.Wp + c0, pr.n, y, ldy, beta != 0);
   }
   if (k <= kDirectMaxK)
     block_product(rows, c1 - c0, k, X, ldx, pr.W + c0, pr.n, y, ldy, beta != 0, bf16);
@@ -99,6 +128,38 @@ void project_rows(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
   project_block(X, ldx, rows, k, pr, 0, pr.n, Y, ldy, bf16);
 }
 
+// The projections (W_j: k x n_j) with their weights packed for the native
+// bfloat16 GEMM into `storage` when bf16 GEMMs run natively, so that every
+// piece of a projection reads one packed copy; unchanged otherwise. The
+// packing is spread over the pool by pairs of W's rows.
+template <class T>
+std::vector<Projection<T>> pack_weights(std::vector<Projection<T>> projections, std::size_t k,
+                                        bool bf16, int threads, Buffer<std::uint32_t>& storage) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!bf16 || !bf16_native() || k == 0) return projections;
+    const std::size_t P = bf16_pairs(k);
+    std::size_t words = 0;
+    for (const auto& pr : projections) words += P * pr.n;
+    storage = Buffer<std::uint32_t>(words);
+    std::vector<std::uint32_t*> to;  // projection j's packed W
+    for (auto& pr : projections) {
+      to.push_back(to.empty() ? storage.get() : to.back() + P * (&pr)[-1].n);
+      pr.Wp = to.back();
+    }
+    constexpr std::size_t kPairsPerTask = 64;
+    const std::size_t chunks = (P + kPairsPerTask - 1) / kPairsPerTask;
+    parallel_for(projections.size() * chunks, threads, [&](std::size_t task, int) {
+      const std::size_t j = task / chunks;
+      const Projection<T>& pr = projections[j];
+      const std::size_t p0 = task % chunks * kPairsPerTask;
+      const std::size_t p1 = std::min(P, p0 + kPairsPerTask);
+      bf16_pack_b(false, std::min(k, 2 * p1) - 2 * p0, pr.n, pr.W + 2 * p0 * pr.n, pr.n,
+                  to[j] + p0 * pr.n, pr.n);
+    });
+  }
+  return projections;
+}
+
 // Y[:, col_j : col_j + n_j] (rows, n_j; ldy) = act(X (rows, k; ldx) W_j + b_j)
 // for every projection j, in pieces spread over the pool. Each weight matrix
 // is used in place. A projection wider than it is tall is cut into column
@@ -109,8 +170,21 @@ void project_rows(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
 // Pieces follow the shape only.
 template <class T>
 void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
-             const std::vector<Projection<T>>& projections, T* Y, std::size_t ldy, int threads,
+             const std::vector<Projection<T>>& unpacked, T* Y, std::size_t ldy, int threads,
              bool bf16, const Activation* act = nullptr) {
+  Buffer<std::uint32_t> packed, rounded;
+  const std::vector<Projection<T>> projections = pack_weights(unpacked, k, bf16, threads, packed);
+  // Natively, X is rounded once for every piece of every projection.
+  const bool native = !projections.empty() && projections[0].Wp;
+  if constexpr (std::is_same_v<T, float>)
+    if (native) {
+      const std::size_t P = bf16_pairs(k), chunk = 64, chunks = (rows + chunk - 1) / chunk;
+      rounded = Buffer<std::uint32_t>(rows * P);
+      parallel_for(chunks, threads, [&](std::size_t c, int) {
+        const std::size_t r0 = c * chunk, r1 = std::min(rows, r0 + chunk);
+        bf16_round_rows(r1 - r0, k, X + r0 * ldx, ldx, rounded.get() + r0 * P, P);
+      });
+    }
   struct Piece {
     std::size_t j, begin, end;  // projection j, rows or columns [begin, end)
   };
@@ -118,11 +192,15 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
   for (std::size_t j = 0; j < projections.size(); ++j) {
     const std::size_t n = projections[j].n;
     const std::size_t extent = n > rows ? n : rows;
+    // Column pieces are cut at multiples of the GEMM kernels' 64-column
+    // strips, so that no piece has a narrow strip of its own.
+    const std::size_t unit = n > rows ? 64 : 1, units = (extent + unit - 1) / unit;
     const std::size_t parts = rows * n * k < kParallelGemmWork
                                   ? 1
-                                  : std::min<std::size_t>(kGemmPieces, (extent + 15) / 16);
+                                  : std::min<std::size_t>({kGemmPieces, (extent + 15) / 16, units});
     for (std::size_t p = 0; p < parts; ++p)
-      pieces.push_back({j, extent * p / parts, extent * (p + 1) / parts});
+      pieces.push_back({j, std::min(extent, units * p / parts * unit),
+                        std::min(extent, units * (p + 1) / parts * unit)});
   }
   parallel_for(pieces.size(), threads, [&](std::size_t task, int) {
     const Piece& piece = pieces[task];
@@ -132,7 +210,8 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
       c0 = piece.begin, c1 = piece.end;
     else
       r0 = piece.begin, r1 = piece.end;
-    project_block(X + r0 * ldx, ldx, r1 - r0, k, pr, c0, c1, Y + r0 * ldy, ldy, bf16);
+    project_block(X + r0 * ldx, ldx, r1 - r0, k, pr, c0, c1, Y + r0 * ldy, ldy, bf16,
+                  native ? rounded.get() + r0 * bf16_pairs(k) : nullptr);
     if (act && r1 > r0 && c1 > c0)
       for (std::size_t r = r0; r < r1; ++r) activate(Y + r * ldy + pr.col + c0, c1 - c0, *act);
   });

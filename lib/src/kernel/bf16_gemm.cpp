@@ -1,0 +1,247 @@
+// The native bfloat16 GEMM (bf16_gemm.hpp): register tiles of kRows rows of C
+// by kRegs registers of 16 columns, as the direct GEMM's (direct_gemm.cpp),
+// with one VDPBF16PS (32 multiply-adds) where the float32 tile has one FMA
+// (16): for each pair of k, the tile loads kRegs registers of packed B and
+// broadcasts one pair of A's row per row.
+#include "bf16_gemm.hpp"
+
+#include <cpuid.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "intrinsics.hpp"
+#include "vexp_impl.hpp"
+
+namespace mha::detail {
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    if (!cpu_has_avx512()) return false;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bw")) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // Leaf 7's subleaf 1 exists when subleaf 0 reports it (EAX >= 1).
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return ((a >> 5) & 1u) != 0;
+  }();
+  return has;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512bf16")
+namespace {
+
+constexpr std::size_t L = 16;  // float32 lanes, or bfloat16 pairs, per register
+
+__mmask16 first(std::size_t count) {
+  return static_cast<__mmask16>(count >= L ? 0xffffu : (1u << count) - 1u);
+}
+
+// 16 float32 values (lanes `m`, others 0) as their bfloat16 bits, zero-extended to 32 bits.
+__m512i bits16(const float* x, __mmask16 m) {
+  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x)));
+  return _mm512_cvtepu16_epi32(h);
+}
+
+// out[0 : bf16_pairs(n)] = x[0 : n] rounded to bfloat16, in pairs (0 past n).
+void round_row(const float* x, std::size_t n, std::uint32_t* out) {
+  std::size_t c = 0;
+  for (; c + 2 * L <= n; c += 2 * L) {
+    const __m512 lo = _mm512_loadu_ps(x + c), hi = _mm512_loadu_ps(x + c + L);
+    _mm512_storeu_si512(out + c / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+  if (c == n) return;
+  // The last < 32 values: two masked halves, zeros past n.
+  const std::size_t rest = n - c;
+  const __m512 lo = _mm512_maskz_loadu_ps(first(rest), x + c);
+  const __m512 hi = _mm512_maskz_loadu_ps(first(rest > L ? rest - L : 0), x + c + L);
+  const std::size_t words = (rest + 1) / 2;
+  _mm512_mask_storeu_epi32(out + c / 2, first(words),
+                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+// C[0:R, 0:J*L] (the last register limited by `last` when Tail) (+)= alpha *
+// A[0:R] (pairs; lda words) Bp[0:P, 0:J*L].
+template <int R, int J, bool Tail>
+void tile(std::size_t P, const std::uint32_t* A, std::size_t lda, const std::uint32_t* B,
+          std::size_t ldb, float alpha, float* C, std::size_t ldc, bool accumulate,
+          __mmask16 last) {
+  __m512 acc[R][J];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (std::size_t p = 0; p < P; ++p) {
+    const std::uint32_t* b = B + p * ldb;
+    __m512bh v[J];
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j)
+      v[j] = reinterpret_cast<__m512bh>((Tail && j == J - 1)
+                                            ? _mm512_maskz_loadu_epi32(last, b + j * L)
+                                            : _mm512_loadu_si512(b + j * L));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m512bh a =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(A[i * lda + p])));
+#pragma GCC unroll 4
+      for (int j = 0; j < J; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, v[j]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) {
+      float* c = C + i * ldc + j * L;
+      const bool part = Tail && j == J - 1;
+      const __m512 old = !accumulate ? _mm512_setzero_ps()
+                         : part      ? _mm512_maskz_loadu_ps(last, c)
+                                     : _mm512_loadu_ps(c);
+      const __m512 r = _mm512_fmadd_ps(s, acc[i][j], old);
+      if (part)
+        _mm512_mask_storeu_ps(c, last, r);
+      else
+        _mm512_storeu_ps(c, r);
+    }
+}
+
+// 30 of the 32 zmm registers: 6 x 4 accumulators, 4 of B, 1 broadcast.
+constexpr int kRows = 6, kRegs = 4;
+
+// The last columns of R rows: `regs` registers (1 <= regs <= J), the last one
+// partial when `tail`.
+template <int R, int J>
+void last_columns(std::size_t regs, bool tail, std::size_t P, const std::uint32_t* A,
+                  std::size_t lda, const std::uint32_t* B, std::size_t ldb, float alpha, float* C,
+                  std::size_t ldc, bool accumulate, __mmask16 last) {
+  if constexpr (J >= 1) {
+    if (regs == J) {
+      if (tail)
+        tile<R, J, true>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+      else
+        tile<R, J, false>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+      return;
+    }
+    last_columns<R, J - 1>(regs, tail, P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+  }
+}
+
+// R rows of C, N <= kRegs * L columns.
+template <int R>
+void strip(std::size_t N, std::size_t P, const std::uint32_t* A, std::size_t lda,
+           const std::uint32_t* B, std::size_t ldb, float alpha, float* C, std::size_t ldc,
+           bool accumulate) {
+  if (N == kRegs * L)
+    return tile<R, kRegs, false>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, first(L));
+  const std::size_t regs = (N + L - 1) / L, in_last = N - (regs - 1) * L;
+  last_columns<R, kRegs>(regs, in_last < L, P, A, lda, B, ldb, alpha, C, ldc, accumulate,
+                         first(in_last));
+}
+
+// The last `rows` (< kRows) rows of a strip.
+template <int R>
+void last_rows(std::size_t rows, std::size_t N, std::size_t P, const std::uint32_t* A,
+               std::size_t lda, const std::uint32_t* B, std::size_t ldb, float alpha, float* C,
+               std::size_t ldc, bool accumulate) {
+  if constexpr (R >= 1) {
+    if (rows == R) return strip<R>(N, P, A, lda, B, ldb, alpha, C, ldc, accumulate);
+    last_rows<R - 1>(rows, N, P, A, lda, B, ldb, alpha, C, ldc, accumulate);
+  }
+}
+
+}  // namespace
+
+void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::size_t ldb,
+                 std::uint32_t* out, std::size_t ldp) {
+  const std::size_t P = bf16_pairs(K);
+  if (trans) {
+    // Row j of B is column j of op(B): its pairs are already adjacent. Sixteen
+    // rows are rounded at a time, then written out a pair-row at a time
+    // (16 adjacent words).
+    thread_local std::vector<std::uint32_t> rows;
+    rows.resize(L * P);
+    const __m512i stride =
+        _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int>(P)),
+                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (std::size_t j0 = 0; j0 < N; j0 += L) {
+      const std::size_t cols = std::min(L, N - j0);
+      for (std::size_t jj = 0; jj < cols; ++jj) round_row(B + (j0 + jj) * ldb, K, &rows[jj * P]);
+      const __mmask16 m = first(cols);
+      for (std::size_t p = 0; p < P; ++p) {
+        const __m512i v =
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, stride, rows.data() + p, 4);
+        _mm512_mask_storeu_epi32(out + p * ldp + j0, m, v);
+      }
+    }
+    return;
+  }
+  for (std::size_t p = 0; p < P; ++p) {
+    const float* lo = B + 2 * p * ldb;
+    const float* hi = 2 * p + 1 < K ? lo + ldb : nullptr;
+    std::uint32_t* o = out + p * ldp;
+    for (std::size_t j = 0; j < N; j += L) {
+      const __mmask16 m = first(N - j);
+      const __m512i l = bits16(lo + j, m);
+      const __m512i h = hi ? _mm512_slli_epi32(bits16(hi + j, m), 16) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(o + j, m, _mm512_or_si512(l, h));
+    }
+  }
+}
+
+void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_t lda,
+                     std::uint32_t* out, std::size_t ldo) {
+  for (std::size_t r = 0; r < rows; ++r) round_row(A + r * lda, K, out + r * ldo);
+}
+
+// Rows in blocks of kRowBlock and, within a block, columns in strips of one
+// tile's width: a strip of Bp stays in L2 while the block's row tiles pass
+// over it, and the block's rows of Ap stay there while the strips go by.
+constexpr std::size_t kRowBlock = 32 * kRows;
+
+void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
+                       const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
+                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate) {
+  constexpr std::size_t W = kRegs * L;
+  const std::size_t P = bf16_pairs(K);
+  for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const std::size_t r1 = std::min(rows, r0 + kRowBlock);
+    for (std::size_t c0 = 0; c0 < N; c0 += W) {
+      const std::size_t n = std::min(W, N - c0);
+      std::size_t r = r0;
+      for (; r + kRows <= r1; r += kRows)
+        strip<kRows>(n, P, Ap + r * ldap, ldap, Bp + c0, ldbp, alpha, C + r * ldc + c0, ldc,
+                     accumulate);
+      if (r < r1)
+        last_rows<kRows - 1>(r1 - r, n, P, Ap + r * ldap, ldap, Bp + c0, ldbp, alpha,
+                             C + r * ldc + c0, ldc, accumulate);
+    }
+  }
+}
+
+void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool trans_a,
+               const float* A, std::size_t lda, const std::uint32_t* Bp, std::size_t ldbp, float* C,
+               std::size_t ldc, bool accumulate) {
+  if (rows == 0 || N == 0) return;
+  const std::size_t P = bf16_pairs(K);
+  thread_local std::vector<std::uint32_t> a;
+  thread_local std::vector<float> column;
+  a.resize(std::min(rows, kRowBlock) * std::max<std::size_t>(P, 1));
+  for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const std::size_t r1 = std::min(rows, r0 + kRowBlock);
+    if (trans_a) {  // row r of op(A) is column r of A
+      column.resize(K);
+      for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t k = 0; k < K; ++k) column[k] = A[k * lda + r];
+        round_row(column.data(), K, a.data() + (r - r0) * P);
+      }
+    } else {
+      bf16_round_rows(r1 - r0, K, A + r0 * lda, lda, a.data(), P);
+    }
+    bf16_gemm_rounded(r1 - r0, N, K, alpha, a.data(), P, Bp, ldbp, C + r0 * ldc, ldc, accumulate);
+  }
+}
+
+}  // namespace mha::detail
+#pragma GCC pop_options

@@ -1,0 +1,69 @@
+// The native bfloat16 GEMM (dtype bfloat16 on CPUs with AVX512_BF16):
+// C (rows, N) (+)= alpha * bf16(A) (rows, K) bf16(B) (K, N), each operand
+// rounded to bfloat16 (nearest even) and every pair of products added to a
+// float32 accumulator by one VDPBF16PS. Internal to the kernel; blas.hpp's
+// gemm(..., bf16) and the attention's block products call it, and
+// tests/test_bf16_gemm.cpp holds it against double loops.
+//
+// B is packed first (bf16_pack_b): bfloat16 pairs, the layout VDPBF16PS
+// multiplies, so a weight matrix or a block of K or V is packed once and
+// read by every row tile. A is rounded a block of rows at a time inside
+// bf16_gemm.
+//
+// Numerics: bfloat16's products are exact in float32; VDPBF16PS adds the
+// odd-k product and then the even-k one to the accumulator, rounding to
+// nearest each time, over k = 0, 1, ..., K - 1 in pairs, from 0; alpha
+// scales the sum and C is added at the end (accumulate). The instruction
+// treats subnormal inputs as 0 and flushes subnormal results to 0 whatever
+// MXCSR says, so do the roundings (values below 2^-126 in magnitude become
+// 0). Every element of C is one chain over k: the bits do not depend on how
+// the caller cuts rows or columns into pieces, nor on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mha::detail {
+
+// The CPU and OS support AVX-512 F, BW and BF16 (cpuid leaf 7, subleaf 1, EAX bit 5).
+bool cpu_has_avx512_bf16();
+
+// Pairs of k a packed B has: ceil(K / 2).
+inline std::size_t bf16_pairs(std::size_t K) {
+  return (K + 1) / 2;
+}
+
+// out[p * ldp + j] (p < bf16_pairs(K), j < N) = the bfloat16 bits of
+// op(B)[2p][j] in its low half and of op(B)[2p + 1][j] (0 past K) in its high
+// half, where op(B) (K, N) is B (K, N; ldb) or, with `trans`, B^T for B
+// (N, K; ldb). Needs cpu_has_avx512_bf16().
+void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::size_t ldb,
+                 std::uint32_t* out, std::size_t ldp);
+
+// out[r * ldo + p] (r < rows, p < bf16_pairs(K)) = the bfloat16 bits of
+// A[r][2p] in its low half and of A[r][2p + 1] (0 past K) in its high half,
+// for A (rows, K; lda): an A operand rounded once for several products.
+// Needs cpu_has_avx512_bf16().
+void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_t lda,
+                     std::uint32_t* out, std::size_t ldo);
+
+// C (rows, N; ldc) = alpha * Ap Bp, or C += alpha * Ap Bp when `accumulate`,
+// where Ap (rows, K) is rounded by bf16_round_rows (leading dimension ldap
+// words) and Bp (K, N) packed by bf16_pack_b (ldbp words). Needs
+// cpu_has_avx512_bf16().
+void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
+                       const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
+                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate);
+
+// As bf16_gemm_rounded for op(A) (rows, K) in float32: A (rows, K; lda) or,
+// with trans_a, A^T for A (K, rows; lda), rounded a block of rows at a time
+// into per-thread scratch.
+void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool trans_a,
+               const float* A, std::size_t lda, const std::uint32_t* Bp, std::size_t ldbp, float* C,
+               std::size_t ldc, bool accumulate);
+
+// Whether gemm(..., bf16) runs bf16_gemm in this process (blas.hpp's
+// bf16_gemm_backend() is "avx512bf16"), so callers may pack B themselves.
+bool bf16_native();
+
+}  // namespace mha::detail
