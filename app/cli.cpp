@@ -263,9 +263,13 @@ void print_bench_header(const BenchArgs& args, int threads, double sgemm,
   std::string peak_line;
   for (const FmaPeak& p : peaks)
     peak_line += fmt::format("{}{} {:.1f}", peak_line.empty() ? "" : ", ", p.isa, p.gflops);
-  if (!peak_line.empty())
+  if (!peak_line.empty()) {
     std::cout << "FMA peak (registers only), GFLOP/s: " << peak_line << "; \"peak\" is of "
-              << peaks.front().isa << "\n";
+              << peaks.front().isa;
+    if (bf16_gemm && std::string(bf16_gemm_backend()) == "avx512bf16")
+      std::cout << " (float32 cases) and avx512bf16 (bfloat16 cases)";
+    std::cout << "\n";
+  }
   if (bf16_gemm)
     std::cout << fmt::format("bfloat16 GEMM 2048^3 ({}): {:.1f} GFLOP/s\n", bf16_gemm_backend(),
                              *bf16_gemm);
@@ -277,9 +281,14 @@ void print_bench_header(const BenchArgs& args, int threads, double sgemm,
   std::cout << "\n";
 }
 
-// The case's GFLOP/s over the widest ISA's FMA peak (0 without one).
+// The case's GFLOP/s over the peak of what ran it: VDPBF16PS's for bfloat16
+// through the native kernel, else the widest float32 ISA's (0 without one).
 double peak_fraction(const BenchResult& r, const std::vector<FmaPeak>& peaks) {
-  return peaks.empty() || peaks.front().gflops <= 0 ? 0.0 : r.gflops / peaks.front().gflops;
+  std::string isa = peaks.empty() ? "" : peaks.front().isa;
+  if (r.dtype == "bfloat16" && std::string(bf16_gemm_backend()) == "avx512bf16") isa = "avx512bf16";
+  for (const FmaPeak& p : peaks)
+    if (p.isa == isa && p.gflops > 0) return r.gflops / p.gflops;
+  return 0.0;
 }
 
 nlohmann::json bench_result_json(const BenchResult& r, const std::optional<OneShot>& one,

@@ -426,3 +426,32 @@ TEST_CASE("exp_shifted_sum micro-benchmark", "[.vexp-bench]") {
     std::printf("%-9s %.3f ns/elem\n", impl.name, time_ns_per_elem(impl.fn) - copy);
   }
 }
+
+TEST_CASE("max_of: every build, every length, NaN skipped", "[vexp]") {
+  using MaxFn = float (*)(const float*, std::size_t);
+  std::vector<std::pair<const char*, MaxFn>> impls{{"scalar", mha::detail::max_of_scalar}};
+  if (mha::detail::cpu_has_avx2()) impls.push_back({"avx2", mha::detail::max_of_avx2});
+  if (mha::detail::cpu_has_avx512()) impls.push_back({"avx512", mha::detail::max_of_avx512});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-100.0f, 100.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t n = 0; n <= 70; ++n)
+    for (int trial = 0; trial < 4; ++trial) {
+      // Offset by one float so that the loads are unaligned.
+      std::vector<float> buffer(n + 1);
+      float* x = buffer.data() + 1;
+      for (std::size_t i = 0; i < n; ++i) x[i] = u(rng);
+      if (trial == 1 && n > 0) x[rng() % n] = nan;  // skipped
+      if (trial == 2) std::fill(x, x + n, -inf);    // a fully masked row
+      if (trial == 3 && n > 0) x[n - 1] = inf;
+      float want = -inf;
+      for (std::size_t i = 0; i < n; ++i)
+        if (!std::isnan(x[i])) want = std::max(want, x[i]);
+      for (const auto& [name, fn] : impls) {
+        CAPTURE(name, n, trial);
+        CHECK(fn(x, n) == want);
+      }
+      CHECK(mha::max_of(x, n) == want);
+    }
+}

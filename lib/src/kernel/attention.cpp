@@ -25,21 +25,10 @@ namespace {
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-// max(x[0..n)), -inf for n = 0. Sixteen independent lanes: an element-wise
-// max the compiler turns into vector max instructions, where a single running
-// max (a reduction it may not reorder) stays scalar.
+// max(x[0..n)), NaN skipped, -inf for n = 0 (vexp.hpp).
 template <class T>
 T row_max(const T* x, std::size_t n) {
-  constexpr std::size_t L = 16;
-  T lane[L];
-  std::fill(lane, lane + L, kNegInf<T>);
-  std::size_t s = 0;
-  for (; s + L <= n; s += L)
-    for (std::size_t j = 0; j < L; ++j) lane[j] = x[s + j] > lane[j] ? x[s + j] : lane[j];
-  T m = kNegInf<T>;
-  for (; s < n; ++s) m = x[s] > m ? x[s] : m;
-  for (std::size_t j = 0; j < L; ++j) m = lane[j] > m ? lane[j] : m;
-  return m;
+  return max_of(x, n);
 }
 
 // A row whose maximum is -inf is either fully masked or holds NaN (which
@@ -53,9 +42,22 @@ bool has_nan(const T* x, std::size_t n) {
 
 using detail::block_product;
 using detail::Buffer;
+// large_array.hpp's allocator whose resize() leaves new elements
+// uninitialized: the tasks' scratch is written before it is read, and zeroing
+// it would be one more pass over up to a few MiB per call.
+template <class T>
+struct ScratchAllocator : ArrayAllocator<T> {
+  ScratchAllocator() = default;
+  template <class U>
+  ScratchAllocator(const ScratchAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+};
 // A growable array in large_array.hpp's memory (scratch of the tasks).
 template <class T>
-using Array = std::vector<T, ArrayAllocator<T>>;
+using Array = std::vector<T, ScratchAllocator<T>>;
 using detail::kGemmPieces;
 using detail::project;
 using detail::project_rows;
@@ -208,6 +210,11 @@ struct Job {
   std::atomic<bool>* overflow;  // set when a row's logits overflowed T (see all_masked)
   // The batch element p and context start at: 0, or a piece's first (pieced_layer).
   std::size_t b0 = 0;
+  // With native bfloat16 GEMMs (bf16_gemm.hpp), K and V packed once for every
+  // query block (pack_keys_values), or null: per (b, key/value head), K^T
+  // (bf16_pairs(d_k), S) and V (bf16_pairs(S), d_v).
+  const std::uint32_t* Kp = nullptr;
+  const std::uint32_t* Vp = nullptr;
 
   // Query blocks of Bq = min(block_q, T) rows, the last one possibly shorter.
   std::size_t Bq() const { return std::min(block_q, d.T); }
@@ -223,6 +230,12 @@ struct Job {
   }
   const T* V(std::size_t b, std::size_t head) const {
     return p.V + (b - b0) * d.S * p.ldv + head / d.group() * d.d_v;
+  }
+  const std::uint32_t* packed_K(std::size_t b, std::size_t head) const {
+    return Kp + ((b - b0) * d.kv() + head / d.group()) * detail::bf16_pairs(d.d_k) * d.S;
+  }
+  const std::uint32_t* packed_V(std::size_t b, std::size_t head) const {
+    return Vp + ((b - b0) * d.kv() + head / d.group()) * detail::bf16_pairs(d.S) * d.d_v;
   }
   T* ctx(std::size_t b, std::size_t head, std::size_t t0) const {
     return context + ((b - b0) * d.T + t0) * d.h * d.d_v + head * d.d_v;
@@ -356,7 +369,11 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
-    if (native) {
+    if (native && job.Kp) {
+      if constexpr (std::is_same_v<T, float>)
+        detail::bf16_gemm(rows, n, d.d_k, job.opt.scale, false, Q, job.p.ldq,
+                          job.packed_K(b, head) + s0, d.S, P, Bk, false);
+    } else if (native) {
       detail::packed_product(true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
                              job.p.ldk, packed.data(), P, Bk, false);
     } else if (direct) {
@@ -386,7 +403,13 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
       m[r] = m_new;
     }
     // O (rows, d_v) += P V_i[s0:s0+n]
-    if (native)
+    // The packed V's pairs of keys fit this block when it starts on an even
+    // key and ends on one or at S (whose pair is padded with 0).
+    if (native && job.Vp && s0 % 2 == 0 && (n % 2 == 0 || s0 + n == d.S)) {
+      if constexpr (std::is_same_v<T, float>)
+        detail::bf16_gemm(rows, d.d_v, n, 1.f, false, P, Bk, job.packed_V(b, head) + s0 / 2 * d.d_v,
+                          d.d_v, O, d.d_v, true);
+    } else if (native)
       detail::packed_product(false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv,
                              packed.data(), O, d.d_v, true);
     else
@@ -634,14 +657,47 @@ void merge_key_splits(const Job<T>& job, std::size_t head_blocks, std::size_t sp
   }
 }
 
+// With native bfloat16 GEMMs, K and V of every (b, key/value head) packed
+// once (Job's Kp and Vp) into `storage`, over the pool, for every query block
+// and key split to read; nothing otherwise.
+template <class T>
+void pack_keys_values(Job<T>& job, int threads, Buffer<std::uint32_t>& storage) {
+  if constexpr (std::is_same_v<T, float>) {
+    const auto& d = job.d;
+    if (!job.opt.bf16_gemm || !detail::bf16_native() || d.S == 0) return;
+    const std::size_t heads = d.B * d.kv();
+    const std::size_t k_words = detail::bf16_pairs(d.d_k) * d.S;
+    const std::size_t v_words = detail::bf16_pairs(d.S) * d.d_v;
+    storage = Buffer<std::uint32_t>(heads * (k_words + v_words));
+    std::uint32_t* Kp = storage.get();
+    std::uint32_t* Vp = Kp + heads * k_words;
+    // Tasks of kKeys keys (an even number) of one head, K and V.
+    constexpr std::size_t kKeys = 256;
+    const std::size_t chunks = (d.S + kKeys - 1) / kKeys;
+    parallel_for(heads * chunks, threads, [&](std::size_t task, int) {
+      const std::size_t hd = task / chunks, s0 = task % chunks * kKeys;
+      const std::size_t n = std::min(kKeys, d.S - s0);
+      const std::size_t b = job.b0 + hd / d.kv(), head = hd % d.kv() * d.group();
+      detail::bf16_pack_b(true, d.d_k, n, job.K(b, head) + s0 * job.p.ldk, job.p.ldk,
+                          Kp + hd * k_words + s0, d.S);
+      detail::bf16_pack_b(false, n, d.d_v, job.V(b, head) + s0 * job.p.ldv, job.p.ldv,
+                          Vp + hd * v_words + s0 / 2 * d.d_v, d.d_v);
+    });
+    job.Kp = Kp;
+    job.Vp = Vp;
+  }
+}
+
 // Attention not requested: the fused kernel over tasks (b, head, query
 // block, key split) into the context. Keys are split only when there are
 // fewer than kMinTasks head blocks (decode-shaped work). The split depends
 // on the shape alone, never on the threads, so the sums (and so the bits of
 // the output) are the same for any thread count.
 template <class T>
-void fused_attention(const Job<T>& job, int threads) {
+void fused_attention(Job<T>& job, int threads) {
   const auto& d = job.d;
+  Buffer<std::uint32_t> packed;
+  pack_keys_values(job, threads, packed);
   const auto& opt = job.opt;
   const std::size_t Bq = job.Bq(), q_blocks = job.q_blocks();
   const std::size_t head_blocks = d.B * d.h * q_blocks;

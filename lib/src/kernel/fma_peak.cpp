@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bf16_gemm.hpp"
 #include "intrinsics.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "vexp_impl.hpp"
@@ -26,6 +27,24 @@ float loop_avx512(float seed) {
   const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
   for (long it = 0; it < kIterations; ++it)
     for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  __m512 sum = acc[0];
+  for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+// VDPBF16PS: 16 lanes, each adding two bfloat16 products (32 multiply-adds
+// per instruction). The accumulators stay finite: 1e-20 * 1e-20 underflows
+// to 0 (flushed) and 0 is added.
+float loop_avx512bf16(float seed) {
+  constexpr int kAcc = 16;
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-20f), _mm512_set1_ps(1e-20f));
+  for (long it = 0; it < kIterations; ++it)
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, x);
   __m512 sum = acc[0];
   for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[i]);
   return _mm512_reduce_add_ps(sum);
@@ -76,6 +95,8 @@ std::vector<FmaPeak> fma_peaks(int threads, int repeat) {
   if (detail::cpu_has_avx512())
     peaks.push_back({"avx512", measure(loop_avx512, 16, 16, threads, repeat)});
   if (detail::cpu_has_avx2()) peaks.push_back({"avx2", measure(loop_avx2, 12, 8, threads, repeat)});
+  if (detail::cpu_has_avx512_bf16())
+    peaks.push_back({"avx512bf16", measure(loop_avx512bf16, 16, 32, threads, repeat)});
   return peaks;
 }
 

@@ -186,6 +186,13 @@ struct V {
   static reg add(reg acc, mask m, reg v) {
     return _mm256_add_ps(acc, _mm256_and_ps(v, _mm256_castsi256_ps(m)));
   }
+  static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static float max_lanes(reg v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
   static float sum_lanes(reg v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -234,6 +241,8 @@ struct V {
   static void store(float* x, mask m, reg v) { _mm512_mask_storeu_ps(x, m, v); }
   static reg add(reg acc, mask m, reg v) { return _mm512_mask_add_ps(acc, m, acc, v); }
   static float sum_lanes(reg v) { return _mm512_reduce_add_ps(v); }
+  static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static float max_lanes(reg v) { return _mm512_reduce_max_ps(v); }
 };
 
 #include "vexp_simd.inc"
@@ -256,6 +265,20 @@ float exp_shifted_sum_scalar(float* x, std::size_t n, float shift) {
 
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift) {
   return avx2::exp_shifted_sum(x, n, shift);
+}
+
+float max_of_scalar(const float* x, std::size_t n) {
+  float m = -kInf;
+  for (std::size_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+float max_of_avx2(const float* x, std::size_t n) {
+  return avx2::max_of(x, n);
+}
+
+float max_of_avx512(const float* x, std::size_t n) {
+  return avx512::max_of(x, n);
 }
 
 float exp_shifted_sum_avx512(float* x, std::size_t n, float shift) {
@@ -290,11 +313,13 @@ const char* select_vexp_isa(const char* request) {
 namespace {
 
 using ExpSumFn = float (*)(float*, std::size_t, float);
+using MaxFn = float (*)(const float*, std::size_t);
 
 // An implementation and its name as vexp_isa reports it.
 struct Choice {
   const char* isa;
   ExpSumFn fn;
+  MaxFn max;
 };
 
 // The implementation for this process, decided on first use from the CPU and
@@ -304,9 +329,9 @@ const Choice& choice() {
   static const Choice c = [] {
     const char* isa = detail::select_vexp_isa(std::getenv("MHA_VEXP"));
     const std::string_view name = isa;
-    if (name == "avx512") return Choice{isa, detail::exp_shifted_sum_avx512};
-    if (name == "avx2") return Choice{isa, detail::exp_shifted_sum_avx2};
-    return Choice{isa, detail::exp_shifted_sum_scalar};
+    if (name == "avx512") return Choice{isa, detail::exp_shifted_sum_avx512, detail::max_of_avx512};
+    if (name == "avx2") return Choice{isa, detail::exp_shifted_sum_avx2, detail::max_of_avx2};
+    return Choice{isa, detail::exp_shifted_sum_scalar, detail::max_of_scalar};
   }();
   return c;
 }
@@ -316,6 +341,16 @@ const Choice& choice() {
 // Through the implementation chosen on first use.
 float exp_shifted_sum(float* x, std::size_t n, float shift) {
   return choice().fn(x, n, shift);
+}
+
+float max_of(const float* x, std::size_t n) {
+  return choice().max(x, n);
+}
+
+double max_of(const double* x, std::size_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
 }
 
 // The double softmax is the accuracy reference, so it keeps libm's exp.

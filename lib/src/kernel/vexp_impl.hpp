@@ -16,6 +16,10 @@ namespace mha::detail {
 float exp_shifted_sum_scalar(float* x, std::size_t n, float shift);
 float exp_shifted_sum_avx2(float* x, std::size_t n, float shift);
 float exp_shifted_sum_avx512(float* x, std::size_t n, float shift);
+// max_of (vexp.hpp) in each build, under the same conditions.
+float max_of_scalar(const float* x, std::size_t n);
+float max_of_avx2(const float* x, std::size_t n);
+float max_of_avx512(const float* x, std::size_t n);
 
 // Whether this CPU (and OS) supports what exp_shifted_sum_avx2 needs
 // (AVX2 and FMA) and what exp_shifted_sum_avx512 needs (AVX-512F and DQ).

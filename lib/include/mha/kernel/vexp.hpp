@@ -14,6 +14,12 @@ namespace mha {
 float exp_shifted_sum(float* x, std::size_t n, float shift);
 double exp_shifted_sum(double* x, std::size_t n, double shift);  // scalar std::exp
 
+// max(x[0..n)), NaN values skipped, -inf for n = 0 (a softmax row's shift):
+// vectorized in the same builds as exp_shifted_sum; exact, so every build
+// returns the same value.
+float max_of(const float* x, std::size_t n);
+double max_of(const double* x, std::size_t n);
+
 // Which implementation exp_shifted_sum<float> uses here: "avx512", "avx2" or "scalar".
 const char* vexp_isa();
 
