@@ -335,6 +335,76 @@ inline std::size_t flash_scratch(const Dims& d, std::size_t Bq, std::size_t Bk) 
   return Bq * Bk + Bq * d.d_v + 2 * Bq + Bk + (Bq >= kDirectScoreRows ? d.d_k * Bk : 0);
 }
 
+// flash_block's products through the native bfloat16 GEMM (bf16_gemm.hpp):
+// Q_i rounded once for all key blocks, K_i's and V_i's key blocks read from
+// the job's packed copies (pack_keys_values) or packed here, and each row of
+// P rounded as the softmax finishes it, while it is still in L1. Per-thread
+// scratch; float32 only (bfloat16 GEMMs are refused in float64 before any
+// task runs, so the double build's members do nothing).
+template <class T>
+class NativeBlock {
+ public:
+  void start(const Job<T>& job, std::size_t b, std::size_t head, const T* Q, std::size_t rows) {
+    job_ = &job, b_ = b, head_ = head;
+    const auto& d = job.d;
+    pk_ = detail::bf16_pairs(d.d_k), pn_ = detail::bf16_pairs(job.block_k);
+    auto& s = scratch();
+    s.q.resize(rows * pk_);
+    s.p.resize(rows * pn_);
+    s.kv.resize(std::max(pk_ * job.block_k, pn_ * d.d_v));
+    if constexpr (std::is_same_v<T, float>)
+      detail::bf16_round_rows(rows, d.d_k, Q, job.p.ldq, s.q.data(), pk_);
+    rows_ = rows;
+  }
+  // P (rows, n; ldp) = scale * Q_i K_i[s0:s0+n]^T
+  void scores(std::size_t s0, std::size_t n, T* P, std::size_t ldp) {
+    if constexpr (std::is_same_v<T, float>) {
+      const auto& job = *job_;
+      const auto& d = job.d;
+      auto& s = scratch();
+      const std::uint32_t* Kp = job.Kp ? job.packed_K(b_, head_) + s0 : s.kv.data();
+      const std::size_t ld = job.Kp ? d.S : n;
+      if (!job.Kp)
+        detail::bf16_pack_b(true, d.d_k, n, job.K(b_, head_) + s0 * job.p.ldk, job.p.ldk,
+                            s.kv.data(), n);
+      detail::bf16_gemm_rounded(rows_, n, d.d_k, job.opt.scale, s.q.data(), pk_, Kp, ld, P, ldp,
+                                false);
+    }
+  }
+  // Row r of P (n values, the softmax's output) rounded for accumulate().
+  void round_row(std::size_t r, const T* p, std::size_t n) {
+    if constexpr (std::is_same_v<T, float>)
+      detail::bf16_round_rows(1, n, p, n, scratch().p.data() + r * pn_, pn_);
+  }
+  // O (rows, d_v) += P V_i[s0:s0+n], P as round_row left it.
+  void accumulate(std::size_t s0, std::size_t n, T* O) {
+    if constexpr (std::is_same_v<T, float>) {
+      const auto& job = *job_;
+      const auto& d = job.d;
+      auto& s = scratch();
+      // The packed V's pairs of keys fit this block when it starts on an even
+      // key and ends on one or at S (whose pair is padded with 0).
+      const bool fits = job.Vp && s0 % 2 == 0 && (n % 2 == 0 || s0 + n == d.S);
+      if (!fits)
+        detail::bf16_pack_b(false, n, d.d_v, job.V(b_, head_) + s0 * job.p.ldv, job.p.ldv,
+                            s.kv.data(), d.d_v);
+      const std::uint32_t* Vp = fits ? job.packed_V(b_, head_) + s0 / 2 * d.d_v : s.kv.data();
+      detail::bf16_gemm_rounded(rows_, d.d_v, n, 1.f, s.p.data(), pn_, Vp, d.d_v, O, d.d_v, true);
+    }
+  }
+
+ private:
+  struct Scratch {
+    std::vector<std::uint32_t> q, p, kv;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+  }
+  const Job<T>* job_ = nullptr;
+  std::size_t b_ = 0, head_ = 0, rows_ = 0, pk_ = 0, pn_ = 0;
+};
+
 // Fused attention of rows [t0, t0 + rows) of one head over keys [s_begin,
 // s_end), with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022):
 // per row the running max m, running sum l and unnormalized output O
@@ -359,23 +429,16 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   // once enough query rows share the copy (not for decoding's single row).
   const bool direct = std::is_same_v<T, float> && !job.opt.bf16_gemm && rows >= kDirectScoreRows &&
                       std::string_view(direct_gemm_isa()) != "blas";
-  // bfloat16 GEMMs run natively: K_i's and V_i's blocks packed in pairs
-  // (bf16_gemm.hpp), then multiplied by the native kernel.
+  // bfloat16 GEMMs run natively (bf16_gemm.hpp): see NativeBlock.
   const bool native = std::is_same_v<T, float> && job.opt.bf16_gemm && detail::bf16_native();
-  thread_local std::vector<std::uint32_t> packed;
-  if (native)
-    packed.resize(std::max(detail::bf16_pairs(d.d_k) * Bk, detail::bf16_pairs(Bk) * d.d_v));
+  NativeBlock<T> bf16;
+  if (native) bf16.start(job, b, head, Q, rows);
   T* KT = X + Bk;
   for (std::size_t s0 = begin; s0 < end; s0 += Bk) {
     const std::size_t n = std::min(Bk, end - s0);
     // P (rows, n) = scale * Q_i K_i[s0:s0+n]^T
-    if (native && job.Kp) {
-      if constexpr (std::is_same_v<T, float>)
-        detail::bf16_gemm(rows, n, d.d_k, job.opt.scale, false, Q, job.p.ldq,
-                          job.packed_K(b, head) + s0, d.S, P, Bk, false);
-    } else if (native) {
-      detail::packed_product(true, rows, n, d.d_k, job.opt.scale, Q, job.p.ldq, K + s0 * job.p.ldk,
-                             job.p.ldk, packed.data(), P, Bk, false);
+    if (native) {
+      bf16.scores(s0, n, P, Bk);
     } else if (direct) {
       // KT (d_k, n; ld Bk) = scale * K_i[s0:s0+n]^T, then P = Q_i KT.
       transpose_scaled(K + s0 * job.p.ldk, job.p.ldk, n, d.d_k, job.opt.scale, KT, Bk);
@@ -392,26 +455,20 @@ void flash_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
       if (m_new == kNegInf<T>) {  // every key so far masked: contributes nothing
         if (has_nan(p, n)) l[r] = std::numeric_limits<T>::quiet_NaN();  // NaN in, NaN out
         std::fill(p, p + n, T(0));
-        continue;
+      } else {
+        const T alpha = m[r] == kNegInf<T> ? T(0) : std::exp(m[r] - m_new);
+        l[r] = l[r] * alpha + exp_shifted_sum(p, n, m_new);
+        if (alpha != T(1)) {
+          T* o = O + r * d.d_v;
+          for (std::size_t c = 0; c < d.d_v; ++c) o[c] *= alpha;
+        }
+        m[r] = m_new;
       }
-      const T alpha = m[r] == kNegInf<T> ? T(0) : std::exp(m[r] - m_new);
-      l[r] = l[r] * alpha + exp_shifted_sum(p, n, m_new);
-      if (alpha != T(1)) {
-        T* o = O + r * d.d_v;
-        for (std::size_t c = 0; c < d.d_v; ++c) o[c] *= alpha;
-      }
-      m[r] = m_new;
+      if (native) bf16.round_row(r, p, n);
     }
     // O (rows, d_v) += P V_i[s0:s0+n]
-    // The packed V's pairs of keys fit this block when it starts on an even
-    // key and ends on one or at S (whose pair is padded with 0).
-    if (native && job.Vp && s0 % 2 == 0 && (n % 2 == 0 || s0 + n == d.S)) {
-      if constexpr (std::is_same_v<T, float>)
-        detail::bf16_gemm(rows, d.d_v, n, 1.f, false, P, Bk, job.packed_V(b, head) + s0 / 2 * d.d_v,
-                          d.d_v, O, d.d_v, true);
-    } else if (native)
-      detail::packed_product(false, rows, d.d_v, n, T(1), P, Bk, V + s0 * job.p.ldv, job.p.ldv,
-                             packed.data(), O, d.d_v, true);
+    if (native)
+      bf16.accumulate(s0, n, O);
     else
       block_product(rows, d.d_v, n, P, Bk, V + s0 * job.p.ldv, job.p.ldv, O, d.d_v, true,
                     job.opt.bf16_gemm);

@@ -64,21 +64,6 @@ void block_product(std::size_t m, std::size_t n, std::size_t k, const T* A, std:
   gemm<T>(false, false, m, n, k, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc, bf16);
 }
 
-// C (m, n; ldc) = alpha A (m, k; lda) op(B), or C += that when `accumulate`,
-// where op(B) (k, n) is B (k, n; ldb) or, with trans_b, B^T: through the
-// native bfloat16 GEMM (bf16_gemm.hpp), op(B) packed into `packed`
-// (bf16_pairs(k) * n words). Only where bf16_native(): float32 only, a no-op
-// for float64 (bfloat16 GEMMs are refused there before any task runs).
-template <class T>
-void packed_product(bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* A,
-                    std::size_t lda, const T* B, std::size_t ldb, std::uint32_t* packed, T* C,
-                    std::size_t ldc, bool accumulate) {
-  if constexpr (std::is_same_v<T, float>) {
-    bf16_pack_b(trans_b, k, n, B, ldb, packed, n);
-    bf16_gemm(m, n, k, alpha, false, A, lda, packed, n, C, ldc, accumulate);
-  }
-}
-
 // One linear map of a call to project(): columns [col, col + n) of Y get
 // X W + b, W (k, n; ld n), b (n) or null.
 // Wp: W packed for the native bfloat16 GEMM (bf16_gemm.hpp; pack_weights),
