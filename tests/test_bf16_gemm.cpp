@@ -86,8 +86,10 @@ void check_against_double(const Problem& p, float alpha, bool accumulate) {
       }
       const double c0 = accumulate ? p.C0[r * p.ldc + j] : 0.0;
       const double want = alpha * rounded + c0;
-      // K float32 additions, the scaling and the final add, each within u_f.
-      const double gamma = (p.K + 2) * u_f / (1 - (p.K + 2) * u_f);
+      // K float32 additions, and per slice of 1024 k the scaling and the add
+      // to C, each within u_f.
+      const std::size_t ops = p.K + 2 * (p.K / 1024 + 1);
+      const double gamma = ops * u_f / (1 - ops * u_f);
       const double bound = gamma * (std::abs(alpha) * magnitude + std::abs(c0));
       const double got = C[r * p.ldc + j];
       INFO("C[" << r << "," << j << "] = " << got << ", want " << want);
@@ -112,8 +114,11 @@ TEST_CASE("bf16_gemm matches double loops over rounded operands", "[bf16_gemm]")
     for (const bool tb : {false, true})
       for (const std::size_t rows : {1, 5, 6, 7, 12, 13, 197})
         for (const std::size_t N : {1, 15, 16, 17, 48, 63, 64, 65, 130})
-          for (const std::size_t K : {0, 1, 2, 3, 31, 64, 65}) {
-            if (rows == 197 && (N % 16 != 1 || K != 65)) continue;  // the long one, once per cut
+          for (const std::size_t K : {0, 1, 2, 3, 31, 64, 65, 1025, 2113}) {
+            // The long ones (past a block of rows; over several slices of k) on a
+            // few shapes.
+            const bool long_rows = rows == 197, deep = K > 1024;
+            if ((long_rows || deep) && !(N % 16 == 1 && (deep ? rows == 7 : K == 65))) continue;
             CAPTURE(ta, tb, rows, N, K);
             const Problem p(rows, N, K, ta, tb, seed++);
             check_against_double(p, 1.0f, false);

@@ -12,8 +12,9 @@
 //
 // Numerics: bfloat16's products are exact in float32; VDPBF16PS adds the
 // odd-k product and then the even-k one to the accumulator, rounding to
-// nearest each time, over k = 0, 1, ..., K - 1 in pairs, from 0; alpha
-// scales the sum and C is added at the end (accumulate). The instruction
+// nearest each time, over k = 0, 1, ..., K - 1 in pairs, from 0, in slices
+// of 1024 k: alpha scales a slice's sum, which is added to C (the first
+// slice's to 0 unless accumulate). The instruction
 // treats subnormal inputs as 0 and flushes subnormal results to 0 whatever
 // MXCSR says, so do the roundings (values below 2^-126 in magnitude become
 // 0). Every element of C is one chain over k: the bits do not depend on how
