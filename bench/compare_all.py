@@ -12,7 +12,7 @@ Runs, one after the other (never at once), with the same --threads and --repeat:
   bench/ort_mha.py --json                        onnxruntime-node, the faster of its two attention
                                                  ops per case, outputs held to `mha run`'s
 and prints one table: ms medians, ORT / mha and torch / mha (> 1: mha is faster, against mha's
-float32), and mha float32's fraction of the machine's FMA peak. Exits 1 if any of them fails.
+float32), mha float32 / bfloat16, and each dtype's fraction of the machine's peak. Exits 1 if any of them fails.
 """
 
 import argparse
@@ -103,15 +103,17 @@ def main():
     peaks = ", ".join("%s %.1f" % kv for kv in mha.get("fma_peak_gflops", {}).items())
     print("# %s | %s (%s logical) | threads %d | repeat %d | load before %.2f %.2f %.2f"
           % (date, cpu, os.cpu_count(), a.threads, a.repeat, *load))
-    print("# mha %s: OpenBLAS %s kernels (OPENBLAS_CORETYPE from %s), direct GEMM %s; "
-          "sgemm %.1f GFLOP/s; FMA peak GFLOP/s: %s"
+    print("# mha %s: OpenBLAS %s kernels (OPENBLAS_CORETYPE from %s), direct GEMM %s, "
+          "bfloat16 GEMM %s; sgemm %.1f GFLOP/s; FMA peak GFLOP/s: %s"
           % (mha.get("version", "?"), mha["blas"].get("core", "?"),
              mha["blas"].get("coretype_source", "?"),
-             mha.get("kernels", {}).get("direct_gemm", "?"), mha.get("sgemm_gflops", 0), peaks))
+             mha.get("kernels", {}).get("direct_gemm", "?"), mha.get("bf16_gemm_backend", "?"),
+             mha.get("sgemm_gflops", 0), peaks))
     print("# onnxruntime-node %s (CPU provider) | torch %s"
           % (ort_doc.get("ort_version", "?"), torch_version))
     head = ["case", "mha f32 ms", "mha bf16 ms", "ORT ms", "ORT op", "torch ms", "ORT/mha",
-            "torch/mha", "mha of FMA peak", "ORT max abs diff", "ORT MHA / Attention ms"]
+            "torch/mha", "f32/bf16", "mha of FMA peak", "bf16 of its peak", "ORT max abs diff",
+            "ORT MHA / Attention ms"]
     rows = []
     for c in a.cases:
         f32, bf16 = m.get(c + ("float32",)), m.get(c + ("bfloat16",))
@@ -123,7 +125,10 @@ def main():
                      "%.3f" % o["ms_median"], o["op"], "%.3f" % t["ms_median"],
                      "%.2f" % (o["ms_median"] / f32["ms_median"]),
                      "%.2f" % (t["ms_median"] / f32["ms_median"]),
-                     "%.2f" % f32.get("fma_peak_fraction", 0), "%.1e" % o["max_abs_diff"],
+                     "%.2f" % (f32["ms_median"] / bf16["ms_median"]) if bf16 else "-",
+                     "%.2f" % f32.get("fma_peak_fraction", 0),
+                     "%.2f" % bf16.get("fma_peak_fraction", 0) if bf16 else "-",
+                     "%.1e" % o["max_abs_diff"],
                      " / ".join("%.3f" % o["op_ms"][op] if op in o["op_ms"] else "-"
                                 for op in ("MultiHeadAttention", "Attention"))])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
@@ -136,7 +141,9 @@ def main():
     for r in rows:
         print(line(r))
     print("# ms = median of the timed calls after 2 warm-up calls; X/mha = X ms / mha float32 ms"
-          " (> 1: mha is faster); ORT op = the faster of com.microsoft.MultiHeadAttention and"
+          " (> 1: mha is faster); f32/bf16 = mha float32 ms / bfloat16 ms; bf16 of its peak ="
+          " against VDPBF16PS's loop where the native bfloat16 GEMM ran, else the float32 one;"
+          " ORT op = the faster of com.microsoft.MultiHeadAttention and"
           " com.microsoft.Attention (both ops' medians in the last column); max abs diff = the"
           " faster op's output against `mha run`'s")
     return 0
