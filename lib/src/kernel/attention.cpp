@@ -327,6 +327,8 @@ void transpose_scaled(const T* X, std::size_t ldx, std::size_t rows, std::size_t
 
 // Query rows from which flash_block computes Q_i K_i^T by the direct GEMM.
 constexpr std::size_t kDirectScoreRows = 256;
+// The same for exact_block, whose query blocks are 128 rows by default.
+constexpr std::size_t kDirectExactRows = 64;
 
 // Elements of flash_block's scratch for query blocks of Bq rows and key
 // blocks of Bk: P (Bq, Bk), O (Bq, d_v), m and l (Bq), X (Bk), and K_i's block
@@ -503,9 +505,20 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
                  std::size_t rows, T* A) {
   const auto& d = job.d;
   const std::size_t S = d.S, end = job.key_end(b, t0, rows);
-  if (end > 0)
+  // A (rows, end) = scale * Q_i K_i^T: through the direct GEMM on K_i
+  // transposed once enough rows share the copy, as in flash_block.
+  const bool direct = std::is_same_v<T, float> && !job.opt.bf16_gemm && rows >= kDirectExactRows &&
+                      std::string_view(direct_gemm_isa()) != "blas";
+  if (end > 0 && direct) {
+    thread_local Array<T> KT;
+    KT.resize(d.d_k * end);
+    transpose_scaled(job.K(b, head), job.p.ldk, end, d.d_k, job.opt.scale, KT.data(), end);
+    block_product(rows, end, d.d_k, job.Q(b, head, t0), job.p.ldq, KT.data(), end, A, S, false,
+                  false);
+  } else if (end > 0) {
     gemm<T>(false, true, rows, end, d.d_k, job.opt.scale, job.Q(b, head, t0), job.p.ldq,
             job.K(b, head), job.p.ldk, T(0), A, S, job.opt.bf16_gemm);
+  }
   if (job.opt.softcap > 0 && end > 0) {
     std::vector<T> scratch(end);
     softcap_rows(A, rows, end, S, job.opt.softcap, scratch.data());
@@ -531,8 +544,8 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
   }
   // context (rows, d_v) = A V_i, over the keys that carry weight
   if (used > 0)
-    gemm<T>(false, false, rows, d.d_v, used, T(1), A, S, job.V(b, head), job.p.ldv, T(0),
-            job.ctx(b, head, t0), d.h * d.d_v, job.opt.bf16_gemm);
+    block_product(rows, d.d_v, used, A, S, job.V(b, head), job.p.ldv, job.ctx(b, head, t0),
+                  d.h * d.d_v, false, job.opt.bf16_gemm);
   else
     for (std::size_t r = 0; r < rows; ++r) std::fill_n(job.ctx(b, head, t0 + r), d.d_v, T(0));
 }
