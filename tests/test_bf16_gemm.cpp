@@ -189,3 +189,22 @@ TEST_CASE("MHA_BF16_GEMM and the CPU choose the bfloat16 backend", "[bf16_gemm]"
     CHECK((backend == "sbgemm" || backend == "sgemm"));
   CHECK(mha::detail::bf16_native() == (backend == "avx512bf16"));
 }
+
+TEST_CASE("bf16_gemm: a bias gives the bits of the bias copied into C and accumulated",
+          "[bf16_gemm]") {
+  if (!mha::detail::cpu_has_avx512_bf16()) return;
+  for (const std::size_t K : {0, 9, 2113}) {  // 2113: several slices of k
+    CAPTURE(K);
+    const Problem p(13, 70, K, false, false, 23);
+    const auto Bp = p.packed();
+    const std::vector<float> bias = random_floats(p.N, 4);
+    std::vector<float> copied = p.C0, with_bias = p.C0;
+    for (std::size_t r = 0; r < p.rows; ++r)
+      std::copy(bias.begin(), bias.end(), copied.begin() + r * p.ldc);
+    bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, copied.data(), p.ldc,
+              true);
+    bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, with_bias.data(),
+              p.ldc, true, bias.data());  // accumulate is ignored with a bias
+    CHECK(with_bias == copied);
+  }
+}

@@ -19,7 +19,7 @@
 namespace {
 
 using GemmFn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::size_t,
-                        const float*, std::size_t, float*, std::size_t, bool);
+                        const float*, std::size_t, float*, std::size_t, bool, const float*);
 
 struct Impl {
   const char* name;
@@ -78,12 +78,12 @@ TEST_CASE("direct_gemm matches double loops on every remainder", "[direct_gemm]"
   for (const Impl& impl : impls)
     for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13, 197})
       for (std::size_t N : {1, 7, 8, 15, 16, 17, 33, 64, 65, 100, 130})
-        for (std::size_t K : {0, 1, 9, 64})
+        for (std::size_t K : {0, 1, 9, 64, 300})  // 300: over one slice of k (256)
           for (bool accumulate : {false, true}) {
             Problem p(rows, N, K, ++seed);
             const std::vector<float> C0 = p.C;
-            impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, p.C.data(), p.ldc,
-                    accumulate);
+            impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, p.C.data(), p.ldc, accumulate,
+                    nullptr);
             INFO(impl.name << " rows " << rows << " N " << N << " K " << K << " accumulate "
                            << accumulate);
             double worst = 0;
@@ -114,11 +114,12 @@ TEST_CASE("direct_gemm: the same bits from every ISA and every cut", "[direct_ge
   const std::size_t rows = 23, N = 77, K = 150;
   Problem p(rows, N, K, 99);
   std::vector<float> whole = p.C;
-  impls.front().fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, whole.data(), p.ldc, true);
+  impls.front().fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, whole.data(), p.ldc, true,
+                   nullptr);
   for (const Impl& impl : impls) {
     INFO(impl.name);
     std::vector<float> again = p.C;
-    impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, again.data(), p.ldc, true);
+    impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, again.data(), p.ldc, true, nullptr);
     CHECK(again == whole);
     // Rows 0-4, 5-22 and columns 0-30, 31-76 as four calls.
     std::vector<float> cut = p.C;
@@ -126,9 +127,29 @@ TEST_CASE("direct_gemm: the same bits from every ISA and every cut", "[direct_ge
       for (std::size_t c0 : {0, 31}) {
         const std::size_t r1 = r0 == 0 ? 5 : rows, c1 = c0 == 0 ? 31 : N;
         impl.fn(r1 - r0, c1 - c0, K, p.A.data() + r0 * p.lda, p.lda, p.B.data() + c0, p.ldb,
-                cut.data() + r0 * p.ldc + c0, p.ldc, true);
+                cut.data() + r0 * p.ldc + c0, p.ldc, true, nullptr);
       }
     CHECK(cut == whole);
+  }
+}
+
+TEST_CASE("direct_gemm: a bias gives the bits of the bias copied into C and accumulated",
+          "[direct_gemm]") {
+  for (const Impl& impl : available()) {
+    // K over one slice of k (256), so that later slices continue from C.
+    for (const std::size_t K : {0, 9, 300}) {
+      CAPTURE(impl.name, K);
+      Problem p(13, 70, K, 17);
+      const std::vector<float> bias = random_floats(70, 3);
+      std::vector<float> copied = p.C, with_bias = p.C;
+      for (std::size_t r = 0; r < 13; ++r)
+        std::copy(bias.begin(), bias.end(), copied.begin() + r * p.ldc);
+      impl.fn(13, 70, K, p.A.data(), p.lda, p.B.data(), p.ldb, copied.data(), p.ldc, true, nullptr);
+      // accumulate is ignored with a bias: C's old values do not count.
+      impl.fn(13, 70, K, p.A.data(), p.lda, p.B.data(), p.ldb, with_bias.data(), p.ldc, true,
+              bias.data());
+      CHECK(with_bias == copied);
+    }
   }
 }
 
@@ -152,7 +173,7 @@ TEST_CASE("direct_gemm_isa and MHA_DIRECT_GEMM select the kernel", "[direct_gemm
   if (ran) {
     std::vector<float> expected = p.C;
     (isa == "avx512" ? mha::detail::direct_gemm_avx512 : mha::detail::direct_gemm_avx2)(
-        7, 20, 9, p.A.data(), p.lda, p.B.data(), p.ldb, expected.data(), p.ldc, false);
+        7, 20, 9, p.A.data(), p.lda, p.B.data(), p.ldb, expected.data(), p.ldc, false, nullptr);
     CHECK(C == expected);
   } else {
     CHECK(C == p.C);

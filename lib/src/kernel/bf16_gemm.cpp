@@ -62,12 +62,13 @@ void round_row(const float* x, std::size_t n, std::uint32_t* out) {
                            reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
 }
 
-// C[0:R, 0:J*L] (the last register limited by `last` when Tail) (+)= alpha *
-// A[0:R] (pairs; lda words) Bp[0:P, 0:J*L].
+// C[0:R, 0:J*L] (the last register limited by `last` when Tail) = C0 +
+// alpha * A[0:R] (pairs; lda words) Bp[0:P, 0:J*L], where C0 (ld ldc0; 0
+// repeats one row, a bias) is C itself to accumulate, or null for 0.
 template <int R, int J, bool Tail>
 void tile(std::size_t P, const std::uint32_t* A, std::size_t lda, const std::uint32_t* B,
-          std::size_t ldb, float alpha, float* C, std::size_t ldc, bool accumulate,
-          __mmask16 last) {
+          std::size_t ldb, float alpha, float* C, std::size_t ldc, const float* C0,
+          std::size_t ldc0, __mmask16 last) {
   __m512 acc[R][J];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
@@ -95,10 +96,11 @@ void tile(std::size_t P, const std::uint32_t* A, std::size_t lda, const std::uin
 #pragma GCC unroll 4
     for (int j = 0; j < J; ++j) {
       float* c = C + i * ldc + j * L;
+      const float* c0 = C0 + i * ldc0 + j * L;
       const bool part = Tail && j == J - 1;
-      const __m512 old = !accumulate ? _mm512_setzero_ps()
-                         : part      ? _mm512_maskz_loadu_ps(last, c)
-                                     : _mm512_loadu_ps(c);
+      const __m512 old = !C0    ? _mm512_setzero_ps()
+                         : part ? _mm512_maskz_loadu_ps(last, c0)
+                                : _mm512_loadu_ps(c0);
       const __m512 r = _mm512_fmadd_ps(s, acc[i][j], old);
       if (part)
         _mm512_mask_storeu_ps(c, last, r);
@@ -115,16 +117,16 @@ constexpr int kRows = 6, kRegs = 4;
 template <int R, int J>
 void last_columns(std::size_t regs, bool tail, std::size_t P, const std::uint32_t* A,
                   std::size_t lda, const std::uint32_t* B, std::size_t ldb, float alpha, float* C,
-                  std::size_t ldc, bool accumulate, __mmask16 last) {
+                  std::size_t ldc, const float* C0, std::size_t ldc0, __mmask16 last) {
   if constexpr (J >= 1) {
     if (regs == J) {
       if (tail)
-        tile<R, J, true>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+        tile<R, J, true>(P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0, last);
       else
-        tile<R, J, false>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+        tile<R, J, false>(P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0, last);
       return;
     }
-    last_columns<R, J - 1>(regs, tail, P, A, lda, B, ldb, alpha, C, ldc, accumulate, last);
+    last_columns<R, J - 1>(regs, tail, P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0, last);
   }
 }
 
@@ -132,11 +134,11 @@ void last_columns(std::size_t regs, bool tail, std::size_t P, const std::uint32_
 template <int R>
 void strip(std::size_t N, std::size_t P, const std::uint32_t* A, std::size_t lda,
            const std::uint32_t* B, std::size_t ldb, float alpha, float* C, std::size_t ldc,
-           bool accumulate) {
+           const float* C0, std::size_t ldc0) {
   if (N == kRegs * L)
-    return tile<R, kRegs, false>(P, A, lda, B, ldb, alpha, C, ldc, accumulate, first(L));
+    return tile<R, kRegs, false>(P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0, first(L));
   const std::size_t regs = (N + L - 1) / L, in_last = N - (regs - 1) * L;
-  last_columns<R, kRegs>(regs, in_last < L, P, A, lda, B, ldb, alpha, C, ldc, accumulate,
+  last_columns<R, kRegs>(regs, in_last < L, P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0,
                          first(in_last));
 }
 
@@ -144,10 +146,10 @@ void strip(std::size_t N, std::size_t P, const std::uint32_t* A, std::size_t lda
 template <int R>
 void last_rows(std::size_t rows, std::size_t N, std::size_t P, const std::uint32_t* A,
                std::size_t lda, const std::uint32_t* B, std::size_t ldb, float alpha, float* C,
-               std::size_t ldc, bool accumulate) {
+               std::size_t ldc, const float* C0, std::size_t ldc0) {
   if constexpr (R >= 1) {
-    if (rows == R) return strip<R>(N, P, A, lda, B, ldb, alpha, C, ldc, accumulate);
-    last_rows<R - 1>(rows, N, P, A, lda, B, ldb, alpha, C, ldc, accumulate);
+    if (rows == R) return strip<R>(N, P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0);
+    last_rows<R - 1>(rows, N, P, A, lda, B, ldb, alpha, C, ldc, C0, ldc0);
   }
 }
 
@@ -205,9 +207,15 @@ void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_
 // alike (`mha bench --dtype bfloat16`, 2 threads, three alternating runs).
 constexpr std::size_t kRowBlock = 32 * kRows, kPairDepth = 512;
 
+// p + offset, or null for null.
+const float* at(const float* p, std::size_t offset) {
+  return p ? p + offset : nullptr;
+}
+
 void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
                        const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
-                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate) {
+                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
+                       const float* bias) {
   constexpr std::size_t W = kRegs * L;
   const std::size_t P = bf16_pairs(K);
   for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -216,15 +224,19 @@ void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alp
       const std::size_t n = std::min(W, N - c0);
       for (std::size_t p0 = 0; p0 < P || p0 == 0; p0 += kPairDepth) {
         const std::size_t pd = std::min(kPairDepth, P - p0);
-        const bool acc = accumulate || p0 > 0;
+        // The first slice adds to the bias, C or 0; later ones to C.
+        const bool from_c = p0 > 0 || (accumulate && !bias);
+        const float* init = from_c ? C + r0 * ldc + c0 : bias ? bias + c0 : nullptr;
+        const std::size_t ld0 = from_c ? ldc : 0;
         const std::uint32_t* a = Ap + p0;
         const std::uint32_t* b = Bp + p0 * ldbp + c0;
         std::size_t r = r0;
         for (; r + kRows <= r1; r += kRows)
-          strip<kRows>(n, pd, a + r * ldap, ldap, b, ldbp, alpha, C + r * ldc + c0, ldc, acc);
+          strip<kRows>(n, pd, a + r * ldap, ldap, b, ldbp, alpha, C + r * ldc + c0, ldc,
+                       at(init, (r - r0) * ld0), ld0);
         if (r < r1)
           last_rows<kRows - 1>(r1 - r, n, pd, a + r * ldap, ldap, b, ldbp, alpha, C + r * ldc + c0,
-                               ldc, acc);
+                               ldc, at(init, (r - r0) * ld0), ld0);
       }
     }
   }
@@ -232,7 +244,7 @@ void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alp
 
 void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool trans_a,
                const float* A, std::size_t lda, const std::uint32_t* Bp, std::size_t ldbp, float* C,
-               std::size_t ldc, bool accumulate) {
+               std::size_t ldc, bool accumulate, const float* bias) {
   if (rows == 0 || N == 0) return;
   const std::size_t P = bf16_pairs(K);
   thread_local std::vector<std::uint32_t> a;
@@ -249,7 +261,8 @@ void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool
     } else {
       bf16_round_rows(r1 - r0, K, A + r0 * lda, lda, a.data(), P);
     }
-    bf16_gemm_rounded(r1 - r0, N, K, alpha, a.data(), P, Bp, ldbp, C + r0 * ldc, ldc, accumulate);
+    bf16_gemm_rounded(r1 - r0, N, K, alpha, a.data(), P, Bp, ldbp, C + r0 * ldc, ldc, accumulate,
+                      bias);
   }
 }
 

@@ -49,19 +49,22 @@ void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_
                      std::uint32_t* out, std::size_t ldo);
 
 // C (rows, N; ldc) = alpha * Ap Bp, or C += alpha * Ap Bp when `accumulate`,
+// or C = bias + alpha * Ap Bp with bias (N) added to every row when bias is
+// non-null,
 // where Ap (rows, K) is rounded by bf16_round_rows (leading dimension ldap
 // words) and Bp (K, N) packed by bf16_pack_b (ldbp words). Needs
 // cpu_has_avx512_bf16().
 void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
                        const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
-                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate);
+                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
+                       const float* bias = nullptr);
 
 // As bf16_gemm_rounded for op(A) (rows, K) in float32: A (rows, K; lda) or,
 // with trans_a, A^T for A (K, rows; lda), rounded a block of rows at a time
 // into per-thread scratch.
 void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool trans_a,
                const float* A, std::size_t lda, const std::uint32_t* Bp, std::size_t ldbp, float* C,
-               std::size_t ldc, bool accumulate);
+               std::size_t ldc, bool accumulate, const float* bias = nullptr);
 
 // Whether gemm(..., bf16) runs bf16_gemm in this process (blas.hpp's
 // bf16_gemm_backend() is "avx512bf16"), so callers may pack B themselves.

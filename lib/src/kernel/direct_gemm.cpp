@@ -72,7 +72,7 @@ struct V {
 #pragma GCC pop_options
 
 using Fn = void (*)(std::size_t, std::size_t, std::size_t, const float*, std::size_t, const float*,
-                    std::size_t, float*, std::size_t, bool);
+                    std::size_t, float*, std::size_t, bool, const float*);
 
 struct Choice {
   const char* isa;
@@ -96,14 +96,14 @@ namespace detail {
 
 void direct_gemm_avx2(std::size_t rows, std::size_t N, std::size_t K, const float* A,
                       std::size_t lda, const float* B, std::size_t ldb, float* C, std::size_t ldc,
-                      bool accumulate) {
-  avx2::Kernel::run(rows, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                      bool accumulate, const float* bias) {
+  avx2::Kernel::run(rows, N, K, A, lda, B, ldb, C, ldc, accumulate, bias);
 }
 
 void direct_gemm_avx512(std::size_t rows, std::size_t N, std::size_t K, const float* A,
                         std::size_t lda, const float* B, std::size_t ldb, float* C, std::size_t ldc,
-                        bool accumulate) {
-  avx512::Kernel::run(rows, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                        bool accumulate, const float* bias) {
+  avx512::Kernel::run(rows, N, K, A, lda, B, ldb, C, ldc, accumulate, bias);
 }
 
 // AVX-512 when the CPU has it; the AVX2 build only when asked for: with
@@ -120,10 +120,11 @@ const char* select_direct_gemm_isa(const char* request) {
 }
 
 bool direct_gemm(std::size_t rows, std::size_t N, std::size_t K, const float* A, std::size_t lda,
-                 const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate) {
+                 const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate,
+                 const float* bias) {
   const Fn fn = choice().fn;
   if (!fn) return false;
-  fn(rows, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  fn(rows, N, K, A, lda, B, ldb, C, ldc, accumulate, bias);
   return true;
 }
 

@@ -18,14 +18,16 @@
 namespace mha::detail {
 
 // C (rows, N; ldc) = A (rows, K; lda) B (K, N; ldb), or C += A B when
-// `accumulate`. Calling one on a CPU without its ISA (see vexp_impl.hpp's
-// cpu_has_*) is undefined (an illegal instruction).
+// `accumulate`, or C = bias + A B with bias (N) added to every row when bias
+// is non-null (the chains then start from bias[c]: the same bits as copying
+// the bias into C and accumulating). Calling one on a CPU without its ISA
+// (see vexp_impl.hpp's cpu_has_*) is undefined (an illegal instruction).
 void direct_gemm_avx2(std::size_t rows, std::size_t N, std::size_t K, const float* A,
                       std::size_t lda, const float* B, std::size_t ldb, float* C, std::size_t ldc,
-                      bool accumulate);
+                      bool accumulate, const float* bias = nullptr);
 void direct_gemm_avx512(std::size_t rows, std::size_t N, std::size_t K, const float* A,
                         std::size_t lda, const float* B, std::size_t ldb, float* C, std::size_t ldc,
-                        bool accumulate);
+                        bool accumulate, const float* bias = nullptr);
 
 // What the attention uses for its block products, for a request (the value of
 // MHA_DIRECT_GEMM): "avx512", "avx2" or "blas" (OpenBLAS's sgemm). The
@@ -37,6 +39,7 @@ const char* select_direct_gemm_isa(const char* request);
 // As direct_gemm_avx2/avx512 through this process's choice; false (and C
 // untouched) when that is "blas", for the caller to use gemm() instead.
 bool direct_gemm(std::size_t rows, std::size_t N, std::size_t K, const float* A, std::size_t lda,
-                 const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate);
+                 const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate,
+                 const float* bias = nullptr);
 
 }  // namespace mha::detail

@@ -78,8 +78,7 @@ struct Projection {
 };
 
 // Y[:, col + c0 : col + c1] (rows; ldy) = X (rows, k; ldx) W[:, c0:c1] + b[c0:c1],
-// in one GEMM: the bias is broadcast into Y first so that the GEMM with
-// beta = 1 adds the product.
+// in one GEMM.
 // Xp: X rounded for the native bfloat16 GEMM (bf16_round_rows, ld
 // bf16_pairs(k) words), used with pr.Wp, or null.
 template <class T>
@@ -88,22 +87,26 @@ void project_block(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
                    bool bf16, const std::uint32_t* Xp = nullptr) {
   if (rows == 0 || c1 == c0) return;
   T* y = Y + pr.col + c0;
-  T beta = 0;
-  if (pr.b) {
-    for (std::size_t r = 0; r < rows; ++r) std::copy(pr.b + c0, pr.b + c1, y + r * ldy);
-    beta = 1;
-  }
+  const T* bias = pr.b ? pr.b + c0 : nullptr;
+  // The vector kernels start each element's chain from its bias.
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && pr.Wp && Xp)
       return bf16_gemm_rounded(rows, c1 - c0, k, 1.f, Xp, bf16_pairs(k), pr.Wp + c0, pr.n, y, ldy,
-                               beta != 0);
+                               false, bias);
     if (bf16 && pr.Wp)
-      return bf16_gemm(rows, c1 - c0, k, 1.f, false, X, ldx, pr.Wp + c0, pr.n, y, ldy, beta != 0);
+      return bf16_gemm(rows, c1 - c0, k, 1.f, false, X, ldx, pr.Wp + c0, pr.n, y, ldy, false, bias);
+    if (!bf16 && k <= kDirectMaxK &&
+        direct_gemm(rows, c1 - c0, k, X, ldx, pr.W + c0, pr.n, y, ldy, false, bias))
+      return;
   }
-  if (k <= kDirectMaxK)
-    block_product(rows, c1 - c0, k, X, ldx, pr.W + c0, pr.n, y, ldy, beta != 0, bf16);
-  else
-    gemm<T>(false, false, rows, c1 - c0, k, T(1), X, ldx, pr.W + c0, pr.n, beta, y, ldy, bf16);
+  // OpenBLAS: the bias broadcast into Y first, so that the GEMM with beta = 1
+  // adds the product.
+  T beta = 0;
+  if (bias) {
+    for (std::size_t r = 0; r < rows; ++r) std::copy(bias, bias + (c1 - c0), y + r * ldy);
+    beta = 1;
+  }
+  gemm<T>(false, false, rows, c1 - c0, k, T(1), X, ldx, pr.W + c0, pr.n, beta, y, ldy, bf16);
 }
 
 // All columns of one projection for `rows` rows: one GEMM.
