@@ -39,12 +39,6 @@ __mmask16 first(std::size_t count) {
   return static_cast<__mmask16>(count >= L ? 0xffffu : (1u << count) - 1u);
 }
 
-// 16 float32 values (lanes `m`, others 0) as their bfloat16 bits, zero-extended to 32 bits.
-__m512i bits16(const float* x, __mmask16 m) {
-  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x)));
-  return _mm512_cvtepu16_epi32(h);
-}
-
 // out[0 : bf16_pairs(n)] = x[0 : n] rounded to bfloat16, in pairs (0 past n).
 void round_row(const float* x, std::size_t n, std::uint32_t* out) {
   std::size_t c = 0;
@@ -179,15 +173,22 @@ void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::
     }
     return;
   }
+  // Rows 2p and 2p + 1, 16 columns at a time: both rounded by one
+  // VCVTNE2PS2BF16 (row 2p in the low 16 words), then interleaved into pairs
+  // by one word permutation.
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (std::size_t p = 0; p < P; ++p) {
     const float* lo = B + 2 * p * ldb;
     const float* hi = 2 * p + 1 < K ? lo + ldb : nullptr;
     std::uint32_t* o = out + p * ldp;
     for (std::size_t j = 0; j < N; j += L) {
       const __mmask16 m = first(N - j);
-      const __m512i l = bits16(lo + j, m);
-      const __m512i h = hi ? _mm512_slli_epi32(bits16(hi + j, m), 16) : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(o + j, m, _mm512_or_si512(l, h));
+      const __m512 l = _mm512_maskz_loadu_ps(m, lo + j);
+      const __m512 h = hi ? _mm512_maskz_loadu_ps(m, hi + j) : _mm512_setzero_ps();
+      const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h, l));
+      _mm512_mask_storeu_epi32(o + j, m, _mm512_permutexvar_epi16(interleave, words));
     }
   }
 }
