@@ -16,6 +16,7 @@
 #include "../lib/src/kernel/bf16_gemm.hpp"
 #include "mha/kernel/bfloat16.hpp"
 #include "mha/kernel/blas.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -25,13 +26,7 @@ using mha::detail::bf16_pack_b;
 using mha::detail::bf16_pairs;
 using mha::detail::bf16_round_rows;
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = u(rng);
-  return x;
-}
+using mha::test::random_floats;
 
 constexpr float kSentinel = 12345.0f;
 

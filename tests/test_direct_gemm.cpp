@@ -15,6 +15,7 @@
 #include "../lib/src/kernel/direct_gemm.hpp"
 #include "../lib/src/kernel/vexp_impl.hpp"
 #include "mha/kernel/blas.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -33,13 +34,7 @@ std::vector<Impl> available() {
   return impls;
 }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = u(rng);
-  return x;
-}
+using mha::test::random_floats;
 
 // One problem: A (rows, K; lda), B (K, N; ldb), C (rows, N; ldc), the
 // leading dimensions padded so that strides are exercised, and C's padding

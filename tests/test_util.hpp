@@ -1,7 +1,8 @@
 // Helpers shared by the unit tests (one copy each): a self-removing temporary
 // directory, whole-file read and write, assertions on mha::Error
 // (REQUIRE_INPUT_ERROR, require_error and its two shorthands), the elements of
-// an NpyArray as a vector, and running Python for the NumPy interop tests.
+// an NpyArray as a vector, random operands for the GEMM kernels' tests, and
+// running Python for the NumPy interop tests.
 #pragma once
 
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -21,6 +23,15 @@
 #include "mha/io/npy.hpp"
 
 namespace mha::test {
+
+// n floats uniform in [-1, 1) from a seed (the GEMM kernels' operands).
+inline std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = u(rng);
+  return x;
+}
 
 #ifdef MHA_BIN_PATH
 // The binary under test: $MHA_BIN, else the one this build made.

@@ -163,7 +163,8 @@ void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::
                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (std::size_t j0 = 0; j0 < N; j0 += L) {
       const std::size_t cols = std::min(L, N - j0);
-      for (std::size_t jj = 0; jj < cols; ++jj) round_row(B + (j0 + jj) * ldb, K, &rows[jj * P]);
+      for (std::size_t jj = 0; jj < cols; ++jj)
+        round_row(B + (j0 + jj) * ldb, K, rows.data() + jj * P);
       const __mmask16 m = first(cols);
       for (std::size_t p = 0; p < P; ++p) {
         const __m512i v =
