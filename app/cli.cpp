@@ -464,6 +464,10 @@ int do_run(const RunArgs& args) {
     // cleared again layer after layer (GPT-2 small, T = 512: a fifth of the run).
     mallopt(M_MMAP_THRESHOLD, 512 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    // And the heap's next 384 MiB (address space only) is advised for huge pages: the first
+    // layer's weights and activations, faulted in 4 KiB at a time, were a quarter of GPT-2
+    // small's run (T = 512: wall 830-860 ms -> 600-610 ms, docs/benchmarks.md "Whole models").
+    advise_huge_page_heap(std::size_t{384} << 20);
     if (args.model.model.empty())
       throw Error(ErrorKind::invalid_input, "--text and --tokens need --model DIR");
     if (!args.config_file.empty() || args.html)

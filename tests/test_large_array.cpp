@@ -1,6 +1,10 @@
 // large_array.hpp: alignment, usability and the huge-page advice of large
 // arrays when turned on; ordinary memory for small ones and when off; the
-// allocator in a std::vector.
+// allocator in a std::vector; the heap advice of a model run.
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -75,4 +79,41 @@ TEST_CASE("ArrayAllocator serves std::vector", "[large_array]") {
   v.shrink_to_fit();
   CHECK(v.size() == 10);
   CHECK(v[9] == 1.5f);
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MHA_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define MHA_TEST_ASAN 1
+#endif
+
+TEST_CASE("advise_huge_page_heap advises the heap a model run allocates from", "[large_array]") {
+#ifdef MHA_TEST_ASAN
+  SUCCEED("AddressSanitizer's allocator is not malloc's heap: nothing to observe");
+#else
+  // In a child: the heap settings and the advice are the whole process's.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int failed = 0;
+    ::mallopt(M_MMAP_THRESHOLD, 512 << 20);  // as `mha run --model` sets them
+    ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    std::vector<float> before(1u << 20);  // 4 MiB from the heap as it was
+    failed |= vm_flags_of(before.data()).find(" hg") != std::string::npos ? 1 : 0;
+    mha::advise_huge_page_heap(std::size_t{64} << 20);
+    std::vector<float> after(4u << 20, 1.0f);  // 16 MiB, touched
+    const std::string flags = vm_flags_of(after.data() + (2u << 20));
+    failed |= flags.find(" hg") == std::string::npos ? 2 : 0;
+    failed |= after[(4u << 20) - 1] != 1.0f ? 4 : 0;
+    ::_exit(failed);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  // 1: memory advised before the call; 2: the new arrays' memory not advised.
+  CHECK(WEXITSTATUS(status) == 0);
+#endif
 }

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 namespace mha {
@@ -31,6 +32,16 @@ void* allocate_array(std::size_t bytes) {
 }
 
 void free_array(void* p) noexcept {
+  std::free(p);
+}
+
+void advise_huge_page_heap(std::size_t bytes) noexcept {
+  char* p = static_cast<char*>(std::malloc(bytes));
+  if (!p) return;
+  // The whole huge pages inside the block; the block becomes the heap's free top.
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / kHugePage * kHugePage;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
   std::free(p);
 }
 

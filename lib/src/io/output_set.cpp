@@ -148,7 +148,10 @@ OutputSet::OutputSet(std::string dir) : dir_(dir.empty() ? "." : std::move(dir))
 
 OutputSet::~OutputSet() {
   for (const auto& s : staged_) {
-    if (s.stream && s.stream->fd_ >= 0) ::close(s.stream->fd_);
+    if (s.stream && s.stream->fd_ >= 0) {
+      s.stream->finish_sync();
+      ::close(s.stream->fd_);
+    }
     remove_quietly(s.tmp);
   }
 }
@@ -231,9 +234,27 @@ FileChecksum OutputSet::NpyStream::checksum(const std::string& header) const {
 }
 
 void OutputSet::NpyStream::start_writeback(std::size_t offset, std::size_t count) const {
-  // Advice only: commit()'s fsync still decides; a failure here changes nothing.
+  // Advice only: commit()'s fdatasync still decides.
   (void)::sync_file_range(fd_, static_cast<off_t>(data_start_ + offset * itemsize_),
                           static_cast<off_t>(count * itemsize_), SYNC_FILE_RANGE_WRITE);
+  if (syncing_.load()) return;  // the next call, or commit(), covers this range
+  if (syncer_.joinable()) syncer_.join();
+  syncing_.store(true);
+  try {
+    syncer_ = std::thread([this] {
+      // A failure is kept for commit(): the kernel reports a write error to
+      // one fdatasync only, and this may be the one.
+      if (::fdatasync(fd_) != 0 && errno != EINVAL && !sync_error_) sync_error_ = errno;
+      syncing_.store(false);
+    });
+  } catch (const std::system_error&) {
+    syncing_.store(false);  // no thread: commit()'s fdatasync does it all
+  }
+}
+
+int OutputSet::NpyStream::finish_sync() const {
+  if (syncer_.joinable()) syncer_.join();
+  return sync_error_;
 }
 
 template void OutputSet::NpyStream::write_elements<float>(std::size_t, const float*,
@@ -383,9 +404,10 @@ void OutputSet::commit() {
     const Staged s = staged_.front();
     if (s.stream && s.stream->fd_ >= 0) {
       const int fd = s.stream->fd_;
+      const int earlier = s.stream->finish_sync();
       s.stream->fd_ = -1;
-      const bool ok = ::fdatasync(fd) == 0 || errno == EINVAL;
-      const int err = errno;
+      const bool ok = (::fdatasync(fd) == 0 || errno == EINVAL) && !earlier;
+      const int err = earlier ? earlier : errno;
       if (::close(fd) != 0 || !ok)
         fail_runtime(s.final_path + ": write failed: " + errno_str(ok ? errno : err));
     }

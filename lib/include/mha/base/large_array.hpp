@@ -26,6 +26,16 @@ void free_array(void* p) noexcept;
 // Whether allocate_array gives large arrays huge pages (default false).
 void set_huge_page_arrays(bool on) noexcept;
 
+// Grows malloc's heap by about `bytes` now and advises that range for
+// transparent huge pages (madvise), leaving it free in the heap: what a
+// one-run process allocates next comes from memory whose first touch costs
+// one fault per 2 MiB. For processes that keep freed memory in the heap
+// (mallopt: M_MMAP_THRESHOLD above `bytes`, a large M_TRIM_THRESHOLD), as a
+// model run does; otherwise the range goes back to the system when freed and
+// the call changes nothing. Touches no page: memory not used stays unbacked.
+// Advice only: no error is reported.
+void advise_huge_page_heap(std::size_t bytes) noexcept;
+
 // A standard allocator over allocate_array, for std::vector and xtensor
 // (tensor.hpp's Tensor allocates through it too).
 template <class T>
