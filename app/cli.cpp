@@ -1,6 +1,5 @@
 #include "cli.hpp"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -459,15 +458,9 @@ int do_run(const RunArgs& args) {
   Config config = build_config(args);
   if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty()) {
     // A model run frees each layer's buffers and allocates the next layer's of the same
-    // sizes. malloc keeps them (no mmap for them, no trimming), so every layer after the
-    // first reuses memory already touched, where fresh pages would be faulted in and
-    // cleared again layer after layer (GPT-2 small, T = 512: a fifth of the run).
-    mallopt(M_MMAP_THRESHOLD, 512 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    // And the heap's next 384 MiB (address space only) is advised for huge pages: the first
-    // layer's weights and activations, faulted in 4 KiB at a time, were a quarter of GPT-2
-    // small's run (T = 512: wall 830-860 ms -> 600-610 ms, docs/benchmarks.md "Whole models").
-    advise_huge_page_heap(std::size_t{384} << 20);
+    // sizes: malloc keeps them, so every layer after the first reuses memory already touched,
+    // and the first layer's memory comes in huge pages.
+    use_one_run_heap();
     if (args.model.model.empty())
       throw Error(ErrorKind::invalid_input, "--text and --tokens need --model DIR");
     if (!args.config_file.empty() || args.html)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/large_array.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha::cli {
@@ -76,6 +77,7 @@ int do_tokenize(const TokenizeArgs& args) {
     const std::vector<std::string> more = read_texts(args.texts_file);
     texts.insert(texts.end(), more.begin(), more.end());
   }
+  use_one_run_heap();  // the vocabulary's and merges' tables: ~10^5 small allocations
   const Tokenizer tokenizer = Tokenizer::from_file(path);
   spdlog::debug("{}: {}, {} ids", path, tokenizer.kind(), tokenizer.vocab_size());
   // Everything is encoded before anything is printed: a failure leaves stdout empty.

@@ -1,5 +1,6 @@
 #include "mha/base/large_array.hpp"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -43,6 +44,12 @@ void advise_huge_page_heap(std::size_t bytes) noexcept {
   const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / kHugePage * kHugePage;
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
   std::free(p);
+}
+
+void use_one_run_heap() noexcept {
+  ::mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  advise_huge_page_heap(std::size_t{384} << 20);
 }
 
 void set_huge_page_arrays(bool on) noexcept {

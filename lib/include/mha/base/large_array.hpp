@@ -36,6 +36,15 @@ void set_huge_page_arrays(bool on) noexcept;
 // Advice only: no error is reported.
 void advise_huge_page_heap(std::size_t bytes) noexcept;
 
+// The heap of a process that does one large piece of work and exits (`mha run
+// --model`, `mha tokenize`): malloc keeps what is freed (M_MMAP_THRESHOLD 512
+// MiB, M_TRIM_THRESHOLD 1 GiB), so buffers freed and allocated again at the
+// same sizes (a model's layers) reuse memory already touched, and the heap's
+// next 384 MiB are advised for huge pages (advise_huge_page_heap). GPT-2 small
+// at 512 tokens: 830-860 -> 600-610 ms a run; LLaMA-3's tokenizer.json loads
+// in 0.31-0.39 s instead of 0.61-0.90 s (docs/benchmarks.md "Whole models").
+void use_one_run_heap() noexcept;
+
 // A standard allocator over allocate_array, for std::vector and xtensor
 // (tensor.hpp's Tensor allocates through it too).
 template <class T>
