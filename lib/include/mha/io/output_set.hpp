@@ -56,6 +56,7 @@ class OutputSet {
     // the background (fdatasync on a thread of its own, one at a time), so
     // that commit() waits for the stream's tail only: on a virtual disk the
     // device's cache flush of a whole 151 MB stream at the end took ~90 ms.
+    // Called from one thread at a time (write_elements may run on others).
     void start_writeback(std::size_t offset, std::size_t count) const;
 
    private:
