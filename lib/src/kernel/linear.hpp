@@ -129,10 +129,12 @@ std::vector<Projection<T>> pack_weights(std::vector<Projection<T>> projections, 
     std::size_t words = 0;
     for (const auto& pr : projections) words += P * pr.n;
     storage = Buffer<std::uint32_t>(words);
-    std::vector<std::uint32_t*> to;  // projection j's packed W
+    std::vector<std::uint32_t*> to;  // projection j's packed W: P x n_j words, one after another
+    std::uint32_t* next = storage.get();
     for (auto& pr : projections) {
-      to.push_back(to.empty() ? storage.get() : to.back() + P * (&pr)[-1].n);
-      pr.Wp = to.back();
+      to.push_back(next);
+      pr.Wp = next;
+      next += P * pr.n;
     }
     constexpr std::size_t kPairsPerTask = 64;
     const std::size_t chunks = (P + kPairsPerTask - 1) / kPairsPerTask;
