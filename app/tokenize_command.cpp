@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "mha/io/json_file.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/text/tokenizer.hpp"
@@ -17,19 +18,7 @@ namespace mha::cli {
 namespace {
 
 std::vector<std::string> read_texts(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open (expected a JSON array of strings)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(s.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    const auto at = what.find("] ");
-    if (at != std::string::npos) what = what.substr(at + 2);
-    fail_input(path + ": not JSON (" + what + "); expected a JSON array of strings");
-  }
+  const nlohmann::json j = read_json_file(path, json_kind::text_list);
   if (!j.is_array()) fail_input(path + ": expected a JSON array of strings, got " + j.type_name());
   std::vector<std::string> texts;
   for (std::size_t i = 0; i < j.size(); ++i) {

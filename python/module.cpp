@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/io/json_file.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/npy.hpp"
@@ -158,8 +159,14 @@ struct Provided {
 
 // A keyword's Python value as the JSON a config file would hold; arrays and
 // weight dicts become in-memory inputs.
-json to_json(const std::string& key, const py::handle& v, Provided& provided) {
+json to_json(const std::string& key, const py::handle& v, Provided& provided, int depth = 0) {
   if (v.is_none()) return nullptr;
+  // As deep as a JSON file may be (mha/io/json_file.hpp): a list nested without
+  // end, or containing itself, is refused instead of recursed into.
+  if (depth > mha::json_kind::python_value.max_depth)
+    throw mha::Error(mha::ErrorKind::invalid_input,
+                     key + ": a value nested more than " +
+                         std::to_string(mha::json_kind::python_value.max_depth) + " levels deep");
   if ((key == "query" || key == "key" || key == "value") &&
       (py::isinstance<py::array>(v) || py::hasattr(v, "detach")))
     return provided.input(v, key);
@@ -177,7 +184,7 @@ json to_json(const std::string& key, const py::handle& v, Provided& provided) {
   if (key == "weights" && is_mapping(v)) return provided.weights(v);
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     json list = json::array();
-    for (const auto& item : v) list.push_back(to_json(key, item, provided));
+    for (const auto& item : v) list.push_back(to_json(key, item, provided, depth + 1));
     return list;
   }
   if (py::hasattr(v, "detach"))  // a torch tensor

@@ -1,3 +1,5 @@
+#include "mha/base/message.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/checkpoint/checkpoint.hpp"
 
 #include <sys/stat.h>
@@ -119,35 +121,22 @@ std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c
   return t;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The shard files a model.safetensors.index.json names, in name order, and
 // its weight_map (tensor name -> shard file name).
 std::vector<std::string> index_shards(const std::string& dir, const std::string& index,
                                       std::map<std::string, std::string>& weight_map) {
-  json j;
-  try {
-    j = json::parse(read_text(index));
-  } catch (const json::exception& e) {
-    fail_input(index + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
+  const json j = read_json_file(index, json_kind::shard_index);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail_input(index + ": expected an object with \"weight_map\": {tensor name: shard file}");
   std::set<std::string> shards;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      fail_input(index + ": weight_map['" + name + "'] is " + file.dump() +
+      fail_input(index + ": weight_map[" + echo(name) + "] is " + echo(file.dump()) +
                  "; expected a file name");
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      fail_input(index + ": weight_map['" + name + "'] is \"" + f +
-                 "\"; expected a file name in the checkpoint's directory");
+      fail_input(index + ": weight_map[" + echo(name) + "] is " + echo(f) +
+                 "; expected a file name in the checkpoint's directory");
     shards.insert(f);
     weight_map[name] = f;
   }
@@ -156,7 +145,7 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
   for (const std::string& f : shards) {
     const std::string path = dir + "/" + f;
     if (!is_file(path))
-      fail_input(index + ": shard " + f + " (named in weight_map) is missing from " + dir);
+      fail_input(index + ": shard " + echo(f) + " (named in weight_map) is missing from " + dir);
     out.push_back(path);
   }
   return out;
@@ -200,22 +189,22 @@ void Checkpoint::open_weights() {
     for (const auto& [name, t] : files_.back()->tensors()) {
       const auto [it, fresh] = where_.emplace(name, files_.size() - 1);
       if (!fresh)
-        fail_input(p + ": tensor '" + name + "' is also in " + files_[it->second]->path() +
+        fail_input(p + ": tensor " + echo(name) + " is also in " + files_[it->second]->path() +
                    "; expected each tensor in one shard");
       if (weight_map.empty()) continue;
       const auto listed = weight_map.find(name);
       const std::string file = p.substr(p.rfind('/') + 1);
       if (listed == weight_map.end())
-        fail_input(index + ": weight_map has no entry for tensor '" + name + "' (in shard " + file +
+        fail_input(index + ": weight_map has no entry for tensor " + echo(name) + " (in shard " + echo(file) +
                    "); expected every tensor of the shards listed");
       if (listed->second != file)
-        fail_input(index + ": weight_map puts tensor '" + name + "' in " + listed->second +
+        fail_input(index + ": weight_map puts tensor " + echo(name) + " in " + echo(listed->second) +
                    ", but it is in " + file);
     }
   }
   for (const auto& [name, file] : weight_map)
     if (!where_.count(name))
-      fail_input(index + ": weight_map puts tensor '" + name + "' in " + file +
+      fail_input(index + ": weight_map puts tensor " + echo(name) + " in " + echo(file) +
                  ", which has no such tensor");
   // The prefix a task head's checkpoint puts before the base model's names
   // (BertForMaskedLM's "bert.", GPT2LMHeadModel's "transformer.").
@@ -225,7 +214,7 @@ void Checkpoint::open_weights() {
       prefix_ = p;
       return;
     }
-  fail_input(files_.front()->path() + ": has no tensor '" + first + "'; expected a " +
+  fail_input(files_.front()->path() + ": has no tensor " + echo(first) + "; expected a " +
              config_.model_type + " checkpoint in the reference implementation's names");
 }
 
@@ -235,11 +224,11 @@ void Checkpoint::check_tensors() const {
     const std::string stored = head ? name : prefix_ + name;
     auto it = where_.find(stored);
     if (it == where_.end())
-      fail_input(dir_ + ": no weights file has tensor '" + stored + "'; expected one of shape " +
+      fail_input(dir_ + ": no weights file has tensor " + echo(stored) + "; expected one of shape " +
                  shape_text(shape) + " for a " + config_.model_type + " of this config.json");
     const SafetensorsFile::Tensor* t = files_[it->second]->find(stored);
     if (t->shape != shape)
-      fail_input(files_[it->second]->path() + ": tensor '" + stored + "' has shape " +
+      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) + " has shape " +
                  shape_text(t->shape) + "; config.json implies " + shape_text(shape));
   }
 }

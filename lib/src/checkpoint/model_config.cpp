@@ -1,3 +1,5 @@
+#include "mha/base/message.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/checkpoint/model_config.hpp"
 
 #include <cerrno>
@@ -36,7 +38,7 @@ class Keys {
     }
     if (!v->is_number_integer() || v->get<std::int64_t>() < (zero_ok ? 0 : 1) ||
         v->get<std::int64_t>() > (std::int64_t{1} << 32))
-      fail_input(path_ + ": key '" + *names.begin() + "' is " + v->dump() +
+      fail_input(path_ + ": key '" + *names.begin() + "' is " + echo(v->dump()) +
                  "; expected a positive integer");
     return v->get<std::size_t>();
   }
@@ -44,7 +46,7 @@ class Keys {
     const json* v = find(names);
     if (!v) return fallback;
     if (!v->is_number() || (positive && !(v->get<double>() > 0)))
-      fail_input(path_ + ": key '" + *names.begin() + "' is " + v->dump() + "; expected a " +
+      fail_input(path_ + ": key '" + *names.begin() + "' is " + echo(v->dump()) + "; expected a " +
                  (positive ? "positive " : "") + "number");
     return v->get<double>();
   }
@@ -52,7 +54,7 @@ class Keys {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_boolean())
-      fail_input(path_ + ": key '" + name + "' is " + v->dump() + "; expected true or false");
+      fail_input(path_ + ": key '" + name + "' is " + echo(v->dump()) + "; expected true or false");
     return v->get<bool>();
   }
   std::optional<std::int64_t> id(const char* name) const {
@@ -66,7 +68,7 @@ class Keys {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_string())
-      fail_input(path_ + ": key '" + name + "' is " + v->dump() + "; expected a string");
+      fail_input(path_ + ": key '" + name + "' is " + echo(v->dump()) + "; expected a string");
     return v->get<std::string>();
   }
   [[noreturn]] void fail(const std::string& what) const { fail_input(path_ + ": " + what); }
@@ -145,7 +147,7 @@ void read_llama(const Keys& k, ModelConfig& c) {
   if (t == "mistral" || k.flag("use_sliding_window", false))
     c.sliding_window = k.size({"sliding_window"}, std::size_t{0}, true);
   if (const json* rs = k.find({"rope_scaling"})) {
-    if (!rs->is_object()) k.fail("key 'rope_scaling' is " + rs->dump() + "; expected an object");
+    if (!rs->is_object()) k.fail("key 'rope_scaling' is " + echo(rs->dump()) + "; expected an object");
     std::string type;
     for (const char* n : {"rope_type", "type"})
       if (rs->contains(n) && (*rs)[n].is_string()) type = (*rs)[n].get<std::string>();
@@ -155,8 +157,8 @@ void read_llama(const Keys& k, ModelConfig& c) {
         k.fail("key 'rope_scaling.factor' is missing or not a positive number");
       c.rope_scaling = (*rs)["factor"].get<double>();
     } else if (type != "default") {
-      k.fail("key 'rope_scaling' has type \"" + type +
-             "\"; expected \"linear\" (other context-extension scalings are not supported)");
+      k.fail("key 'rope_scaling' has type " + echo(type) +
+             "; expected \"linear\" (other context-extension scalings are not supported)");
     }
   }
 }
@@ -170,16 +172,7 @@ const std::vector<std::string>& known_model_types() {
 }
 
 ModelConfig read_model_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail_input(path + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
+  const json j = read_json_file(path, json_kind::model_config);
   if (!j.is_object()) fail_input(path + ": expected a JSON object (a model's config.json)");
   const Keys k(j, path);
   ModelConfig c;
@@ -196,7 +189,7 @@ ModelConfig read_model_config(const std::string& path) {
            c.model_type == "qwen3")
     read_llama(k, c);
   else
-    fail_input(path + ": model_type \"" + c.model_type + "\" is not supported; expected one of " +
+    fail_input(path + ": model_type " + echo(c.model_type) + " is not supported; expected one of " +
                known);
   if (!c.kv_heads) c.kv_heads = c.h;
   if (c.family == ModelFamily::llama) {

@@ -1,3 +1,4 @@
+#include "mha/io/json_file.hpp"
 #include "mha/io/out_dir.hpp"
 
 #include <sys/stat.h>
@@ -25,9 +26,7 @@ bool plain_name(const std::string& name) {
 }
 
 json read_run_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot read it; expected the run.json `mha run` writes");
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  json j = read_json_file(path, json_kind::run_json);
   if (!j.is_object())
     fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
   return j;

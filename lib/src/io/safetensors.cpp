@@ -1,3 +1,5 @@
+#include "mha/base/message.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/io/safetensors.hpp"
 
 #include <algorithm>
@@ -49,17 +51,12 @@ std::uint64_t read_u64(const unsigned char* p) {
 // The header's entries, checked against the data size, sorted by offset.
 std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size,
                                 const std::string& name) {
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::exception& e) {
-    fail_input(name + ": the safetensors header is not valid JSON (" + std::string(e.what()) + ")");
-  }
+  const json header = parse_json(text, name, json_kind::safetensors_header);
   if (!header.is_object()) fail_input(name + ": the safetensors header is not a JSON object");
   std::vector<Entry> entries;
   for (const auto& [key, v] : header.items()) {
     if (key == "__metadata__") continue;
-    const std::string what = name + ": tensor '" + key + "'";
+    const std::string what = name + ": tensor " + echo(key);
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets"))
       fail_input(what + ": expected {\"dtype\", \"shape\", \"data_offsets\"}");
@@ -69,7 +66,7 @@ std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size
     e.dtype = v["dtype"].get<std::string>();
     const std::size_t item = dtype_size(e.dtype);
     if (!item)
-      fail_input(what + ": dtype " + e.dtype + " is not read; expected F32, F64, F16 or BF16");
+      fail_input(what + ": dtype " + echo(e.dtype) + " is not read; expected F32, F64, F16 or BF16");
     if (!v["shape"].is_array()) fail_input(what + ": shape is not a list");
     std::uint64_t count = 1;
     for (const auto& d : v["shape"]) {

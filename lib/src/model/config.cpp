@@ -1,5 +1,7 @@
 #include "mha/model/config.hpp"
 
+#include "mha/io/json_file.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -632,97 +634,12 @@ json Config::to_json() const {
   return j;
 }
 
-// Configs over 16 MiB are refused: a config is a few hundred bytes, and the
-// limit keeps a hostile file from costing gigabytes of parse tree.
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
-
 json parse_config_text(const std::string& text, const std::string& source) {
-  if (text.size() > kMaxConfigBytes)
-    fail_input(source + ": config is " + std::to_string(text.size()) + " bytes; the limit is " +
-               std::to_string(kMaxConfigBytes));
-  // Nesting is refused past a small depth as the parser reaches it: a config
-  // is two levels deep, and printing or copying a deeply nested value would
-  // recurse once per level and overflow the stack.
-  constexpr int kMaxDepth = 64;
-  // Duplicate keys would silently keep the last value; track the keys of each
-  // open object and refuse a repeat.
-  std::vector<std::vector<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxDepth)
-      fail_input(source + ": JSON nested more than " + std::to_string(kMaxDepth) +
-                 " levels deep; a config is an object of plain values");
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end && !open_objects.empty()) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
-      auto& keys = open_objects.back();
-      const std::string key = parsed.get<std::string>();
-      if (duplicate.empty() && std::find(keys.begin(), keys.end(), key) != keys.end())
-        duplicate = key;
-      keys.push_back(key);
-    }
-    return true;
-  };
-  json result;
-  try {
-    // Comments (// and /* */) are allowed: configs are written by hand.
-    result = json::parse(text, on_event, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based; turn it into a line and column a text editor shows.
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    std::string what = e.what();
-    auto pos = what.find("syntax error while parsing ");
-    if (pos != std::string::npos) what = what.substr(pos);
-    // A '}' or ']' right after a comma: say so, it is the usual slip.
-    std::size_t at = std::min<std::size_t>(e.byte, text.size());
-    while (at > 1 && std::isspace(static_cast<unsigned char>(text[at - 2]))) --at;
-    const bool trailing_comma = e.byte >= 2 && e.byte <= text.size() &&
-                                (text[e.byte - 1] == '}' || text[e.byte - 1] == ']') && at >= 2 &&
-                                text[at - 2] == ',';
-    fail_input(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
-               ": invalid JSON: " + what +
-               (trailing_comma ? " (JSON allows no comma before a closing bracket)" : ""));
-  } catch (const json::exception& e) {
-    // "[json.exception.out_of_range.406] number overflow parsing '1e400'": drop the tag.
-    std::string what = e.what();
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
-      what = what.substr(what.find("] ") + 2);
-    fail_input(source + ": invalid JSON: " + what);
-  }
-  if (!duplicate.empty())
-    fail_input(source + ": duplicate key '" + duplicate + "'; each key may appear once");
-  return result;
+  return parse_json(text, source, json_kind::tool_config);
 }
 
 json read_config_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    fail_input(path + ": is a directory; expected a JSON config file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open config file");
-  // Read at most one byte past the limit, so that an endless file
-  // (/dev/zero, a pipe) is refused instead of read until memory runs out.
-  std::string text;
-  char chunk[65536];
-  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof chunk))
-    text.append(chunk, sizeof chunk);
-  if (in.bad()) fail_input(path + ": cannot read config file");
-  if (text.size() <= kMaxConfigBytes) text.append(chunk, static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes)
-    fail_input(path + ": config is over " + std::to_string(kMaxConfigBytes) +
-               " bytes; the limit is " + std::to_string(kMaxConfigBytes));
-  return parse_config_text(text, path);
+  return read_json_file(path, json_kind::tool_config);
 }
 
 const std::vector<ConfigKey>& config_keys() {

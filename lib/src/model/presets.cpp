@@ -1,3 +1,4 @@
+#include "mha/io/json_file.hpp"
 #include "mha/model/presets.hpp"
 
 #include <filesystem>
@@ -202,12 +203,7 @@ void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& w
   nlohmann::json model = nlohmann::json::object();
   std::error_code ec;
   if (std::filesystem::is_regular_file(file, ec)) {
-    std::ifstream in(file);
-    try {
-      model = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail_input(file.string() + ": not valid JSON (" + e.what() + ")");
-    }
+    model = read_json_file(file.string(), json_kind::model_config);
   }
   auto number = [&](const char* key) -> std::optional<std::int64_t> {
     if (model.contains(key) && model[key].is_number_integer())

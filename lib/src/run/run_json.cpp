@@ -1,3 +1,4 @@
+#include "mha/io/json_file.hpp"
 #include "mha/run/run_json.hpp"
 
 #include <array>
@@ -449,12 +450,8 @@ RunReport run_report_from_json(const json& j, const std::string& path) {
 }
 
 RunReport read_run_report(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot read it; expected the run.json `mha run` writes");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
+  const json j = read_json_file(path, json_kind::run_json);
+  if (!j.is_object())
     fail_input(path + ": not a JSON object; expected the run.json `mha run` writes");
   return run_report_from_json(j, path);
 }
@@ -525,29 +522,14 @@ ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
   return row;
 }
 
-namespace {
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail_input(path + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
-}
-
-}  // namespace
 
 std::optional<ModelRunView> read_model_run_view(const std::string& path) {
-  json j = read_json_file(path);
+  json j = read_json_file(path, json_kind::run_json);
   if (!j.is_object() || !j.contains("mode") || j["mode"] != "model") return std::nullopt;
   ModelRunView v;
   v.run_json = std::move(j);
   const std::string tokens = (std::filesystem::path(path).parent_path() / "tokens.json").string();
-  const json t = read_json_file(tokens);
+  const json t = read_json_file(tokens, json_kind::run_json);
   if (!t.is_object() || !t.contains("tokens") || !t["tokens"].is_array())
     fail_input(tokens + ": expected {\"tokens\": [[token strings of each row]]}");
   for (const json& row : t["tokens"]) {

@@ -1,3 +1,4 @@
+#include "mha/io/json_file.hpp"
 #include "mha/run/sweep.hpp"
 
 #include <fcntl.h>
@@ -262,7 +263,7 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
   if (!checked.is_object())
     fail_input(path + ": expected a JSON object with \"base\" and \"grid\", got " +
                std::string(checked.type_name()));
-  const ordered_json file = ordered_json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  const ordered_json file = parse_ordered_json(text, path, json_kind::sweep_file);
   for (const auto& [key, value] : file.items()) {
     if (std::find(kTopKeys.begin(), kTopKeys.end(), key) != kTopKeys.end()) continue;
     std::string hint = is_config_key(key) ? " (run config keys go inside \"base\")" : "";
@@ -466,7 +467,7 @@ CollectSummary collect_results(const Sweep& sweep) {
       for (std::string line; std::getline(in, line);) {
         ordered_json row;
         try {
-          row = ordered_json::parse(line);
+          row = parse_ordered_json(line, entry.path().string(), json_kind::run_json);
         } catch (const std::exception&) {
           continue;  // a line cut short by a killed process: the run is redone or read from disk
         }

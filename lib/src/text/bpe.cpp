@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "mha/base/message.hpp"
 #include "json_fields.hpp"
 #include "model.hpp"
 #include "unicode.hpp"
@@ -31,7 +32,7 @@ class Bpe : public Model {
       unk_token_ = unk->get<std::string>();
       const auto it = ids_.find(*unk_token_);
       if (it == ids_.end())
-        fail_at(where + ".unk_token", "\"" + *unk_token_ + "\" is not in the vocabulary");
+        fail_at(where + ".unk_token", echo(*unk_token_) + " is not in the vocabulary");
       unk_id_ = it->second;
     }
     byte_fallback_ = bool_field(model, "byte_fallback", where, false);
@@ -50,7 +51,7 @@ class Bpe : public Model {
         byte_ids_[b] = it == ids_.end() ? -1 : it->second;
       }
     }
-    read_merges(merges);
+    read_merges(merges, where);
   }
 
   void tokenize(const std::vector<std::string>& words,
@@ -71,15 +72,21 @@ class Bpe : public Model {
   bool byte_fallback() const override { return byte_fallback_; }
 
  private:
-  void read_merges(const Merges& merges) {
+  // Every token of a merge, and what it makes, must be in the vocabulary, as
+  // the reference's BPE builder requires (MergeTokenOutOfVocabulary): a merge
+  // into a token without an id would drop the text it covers.
+  void read_merges(const Merges& merges, const std::string& where) {
     merges_.reserve(merges.size());
     std::string joined;
     for (std::size_t i = 0; i < merges.size(); ++i) {
       const auto& [a, b] = merges[i];
       const auto ia = ids_.find(a), ib = ids_.find(b);
-      if (ia == ids_.end() || ib == ids_.end()) continue;  // can never apply
       joined.assign(a).append(b);
       const auto merged = ids_.find(joined);
+      for (const std::string* token : {&a, &b, static_cast<const std::string*>(&joined)})
+        if (!ids_.count(*token))
+          fail_at(where + ".merges[" + std::to_string(i) + "]",
+                  "token " + echo(*token) + " is not in the vocabulary");
       // A later duplicate takes the earlier's place, as in the reference.
       merges_[pair_key(ia->second, ib->second)] = {static_cast<std::int32_t>(i),
                                                    merged == ids_.end() ? -1 : merged->second};

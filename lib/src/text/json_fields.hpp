@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 
 namespace mha::text {
 
@@ -17,8 +18,7 @@ using json = nlohmann::json;
 // deeply nested value would recurse without bound).
 inline std::string describe(const json& v) {
   if (!v.is_primitive()) return std::string("an ") + v.type_name();
-  std::string s = v.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  return v.is_string() ? echo(v.get<std::string>()) : one_line(v.dump(), kEchoChars);
 }
 
 // Sequences may nest; deeper than this is refused rather than recursed into.

@@ -1,3 +1,4 @@
+#include "mha/base/message.hpp"
 #include "pre_tokenizer.hpp"
 
 #include <unicode/uchar.h>
@@ -239,14 +240,14 @@ Behavior behavior_of(const std::string& name, const std::string& where) {
   if (name == "MergedWithPrevious") return Behavior::merged_with_previous;
   if (name == "MergedWithNext") return Behavior::merged_with_next;
   if (name == "Contiguous") return Behavior::contiguous;
-  fail_at(where + ".behavior", "\"" + name +
-                                   "\" is not a split behavior (expected Removed, Isolated, "
+  fail_at(where + ".behavior", echo(name) +
+                                   " is not a split behavior (expected Removed, Isolated, "
                                    "MergedWithPrevious, MergedWithNext or Contiguous)");
 }
 
 std::unique_ptr<Regex> compile(const std::string& pattern, const std::string& where) {
   try {
-    return std::make_unique<Regex>(pattern);
+    return std::make_unique<Regex>(pattern, where);
   } catch (const std::invalid_argument& e) {
     fail_at(where, std::string("not a regex this reader supports (") + e.what() + ")");
   }
@@ -300,7 +301,7 @@ std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const json& config, const
         prepend = Metaspace::Prepend::never;
       } else {
         fail_at(where + ".prepend_scheme",
-                "\"" + scheme + "\" is not a prepend scheme (expected always, first or never)");
+                echo(scheme) + " is not a prepend scheme (expected always, first or never)");
       }
     } else if (!bool_field(config, "add_prefix_space", where, true)) {
       prepend = Metaspace::Prepend::never;

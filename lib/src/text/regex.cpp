@@ -4,6 +4,7 @@
 
 #include <unicode/regex.h>
 
+#include "mha/base/message.hpp"
 #include "mha/base/error.hpp"
 #include "unicode.hpp"
 
@@ -86,7 +87,7 @@ std::string oniguruma_to_icu(std::string_view p) {
   return out;
 }
 
-Regex::Regex(const std::string& icu_pattern) {
+Regex::Regex(const std::string& icu_pattern, std::string name) : where_(std::move(name)) {
   UErrorCode status = U_ZERO_ERROR;
   UParseError where;
   std::unique_ptr<icu::RegexPattern> compiled(
@@ -127,8 +128,8 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     out.emplace_back(byte_at[b], byte_at[e]);
   }
   if (U_FAILURE(status))
-    fail_input(std::string("a regex of the tokenizer failed on this text (") + u_errorName(status) +
-               ")");
+    fail_input(where_ + ": failed on the text " + echo(utf8) + " (" + u_errorName(status) +
+               (status == U_REGEX_TIME_OUT ? ": the match took too long" : "") + ")");
   return out;
 }
 

@@ -23,13 +23,15 @@ std::string oniguruma_to_icu(std::string_view pattern);
 class Regex {
  public:
   // Throws std::invalid_argument with ICU's reason when the pattern does not compile.
-  explicit Regex(const std::string& icu_pattern);
+  // `where` names the pattern in messages ("tokenizer.json: pre_tokenizer.pattern.Regex").
+  explicit Regex(const std::string& icu_pattern, std::string where = "the tokenizer's regex");
   // Every non-overlapping match, leftmost first, as [begin, end) byte offsets into `utf8`
   // (valid UTF-8). Empty matches are reported too.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view utf8) const;
 
  private:
   std::shared_ptr<const icu::RegexPattern> pattern_;  // immutable, shared by copies and threads
+  std::string where_;
 };
 
 }  // namespace mha::text

@@ -4,6 +4,8 @@
 //     normalize → cut at the normalized added tokens; each piece between them →
 //       pre-tokenize → model
 //   then the post-processor's special tokens around it all, and each token's id.
+#include "mha/base/message.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/text/tokenizer.hpp"
 
 #include <filesystem>
@@ -40,28 +42,8 @@ struct TokenizerImpl {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    fail_input(path + ": is a directory, expected a tokenizer.json file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail_input(path + ": cannot open (expected a tokenizer.json file)");
-  std::string text(static_cast<std::size_t>(in.tellg()), '\0');
-  in.seekg(0);
-  if (!in.read(text.data(), static_cast<std::streamsize>(text.size())))
-    fail_input(path + ": cannot read");
-  return text;
-}
-
 json parse(std::string_view text, const std::string& name) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
-    const auto at = what.find("] ");
-    if (at != std::string::npos) what = what.substr(at + 2);
-    fail_input(name + ": not JSON (" + what + ")");
-  }
+  return parse_json(text, name, json_kind::tokenizer_config);
 }
 
 std::vector<AddedToken> read_added_tokens(const json& root, const std::string& where) {
@@ -115,7 +97,7 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
   if (type.empty()) type = model->contains("merges") ? "BPE" : "WordPiece";
   if (type != "BPE" && type != "WordPiece")
     fail_at(mwhere + ".type",
-            "model \"" + type + "\" is not supported (expected BPE or WordPiece)");
+            "model " + echo(type) + " is not supported (expected BPE or WordPiece)");
 
   if (!file.has_vocab) fail_at(mwhere, "expected an object \"vocab\" of token: id");
   t->ids = std::move(file.vocab);
@@ -216,7 +198,7 @@ std::int32_t TokenizerImpl::id_of(const std::string& token) const {
   if (const auto a = added.find(token); a != added.end()) return a->second;
   if (const auto v = ids.find(token); v != ids.end()) return v->second;
   if (const auto unk = model->unk_id()) return *unk;
-  fail_runtime("token \"" + token + "\" has no id and the tokenizer has no unknown token");
+  fail_runtime("token " + echo(token) + " has no id and the tokenizer has no unknown token");
 }
 
 }  // namespace mha::text
@@ -224,13 +206,13 @@ std::int32_t TokenizerImpl::id_of(const std::string& token) const {
 namespace mha {
 
 Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
-  const std::string text = text::read_file(tokenizer_json);
+  const std::string text = read_json_text(tokenizer_json, json_kind::tokenizer_json);
   const std::filesystem::path config_path =
       std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
   std::error_code ec;
   std::string config;
   if (std::filesystem::is_regular_file(config_path, ec))
-    config = text::read_file(config_path.string());
+    config = read_json_text(config_path.string(), json_kind::tokenizer_config);
   const text::json cfg = config.empty() ? text::json() : text::parse(config, config_path.string());
   return Tokenizer(
       text::build(text::read_tokenizer_json(text, tokenizer_json), tokenizer_json, cfg));

@@ -1,6 +1,9 @@
+#include "mha/base/message.hpp"
+#include "mha/io/json_file.hpp"
 #include "tokenizer_json.hpp"
 
 #include <limits>
+#include <unordered_set>
 
 namespace mha::text {
 namespace {
@@ -36,8 +39,8 @@ class Reader : public nlohmann::json_sax<json> {
     if (mode_ == Mode::merges && depth_in_mode_ == 1) {
       const std::size_t space = v.find(' ');
       if (space == std::string::npos)
-        return fail(merge_where() + ": expected two tokens separated by a space, got \"" +
-                    v.substr(0, 60) + "\"");
+        return fail(merge_where() + ": expected two tokens separated by a space, got " +
+                    echo(v));
       const std::size_t end = v.find(' ', space + 1);
       out_.merges.emplace_back(
           v.substr(0, space),
@@ -54,21 +57,30 @@ class Reader : public nlohmann::json_sax<json> {
 
   bool start_object(std::size_t n) override {
     if (mode_ != Mode::dom) return nested("an object");
+    if (!deeper()) return false;
     keys_.emplace_back();
+    seen_.emplace_back();
     if (at("vocab")) return enter(Mode::vocab);
     return dom_.start_object(n);
   }
   bool key(string_t& k) override {
     if (mode_ == Mode::vocab && depth_in_mode_ == 1) {
       pending_key_ = std::move(k);
+      if (out_.vocab.count(pending_key_))
+        return fail(name_ + ": model.vocab: duplicate token " + echo(pending_key_) +
+                    "; each token may appear once");
       return true;
     }
+    if (!seen_.back().insert(k).second)
+      return fail(name_ + ": duplicate key " + echo(k) + "; each key may appear once");
     keys_.back() = k;
     return dom_.key(k);
   }
   bool end_object() override {
     if (mode_ != Mode::dom) return leave();
     keys_.pop_back();
+    seen_.pop_back();
+    --depth_;
     return dom_.end_object();
   }
   bool start_array(std::size_t n) override {
@@ -78,7 +90,9 @@ class Reader : public nlohmann::json_sax<json> {
       return true;
     }
     if (mode_ != Mode::dom) return nested("an array");
+    if (!deeper()) return false;
     keys_.emplace_back();
+    seen_.emplace_back();
     if (at("merges")) return enter(Mode::merges);
     return dom_.start_array(n);
   }
@@ -91,13 +105,15 @@ class Reader : public nlohmann::json_sax<json> {
     }
     if (mode_ != Mode::dom) return leave();
     keys_.pop_back();
+    seen_.pop_back();
+    --depth_;
     return dom_.end_array();
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
     const auto at = what.find("] ");
     if (at != std::string::npos) what = what.substr(at + 2);
-    if (error_.empty()) error_ = name_ + ": not JSON (" + what + ")";
+    if (error_.empty()) error_ = name_ + ": not JSON (" + one_line(what, 160) + ")";
     return false;
   }
 
@@ -106,12 +122,20 @@ class Reader : public nlohmann::json_sax<json> {
  private:
   enum class Mode { dom, vocab, merges };
 
+  bool deeper() {
+    if (++depth_ <= json_kind::tokenizer_json.max_depth) return true;
+    return fail(name_ + ": JSON nested more than " +
+                std::to_string(json_kind::tokenizer_json.max_depth) + " levels deep");
+  }
+
   // The container just opened is root.model.<key>.
   bool at(const char* key) const {
     return keys_.size() == 3 && keys_[0] == "model" && keys_[1] == key;
   }
   bool enter(Mode m) {
     keys_.pop_back();
+    seen_.pop_back();
+    --depth_;
     mode_ = m;
     depth_in_mode_ = 1;
     (m == Mode::vocab ? out_.has_vocab : out_.has_merges) = true;
@@ -130,15 +154,19 @@ class Reader : public nlohmann::json_sax<json> {
   }
   bool nested(const char* what) {
     if (mode_ == Mode::vocab)
-      return fail(name_ + ": model.vocab[\"" + pending_key_ +
-                  "\"]: expected a token id (an integer from 0 to 2^31 - 1), got " + what);
+      return fail(name_ + ": model.vocab[" + echo(pending_key_) +
+                  "]: expected a token id (an integer from 0 to 2^31 - 1), got " + what);
     return fail(merge_where() + ": expected \"a b\" or [\"a\", \"b\"], got " + what);
   }
   bool vocab_id(std::int64_t v) {
     if (v < 0 || v > std::numeric_limits<std::int32_t>::max())
-      return fail(name_ + ": model.vocab[\"" + pending_key_ +
-                  "\"]: expected a token id (an integer from 0 to 2^31 - 1), got " +
+      return fail(name_ + ": model.vocab[" + echo(pending_key_) +
+                  "]: expected a token id (an integer from 0 to 2^31 - 1), got " +
                   std::to_string(v));
+    // Two tokens with one id would make decoding that id ambiguous.
+    if (!ids_.insert(static_cast<std::int32_t>(v)).second)
+      return fail(name_ + ": model.vocab[" + echo(pending_key_) + "]: id " + std::to_string(v) +
+                  " is already another token's; expected each id once");
     out_.vocab[pending_key_] = static_cast<std::int32_t>(v);
     return true;
   }
@@ -154,6 +182,9 @@ class Reader : public nlohmann::json_sax<json> {
   const std::string& name_;
   Dom dom_;
   std::vector<std::string> keys_;
+  std::vector<std::unordered_set<std::string>> seen_;  // the keys of each open container
+  std::unordered_set<std::int32_t> ids_;               // the ids model.vocab gave so far
+  int depth_ = 0;
   Mode mode_ = Mode::dom;
   int depth_in_mode_ = 0;
   std::string pending_key_;
@@ -164,6 +195,9 @@ class Reader : public nlohmann::json_sax<json> {
 }  // namespace
 
 TokenizerJson read_tokenizer_json(std::string_view text, const std::string& name) {
+  if (text.size() > json_kind::tokenizer_json.max_bytes)
+    fail_input(name + ": " + std::to_string(text.size()) + " bytes, over the limit of " +
+               std::to_string(json_kind::tokenizer_json.max_bytes) + " for a tokenizer.json");
   TokenizerJson out;
   out.vocab.reserve(text.size() / 24);
   Reader reader(out, name);

@@ -1,6 +1,7 @@
 // WordPiece (BERT): each word, greedily from its start, as the longest vocabulary token there,
 // continuations spelled with the prefix ("##"); a word with any part not in the vocabulary, or
 // longer than max_input_chars_per_word characters, is the unknown token as a whole.
+#include "mha/base/message.hpp"
 #include "json_fields.hpp"
 #include "model.hpp"
 #include "unicode.hpp"
@@ -14,7 +15,7 @@ class WordPiece : public Model {
     unk_token_ = string_field(model, "unk_token", where, "[UNK]");
     const auto it = ids_.find(unk_token_);
     if (it == ids_.end())
-      fail_at(where + ".unk_token", "\"" + unk_token_ + "\" is not in the vocabulary");
+      fail_at(where + ".unk_token", echo(unk_token_) + " is not in the vocabulary");
     unk_id_ = it->second;
     prefix_ = string_field(model, "continuing_subword_prefix", where, "##");
     const json* max = optional_field(model, "max_input_chars_per_word");

@@ -1,3 +1,4 @@
+#include "mha/io/json_file.hpp"
 #include "mha/view/sweep_view.hpp"
 
 #include <algorithm>
@@ -115,8 +116,12 @@ SweepView read_sweep_view(const std::string& dir) {
   std::string line;
   for (std::size_t n = 1; std::getline(lines, line); ++n) {
     if (line.empty()) continue;
-    ordered_json row = ordered_json::parse(line, nullptr, false);
-    if (row.is_discarded() || !row.is_object())
+    ordered_json row;
+    try {
+      row = parse_ordered_json(line, results, json_kind::run_json);
+    } catch (const Error&) {
+    }
+    if (!row.is_object())
       fail_input(results + ": line " + std::to_string(n) +
                  " is not a JSON object; expected one results row per line");
     v.rows.push_back(std::move(row));
@@ -127,8 +132,8 @@ SweepView read_sweep_view(const std::string& dir) {
   const std::string meta = (fs::path(dir) / "sweep.json").string();
   std::error_code ec;
   if (fs::is_regular_file(meta, ec)) {
-    ordered_json m = ordered_json::parse(read_text(meta), nullptr, false);
-    if (m.is_discarded() || !m.is_object() || !m.contains("swept_keys") ||
+    const ordered_json m = read_ordered_json_file(meta, json_kind::run_json);
+    if (!m.is_object() || !m.contains("swept_keys") ||
         !m["swept_keys"].is_array())
       fail_input(meta + ": expected a JSON object with \"swept_keys\", as `mha sweep` writes");
     for (const auto& k : m["swept_keys"])

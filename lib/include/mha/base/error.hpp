@@ -1,6 +1,9 @@
 // One error type for the whole library. Its message is a single line that
 // names the file, key or tensor at fault and what was expected; the
-// application prints it and maps the kind to an exit code.
+// application prints it and maps the kind to an exit code. Whatever a message
+// was built from, what() is one line of valid UTF-8 of at most
+// kMessageChars characters (mha/base/message.hpp: one_line), so that no file
+// can forge a second line or flood the terminal through it.
 #pragma once
 
 #include <stdexcept>
@@ -15,7 +18,7 @@ enum class ErrorKind {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& message);
   ErrorKind kind() const noexcept { return kind_; }
   // Exit code documented in docs/failures.md: 2 for invalid input, 1 otherwise.
   int exit_code() const noexcept { return kind_ == ErrorKind::invalid_input ? 2 : 1; }
