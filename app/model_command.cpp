@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -30,7 +31,7 @@ std::vector<std::int64_t> index_list(const std::string& text, const char* option
     if (item.empty() || used != item.size() || v < 0)
       throw Error(
           ErrorKind::invalid_input,
-          std::string("--") + option + ": expected indices such as 3,5, got '" + text + "'");
+          std::string("--") + option + ": expected indices such as 3,5, got " + echo(text));
     out.push_back(v);
     at = comma + 1;
   }
@@ -82,8 +83,8 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
   mc.top_k = args.top_k;
-  if (!args.layers.empty()) mc.layers = index_list(args.layers, "layer_indices");
-  if (!args.heads.empty()) mc.heads = index_list(args.heads, "head_indices");
+  if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
+  if (args.heads) mc.heads = index_list(*args.heads, "head_indices");
   const ModelRunReport r = run_model(mc);
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", mc.out_dir, f);
   spdlog::info(

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,9 +17,10 @@
 namespace mha::cli {
 
 struct ModelArgs {
-  std::string model, tokens, layers, heads;
+  std::string model, tokens;
+  std::optional<std::string> layers, heads;  // given but empty is refused, not "all"
   std::vector<std::string> texts;
-  std::size_t top_k = 5;
+  std::int64_t top_k = 5;  // checked by check_model_call, with mha.Model's
 };
 
 void add_model_options(CLI::App& run, ModelArgs& args);

@@ -645,21 +645,38 @@ class PyModel {
   PyModel(const std::string& dir, std::optional<std::uint64_t> max_memory)
       : model_(dir), max_memory_(max_memory ? *max_memory : mha::default_max_memory()) {}
 
+  // A Python str as UTF-8; a lone surrogate (which UTF-8 cannot hold) is bad input.
+  static std::string utf8_text(const py::handle& t, std::size_t i) {
+    PyObject* bytes = PyUnicode_AsUTF8String(t.ptr());
+    if (!bytes) {
+      PyErr_Clear();
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "input: text #" + std::to_string(i + 1) +
+                           " is not valid Unicode (it holds a lone surrogate)");
+    }
+    std::string s(PyBytes_AS_STRING(bytes), static_cast<std::size_t>(PyBytes_GET_SIZE(bytes)));
+    Py_DECREF(bytes);
+    return s;
+  }
+
   py::dict call(const py::object& input, bool attention, bool hidden_states,
-                const std::optional<std::vector<std::size_t>>& layers,
-                const std::optional<std::vector<std::size_t>>& heads, std::size_t top_k,
-                int threads) const {
+                const std::optional<std::vector<std::int64_t>>& layers,
+                const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
+                std::int64_t threads) const {
     const mha::ModelConfig& c = model_.config();
+    // The options first, checked as the CLI checks them (mha::check_model_call).
+    const mha::ModelCall options =
+        mha::check_model_call(c, {attention, layers, heads, top_k, threads});
     mha::ModelInput in;
     if (py::isinstance<py::str>(input)) {
-      in = model_.encode({input.cast<std::string>()});
+      in = model_.encode({utf8_text(input, 0)});
     } else if (py::isinstance<py::list>(input) || py::isinstance<py::tuple>(input)) {
       std::vector<std::string> texts;
       for (const py::handle& t : input) {
         if (!py::isinstance<py::str>(t))
           throw mha::Error(mha::ErrorKind::invalid_input,
                            "input: expected a text, a list of texts or an array of token ids");
-        texts.push_back(t.cast<std::string>());
+        texts.push_back(utf8_text(t, texts.size()));
       }
       in = model_.encode(texts);
     } else {
@@ -668,41 +685,25 @@ class PyModel {
         throw mha::Error(mha::ErrorKind::invalid_input,
                          "input: expected a text, a list of texts or integer token ids of shape "
                          "(T) or (B, T)");
+      if (a.dtype().kind() == 'u' && a.itemsize() == 8)
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         "input: expected signed integer token ids, got uint64");
       const auto ids64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>(a);
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(ids64.size()));
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        const std::int64_t v = ids64.data()[i];
-        ids[i] = v < 0 || v > 0x7fffffff ? -1 : static_cast<std::int32_t>(v);
-      }
+      const std::vector<std::int64_t> ids(ids64.data(), ids64.data() + ids64.size());
       const std::size_t B = a.ndim() == 1 ? 1 : static_cast<std::size_t>(a.shape(0));
       in = model_.ids(std::move(ids), B, static_cast<std::size_t>(a.shape(a.ndim() - 1)), "input");
     }
     const std::size_t B = in.B, T = in.T, d = c.d_model;
     mha::ForwardOptions fo;
-    fo.threads = threads;
-    fo.top_k = c.has_lm_head() ? top_k : 0;
-    auto chosen = [](const std::optional<std::vector<std::size_t>>& given, std::size_t n,
-                     const char* what) {
-      std::vector<std::size_t> out;
-      if (!given)
-        for (std::size_t i = 0; i < n; ++i) out.push_back(i);
-      else
-        out = *given;
-      std::sort(out.begin(), out.end());
-      out.erase(std::unique(out.begin(), out.end()), out.end());
-      if (out.empty() || out.back() >= n)
-        throw mha::Error(
-            mha::ErrorKind::invalid_input,
-            std::string(what) + ": expected indices in [0, " + std::to_string(n - 1) + "]");
-      return out;
-    };
+    fo.threads = options.threads;
+    fo.top_k = options.top_k;
     py::array_t<float> maps, hidden;
     // The arrays returned live in memory: with the forward's own, they must fit max_memory.
     std::uint64_t bytes = mha::forward_memory(c, model_.checkpoint().layer_float32_bytes(), B, T,
-                                              mha::resolve_threads(threads));
+                                              mha::resolve_threads(options.threads));
     if (attention) {
-      fo.map_layers = chosen(layers, c.num_layers, "layer_indices");
-      fo.map_heads = chosen(heads, c.h, "head_indices");
+      fo.map_layers = options.map_layers;
+      fo.map_heads = options.map_heads;
       const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
       bytes += std::uint64_t{4} * Ls * B * Hs * T * T;
     }
@@ -724,10 +725,6 @@ class PyModel {
         std::memcpy(m + (((slot * B + b) * Hs + head) * T + t0) * T, block,
                     rows * T * sizeof(float));
       };
-    } else if (layers || heads) {
-      throw mha::Error(
-          mha::ErrorKind::invalid_input,
-          "layer_indices/head_indices choose the maps returned: give attention=True too");
     }
     if (hidden_states) {
       hidden = py::array_t<float>(std::vector<py::ssize_t>{
@@ -741,6 +738,7 @@ class PyModel {
     {
       py::gil_scoped_release release;  // the forward runs without the GIL
       r = mha::forward(model_.checkpoint(), in.ids.data(), B, T, in.lengths, fo);
+      mha::check_finite_output(r, model_.checkpoint().dir());
       if (in.tokens.empty()) model_.name_tokens(in);  // ids given: their strings
     }
     py::array_t<float> output(
@@ -766,7 +764,7 @@ class PyModel {
         py::list l;
         for (const mha::NextToken& t : row)
           l.append(
-              py::make_tuple(t.id, tok ? py::object(py::str(tok->token(t.id))) : py::none(), t.p));
+              py::make_tuple(t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
         top.append(l);
       }
       out["top_k"] = top;

@@ -607,5 +607,5 @@ TEST_CASE("read_config_file", "[config]") {
 
   const std::string missing = dir / "missing.json";
   REQUIRE_INPUT_ERROR(mha::read_config_file(missing),
-                      Equals(missing + ": cannot open config file"));
+                      Equals(missing + ": cannot open (No such file or directory); expected a JSON config"));
 }

@@ -252,5 +252,5 @@ TEST_CASE("run.json: a missing or mistyped key is an error naming the file and t
 
   mha::test::write_file(dir / "bad.json", "{\"status\": \"compl");
   mha::test::require_invalid([&] { mha::read_run_report(dir / "bad.json"); },
-                             "bad.json: not a JSON object");
+                             "bad.json:1:18: invalid JSON: ");
 }

@@ -126,7 +126,7 @@ TEST_CASE("sweep file errors name the file and the key") {
       "runs 0 and 1 both get the name 'h1'");
   bad(R"({"name": 3})", "\"name\" must be a non-empty string");
   bad(R"({"grid": {"h": [1, 2],}})", "JSON allows no comma");
-  bad(R"({"grid": {"h": [1], "h": [2]}})", "duplicate key 'h'");
+  bad(R"({"grid": {"h": [1], "h": [2]}})", "duplicate key \"h\"");
   // 10^7 runs: refused before anything is expanded.
   const std::string ten = "[0,1,2,3,4,5,6,7,8,9]";
   bad(R"({"grid": {"h": )" + ten + R"(, "seed": )" + ten + R"(, "batch": )" + ten +

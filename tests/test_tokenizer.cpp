@@ -301,9 +301,14 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   CHECK_THAT(error_of(j), Catch::Contains("test.json: ids go up to 1073741824 for 2 tokens"));
   j = bpe({"a"}, json::array());
   j["normalizer"] = {{"type", "Lowercase"}};
-  for (int i = 0; i < 40; ++i)
+  // 20 sequences are 42 levels of JSON: the reader takes them, the builder refuses them.
+  for (int i = 0; i < 20; ++i)
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {j["normalizer"]}}};
   CHECK_THAT(error_of(j), Catch::Contains("nested deeper than 16 sequences"));
+  // 40 are 82 levels: refused as the reader reaches level 65, before any value is built.
+  for (int i = 0; i < 20; ++i)
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {j["normalizer"]}}};
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: JSON nested more than 64 levels deep"));
 }
 
 // A real vocabulary (scripts/setup.sh --test installs it): it loads and encodes 512 tokens; the

@@ -346,10 +346,9 @@ class Bench(Case):
         # VDPBF16PS's peak too where the CPU has it (bfloat16 cases are measured against it).
         bf16 = ["avx512bf16"] if "avx512_bf16" in flags else []
         self.assertEqual(sorted(r["fma_peak_gflops"]), sorted(isas + bf16))
-        if bf16:
-            self.assertGreater(r["fma_peak_gflops"]["avx512bf16"],
-                               1.5 * r["fma_peak_gflops"]["avx512"])
-        for isa in isas:
+        # Each peak is a measured rate, positive; how they compare is the CPU's (a Sapphire Rapids
+        # runs VDPBF16PS at a third of its FP32 FMA rate, a Zen 4 at twice it): no test of speed.
+        for isa in isas + bf16:
             self.assertGreater(r["fma_peak_gflops"][isa], 0, isa)
         if isas:
             widest = r["fma_peak_gflops"][isas[0]]

@@ -1111,7 +1111,7 @@ class SweepFileErrors(Case):
                                  "invalid JSON")
         self.assertIn("bad.json:3:", line)
         self.expect_error('{%s, "grid": {"h": [1]}, "grid": {"h": [2]}}' % base,
-                          "duplicate key 'grid'")
+                          'duplicate key "grid"')
         self.expect_error("[1, 2]", "expected a JSON object")
         self.expect_error('{"base": [], "grid": {"h": [1]}}', '"base" must be an object')
         self.expect_error('{%s, "grid": [["h", 1]]}' % base, '"grid" must be an object')

@@ -164,6 +164,12 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     fail_input(dir + ": has no config.json; expected a checkpoint directory as model hubs publish");
   config_ = read_model_config(config);
   open_weights();
+  // Every layer has tensors of its own: a config.json with more layers than
+  // the weights have tensors is refused before the tensor list is built.
+  if (config_.num_layers > where_.size())
+    fail_input(config + ": " + std::to_string(config_.num_layers) +
+               " layers, but the weights hold only " + std::to_string(where_.size()) +
+               " tensors; expected the layers' tensors in the weights files");
   check_tensors();
 }
 
@@ -208,7 +214,9 @@ void Checkpoint::open_weights() {
                  ", which has no such tensor");
   // The prefix a task head's checkpoint puts before the base model's names
   // (BertForMaskedLM's "bert.", GPT2LMHeadModel's "transformer.").
-  const std::string first = expected_tensors(config_).front().first;
+  ModelConfig no_layers = config_;  // the first tensor is the embedding: no layer list needed
+  no_layers.num_layers = 0;
+  const std::string first = expected_tensors(no_layers).front().first;
   for (const char* p : {"", "bert.", "transformer.", "model."})
     if (where_.count(p + first)) {
       prefix_ = p;

@@ -1,6 +1,7 @@
 #include "mha/checkpoint/forward.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 
@@ -200,17 +201,21 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
 
 std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, std::size_t B,
                              std::size_t T, int threads) {
-  const std::uint64_t rows = std::uint64_t{B} * T, d = c.d_model;
-  const std::uint64_t q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim;
-  std::uint64_t largest = std::max<std::uint64_t>({d * q, d * c.d_ff, 3 * d * d});
-  std::uint64_t bytes = layer_bytes + 4 * largest;          // the weights, a stored matrix
-  bytes += 4 * rows * (2 * d);                              // x and y
-  bytes += 4 * rows * (2 * d + 2 * std::uint64_t{c.d_ff});  // the layer's y, a, f, g
-  bytes += 4 * rows * (q + 2 * kv + q);                     // Q, K, V and the heads' outputs
-  bytes += 4 * std::uint64_t(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
+  // In 128 bits, saturated to 2^64 - 1: sizes from a file cannot wrap the estimate below the
+  // limit it is compared with (read_model_config bounds them, this does not rely on it).
+  using u128 = unsigned __int128;
+  const u128 rows = u128{B} * T, d = c.d_model;
+  const u128 q = u128{c.h} * c.head_dim, kv = u128{c.kv_heads} * c.head_dim;
+  const u128 largest = std::max({d * q, d * c.d_ff, 3 * d * d});
+  u128 bytes = layer_bytes + 4 * largest;                // the weights, a stored matrix
+  bytes += 4 * rows * (2 * d);                           // x and y
+  bytes += 4 * rows * (2 * d + 2 * u128{c.d_ff});        // the layer's y, a, f, g
+  bytes += 4 * rows * (q + 2 * kv + q);                  // Q, K, V and the heads' outputs
+  bytes += 4 * u128(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
   if (c.has_lm_head())
-    bytes += 4 * std::min<std::uint64_t>(c.vocab_size, kHeadRows) * d + 8 * 2 * c.vocab_size;
-  return bytes;
+    bytes += 4 * std::min<u128>(c.vocab_size, kHeadRows) * d + 8 * 2 * u128{c.vocab_size};
+  const u128 most = std::numeric_limits<std::uint64_t>::max();
+  return static_cast<std::uint64_t>(std::min(bytes, most));
 }
 
 }  // namespace mha

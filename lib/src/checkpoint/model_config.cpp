@@ -163,6 +163,28 @@ void read_llama(const Keys& k, ModelConfig& c) {
   }
 }
 
+// The sizes' products in 128-bit arithmetic: every weight matrix, and all of
+// them together, stays under kMaxParameters, so that no product of two sizes
+// the forward or the memory estimate forms can wrap in 64 bits.
+void check_sizes(const ModelConfig& c, const std::string& path) {
+  using u128 = unsigned __int128;
+  constexpr u128 kMaxParameters = u128{1} << 40;  // 4 TiB of float32
+  const u128 d = c.d_model, q = u128{c.h} * c.head_dim, kv = u128{c.kv_heads} * c.head_dim;
+  const u128 layer = d * (q + 2 * kv) + q * d + 3 * d * c.d_ff + 4 * d + 2 * q;
+  const u128 total = layer * c.num_layers + 2 * u128{c.vocab_size} * d +
+                     u128{c.max_positions} * d + u128{c.type_vocab_size} * d;
+  if (c.vocab_size > 0x7fffffff)
+    fail_input(path + ": vocab_size " + std::to_string(c.vocab_size) +
+               " is over 2^31 - 1; expected token ids that fit 32 bits");
+  for (const u128 n : {q, kv, layer, total})
+    if (n > kMaxParameters)
+      fail_input(path + ": the sizes (" + std::to_string(c.num_layers) + " layers, hidden_size " +
+                 std::to_string(c.d_model) + ", " + std::to_string(c.h) + " heads of " +
+                 std::to_string(c.head_dim) + ", intermediate_size " + std::to_string(c.d_ff) +
+                 ", vocab_size " + std::to_string(c.vocab_size) +
+                 ") imply over 2^40 parameters; expected a model that can exist");
+}
+
 }  // namespace
 
 const std::vector<std::string>& known_model_types() {
@@ -200,6 +222,10 @@ ModelConfig read_model_config(const std::string& path) {
                  std::to_string(c.h) + " heads");
     c.head_dim = c.d_model / c.h;
   }
+  if (c.head_dim == 0)
+    fail_input(path + ": head_dim is 0 (hidden_size " + std::to_string(c.d_model) + " over " +
+               std::to_string(c.h) + " heads); expected a positive head size");
+  check_sizes(c, path);
   if (c.h % c.kv_heads)
     fail_input(path + ": num_attention_heads " + std::to_string(c.h) +
                " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));

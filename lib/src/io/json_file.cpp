@@ -34,7 +34,7 @@ const JsonKind shard_index{"a model.safetensors.index.json", 16 * kMiB};
 // The safetensors format's own limit on its header (100,000,000 bytes).
 const JsonKind safetensors_header{"a safetensors header", 100'000'000};
 const JsonKind python_value{"a value", 16 * kMiB};
-const JsonKind text_list{"a JSON array of strings", 256 * kMiB, 64, false, true};
+const JsonKind text_list{"a JSON array of strings", 64 * kMiB, 64, false, true};
 }  // namespace json_kind
 
 namespace {
@@ -141,7 +141,7 @@ Json parse(std::string_view text, const std::string& source, const JsonKind& kin
   // A syntax error: its line and column as a text editor shows them.
   const std::size_t byte = std::min<std::size_t>(sax.byte(), text.size());
   std::size_t line = 1, column = 1;
-  for (std::size_t i = 0; i + 1 < byte; ++i) {
+  for (std::size_t i = 0; i + 1 < sax.byte() && i < text.size(); ++i) {
     if (text[i] == '\n') {
       ++line;
       column = 1;
@@ -156,7 +156,8 @@ Json parse(std::string_view text, const std::string& source, const JsonKind& kin
                               at >= 2 && text[at - 2] == ',';
   fail_input(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
              ": invalid JSON: " + one_line(sax.error(), 160) +
-             (trailing_comma ? " (JSON allows no comma before a closing bracket)" : ""));
+             (trailing_comma ? " (JSON allows no comma before a closing bracket)" : "") +
+             " (reading " + kind.what + ")");
 }
 
 }  // namespace

@@ -83,10 +83,22 @@ std::vector<std::string> earlier_run_outputs(
     const std::string& dir, const std::function<bool(const std::string&)>& is_input) {
   std::vector<std::string> names = run_output_names();
   // A run.json that cannot be read lists nothing more; it is removed all the same.
+  // A name it lists beyond the run's own is removed only when the file there is
+  // the one it recorded (size and crc32): a run.json can be written by anyone,
+  // and listing a checkpoint's config.json must not delete it.
   try {
     if (const auto listed = listed_outputs(dir))
-      for (const auto& [name, _] : *listed)
-        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      for (const auto& [name, o] : *listed) {
+        if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+        if (!o.bytes || !o.crc32) continue;
+        const std::string path = (fs::path(dir) / name).string();
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+            static_cast<std::uint64_t>(st.st_size) != *o.bytes)
+          continue;
+        const FileChecksum sum = file_checksum(path);
+        if (sum.bytes == *o.bytes && crc32_hex(sum.crc32) == *o.crc32) names.push_back(name);
+      }
   } catch (const Error&) {
   }
   std::vector<std::string> earlier;

@@ -144,6 +144,34 @@ OutputSet::OutputSet(std::string dir) : dir_(dir.empty() ? "." : std::move(dir))
   }
   if (::access(dir_.c_str(), W_OK | X_OK) != 0)
     fail_runtime(dir_ + ": output directory is not writable: " + errno_str(errno));
+  remove_dead_temporaries();
+}
+
+// A process killed by SIGKILL cannot remove its temporaries; the next set in
+// the directory does. A temporary is known by its name (temp_path's
+// ".NAME.tmp.PID.N") and by its process being gone: a live one's files, or a
+// pid reused since, are left alone.
+void OutputSet::remove_dead_temporaries() const {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto tmp = name.rfind(".tmp.");
+    if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos || tmp == 0) continue;
+    const std::string rest = name.substr(tmp + 5);  // "PID.N"
+    const auto dot = rest.find('.');
+    const auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 10 &&
+             std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dot == std::string::npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1)))
+      continue;
+    const long pid = std::stol(rest.substr(0, dot));
+    if (pid <= 0 || pid == ::getpid() || pid > std::numeric_limits<pid_t>::max()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      remove_quietly(it->path().string());
+  }
 }
 
 OutputSet::~OutputSet() {

@@ -51,7 +51,7 @@ std::uint64_t read_u64(const unsigned char* p) {
 // The header's entries, checked against the data size, sorted by offset.
 std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size,
                                 const std::string& name) {
-  const json header = parse_json(text, name, json_kind::safetensors_header);
+  const json header = parse_json(text, name + " (safetensors header)", json_kind::safetensors_header);
   if (!header.is_object()) fail_input(name + ": the safetensors header is not a JSON object");
   std::vector<Entry> entries;
   for (const auto& [key, v] : header.items()) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
@@ -58,17 +59,13 @@ std::uint64_t safetensors_header_bytes(const std::string& path) {
   return n + 8;
 }
 
-std::vector<std::int32_t> ids_of(const NpyArray& a, const std::string& path) {
-  std::vector<std::int32_t> ids(a.size());
+// The ids as stored (Model::ids checks them against the vocabulary).
+std::vector<std::int64_t> ids_of(const NpyArray& a, const std::string& path) {
+  std::vector<std::int64_t> ids(a.size());
   auto take = [&](auto tag) {
     using I = decltype(tag);
     const auto* p = reinterpret_cast<const I*>(a.data.data());
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (p[i] < 0 || static_cast<std::uint64_t>(p[i]) > 0x7fffffff)
-        fail_input(path + ": id " + std::to_string(static_cast<long long>(p[i])) +
-                   " at flat index " + std::to_string(i) + " is not a token id");
-      ids[i] = static_cast<std::int32_t>(p[i]);
-    }
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(p[i]);
   };
   switch (a.dtype) {
     case DType::i4:
@@ -113,6 +110,33 @@ std::vector<std::size_t> selection(const std::optional<std::vector<std::int64_t>
 }
 
 }  // namespace
+
+void check_finite_output(const ForwardResult& r, const std::string& dir) {
+  for (const float v : r.output)
+    if (!std::isfinite(v))
+      fail_input(dir +
+                 ": the forward produced a non-finite hidden state (NaN or inf); "
+                 "are the weights finite?");
+}
+
+ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o) {
+  ModelCall call;
+  if (o.threads < 0 || o.threads > 1024)
+    fail_input("--threads: expected an integer from 0 to 1024 (0 = all cores), got " +
+               std::to_string(o.threads));
+  call.threads = static_cast<int>(o.threads);
+  if (o.top_k < 0 || static_cast<std::uint64_t>(o.top_k) > c.vocab_size)
+    fail_input("--top_k: expected an integer from 0 to the vocabulary's " +
+               std::to_string(c.vocab_size) + ", got " + std::to_string(o.top_k));
+  call.top_k = c.has_lm_head() ? static_cast<std::size_t>(o.top_k) : 0;
+  if (o.attention) {
+    call.map_layers = selection(o.layers, c.num_layers, "layer_indices");
+    call.map_heads = selection(o.heads, c.h, "head_indices");
+  } else if (o.layers || o.heads) {
+    fail_input("--layer_indices/--head_indices choose the maps written: give --save_attention too");
+  }
+  return call;
+}
 
 namespace {
 
@@ -178,8 +202,8 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
     in.lengths.push_back(e.ids.size());
     for (std::size_t t = 0; t < e.ids.size(); ++t) {
       if (e.ids[t] < 0 || static_cast<std::size_t>(e.ids[t]) >= c.vocab_size)
-        fail_input(tokenizer_path_ + ": gives token id " + std::to_string(e.ids[t]) + " ('" +
-                   e.tokens[t] + "') for text #" + std::to_string(b + 1) +
+        fail_input(tokenizer_path_ + ": gives token id " + std::to_string(e.ids[t]) + " (" +
+                   echo(e.tokens[t]) + ") for text #" + std::to_string(b + 1) +
                    ", outside the model's vocabulary (vocab_size " + std::to_string(c.vocab_size) +
                    " in config.json)");
       in.ids[b * in.T + t] = e.ids[t];
@@ -190,13 +214,13 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
   return in;
 }
 
-ModelInput Model::ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t T,
+ModelInput Model::ids(const std::vector<std::int64_t>& ids, std::size_t B, std::size_t T,
                       const std::string& what) const {
   const ModelConfig& c = config();
   if (B == 0 || T == 0 || ids.size() != B * T)
     fail_input(what + ": expected at least one token id, as (T) or (B, T)");
   for (std::size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= c.vocab_size)
+    if (ids[i] < 0 || static_cast<std::uint64_t>(ids[i]) >= c.vocab_size)
       fail_input(what + ": token id " + std::to_string(ids[i]) + " at [" + std::to_string(i / T) +
                  ", " + std::to_string(i % T) + "] is outside the vocabulary (vocab_size " +
                  std::to_string(c.vocab_size) + " in " + checkpoint_.dir() + "/config.json)");
@@ -204,9 +228,15 @@ ModelInput Model::ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t 
   ModelInput in;
   in.B = B;
   in.T = T;
-  in.ids = std::move(ids);
+  in.ids.assign(ids.begin(), ids.end());  // each under vocab_size < 2^31 (read_model_config)
   in.lengths.assign(B, T);
   return in;
+}
+
+std::string Model::token_name(std::int32_t id) const {
+  const std::optional<Tokenizer>& tok = tokenizer();
+  if (tok && tok->has_token(id)) return tok->token(id);
+  return "<id " + std::to_string(id) + ">";
 }
 
 void Model::name_tokens(ModelInput& in) const {
@@ -216,8 +246,7 @@ void Model::name_tokens(ModelInput& in) const {
     std::vector<std::string> row;
     for (std::size_t t = 0; t < in.T; ++t) {
       const std::int32_t id = in.ids[b * in.T + t];
-      row.push_back(tok && static_cast<std::size_t>(id) < tok->vocab_size() ? tok->token(id)
-                                                                            : std::to_string(id));
+      row.push_back(tok ? token_name(id) : std::to_string(id));
     }
     in.tokens.push_back(std::move(row));
   }
@@ -239,6 +268,13 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input("--tokens and --text: give one of them, not both");
   if (!config.tokens && config.texts.empty())
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  // The outputs never go among the checkpoint's files: a run replaces what an
+  // earlier run left in its out_dir, and the model directory is not one.
+  std::error_code same_ec;
+  if (std::filesystem::equivalent(config.out_dir.empty() ? "." : config.out_dir, config.model,
+                                  same_ec))
+    fail_input("--out_dir " + config.out_dir + ": is the model directory " + config.model +
+               "; expected a directory of the run's own");
   // Before anything is read: a second process on this out_dir stops here.
   const DirLock lock(config.out_dir, kOutDirLock);
   const Model whole(config.model);
@@ -248,13 +284,11 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.dir = config.model;
   report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
   const ModelInput& in = report.input;
-  report.threads = resolve_threads(config.threads);
-  if (config.save_attention) {
-    report.map_layers = selection(config.layers, c.num_layers, "layer_indices");
-    report.map_heads = selection(config.heads, c.h, "head_indices");
-  } else if (config.layers || config.heads) {
-    fail_input("--layer_indices/--head_indices choose the maps written: give --save_attention too");
-  }
+  const ModelCall call = check_model_call(
+      c, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
+  report.threads = resolve_threads(call.threads);
+  report.map_layers = call.map_layers;
+  report.map_heads = call.map_heads;
   report.memory_estimate =
       forward_memory(c, model.layer_float32_bytes(), in.B, in.T, report.threads);
   report.max_memory = config.max_memory ? *config.max_memory : default_max_memory();
@@ -283,7 +317,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   fo.threads = report.threads;
   fo.map_layers = report.map_layers;
   fo.map_heads = report.map_heads;
-  fo.top_k = c.has_lm_head() ? config.top_k : 0;
+  fo.top_k = call.top_k;
   if (maps)
     fo.attention_sink = [&](std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
                             std::size_t rows, const float* block) {
@@ -311,18 +345,13 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.read_ms = r.seconds_read * 1e3;
   report.top_k = std::move(r.top_k);
   if (report.input.tokens.empty()) whole.name_tokens(report.input);  // ids given: after the forward
-  if (const auto& tok = whole.tokenizer())
+  if (whole.tokenizer())
     for (const auto& row : report.top_k) {
       report.top_k_tokens.emplace_back();
       for (const NextToken& t : row)
-        report.top_k_tokens.back().push_back(
-            static_cast<std::size_t>(t.id) < tok->vocab_size() ? tok->token(t.id) : std::string());
+        report.top_k_tokens.back().push_back(whole.token_name(t.id));
     }
-  for (const float v : r.output)
-    if (!std::isfinite(v))
-      fail_input(config.model +
-                 ": the forward produced a non-finite hidden state (NaN or inf); "
-                 "are the weights finite?");
+  check_finite_output(r, config.model);
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
   report.outputs = {"tokens.json", "output.npy"};

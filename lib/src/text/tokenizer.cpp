@@ -240,8 +240,12 @@ std::size_t Tokenizer::vocab_size() const {
   return impl_->id_to_token.size();
 }
 
+bool Tokenizer::has_token(std::int32_t id) const {
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->id_to_token.size() && impl_->has_token[id];
+}
+
 const std::string& Tokenizer::token(std::int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= impl_->id_to_token.size() || !impl_->has_token[id])
+  if (!has_token(id))
     fail_input("token id " + std::to_string(id) + " is not in the vocabulary (of " +
                std::to_string(impl_->id_to_token.size()) + " ids)");
   return impl_->id_to_token[id];

@@ -44,7 +44,7 @@ extern const JsonKind tokenizer_json;      // tokenizer.json, 64 MiB (streamed: 
 extern const JsonKind shard_index;         // model.safetensors.index.json, 16 MiB
 extern const JsonKind safetensors_header;  // the header of a .safetensors file, 100 MB
 extern const JsonKind python_value;        // a Python argument converted to JSON
-extern const JsonKind text_list;           // mha tokenize --texts: an array of strings, 256 MiB
+extern const JsonKind text_list;           // mha tokenize --texts: an array of strings, 64 MiB
 }  // namespace json_kind
 
 // The document in `text`, read from `source` (named in every message).

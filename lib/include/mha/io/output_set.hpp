@@ -105,6 +105,7 @@ class OutputSet {
     FileChecksum sum;                   // of a file written whole (not of a stream)
     std::string header;                 // a stream's .npy header
   };
+  void remove_dead_temporaries() const;
   std::string temp_path(const std::string& filename);
   std::string dir_;
   std::vector<Staged> staged_;

@@ -33,10 +33,34 @@ struct ModelRunConfig {
   bool save_attention = false, save_hidden_states = false;
   // Layers and heads whose maps are written (ascending; unset: all).
   std::optional<std::vector<std::int64_t>> layers, heads;
-  std::size_t top_k = 5;  // causal LMs; 0: none
-  int threads = 0;
+  std::int64_t top_k = 5;  // causal LMs; 0: none
+  std::int64_t threads = 0;
   std::optional<std::uint64_t> max_memory;  // unset: default_max_memory()
 };
+
+// The per-call options of a model run, as `mha run --model` and mha.Model's
+// call take them; check_model_call is the one check of them both use, so the
+// two accept the same values and refuse the rest with the same message.
+struct ModelCallOptions {
+  bool attention = false;  // the maps are written (CLI) or returned (Python)
+  std::optional<std::vector<std::int64_t>> layers, heads;  // unset: all
+  std::int64_t top_k = 5;
+  std::int64_t threads = 0;
+};
+struct ModelCall {
+  std::vector<std::size_t> map_layers, map_heads;  // ascending, empty without attention
+  std::size_t top_k = 0;                           // 0 for a model without an LM head
+  int threads = 0;                                 // as given: 0 = all cores
+};
+// Throws mha::Error (invalid_input) naming the option: threads outside
+// [0, 1024], top_k outside [0, vocab_size], an index outside the model's
+// layers or heads, one given twice, an empty list, or indices without attention.
+ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o);
+
+// Throws mha::Error (invalid_input) naming the checkpoint directory when the
+// forward's output holds a NaN or an infinity (non-finite weights): the CLI
+// writes nothing and mha.Model returns nothing.
+void check_finite_output(const ForwardResult& r, const std::string& dir);
 
 // The token ids a model run computes on.
 struct ModelInput {
@@ -89,9 +113,13 @@ class Model {
   // Ids (B, T) given as they are; `what` (a file name) starts messages.
   // Their token strings (from the tokenizer when there is one, else the
   // ids) come with name_tokens(), which waits for the tokenizer.
-  ModelInput ids(std::vector<std::int32_t> ids, std::size_t B, std::size_t T,
+  ModelInput ids(const std::vector<std::int64_t>& ids, std::size_t B, std::size_t T,
                  const std::string& what) const;
   void name_tokens(ModelInput& input) const;
+  // The tokenizer's token for `id`, or "<id N>" for an id it lacks: config.json's
+  // vocab_size is often padded past the tokenizer's vocabulary (to a multiple of
+  // 64 or 128), and those ids are valid inputs and outputs all the same.
+  std::string token_name(std::int32_t id) const;
 
  private:
   std::string tokenizer_path_;

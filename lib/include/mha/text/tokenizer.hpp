@@ -42,6 +42,7 @@ class Tokenizer {
   Encoding encode(std::string_view utf8_text, bool add_special_tokens = true) const;
   std::size_t vocab_size() const;                   // largest id + 1, added tokens included
   const std::string& token(std::int32_t id) const;  // throws for an id out of range
+  bool has_token(std::int32_t id) const;            // whether token(id) has a token
   std::optional<std::int32_t> pad_id() const;       // the padding token if the tokenizer has one
   std::string kind() const;  // "byte-level BPE", "BPE with byte fallback", "BPE", "WordPiece"
 
