@@ -116,6 +116,15 @@ foreach(group Families Selections Layouts Text Memory Errors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# Model directories as untrusted input: hostile config.json, safetensors headers, indexes,
+# tokenizer files, out_dirs and options, each refused in one line and bounded memory
+# (tests/models/test_hostile.py); PythonCalls needs the Python module (tests/CMakeLists.txt).
+foreach(group DeepJson Bounded Messages Outputs Valid Nonsense)
+  add_test(NAME models.hostile.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_hostile.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.hostile.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
 # The references themselves against torch.nn.functional, nn.TransformerEncoderLayer and the
 # NumPy LLaMA attention of tests/cli/test_rope.py (no binary involved).
 add_test(NAME models.reference

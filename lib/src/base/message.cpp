@@ -90,8 +90,20 @@ std::string echo(std::string_view value, std::size_t max_chars) {
 
 std::string one_line(std::string_view text, std::size_t max_chars) {
   std::string out;
-  if (!append_escaped(out, text, max_chars)) out += "…";
-  return out;
+  append_escaped(out, text, std::string::npos);
+  // The escaped text is valid UTF-8: count characters by their lead bytes.
+  const auto is_lead = [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; };
+  std::size_t chars = 0;
+  for (const char c : out) chars += is_lead(c);
+  if (chars <= max_chars) return out;
+  // Too long: keep its head (the file, the key) and its tail (what was expected).
+  const std::size_t head = max_chars / 2, tail = max_chars - head - 3;
+  std::size_t head_end = 0, seen = 0;
+  while (head_end < out.size() && !(is_lead(out[head_end]) && seen == head))
+    seen += is_lead(out[head_end++]);
+  std::size_t tail_begin = out.size(), kept = 0;
+  while (tail_begin > head_end && kept < tail) kept += is_lead(out[--tail_begin]);
+  return out.substr(0, head_end) + " … " + out.substr(tail_begin);
 }
 
 }  // namespace mha

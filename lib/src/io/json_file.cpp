@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unordered_set>
@@ -123,6 +124,14 @@ Json parse(std::string_view text, const std::string& source, const JsonKind& kin
   if (text.size() > kind.max_bytes)
     fail_input(source + ": " + std::to_string(text.size()) + " bytes, over the limit of " +
                std::to_string(kind.max_bytes) + " for " + kind.what);
+  // JSON holds no raw NUL byte (strings escape it), and the parser would take
+  // one for the end of the input: a valid document followed by a NUL and
+  // garbage would pass.
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + nul, '\n'));
+    fail_input(source + ": a NUL byte at offset " + std::to_string(nul) + " (line " +
+               std::to_string(line) + "); expected " + kind.what + ", which holds none");
+  }
   Json root;
   BoundedDom<Json> sax(root, kind);
   bool ok = false;

@@ -23,8 +23,9 @@ constexpr std::size_t kMessageChars = 300;
 // "…" and the value's size in bytes.
 std::string echo(std::string_view value, std::size_t max_chars = kEchoChars);
 
-// The same escapes without quotes: the text as one line of valid UTF-8,
-// cut after `max_chars` characters with "…".
+// The same escapes without quotes: the text as one line of valid UTF-8 of at
+// most `max_chars` characters; a longer one keeps its head and its tail
+// (the file named first, what was expected last) around " … ".
 std::string one_line(std::string_view text, std::size_t max_chars = kMessageChars);
 
 }  // namespace mha

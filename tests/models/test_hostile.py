@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""Model directories as untrusted input (docs/failures.md): hostile config.json, safetensors
+headers, shard indexes, tokenizer files, out_dirs and per-call options, run through the real
+binary (and mha.Model, class PythonCalls). Each refusal is exit 2 with one short line of valid
+UTF-8 on stderr naming the file, in bounded memory (peak RSS under 200 MB), with nothing of the
+checkpoint lost. Valid checkpoints that used to be refused run.
+
+    MHA_BIN=build/bin/mha /usr/bin/python3 tests/models/test_hostile.py [TestCase ...]
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import checkpoints  # noqa: E402
+import tokenizer_files  # noqa: E402
+
+MHA = os.environ.get("MHA_BIN", os.path.join(HERE, "..", "..", "build", "bin", "mha"))
+MAX_RSS_MB = 200
+MAX_LINE = 300 + len("mha: error: ")
+
+
+def run(args, timeout=120):
+    """(exit code, stdout, stderr, peak RSS in MB) of `mha ARGS`."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([MHA] + args, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            _, status, usage = os.wait4(p.pid, 0)  # the child's own peak RSS
+        finally:
+            p.returncode = 0
+        out.seek(0)
+        err.seek(0)
+        code = os.waitstatus_to_exitcode(status)
+        return code, out.read().decode("utf-8", "replace"), err.read(), usage.ru_maxrss / 1024
+
+
+def nested(depth, leaf="1"):
+    return "[" * depth + leaf + "]" * depth
+
+
+def write_json_text(path, text):
+    with open(path, "w" if isinstance(text, str) else "wb") as f:
+        f.write(text)
+
+
+def safetensors_raw(path, header_bytes, data=b""):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)) + header_bytes + data)
+
+
+class Hostile(unittest.TestCase):
+    TEXTS = ["the cat sat on the mat", "hello world"]
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mha_hostile_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    def model(self, family="gpt2", name=None, tokenizer=False, **sizes):
+        d = self.path(name or family)
+        config, t = checkpoints.make(family, **sizes)
+        checkpoints.write(d, config, t)
+        if tokenizer:
+            tok, _, _ = tokenizer_files.byte_level_bpe(self.TEXTS)
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                json.dump(tok, f)
+        return d, config
+
+    def ids_file(self, ids):
+        p = self.path("ids.npy")
+        np.save(p, np.asarray(ids, dtype=np.int64))
+        return p
+
+    def refused(self, args, *names, code=2):
+        """The command exits `code` with one clean line naming `names`, in bounded memory."""
+        rc, _, err, rss = run(args)
+        self.assertEqual(rc, code, err)
+        text = err.decode("utf-8")  # strict: the line is valid UTF-8
+        lines = text.rstrip("\n").split("\n")
+        self.assertEqual(len(lines), 1, text)
+        line = lines[0]
+        self.assertTrue(line.startswith("mha: error: "), line)
+        self.assertLessEqual(len(line), MAX_LINE, line)
+        self.assertFalse(any(ord(c) < 0x20 or ord(c) == 0x7f for c in line), repr(line))
+        for n in names:
+            self.assertIn(n, line)
+        self.assertLess(rss, MAX_RSS_MB, f"peak RSS {rss:.0f} MB: {line}")
+        return line
+
+    def run_model(self, d, *extra, ids=(1, 2, 3)):
+        return ["run", "--model", d, "--tokens", self.ids_file(ids), "--out_dir", self.path("out"),
+                "-q"] + list(extra)
+
+    def edit_config(self, d, **changes):
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)
+        c.update(changes)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(c, f)
+        return c
+
+    def config_text(self, d, text):
+        write_json_text(os.path.join(d, "config.json"), text)
+
+
+class DeepJson(Hostile):
+    """1. Values nested a million deep: refused at level 65, no crash."""
+
+    def test_config_value(self):
+        d, _ = self.model()
+        c = json.load(open(os.path.join(d, "config.json")))
+        text = json.dumps(dict(c, n_layer="__DEEP__")).replace('"__DEEP__"', nested(1000000))
+        self.config_text(d, text)
+        self.refused(self.run_model(d), "config.json", "nested more than 64 levels")
+
+    def test_rope_scaling(self):
+        d, _ = self.model("llama")
+        c = json.load(open(os.path.join(d, "config.json")))
+        self.config_text(d, json.dumps(dict(c, rope_scaling="__DEEP__")).replace('"__DEEP__"', nested(1000000)))
+        self.refused(self.run_model(d), "config.json", "nested more than 64 levels")
+
+    def test_safetensors_shape(self):
+        d, _ = self.model()
+        header = '{"wte.weight": {"dtype": "F32", "shape": %s, "data_offsets": [0, 4]}}' % nested(1000000)
+        safetensors_raw(os.path.join(d, "model.safetensors"), header.encode(), b"\0" * 4)
+        self.refused(self.run_model(d), "model.safetensors", "nested more than 64 levels")
+
+    def test_index_weight_map(self):
+        d, _ = self.model()
+        os.remove(os.path.join(d, "model.safetensors"))
+        index = '{"weight_map": {"wte.weight": %s}}' % nested(1000000, '"a.safetensors"')
+        write_json_text(os.path.join(d, "model.safetensors.index.json"), index)
+        self.refused(self.run_model(d), "model.safetensors.index.json", "nested more than 64 levels")
+
+    def test_tokenizer_deep_unused_key(self):
+        # 24 MB: one unused key nested 12 million deep before a valid tokenizer.
+        d, _ = self.model(tokenizer=True)
+        path = os.path.join(d, "tokenizer.json")
+        tok = json.load(open(path))
+        text = json.dumps(dict(tok, unused="__DEEP__")).replace('"__DEEP__"', nested(12000000))
+        write_json_text(path, text)
+        self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "nested more than 64 levels")
+
+
+class Bounded(Hostile):
+    """2 and 3. No hang, and no allocation before the check."""
+
+    def test_tokenizer_fifo(self):
+        d = self.path("fifo_dir")
+        os.mkdir(d)
+        os.mkfifo(os.path.join(d, "tokenizer.json"))
+        self.refused(["tokenize", os.path.join(d, "tokenizer.json"), "--text", "hi"],
+                     "tokenizer.json", "not a regular file")
+        self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "not a regular file")
+
+    def test_many_layers(self):
+        for layers in (1000000, 1000000000):
+            d, _ = self.model(name=f"layers{layers}")
+            self.edit_config(d, n_layer=layers)
+            self.refused(self.run_model(d), "config.json", str(layers))
+
+    def test_head_product_wraps(self):
+        d, _ = self.model("llama")
+        self.edit_config(d, num_attention_heads=2 ** 32, num_key_value_heads=2 ** 32, head_dim=2 ** 32)
+        self.refused(self.run_model(d), "config.json", "2^40 parameters")
+
+    def test_gigabyte_of_nul(self):
+        d, _ = self.model()
+        with open(os.path.join(d, "config.json"), "wb") as f:
+            f.truncate(1 << 30)  # sparse: 1 GiB of NUL bytes
+        self.refused(self.run_model(d), "config.json", "over the limit of 4194304")
+
+    def test_header_of_brackets(self):
+        d, _ = self.model()
+        safetensors_raw(os.path.join(d, "model.safetensors"), b"[" * (20 << 20))
+        self.refused(self.run_model(d), "model.safetensors", "nested more than 64 levels")
+
+    def test_texts_from_dev_zero(self):
+        d, _ = self.model(tokenizer=True)
+        self.refused(["tokenize", d, "--texts", "/dev/zero"], "/dev/zero", "the limit")
+
+
+class Messages(Hostile):
+    """4. Nothing a file holds is echoed whole, on two lines, or as invalid UTF-8."""
+
+    def test_long_model_type(self):
+        d, _ = self.model()
+        self.edit_config(d, model_type="x" * 100000)
+        line = self.refused(self.run_model(d), "config.json", "model_type", "(100000 bytes)")
+        self.assertIn("expected one of", line)
+
+    def test_newline_and_bytes_in_model_type(self):
+        d, _ = self.model()
+        self.edit_config(d, model_type="gpt3\nmha: error: forged")
+        self.refused(self.run_model(d), "config.json", "\\n")
+        c = json.load(open(os.path.join(d, "config.json")))
+        text = json.dumps(dict(c, model_type="QQ")).encode().replace(b"QQ", b"\xff\xfe")
+        write_json_text(os.path.join(d, "config.json"), text)
+        self.refused(self.run_model(d), "config.json")
+
+    def test_long_dtype_and_tensor_names(self):
+        d, _ = self.model()
+        header = json.dumps({"wte.weight": {"dtype": "F" * 5000, "shape": [1], "data_offsets": [0, 4]}})
+        safetensors_raw(os.path.join(d, "model.safetensors"), header.encode(), b"\0" * 4)
+        self.refused(self.run_model(d), "model.safetensors", "(5000 bytes)")
+        header = json.dumps({"bad\nname": {"dtype": "X", "shape": [1], "data_offsets": [0, 4]}})
+        safetensors_raw(os.path.join(d, "model.safetensors"), header.encode(), b"\0" * 4)
+        self.refused(self.run_model(d), "model.safetensors", "bad\\nname")
+
+    def test_long_shard_name(self):
+        d, _ = self.model()
+        os.remove(os.path.join(d, "model.safetensors"))
+        write_json_text(os.path.join(d, "model.safetensors.index.json"),
+                        json.dumps({"weight_map": {"wte.weight": "s" * 10000}}))
+        self.refused(self.run_model(d), "model.safetensors.index.json", "(10000 bytes)")
+
+    def test_long_unk_token_and_merge(self):
+        d, _ = self.model(tokenizer=True)
+        path = os.path.join(d, "tokenizer.json")
+        tok = json.load(open(path))
+        tok["model"]["unk_token"] = "u" * 10000
+        json.dump(tok, open(path, "w"))
+        self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "(10000 bytes)")
+        tok = json.load(open(path))
+        tok["model"]["unk_token"] = None
+        tok["model"]["merges"] = ["é" * 59 + "é\n" * 10]  # no space: not a merge; cut between characters
+        json.dump(tok, open(path, "w"))
+        line = self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "merges[0]")
+        self.assertNotIn("\ufffd", line)
+
+
+class Outputs(Hostile):
+    """5. A run never removes a file it read, nor one a run.json lists that is not what it recorded."""
+
+    def test_out_dir_is_model_dir(self):
+        d, _ = self.model(tokenizer=True)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"outputs": ["config.json", "model.safetensors", "tokenizer.json"]}, f)
+        before = sorted(os.listdir(d))
+        args = ["run", "--model", d, "--tokens", self.ids_file([1, 2]), "--out_dir", d, "-q"]
+        self.refused(args, "--out_dir", "model directory")
+        self.assertEqual(sorted(os.listdir(d)), before)
+
+    def test_listed_file_kept_unless_recorded(self):
+        d, _ = self.model()
+        out = self.path("out")
+        os.mkdir(out)
+        with open(os.path.join(out, "precious.txt"), "w") as f:
+            f.write("keep me")
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump({"outputs": {"precious.txt": {"bytes": 7, "crc32": "00000000"}}}, f)
+        rc, _, err, _ = run(self.run_model(d))
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.exists(os.path.join(out, "precious.txt")))
+        # With its true size and crc32 it is an earlier run's output, and goes.
+        import zlib
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump({"outputs": {"precious.txt": {"bytes": 7, "crc32": "%08x" % zlib.crc32(b"keep me")}}}, f)
+        rc, _, err, _ = run(self.run_model(d))
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(os.path.exists(os.path.join(out, "precious.txt")))
+
+    def test_dead_runs_temporaries_removed(self):
+        d, _ = self.model()
+        out = self.path("out")
+        os.mkdir(out)
+        dead = subprocess.Popen(["true"])
+        dead.wait()  # its pid is free: a killed run's temporaries carry such a pid
+        stale = os.path.join(out, ".self_attention.npy.tmp.%d.0" % dead.pid)
+        live = os.path.join(out, ".output.npy.tmp.%d.0" % os.getpid())  # this process is alive
+        other = os.path.join(out, ".notes.tmp.txt")
+        for p in (stale, live, other):
+            open(p, "wb").close()
+        rc, _, err, _ = run(self.run_model(d))
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(os.path.exists(stale))
+        self.assertTrue(os.path.exists(live))
+        self.assertTrue(os.path.exists(other))
+
+
+class Valid(Hostile):
+    """6. vocab_size padded past the tokenizer's vocabulary is normal."""
+
+    def test_ids_past_the_tokenizer(self):
+        d, config = self.model(tokenizer=True, vocab=400)
+        tok = json.load(open(os.path.join(d, "tokenizer.json")))
+        n = max(list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]) + 1
+        self.assertLess(n + 10, 400)
+        out = self.path("out")
+        rc, _, err, _ = run(self.run_model(d, "--top_k", "400", ids=[1, n + 5, 2]))
+        self.assertEqual(rc, 0, err.decode())
+        tokens = json.load(open(os.path.join(out, "tokens.json")))["tokens"][0]
+        self.assertEqual(tokens[1], "<id %d>" % (n + 5))
+        top = json.load(open(os.path.join(out, "run.json")))["top_k"]
+        named = {e["id"]: e["token"] for row in top for e in row}
+        self.assertEqual(len(named), 400)
+        for i in range(n, 400):
+            self.assertEqual(named[i], "<id %d>" % i)
+
+
+class Nonsense(Hostile):
+    """7. What no checkpoint means is refused."""
+
+    def test_head_dim_zero(self):
+        d, _ = self.model("llama")
+        c = self.edit_config(d, hidden_size=2, num_attention_heads=4, num_key_value_heads=4)
+        c.pop("head_dim", None)
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        self.refused(self.run_model(d), "config.json", "head_dim is 0")
+
+    def test_duplicate_key(self):
+        d, _ = self.model()
+        text = open(os.path.join(d, "config.json")).read().rstrip().rstrip("}") + ', "n_layer": 1}'
+        self.config_text(d, text)
+        self.refused(self.run_model(d), "config.json", 'duplicate key "n_layer"')
+
+    def test_nul_and_garbage_after_the_document(self):
+        d, _ = self.model()
+        text = open(os.path.join(d, "config.json"), "rb").read()
+        write_json_text(os.path.join(d, "config.json"), text + b"\0garbage")
+        self.refused(self.run_model(d), "config.json", "NUL byte")
+        d, _ = self.model(name="st")
+        path = os.path.join(d, "model.safetensors")
+        raw = open(path, "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = raw[8:8 + n].rstrip(b" ")
+        padded = header + b"\0x" + b" " * (n - len(header) - 2)
+        write_json_text(path, raw[:8] + padded + raw[8 + n:])
+        self.refused(self.run_model(d), "model.safetensors", "NUL byte")
+
+    def test_tokenizer_id_twice_and_merge_out_of_vocabulary(self):
+        d, _ = self.model(tokenizer=True)
+        path = os.path.join(d, "tokenizer.json")
+        tok = json.load(open(path))
+        good = json.loads(json.dumps(tok))
+        tok["model"]["vocab"]["twin"] = 0
+        json.dump(tok, open(path, "w"))
+        self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "id 0 is already")
+        tok = good
+        a, b = tok["model"]["merges"][0].split(" ") if isinstance(tok["model"]["merges"][0], str) \
+            else tok["model"]["merges"][0]
+        del tok["model"]["vocab"][a + b]
+        json.dump(tok, open(path, "w"))
+        self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "merges[0]",
+                     "is not in the vocabulary")
+
+    def test_options(self):
+        d, _ = self.model()
+        self.refused(self.run_model(d, "--top_k", "-1"), "--top_k")
+        self.refused(self.run_model(d, "--save_attention", "--layer_indices", ""), "--layer_indices")
+        self.refused(self.run_model(d, "--save_attention", "--layer_indices", "0,0"), "given twice")
+
+
+class PythonCalls(Hostile):
+    """8. mha.Model and mha.Layer refuse what the CLI refuses, with its words, as ValueError."""
+
+    def call(self, code):
+        p = subprocess.run([sys.executable, "-c", "import mha, numpy as np\n" + code],
+                           capture_output=True, text=True, timeout=300)
+        return p
+
+    def refused_py(self, code, *names, error="ValueError"):
+        p = self.call(code)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        last = p.stderr.strip().splitlines()[-1]
+        self.assertTrue(last.startswith(error + ": "), p.stderr[-2000:])
+        for n in names:
+            self.assertIn(n, last)
+        return last
+
+    def test_options_as_the_cli(self):
+        d, _ = self.model()
+        m = f"m = mha.Model({d!r})\n"
+        self.refused_py(m + "m(np.array([1, 2]), threads=-5)", "--threads")
+        self.refused_py(m + "m(np.array([1, 2]), threads=10**6)", "--threads")
+        self.refused_py(m + "m(np.array([1, 2]), layer_indices=[0, 0])", "--layer_indices", "given twice")
+        self.refused_py(m + "m(np.array([1, 2]), top_k=-1)", "--top_k")
+        self.refused_py(m + "m(np.array([1, 10**12]))", "1000000000000")
+
+    def test_lone_surrogate(self):
+        d, _ = self.model(tokenizer=True)
+        self.refused_py(f"mha.Model({d!r})('a\\ud800b')", "text #1", "surrogate")
+
+    def test_nan_weights(self):
+        d, config = self.model()
+        _, t = checkpoints.make("gpt2")
+        t["h.0.attn.c_proj.weight"][0, 0] = np.nan
+        checkpoints.write(d, config, t)
+        self.refused_py(f"mha.Model({d!r})(np.array([1, 2, 3]))", "non-finite")
+        self.refused(self.run_model(d), "non-finite")
+
+    def test_ids_past_the_tokenizer(self):
+        d, _ = self.model(tokenizer=True, vocab=400)
+        p = self.call(f"r = mha.Model({d!r})(np.array([1, 2]), top_k=400)\n"
+                      "print(sorted(t for i, t, _ in r['top_k'][0] if i == 399))")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "['<id 399>']")
+
+    def test_deep_key_lengths(self):
+        self.refused_py("l = []\nfor _ in range(100000): l = [l]\n"
+                        "mha.Layer(h=2, d_model=8, key_lengths=l)", "nested more than 64 levels")
+        self.refused_py("l = []\nl.append(l)\nmha.Layer(h=2, d_model=8, key_lengths=l)",
+                        "nested more than 64 levels")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[1:], verbosity=2)
