@@ -194,7 +194,11 @@ const std::vector<std::string>& known_model_types() {
 }
 
 ModelConfig read_model_config(const std::string& path) {
-  const json j = read_json_file(path, json_kind::model_config);
+  return parse_model_config(read_json_text(path, json_kind::model_config), path);
+}
+
+ModelConfig parse_model_config(std::string_view text, const std::string& path) {
+  const json j = parse_json(text, path, json_kind::model_config);
   if (!j.is_object()) fail_input(path + ": expected a JSON object (a model's config.json)");
   const Keys k(j, path);
   ModelConfig c;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mha/kernel/options.hpp"
@@ -51,5 +52,7 @@ const std::vector<std::string>& known_model_types();
 // Reads and checks `path` (a config.json): one-line errors (mha::Error,
 // invalid_input) name the file and the key, and what was expected.
 ModelConfig read_model_config(const std::string& path);
+// The same on the text of a config.json read from `path` (the fuzzer's entry).
+ModelConfig parse_model_config(std::string_view text, const std::string& path);
 
 }  // namespace mha
