@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 import numpy as np
@@ -28,18 +29,37 @@ MAX_RSS_MB = 200
 MAX_LINE = 300 + len("mha: error: ")
 
 
-def run(args, timeout=120):
+def run(args, timeout=60):
     """(exit code, stdout, stderr, peak RSS in MB) of `mha ARGS`."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen([MHA] + args, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        # A safety net, not a measure: a command that hangs (a FIFO read) is killed and fails.
+        killer = threading.Timer(timeout, p.kill)
+        killer.start()
         try:
             _, status, usage = os.wait4(p.pid, 0)  # the child's own peak RSS
         finally:
+            killer.cancel()
             p.returncode = 0
         out.seek(0)
         err.seek(0)
         code = os.waitstatus_to_exitcode(status)
         return code, out.read().decode("utf-8", "replace"), err.read(), usage.ru_maxrss / 1024
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def dump(obj, path):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def nested(depth, leaf="1"):
@@ -120,14 +140,14 @@ class DeepJson(Hostile):
 
     def test_config_value(self):
         d, _ = self.model()
-        c = json.load(open(os.path.join(d, "config.json")))
+        c = load(os.path.join(d, "config.json"))
         text = json.dumps(dict(c, n_layer="__DEEP__")).replace('"__DEEP__"', nested(1000000))
         self.config_text(d, text)
         self.refused(self.run_model(d), "config.json", "nested more than 64 levels")
 
     def test_rope_scaling(self):
         d, _ = self.model("llama")
-        c = json.load(open(os.path.join(d, "config.json")))
+        c = load(os.path.join(d, "config.json"))
         self.config_text(d, json.dumps(dict(c, rope_scaling="__DEEP__")).replace('"__DEEP__"', nested(1000000)))
         self.refused(self.run_model(d), "config.json", "nested more than 64 levels")
 
@@ -148,7 +168,7 @@ class DeepJson(Hostile):
         # 24 MB: one unused key nested 12 million deep before a valid tokenizer.
         d, _ = self.model(tokenizer=True)
         path = os.path.join(d, "tokenizer.json")
-        tok = json.load(open(path))
+        tok = load(path)
         text = json.dumps(dict(tok, unused="__DEEP__")).replace('"__DEEP__"', nested(12000000))
         write_json_text(path, text)
         self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "nested more than 64 levels")
@@ -205,7 +225,7 @@ class Messages(Hostile):
         d, _ = self.model()
         self.edit_config(d, model_type="gpt3\nmha: error: forged")
         self.refused(self.run_model(d), "config.json", "\\n")
-        c = json.load(open(os.path.join(d, "config.json")))
+        c = load(os.path.join(d, "config.json"))
         text = json.dumps(dict(c, model_type="QQ")).encode().replace(b"QQ", b"\xff\xfe")
         write_json_text(os.path.join(d, "config.json"), text)
         self.refused(self.run_model(d), "config.json")
@@ -229,14 +249,14 @@ class Messages(Hostile):
     def test_long_unk_token_and_merge(self):
         d, _ = self.model(tokenizer=True)
         path = os.path.join(d, "tokenizer.json")
-        tok = json.load(open(path))
+        tok = load(path)
         tok["model"]["unk_token"] = "u" * 10000
-        json.dump(tok, open(path, "w"))
+        dump(tok, path)
         self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "(10000 bytes)")
-        tok = json.load(open(path))
+        tok = load(path)
         tok["model"]["unk_token"] = None
         tok["model"]["merges"] = ["é" * 59 + "é\n" * 10]  # no space: not a merge; cut between characters
-        json.dump(tok, open(path, "w"))
+        dump(tok, path)
         line = self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "merges[0]")
         self.assertNotIn("\ufffd", line)
 
@@ -295,15 +315,15 @@ class Valid(Hostile):
 
     def test_ids_past_the_tokenizer(self):
         d, config = self.model(tokenizer=True, vocab=400)
-        tok = json.load(open(os.path.join(d, "tokenizer.json")))
+        tok = load(os.path.join(d, "tokenizer.json"))
         n = max(list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]) + 1
         self.assertLess(n + 10, 400)
         out = self.path("out")
         rc, _, err, _ = run(self.run_model(d, "--top_k", "400", ids=[1, n + 5, 2]))
         self.assertEqual(rc, 0, err.decode())
-        tokens = json.load(open(os.path.join(out, "tokens.json")))["tokens"][0]
+        tokens = load(os.path.join(out, "tokens.json"))["tokens"][0]
         self.assertEqual(tokens[1], "<id %d>" % (n + 5))
-        top = json.load(open(os.path.join(out, "run.json")))["top_k"]
+        top = load(os.path.join(out, "run.json"))["top_k"]
         named = {e["id"]: e["token"] for row in top for e in row}
         self.assertEqual(len(named), 400)
         for i in range(n, 400):
@@ -317,23 +337,23 @@ class Nonsense(Hostile):
         d, _ = self.model("llama")
         c = self.edit_config(d, hidden_size=2, num_attention_heads=4, num_key_value_heads=4)
         c.pop("head_dim", None)
-        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        dump(c, os.path.join(d, "config.json"))
         self.refused(self.run_model(d), "config.json", "head_dim is 0")
 
     def test_duplicate_key(self):
         d, _ = self.model()
-        text = open(os.path.join(d, "config.json")).read().rstrip().rstrip("}") + ', "n_layer": 1}'
+        text = read(os.path.join(d, "config.json")).decode().rstrip().rstrip("}") + ', "n_layer": 1}'
         self.config_text(d, text)
         self.refused(self.run_model(d), "config.json", 'duplicate key "n_layer"')
 
     def test_nul_and_garbage_after_the_document(self):
         d, _ = self.model()
-        text = open(os.path.join(d, "config.json"), "rb").read()
+        text = read(os.path.join(d, "config.json"))
         write_json_text(os.path.join(d, "config.json"), text + b"\0garbage")
         self.refused(self.run_model(d), "config.json", "NUL byte")
         d, _ = self.model(name="st")
         path = os.path.join(d, "model.safetensors")
-        raw = open(path, "rb").read()
+        raw = read(path)
         (n,) = struct.unpack("<Q", raw[:8])
         header = raw[8:8 + n].rstrip(b" ")
         padded = header + b"\0x" + b" " * (n - len(header) - 2)
@@ -343,16 +363,16 @@ class Nonsense(Hostile):
     def test_tokenizer_id_twice_and_merge_out_of_vocabulary(self):
         d, _ = self.model(tokenizer=True)
         path = os.path.join(d, "tokenizer.json")
-        tok = json.load(open(path))
+        tok = load(path)
         good = json.loads(json.dumps(tok))
         tok["model"]["vocab"]["twin"] = 0
-        json.dump(tok, open(path, "w"))
+        dump(tok, path)
         self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "id 0 is already")
         tok = good
         a, b = tok["model"]["merges"][0].split(" ") if isinstance(tok["model"]["merges"][0], str) \
             else tok["model"]["merges"][0]
         del tok["model"]["vocab"][a + b]
-        json.dump(tok, open(path, "w"))
+        dump(tok, path)
         self.refused(["tokenize", d, "--text", "hi"], "tokenizer.json", "merges[0]",
                      "is not in the vocabulary")
 
