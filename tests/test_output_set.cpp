@@ -1,4 +1,5 @@
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -111,16 +112,37 @@ TEST_CASE("OutputSet refuses unusable directories", "[output]") {
   require_runtime([&] { OutputSet out(tmp / "file/sub"); },
                   tmp / "file/sub" + ": cannot create output directory");
 
+  // A directory nobody may write to. Root may write anywhere, so as root the
+  // check runs in a child that has dropped to the unprivileged user nobody
+  // (65534): CI runs as root, and the check must run there too.
   fs::create_directory(tmp / "ro");
-  fs::permissions(tmp / "ro", fs::perms::owner_read | fs::perms::owner_exec);
-  if (::access((tmp / "ro").c_str(), W_OK) == 0) {
-    WARN(
-        "running with permission to write anywhere (root?); skipping the read-only directory "
-        "check");
-  } else {
-    require_runtime([&] { OutputSet out(tmp / "ro"); },
-                    tmp / "ro" + ": output directory is not writable");
+  fs::permissions(tmp.path, fs::perms::others_exec, fs::perm_options::add);
+  fs::permissions(tmp / "ro", fs::perms::owner_read | fs::perms::owner_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const std::string ro = tmp / "ro";
+  const std::string expected = ro + ": output directory is not writable: Permission denied";
+  auto message = [&]() -> std::string {
+    try {
+      OutputSet out(ro);
+    } catch (const mha::Error& e) {
+      return e.kind() == mha::ErrorKind::runtime ? e.what() : "";
+    }
+    return "";
+  };
+  if (::geteuid() != 0) {
+    CHECK(message() == expected);
+    return;
   }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const bool dropped = ::setgid(65534) == 0 && ::setuid(65534) == 0 && ::geteuid() == 65534;
+    ::_exit(!dropped ? 3 : message() == expected ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 1: another message or none; 3: could not drop root
 }
 
 TEST_CASE("OutputSet refuses staging a file twice", "[output]") {

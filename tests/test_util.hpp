@@ -5,6 +5,7 @@
 // running Python for the NumPy interop tests.
 #pragma once
 
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -134,6 +136,36 @@ struct TempDir {
  private:
   int counter_ = 0;
 };
+
+// The one way a C++ test skips (as tests/skips.py for the Python ones): for
+// something the machine lacks (a CPU feature), never for a failure. It prints
+// "MHA-SKIP: GROUP: REASON", which ctest reports as skipped
+// (SKIP_REGULAR_EXPRESSION, tests/CMakeLists.txt); under MHA_REQUIRE_ALL
+// (.ci/run) it fails instead, unless MHA_ALLOW_SKIPS lists GROUP (or a shell
+// pattern matching it), as .ci/run does for the ISAs the CPU lacks.
+//   if (!cpu_has_avx512_bf16()) MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");
+inline bool skip_allowed(const std::string& group) {
+  const char* allow = std::getenv("MHA_ALLOW_SKIPS");
+  std::istringstream patterns(allow ? allow : "");
+  for (std::string p; patterns >> p;)
+    if (::fnmatch(p.c_str(), group.c_str(), 0) == 0) return true;
+  return false;
+}
+inline bool report_skip(const std::string& group, const std::string& reason) {
+  const char* required = std::getenv("MHA_REQUIRE_ALL");
+  if (required && *required && std::string(required) != "0" && !skip_allowed(group)) {
+    FAIL("cannot run on this machine (" << group << "): " << reason
+                                        << "; MHA_REQUIRE_ALL is set and MHA_ALLOW_SKIPS does "
+                                           "not list "
+                                        << group);
+  }
+  std::cout << "MHA-SKIP: " << group << ": " << reason << std::endl;
+  return true;
+}
+#define MHA_SKIP(group, reason)                 \
+  do {                                          \
+    if (mha::test::report_skip(group, reason)) return; \
+  } while (false)
 
 // An mha::Error of kind invalid_input with exit code 2 (the message is checked
 // separately with REQUIRE_THROWS_WITH).

@@ -26,6 +26,10 @@ import skips  # noqa: E402
 SKIP_PATTERNS = re.compile(r"skipTest\(|SkipTest|unittest\.skip|pytest\.skip|pytest\.mark\.skip|"
                            r"skipif|importorskip|exit\(\s*77\s*\)|(?:^|[;&|])\s*exit 77\b|"
                            r"exit\(SKIP\)")
+# Ways a C++ test could pass without running: a return after a capability check, or a WARN that
+# says it skips. Only test_util.hpp's MHA_SKIP may skip (it fails under MHA_REQUIRE_ALL).
+CPP_SKIP_PATTERNS = re.compile(r"cpu_has_\w+\(\)\)\s*return\b|(?:WARN|SUCCEED)\([^)]*[Ss]kip|"
+                               r"(?:geteuid|getuid)\(\)\s*==\s*0\)\s*return\b")
 BROWSER_TESTS = ["view.AttentionPage", "view.RunHtml", "view.LargePage", "view.SweepReport",
                  "view.browser"]
 
@@ -56,11 +60,13 @@ class OnlyOneWayToSkip(unittest.TestCase):
             dirs[:] = [d for d in dirs if d not in ("node_modules", "files", "__pycache__")]
             for name in files:
                 path = os.path.join(root, name)
-                if not name.endswith((".py", ".sh")) or path in allowed:
+                cpp = name.endswith((".cpp", ".hpp"))
+                if not (cpp or name.endswith((".py", ".sh"))) or path in allowed:
                     continue
+                pattern = CPP_SKIP_PATTERNS if cpp else SKIP_PATTERNS
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
-                        if SKIP_PATTERNS.search(line):
+                        if pattern.search(line):
                             found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
         self.assertEqual(found, [], "skip through tests/skips.py, so that CI can refuse it")
 
@@ -72,6 +78,16 @@ class OnlyOneWayToSkip(unittest.TestCase):
             self.assertTrue(SKIP_PATTERNS.search(line), line)
         for line in ["--skip_invalid", "N = 77", "skipped: 0", "# it may exit 77 (ctest: skipped)"]:
             self.assertFalse(SKIP_PATTERNS.search(line), line)
+
+    def test_the_cpp_pattern_finds_what_it_should(self):
+        for line in ["  if (!mha::detail::cpu_has_avx512_bf16()) return;",
+                     '    WARN("no numpy; skipping the interop test");',
+                     "  if (::geteuid() == 0) return;"]:
+            self.assertTrue(CPP_SKIP_PATTERNS.search(line), line)
+        for line in ['    MHA_SKIP("isa.avx2", "no AVX2 on this CPU");',
+                     "  if (mha::detail::cpu_has_avx2()) impls.push_back(x);",
+                     '  WARN("LLaMA-3: load " << ms << " ms");']:
+            self.assertFalse(CPP_SKIP_PATTERNS.search(line), line)
 
 
 class Allowed(unittest.TestCase):

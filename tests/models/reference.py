@@ -19,7 +19,7 @@ Conventions, as transformers' eager attention computes them:
 - causal models (gpt2, llama, mistral, qwen2, qwen3): key s visible to query t iff s <= t; with
   Mistral's sliding_window w also t - w < s (HF's sliding-window mask: the w most recent keys,
   the query's own included). Qwen2/Qwen3's sliding_window applies only with use_sliding_window
-  true, which these references refuse (their configs ship it false).
+  true, and then on the layers from max_window_layers on (or those layer_types names).
 - hidden_states as output_hidden_states: entry 0 the embeddings' output (the input of layer 0),
   entry i the output of layer i-1 for 0 < i < L, and entry L the final output: after the final
   norm (ln_f / model.norm) for the causal LMs; BERT has none, its last entry is its last layer's
@@ -248,17 +248,26 @@ def _llama(c, sd, ids, lengths):
     d = c.get("head_dim") or E // h
     eps = c.get("rms_norm_eps", 1e-6)
     act = activation(c.get("hidden_act", "silu"))
-    window = None
+    L = num_layers(c)
+    # The layers with a sliding window, as modeling_mistral.py and modeling_qwen2.py decide:
+    # Mistral every layer; Qwen2 (and Qwen3) only with use_sliding_window, and then the layers
+    # config.layer_types calls "sliding_attention", which Qwen2Config derives from
+    # max_window_layers (default 28) as i >= max_window_layers when the file does not list them.
+    window, windowed = None, [False] * L
     if mt == "mistral":
-        window = c.get("sliding_window")
+        window, windowed = c.get("sliding_window"), [True] * L
     elif c.get("use_sliding_window", False):
-        raise NotImplementedError(f"{mt} with use_sliding_window")
+        window = c.get("sliding_window")
+        types = c.get("layer_types") or ["sliding_attention" if i >= c.get("max_window_layers", 28)
+                                         else "full_attention" for i in range(L)]
+        windowed = [t == "sliding_attention" for t in types]
     cos, sin = rope_cos_sin(T, d, float(c.get("rope_theta", 10000.0)), c.get("rope_scaling"))
     x = sd["model.embed_tokens.weight"][ids]
-    mask = key_mask(lengths, T, causal=True, window=window)
+    full = key_mask(lengths, T, causal=True, window=None)
+    local = key_mask(lengths, T, causal=True, window=window)
     hs, maps = [x], []
-    L = num_layers(c)
     for n in range(L):
+        mask = local if windowed[n] else full
         p = f"model.layers.{n}."
         a_in = rms_norm(x, sd[p + "input_layernorm.weight"], eps)
         q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)

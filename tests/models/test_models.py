@@ -135,6 +135,35 @@ class Families(ModelTest):
             self.check_top_k(out, ref, [T] * B, 5)
 
 
+    def test_qwen2_sliding_window_as_hugging_face(self):
+        """use_sliding_window true: the window on the layers from max_window_layers on. Every
+        layer (max_window_layers 0) runs with it, against the reference's per-layer mask; none
+        (max_window_layers = layers) runs without; a mix is refused by name."""
+        config, t = checkpoints.make("qwen2")
+        L = config["num_hidden_layers"]
+        ids, ids_path = self.ids(config, T=16)
+        for first, name in ((0, "all"), (L, "none")):
+            c = dict(config, use_sliding_window=True, sliding_window=4, max_window_layers=first)
+            d = self.path("qwen2_" + name)
+            sd = checkpoints.write(d, c, t)
+            out, _ = self.mha(d, ids_path, "--save_attention", out="out_" + name)
+            ref = reference.forward(c, sd, ids)
+            np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+            maps = self.load(out, "self_attention.npy")
+            for n in range(L):
+                np.testing.assert_allclose(maps[n], ref["attentions"][n], err_msg=f"{name}: layer {n}", **TOL)
+                far = maps[n][..., 8:, :4]  # keys 4+ positions behind: outside a window of 4
+                self.assertEqual(bool((far > 0).any()), name == "none", f"{name}: layer {n}")
+        # The same through layer_types, and a mix refused.
+        c = dict(config, use_sliding_window=True, sliding_window=4,
+                 layer_types=["full_attention"] + ["sliding_attention"] * (L - 1))
+        d = self.path("qwen2_mixed")
+        checkpoints.write(d, c, t)
+        _, p = self.mha(d, ids_path, out="out_mixed", code=2)
+        self.assertIn("config.json", p.stderr)
+        self.assertIn("a window on some layers and not others is not supported", p.stderr)
+
+
 def _family_test(family, dtype):
     return lambda self: self.check_family(family, dtype)
 

@@ -17,6 +17,9 @@ import torch
 
 import mha
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leaks  # noqa: E402
+
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 RNG = np.random.default_rng(7)
 B, T, S, D = 2, 6, 7, 16
@@ -252,19 +255,14 @@ def test_torch_tensors_in_and_out_without_copies():
 
 
 def test_calls_keep_refcounts_and_memory_flat():
-    import resource
     layer = mha.Layer(h=2, d_model=8, seed=3)
     x = rand(1, 3, 8)
     refs = sys.getrefcount(x), sys.getrefcount(layer)
-    for _ in range(200):
-        layer(x)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(10000):
-        out, _ = layer(x, causal=True)
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    grew = leaks.growth_kib(lambda: layer(x, causal=True))
+    out, _ = layer(x, causal=True)
     assert (sys.getrefcount(x), sys.getrefcount(layer)) == refs
     assert sys.getrefcount(out) == 2
-    assert rss1 - rss0 < 16 * 1024, f"peak RSS grew by {rss1 - rss0} KiB over 10000 calls"
+    assert grew < leaks.MAX_GROWTH_KIB, f"peak RSS grew by {grew} KiB over 10000 warm calls"
 
 
 STRACE_SCRIPT = """

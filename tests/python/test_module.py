@@ -2,19 +2,23 @@
 
     PYTHONPATH=build/python MHA_BIN=build/bin/mha python3 -m pytest tests/python
 """
+import io
 import json
 import os
 import re
 import resource
 import subprocess
+import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 
 import mha
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leaks  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 STUB = os.path.join(os.path.dirname(mha.__file__), "mha.pyi")
@@ -99,21 +103,31 @@ def test_threads_give_the_same_arrays():
         assert np.array_equal(out, outs[0][0]) and np.array_equal(att, outs[0][1])
 
 
-def test_the_gil_is_released_during_compute():
-    x = np.random.default_rng(3).random((1, 2048, 256), dtype=np.float32)
-    done, ticks = threading.Event(), [0]
+def test_the_gil_is_released_during_a_call(tmp_path):
+    """A handshake, not a clock: the call blocks inside the library reading its query from a FIFO
+    that only this (main) thread writes, which it can do only while the call has released the
+    GIL. Held, the two would wait on each other; the join's timeout is a safety net."""
+    fifo = tmp_path / "query.npy"
+    os.mkfifo(fifo)
+    result = {}
 
     def work():
-        mha.attention(x, h=8, causal=True, threads=1)
-        done.set()
+        try:
+            result["run"] = mha.run({"h": 2, "d_model": 8, "query": str(fifo),
+                                     "out_dir": str(tmp_path / "out")})
+        except Exception as e:  # reported below
+            result["error"] = e
 
     t = threading.Thread(target=work)
     t.start()
-    while not done.is_set():
-        ticks[0] += 1
-        time.sleep(0.001)
-    t.join()
-    assert ticks[0] > 20, "the main thread did not run while attention computed"
+    data = io.BytesIO()
+    np.save(data, np.ones((1, 3, 8), dtype=np.float32))
+    with open(fifo, "wb") as f:  # blocks until the call opens the FIFO, then feeds it
+        f.write(data.getvalue())
+    t.join(timeout=120)
+    assert not t.is_alive(), "the call still holds the FIFO: did it keep the GIL?"
+    assert "error" not in result, result.get("error")
+    assert result["run"]["status"] == "complete"
 
 
 def test_no_leak_over_10000_calls():
@@ -122,14 +136,9 @@ def test_no_leak_over_10000_calls():
                                      "out_dir": "/tmp/mha_pytest_leak"}) and
                             np.load("/tmp/mha_pytest_leak/weights.npz"), to="native")
     refs = (sys_refcount(x), sys_refcount(w["W_q"]))
-    for _ in range(200):  # warm up allocator pools
-        mha.attention(x, h=2, weights=w, threads=1)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(10000):
-        out, _ = mha.attention(x, h=2, weights=w, threads=1)
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    grew = leaks.growth_kib(lambda: mha.attention(x, h=2, weights=w, threads=1))
     assert (sys_refcount(x), sys_refcount(w["W_q"])) == refs
-    assert rss1 - rss0 < 16 * 1024, f"peak RSS grew by {rss1 - rss0} KiB over 10000 calls"
+    assert grew < leaks.MAX_GROWTH_KIB, f"peak RSS grew by {grew} KiB over 10000 warm calls"
 
 
 def sys_refcount(o):

@@ -144,8 +144,35 @@ void read_llama(const Keys& k, ModelConfig& c) {
     k.fail("key 'attention_bias' is true; expected false (an output-projection bias is not read)");
   if (k.flag("mlp_bias", false)) k.fail("key 'mlp_bias' is true; expected false (not supported)");
   c.qk_norm = t == "qwen3";
-  if (t == "mistral" || k.flag("use_sliding_window", false))
+  if (t == "mistral") {
     c.sliding_window = k.size({"sliding_window"}, std::size_t{0}, true);
+  } else if (k.flag("use_sliding_window", false)) {
+    // Qwen2 as Hugging Face defines it: the window on layers from max_window_layers on
+    // (layer_types, where config.json has it, says the same per layer). This forward has one
+    // window for every layer, so a checkpoint that mixes the two is refused by name.
+    const std::size_t window = k.size({"sliding_window"}, std::size_t{0}, true);
+    std::size_t sliding = 0;  // layers with the window
+    if (const json* types = k.find({"layer_types"})) {
+      if (!types->is_array() || types->size() != c.num_layers)
+        k.fail("key 'layer_types' is " + echo(types->dump()) + "; expected one entry per layer");
+      for (const json& type : *types) {
+        if (type == "sliding_attention")
+          ++sliding;
+        else if (type != "full_attention")
+          k.fail("key 'layer_types' holds " + echo(type.dump()) +
+                 "; expected \"full_attention\" or \"sliding_attention\"");
+      }
+    } else {
+      const std::size_t first = k.size({"max_window_layers"}, std::size_t{28}, true);
+      sliding = c.num_layers > first ? c.num_layers - first : 0;
+    }
+    if (sliding != 0 && sliding != c.num_layers)
+      k.fail("use_sliding_window gives " + std::to_string(sliding) + " of " +
+             std::to_string(c.num_layers) +
+             " layers a sliding window (max_window_layers, layer_types); a window on some "
+             "layers and not others is not supported");
+    c.sliding_window = sliding ? window : 0;
+  }
   if (const json* rs = k.find({"rope_scaling"})) {
     if (!rs->is_object()) k.fail("key 'rope_scaling' is " + echo(rs->dump()) + "; expected an object");
     std::string type;
