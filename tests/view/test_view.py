@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The viewer's pages in a real browser (headless Chromium over the DevTools protocol,
 tests/view/browser.py): `mha view` of a known attention.npy (pixels of chosen cells against
-viridis of their weights, shared and per-head scales, a synthetic hover's exact weight and
+viridis of their weights (the table held to matplotlib by draw.viridis_matplotlib), shared and per-head scales, a synthetic hover's exact weight and
 tokens, batch switching, the enlarged head and its zoom, the sortable statistics, the token
 view), `mha run --html` of the default config and of a Transformer stack, a 12 x 512 x 512 page,
 and `mha sweep --report` (one series per group with the runs' points, and the PNG). Bad inputs
