@@ -300,8 +300,8 @@ class Text(ModelTest):
              "the quick brown fox jumps over the lazy dog, then the cat ran home!",
              "a cat  runs 12 times"]
 
-    def check_text(self, family, tok, encode, V, texts, top_k):
-        config, t = checkpoints.make(family, vocab=V)
+    def check_text(self, family, tok, encode, V, texts, top_k, **sizes):
+        config, t = checkpoints.make(family, vocab=V, **sizes)
         d = self.path(family)
         sd = checkpoints.write(d, config, t)
         with open(os.path.join(d, "tokenizer.json"), "w") as f:
@@ -342,8 +342,12 @@ class Text(ModelTest):
         if top_k:
             self.check_top_k(out, ref, lengths, 5, with_tokens=True)
             inverse = {i: t for t, i in tok["model"]["vocab"].items()}
+            inverse.update({a["id"]: a["content"] for a in tok.get("added_tokens", [])})
             for row in self.read_json(out, "run.json")["top_k"]:
                 for e in row:
+                    if e["id"] not in inverse:  # config.json's vocabulary past the tokenizer's
+                        self.assertEqual(e["token"], "<id %d>" % e["id"])
+                        continue
                     self.assertIn(e["token"], (inverse[e["id"]], self.decoded(tok, inverse[e["id"]])), e)
 
     @staticmethod
@@ -356,6 +360,16 @@ class Text(ModelTest):
     def test_gpt2_byte_level_bpe(self):
         tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
         self.check_text("gpt2", tok, encode, V, self.TEXTS, top_k=True)
+
+    def test_gpt2_at_real_sizes(self):
+        """GPT-2's vocabulary (50,257: the LM head's 4,096-row blocks and a top-k over all of it)
+        and a 552-token text beside a short one (T > 512, where the kernel changes strategy,
+        with padding), against the reference."""
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
+        long_text = " ".join(self.TEXTS * 12)
+        self.assertGreater(len(encode(long_text)[0]), 512)
+        self.check_text("gpt2", tok, encode, 50257, [long_text, self.TEXTS[0]], top_k=True,
+                        layers=2, hidden=32, heads=2, max_positions=1024)
 
     def test_qwen2_byte_level_bpe(self):
         tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
