@@ -383,6 +383,91 @@ class Nonsense(Hostile):
         self.refused(self.run_model(d, "--save_attention", "--layer_indices", "0,0"), "given twice")
 
 
+class Refusals(Hostile):
+    """Every config.json refusal (lib/src/checkpoint/model_config.cpp), every shard-index error and
+    the attention options `--model` does not take: exit 2, one line naming the file and key."""
+
+    CONFIG = [  # (family, changes, fragments); None removes the key
+        ("gpt2", {"model_type": None}, ["key 'model_type' is missing"]),
+        ("gpt2", {"n_layer": None}, ["key 'n_layer' is missing"]),
+        ("gpt2", {"n_head": 0}, ["key 'n_head' is 0; expected a positive integer"]),
+        ("gpt2", {"n_embd": 2 ** 33}, ["key 'n_embd' is 8589934592"]),
+        ("gpt2", {"n_embd": "48"}, ["key 'n_embd' is \"48\"; expected a positive integer"]),
+        ("gpt2", {"layer_norm_epsilon": -1}, ["key 'layer_norm_epsilon'", "positive number"]),
+        ("gpt2", {"activation_function": "tanh"}, ["key 'activation_function' is \"tanh\""]),
+        ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, ["scale_attn_by_inverse_layer_idx"]),
+        ("gpt2", {"scale_attn_weights": False}, ["scale_attn_weights"]),
+        ("gpt2", {"tie_word_embeddings": "yes"}, ["key 'tie_word_embeddings'", "true or false"]),
+        ("gpt2", {"n_embd": 50}, ["hidden size 50 is not a multiple of 4 heads"]),
+        ("bert", {"position_embedding_type": "relative_key"}, ["position_embedding_type"]),
+        ("llama", {"attention_bias": True}, ["key 'attention_bias' is true"]),
+        ("llama", {"mlp_bias": True}, ["key 'mlp_bias' is true"]),
+        ("llama", {"num_key_value_heads": 3}, ["is not a multiple of num_key_value_heads 3"]),
+        ("llama", {"head_dim": 15}, ["head_dim 15 is odd"]),
+        ("llama", {"rope_scaling": 2}, ["key 'rope_scaling' is 2; expected an object"]),
+        ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["has type \"yarn\""]),
+        ("llama", {"rope_scaling": {"rope_type": "linear"}}, ["rope_scaling.factor"]),
+        ("llama", {"vocab_size": 2 ** 31}, ["vocab_size 2147483648 is over 2^31 - 1"]),
+        ("qwen2", {"use_sliding_window": True, "max_window_layers": 1}, ["use_sliding_window gives 1 of 2"]),
+        ("qwen2", {"use_sliding_window": True, "layer_types": ["full_attention"]},
+         ["key 'layer_types'", "one entry per layer"]),
+    ]
+
+    def test_config_json(self):
+        for family, changes, fragments in self.CONFIG:
+            with self.subTest(family=family, changes=changes):
+                d, config = self.model(family, name="c")
+                c = dict(config, **{k: v for k, v in changes.items() if v is not None})
+                for k in [k for k, v in changes.items() if v is None]:
+                    c.pop(k)
+                dump(c, os.path.join(d, "config.json"))
+                self.refused(self.run_model(d), "config.json", *fragments)
+                shutil.rmtree(d)
+
+    def index(self, d, weight_map):
+        os.remove(os.path.join(d, "model.safetensors"))
+        dump({"metadata": {}, "weight_map": weight_map}, os.path.join(d, "model.safetensors.index.json"))
+
+    def test_shard_index(self):
+        d, config = self.model(name="empty")
+        self.index(d, {})
+        self.refused(self.run_model(d), "model.safetensors.index.json", "weight_map is empty")
+        for name, shard in (("outside", "../model.safetensors"), ("sub", "a/b.safetensors"),
+                            ("dot", "..")):
+            d, _ = self.model(name=name)
+            self.index(d, {"wte.weight": shard})
+            self.refused(self.run_model(d), "model.safetensors.index.json",
+                         "expected a file name in the checkpoint's directory")
+        # A tensor in two shards: both shards hold it.
+        d, config = self.model(name="twice")
+        _, t = checkpoints.make("gpt2")
+        os.remove(os.path.join(d, "model.safetensors"))
+        st = checkpoints.st
+        st.save_file(os.path.join(d, "a.safetensors"),
+                     {k: v for k, v in t.items() if k != "wpe.weight"}, "F32")
+        st.save_file(os.path.join(d, "b.safetensors"),
+                     {"wte.weight": t["wte.weight"], "wpe.weight": t["wpe.weight"]}, "F32")
+        wm = {k: "a.safetensors" for k in t}
+        wm["wpe.weight"] = "b.safetensors"
+        dump({"weight_map": wm}, os.path.join(d, "model.safetensors.index.json"))
+        self.refused(self.run_model(d), "tensor \"wte.weight\" is also in",
+                     "expected each tensor in one shard")
+        # Listed in a shard that does not hold it.
+        wm["wte.weight"] = "b.safetensors"
+        dump({"weight_map": dict(wm, **{"h.0.ln_1.weight": "b.safetensors"})},
+             os.path.join(d, "model.safetensors.index.json"))
+        os.remove(os.path.join(d, "b.safetensors"))
+        st.save_file(os.path.join(d, "b.safetensors"), {"wpe.weight": t["wpe.weight"]}, "F32")
+        self.refused(self.run_model(d), "model.safetensors.index.json")
+
+    def test_attention_options_with_model(self):
+        d, _ = self.model()
+        for option in (["--h", "4"], ["--causal", "true"], ["--d_model", "64"], ["--window", "4"],
+                       ["--dtype", "bfloat16"], ["--weights", "w.npz"], ["--repeat", "3"]):
+            with self.subTest(option=option):
+                self.refused(self.run_model(d, *option), option[0])
+
+
 class PythonCalls(Hostile):
     """8. mha.Model and mha.Layer refuse what the CLI refuses, with its words, as ValueError."""
 

@@ -131,7 +131,7 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
   std::set<std::string> shards;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      fail_input(index + ": weight_map[" + echo(name) + "] is " + echo(file.dump()) +
+      fail_input(index + ": weight_map[" + echo(name) + "] is " + one_line(file.dump(), kEchoChars) +
                  "; expected a file name");
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")

@@ -38,7 +38,7 @@ class Keys {
     }
     if (!v->is_number_integer() || v->get<std::int64_t>() < (zero_ok ? 0 : 1) ||
         v->get<std::int64_t>() > (std::int64_t{1} << 32))
-      fail_input(path_ + ": key '" + *names.begin() + "' is " + echo(v->dump()) +
+      fail_input(path_ + ": key '" + *names.begin() + "' is " + one_line(v->dump(), kEchoChars) +
                  "; expected a positive integer");
     return v->get<std::size_t>();
   }
@@ -46,7 +46,7 @@ class Keys {
     const json* v = find(names);
     if (!v) return fallback;
     if (!v->is_number() || (positive && !(v->get<double>() > 0)))
-      fail_input(path_ + ": key '" + *names.begin() + "' is " + echo(v->dump()) + "; expected a " +
+      fail_input(path_ + ": key '" + *names.begin() + "' is " + one_line(v->dump(), kEchoChars) + "; expected a " +
                  (positive ? "positive " : "") + "number");
     return v->get<double>();
   }
@@ -54,7 +54,7 @@ class Keys {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_boolean())
-      fail_input(path_ + ": key '" + name + "' is " + echo(v->dump()) + "; expected true or false");
+      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) + "; expected true or false");
     return v->get<bool>();
   }
   std::optional<std::int64_t> id(const char* name) const {
@@ -68,7 +68,7 @@ class Keys {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_string())
-      fail_input(path_ + ": key '" + name + "' is " + echo(v->dump()) + "; expected a string");
+      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) + "; expected a string");
     return v->get<std::string>();
   }
   [[noreturn]] void fail(const std::string& what) const { fail_input(path_ + ": " + what); }
@@ -84,8 +84,8 @@ Activation activation_of(const Keys& k, const char* key, const std::string& fall
   if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") return Activation::gelu_tanh;
   if (a == "relu") return Activation::relu;
   if (a == "silu" || a == "swish") return Activation::silu;
-  k.fail("key '" + std::string(key) + "' is \"" + a +
-         "\"; expected gelu, gelu_new, gelu_pytorch_tanh, relu or silu");
+  k.fail("key '" + std::string(key) + "' is " + echo(a) +
+         "; expected gelu, gelu_new, gelu_pytorch_tanh, relu or silu");
 }
 
 void read_bert(const Keys& k, ModelConfig& c) {
@@ -101,7 +101,7 @@ void read_bert(const Keys& k, ModelConfig& c) {
   c.activation = activation_of(k, "hidden_act", "gelu");
   const std::string pos = k.string("position_embedding_type", "absolute");
   if (pos != "absolute")
-    k.fail("key 'position_embedding_type' is \"" + pos + "\"; expected \"absolute\"");
+    k.fail("key 'position_embedding_type' is " + echo(pos) + "; expected \"absolute\"");
   c.causal = c.pre_norm = c.rms_norm = false;
   c.qkv_bias = true;
 }
@@ -154,12 +154,12 @@ void read_llama(const Keys& k, ModelConfig& c) {
     std::size_t sliding = 0;  // layers with the window
     if (const json* types = k.find({"layer_types"})) {
       if (!types->is_array() || types->size() != c.num_layers)
-        k.fail("key 'layer_types' is " + echo(types->dump()) + "; expected one entry per layer");
+        k.fail("key 'layer_types' is " + one_line(types->dump(), kEchoChars) + "; expected one entry per layer");
       for (const json& type : *types) {
         if (type == "sliding_attention")
           ++sliding;
         else if (type != "full_attention")
-          k.fail("key 'layer_types' holds " + echo(type.dump()) +
+          k.fail("key 'layer_types' holds " + one_line(type.dump(), kEchoChars) +
                  "; expected \"full_attention\" or \"sliding_attention\"");
       }
     } else {
@@ -174,7 +174,7 @@ void read_llama(const Keys& k, ModelConfig& c) {
     c.sliding_window = sliding ? window : 0;
   }
   if (const json* rs = k.find({"rope_scaling"})) {
-    if (!rs->is_object()) k.fail("key 'rope_scaling' is " + echo(rs->dump()) + "; expected an object");
+    if (!rs->is_object()) k.fail("key 'rope_scaling' is " + one_line(rs->dump(), kEchoChars) + "; expected an object");
     std::string type;
     for (const char* n : {"rope_type", "type"})
       if (rs->contains(n) && (*rs)[n].is_string()) type = (*rs)[n].get<std::string>();
