@@ -29,9 +29,8 @@ std::vector<std::int64_t> index_list(const std::string& text, const char* option
       used = 0;
     }
     if (item.empty() || used != item.size() || v < 0)
-      throw Error(
-          ErrorKind::invalid_input,
-          std::string("--") + option + ": expected indices such as 3,5, got " + echo(text));
+      throw Error(ErrorKind::invalid_input,
+                  std::string("--") + option + ": expected indices such as 3,5, got " + echo(text));
     out.push_back(v);
     at = comma + 1;
   }

@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "mha/io/json_file.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha::cli {

@@ -27,9 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/io/json_file.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/model/config.hpp"
@@ -763,8 +763,8 @@ class PyModel {
       for (const auto& row : r.top_k) {
         py::list l;
         for (const mha::NextToken& t : row)
-          l.append(
-              py::make_tuple(t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
+          l.append(py::make_tuple(
+              t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
         top.append(l);
       }
       out["top_k"] = top;

@@ -21,10 +21,10 @@ mha::ModelConfig parse(const json& j) {
 }
 
 const json kGpt2 = {{"model_type", "gpt2"}, {"n_layer", 3}, {"n_embd", 48}, {"n_head", 4}};
-const json kQwen2 = {{"model_type", "qwen2"},      {"num_hidden_layers", 4},
-                     {"hidden_size", 64},          {"num_attention_heads", 4},
-                     {"num_key_value_heads", 2},   {"intermediate_size", 96},
-                     {"vocab_size", 180},          {"sliding_window", 8}};
+const json kQwen2 = {{"model_type", "qwen2"},    {"num_hidden_layers", 4},
+                     {"hidden_size", 64},        {"num_attention_heads", 4},
+                     {"num_key_value_heads", 2}, {"intermediate_size", 96},
+                     {"vocab_size", 180},        {"sliding_window", 8}};
 
 }  // namespace
 
@@ -38,8 +38,11 @@ TEST_CASE("config.json: each family's keys and defaults", "[checkpoint]") {
   CHECK(g.tie_word_embeddings);
   CHECK((g.causal && g.pre_norm && !g.rms_norm && g.qkv_bias));
 
-  json b = {{"model_type", "bert"}, {"num_hidden_layers", 2}, {"hidden_size", 32},
-            {"num_attention_heads", 4}, {"vocab_size", 120}};
+  json b = {{"model_type", "bert"},
+            {"num_hidden_layers", 2},
+            {"hidden_size", 32},
+            {"num_attention_heads", 4},
+            {"vocab_size", 120}};
   const mha::ModelConfig bert = parse(b);
   CHECK((!bert.causal && !bert.pre_norm && !bert.has_lm_head()));
   CHECK((bert.d_ff == 128 && bert.max_positions == 512 && bert.type_vocab_size == 2));
@@ -67,8 +70,8 @@ TEST_CASE("config.json: Qwen2's sliding window from max_window_layers on", "[che
   q["max_window_layers"] = 2;  // layers 2 and 3 only
   require_invalid([&] { parse(q); }, "use_sliding_window gives 2 of 4 layers a sliding window");
   q.erase("max_window_layers");
-  q["layer_types"] = json::array({"sliding_attention", "sliding_attention", "sliding_attention",
-                                  "sliding_attention"});
+  q["layer_types"] = json::array(
+      {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"});
   CHECK(parse(q).sliding_window == 8);
   q["layer_types"][0] = "full_attention";
   require_invalid([&] { parse(q); }, "gives 3 of 4 layers");

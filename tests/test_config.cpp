@@ -606,6 +606,7 @@ TEST_CASE("read_config_file", "[config]") {
   REQUIRE_INPUT_ERROR(mha::read_config_file(col), StartsWith(col + ":1:9: invalid JSON: "));
 
   const std::string missing = dir / "missing.json";
-  REQUIRE_INPUT_ERROR(mha::read_config_file(missing),
-                      Equals(missing + ": cannot open (No such file or directory); expected a JSON config"));
+  REQUIRE_INPUT_ERROR(
+      mha::read_config_file(missing),
+      Equals(missing + ": cannot open (No such file or directory); expected a JSON config"));
 }

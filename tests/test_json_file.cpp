@@ -14,7 +14,8 @@ namespace {
 
 using mha::test::require_invalid;
 
-std::string nested(std::size_t depth, const std::string& open = "[", const std::string& close = "]") {
+std::string nested(std::size_t depth, const std::string& open = "[",
+                   const std::string& close = "]") {
   std::string s;
   for (std::size_t i = 0; i < depth; ++i) s += open;
   s += "1";
@@ -25,16 +26,18 @@ std::string nested(std::size_t depth, const std::string& open = "[", const std::
 }  // namespace
 
 TEST_CASE("parse_json takes a document within every limit", "[json_file]") {
-  const auto j = mha::parse_json(R"({"a": [1, {"b": null}], "c": "é"} )" "\n", "c.json",
-                                 mha::json_kind::model_config);
+  const auto j = mha::parse_json(R"({"a": [1, {"b": null}], "c": "é"} )"
+                                 "\n",
+                                 "c.json", mha::json_kind::model_config);
   CHECK(j["a"][1]["b"].is_null());
   CHECK(j["c"] == "é");
   // 64 levels are the limit, and are read.
   CHECK(mha::parse_json(nested(64), "d.json", mha::json_kind::model_config).is_array());
   // Comments only where the kind allows them (the tool's own configs).
   CHECK(mha::parse_json("{\"h\": 2 // two\n}", "t.json", mha::json_kind::tool_config)["h"] == 2);
-  require_invalid([] { mha::parse_json("{\"h\": 2 // two\n}", "c.json", mha::json_kind::model_config); },
-                  "c.json:1:9: invalid JSON");
+  require_invalid(
+      [] { mha::parse_json("{\"h\": 2 // two\n}", "c.json", mha::json_kind::model_config); },
+      "c.json:1:9: invalid JSON");
 }
 
 TEST_CASE("parse_json refuses depth as the parser reaches it", "[json_file]") {
@@ -45,7 +48,9 @@ TEST_CASE("parse_json refuses depth as the parser reaches it", "[json_file]") {
   require_invalid([&] { mha::parse_json(deep, "config.json", mha::json_kind::model_config); },
                   "config.json: JSON nested more than 64 levels deep");
   require_invalid(
-      [&] { mha::parse_json(nested(100000, "{\"a\":", "}"), "h", mha::json_kind::safetensors_header); },
+      [&] {
+        mha::parse_json(nested(100000, "{\"a\":", "}"), "h", mha::json_kind::safetensors_header);
+      },
       "h: JSON nested more than 64 levels deep (expected a safetensors header)");
   // 20 MB of '[' (a safetensors header): refused at once.
   const std::string brackets(20u << 20, '[');
@@ -54,16 +59,22 @@ TEST_CASE("parse_json refuses depth as the parser reaches it", "[json_file]") {
 }
 
 TEST_CASE("parse_json refuses duplicate keys at any depth", "[json_file]") {
-  require_invalid([] { mha::parse_json(R"({"a": 1, "a": 2})", "c.json", mha::json_kind::model_config); },
-                  "c.json: duplicate key \"a\"; each key may appear once");
   require_invalid(
-      [] { mha::parse_json(R"({"x": {"a": 1, "b": {}, "a": 2}})", "c.json", mha::json_kind::shard_index); },
+      [] { mha::parse_json(R"({"a": 1, "a": 2})", "c.json", mha::json_kind::model_config); },
+      "c.json: duplicate key \"a\"; each key may appear once");
+  require_invalid(
+      [] {
+        mha::parse_json(R"({"x": {"a": 1, "b": {}, "a": 2}})", "c.json",
+                        mha::json_kind::shard_index);
+      },
       "duplicate key \"a\"");
   // The same key in two objects is not a duplicate.
-  CHECK(mha::parse_json(R"([{"a": 1}, {"a": 2}])", "c.json", mha::json_kind::model_config).size() == 2);
+  CHECK(mha::parse_json(R"([{"a": 1}, {"a": 2}])", "c.json", mha::json_kind::model_config).size() ==
+        2);
   // A key echoed in a message is cut and escaped.
   const std::string key = std::string(1000, 'k') + "\n";
-  const std::string doc = "{\"" + key.substr(0, 1000) + "\\n\": 1, \"" + key.substr(0, 1000) + "\\n\": 2}";
+  const std::string doc =
+      "{\"" + key.substr(0, 1000) + "\\n\": 1, \"" + key.substr(0, 1000) + "\\n\": 2}";
   try {
     mha::parse_json(doc, "c.json", mha::json_kind::model_config);
     FAIL("expected an error");
@@ -77,7 +88,10 @@ TEST_CASE("parse_json refuses duplicate keys at any depth", "[json_file]") {
 
 TEST_CASE("parse_json refuses anything after the document but whitespace", "[json_file]") {
   require_invalid(
-      [] { mha::parse_json(std::string("{\"a\": 1}\0garbage", 16), "c.json", mha::json_kind::model_config); },
+      [] {
+        mha::parse_json(std::string("{\"a\": 1}\0garbage", 16), "c.json",
+                        mha::json_kind::model_config);
+      },
       "c.json: a NUL byte at offset 8 (line 1); expected a config.json, which holds none");
   require_invalid([] { mha::parse_json("{} {}", "c.json", mha::json_kind::model_config); },
                   "c.json:1:4: invalid JSON");
@@ -99,8 +113,9 @@ TEST_CASE("read_json_file bounds the file before reading it", "[json_file]") {
   const std::string fifo = dir / "tokenizer.json";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   require_invalid([&] { mha::read_json_file(fifo, mha::json_kind::tokenizer_config); },
-                  fifo + ": is not a regular file (a FIFO, socket or device); expected a "
-                         "tokenizer_config.json");
+                  fifo +
+                      ": is not a regular file (a FIFO, socket or device); expected a "
+                      "tokenizer_config.json");
   require_invalid([&] { mha::require_regular_file(fifo, "a tokenizer.json"); },
                   "is not a regular file");
   require_invalid([&] { mha::read_json_file(dir / "none.json", mha::json_kind::shard_index); },
@@ -111,5 +126,6 @@ TEST_CASE("read_json_file bounds the file before reading it", "[json_file]") {
   // A stream where the kind allows one (--texts <(...)) is read up to its limit, and named.
   require_invalid([] { mha::read_json_file("/dev/zero", mha::json_kind::text_list); },
                   "/dev/zero: over 67108864 bytes, the limit for a JSON array of strings");
-  CHECK(mha::read_json_file(dir.write("ok.json", "{\"n\": 3}"), mha::json_kind::model_config)["n"] == 3);
+  CHECK(mha::read_json_file(dir.write("ok.json", "{\"n\": 3}"),
+                            mha::json_kind::model_config)["n"] == 3);
 }

@@ -14,7 +14,11 @@ bool one_clean_line(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7f) return false;
-    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    const std::size_t n = c < 0x80         ? 1
+                          : (c >> 5) == 6  ? 2
+                          : (c >> 4) == 14 ? 3
+                          : (c >> 3) == 30 ? 4
+                                           : 0;
     if (n == 0 || i + n > s.size()) return false;
     for (std::size_t k = 1; k < n; ++k)
       if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
@@ -44,13 +48,14 @@ TEST_CASE("echo quotes and escapes what could forge or break a line", "[message]
   CHECK_THAT(mha::echo("\xed\xa0\x80"), Equals("\"\\xed\\xa0\\x80\""));
   // Valid UTF-8 stays as it is; C1 controls and U+2028 are escaped.
   CHECK_THAT(mha::echo("Ġé日本😀"), Equals("\"Ġé日本😀\""));
-  CHECK_THAT(mha::echo("a\xc2\x85" "b\xe2\x80\xa8"), Equals("\"a\\u0085b\\u2028\""));
+  CHECK_THAT(mha::echo("a\xc2\x85"
+                       "b\xe2\x80\xa8"),
+             Equals("\"a\\u0085b\\u2028\""));
 }
 
 TEST_CASE("echo cuts a long value at a character boundary and gives its size", "[message]") {
   const std::string long_ascii(100000, 'x');
-  CHECK_THAT(mha::echo(long_ascii),
-             Equals("\"" + std::string(60, 'x') + "\"… (100000 bytes)"));
+  CHECK_THAT(mha::echo(long_ascii), Equals("\"" + std::string(60, 'x') + "\"… (100000 bytes)"));
   // 59 ASCII characters, then two-byte characters: the cut falls between characters, never
   // inside one (the byte-60 cut the tokenizer's messages used to make).
   std::string mixed(59, 'a');

@@ -447,7 +447,8 @@ TEST_CASE("read_npy reads files and checks sizes before allocating", "[npy]") {
 
 TEST_CASE("npy files interoperate with NumPy", "[npy][numpy]") {
   if (!have_numpy()) {
-    MHA_SKIP("numpy", "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
+    MHA_SKIP("numpy",
+             "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
   }
   TempDir tmp("npy");
   const std::string script = tmp / "make.py";

@@ -224,7 +224,8 @@ TEST_CASE("npz write errors are runtime errors naming the path", "[npz]") {
 
 TEST_CASE("npz files interoperate with NumPy", "[npz][numpy]") {
   if (!have_numpy()) {
-    MHA_SKIP("numpy", "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
+    MHA_SKIP("numpy",
+             "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
   }
   TempDir tmp("npz");
   const std::string script = tmp / "make.py";

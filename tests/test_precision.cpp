@@ -136,7 +136,8 @@ TEST_CASE("float16 rounding: ties to even, overflow, subnormals, NaN", "[precisi
 
 TEST_CASE("float16 conversion matches NumPy's astype", "[precision][numpy]") {
   if (!mha::test::have_numpy()) {
-    MHA_SKIP("numpy", "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
+    MHA_SKIP("numpy",
+             "/usr/bin/python3 with numpy not found (scripts/setup.sh --test installs it)");
   }
   // Values of every magnitude float16 cares about: random significands at
   // exponents from below the subnormals to beyond the range, exact ties, and

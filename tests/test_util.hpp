@@ -162,8 +162,8 @@ inline bool report_skip(const std::string& group, const std::string& reason) {
   std::cout << "MHA-SKIP: " << group << ": " << reason << std::endl;
   return true;
 }
-#define MHA_SKIP(group, reason)                 \
-  do {                                          \
+#define MHA_SKIP(group, reason)                        \
+  do {                                                 \
     if (mha::test::report_skip(group, reason)) return; \
   } while (false)
 

@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const mha::Error& e) {
     check_message(e);
   }
-  for (const mha::JsonKind* kind : {&mha::json_kind::shard_index, &mha::json_kind::tokenizer_config}) {
+  for (const mha::JsonKind* kind :
+       {&mha::json_kind::shard_index, &mha::json_kind::tokenizer_config}) {
     try {
       const nlohmann::json j = mha::parse_json(text, "file.json", *kind);
       (void)j.dump();  // at most 64 levels deep: dumping recurses that far and no further

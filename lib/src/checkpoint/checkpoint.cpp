@@ -1,6 +1,6 @@
+#include "mha/checkpoint/checkpoint.hpp"
 #include "mha/base/message.hpp"
 #include "mha/io/json_file.hpp"
-#include "mha/checkpoint/checkpoint.hpp"
 
 #include <sys/stat.h>
 
@@ -131,8 +131,8 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
   std::set<std::string> shards;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      fail_input(index + ": weight_map[" + echo(name) + "] is " + one_line(file.dump(), kEchoChars) +
-                 "; expected a file name");
+      fail_input(index + ": weight_map[" + echo(name) + "] is " +
+                 one_line(file.dump(), kEchoChars) + "; expected a file name");
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       fail_input(index + ": weight_map[" + echo(name) + "] is " + echo(f) +
@@ -201,11 +201,11 @@ void Checkpoint::open_weights() {
       const auto listed = weight_map.find(name);
       const std::string file = p.substr(p.rfind('/') + 1);
       if (listed == weight_map.end())
-        fail_input(index + ": weight_map has no entry for tensor " + echo(name) + " (in shard " + echo(file) +
-                   "); expected every tensor of the shards listed");
+        fail_input(index + ": weight_map has no entry for tensor " + echo(name) + " (in shard " +
+                   echo(file) + "); expected every tensor of the shards listed");
       if (listed->second != file)
-        fail_input(index + ": weight_map puts tensor " + echo(name) + " in " + echo(listed->second) +
-                   ", but it is in " + file);
+        fail_input(index + ": weight_map puts tensor " + echo(name) + " in " +
+                   echo(listed->second) + ", but it is in " + file);
     }
   }
   for (const auto& [name, file] : weight_map)
@@ -232,8 +232,9 @@ void Checkpoint::check_tensors() const {
     const std::string stored = head ? name : prefix_ + name;
     auto it = where_.find(stored);
     if (it == where_.end())
-      fail_input(dir_ + ": no weights file has tensor " + echo(stored) + "; expected one of shape " +
-                 shape_text(shape) + " for a " + config_.model_type + " of this config.json");
+      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
+                 "; expected one of shape " + shape_text(shape) + " for a " + config_.model_type +
+                 " of this config.json");
     const SafetensorsFile::Tensor* t = files_[it->second]->find(stored);
     if (t->shape != shape)
       fail_input(files_[it->second]->path() + ": tensor " + echo(stored) + " has shape " +

@@ -1,9 +1,9 @@
 #include "mha/checkpoint/forward.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
@@ -207,10 +207,10 @@ std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, st
   const u128 rows = u128{B} * T, d = c.d_model;
   const u128 q = u128{c.h} * c.head_dim, kv = u128{c.kv_heads} * c.head_dim;
   const u128 largest = std::max({d * q, d * c.d_ff, 3 * d * d});
-  u128 bytes = layer_bytes + 4 * largest;                // the weights, a stored matrix
-  bytes += 4 * rows * (2 * d);                           // x and y
-  bytes += 4 * rows * (2 * d + 2 * u128{c.d_ff});        // the layer's y, a, f, g
-  bytes += 4 * rows * (q + 2 * kv + q);                  // Q, K, V and the heads' outputs
+  u128 bytes = layer_bytes + 4 * largest;                    // the weights, a stored matrix
+  bytes += 4 * rows * (2 * d);                               // x and y
+  bytes += 4 * rows * (2 * d + 2 * u128{c.d_ff});            // the layer's y, a, f, g
+  bytes += 4 * rows * (q + 2 * kv + q);                      // Q, K, V and the heads' outputs
   bytes += 4 * u128(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
   if (c.has_lm_head())
     bytes += 4 * std::min<u128>(c.vocab_size, kHeadRows) * d + 8 * 2 * u128{c.vocab_size};

@@ -1,6 +1,6 @@
+#include "mha/checkpoint/model_config.hpp"
 #include "mha/base/message.hpp"
 #include "mha/io/json_file.hpp"
-#include "mha/checkpoint/model_config.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -46,15 +46,16 @@ class Keys {
     const json* v = find(names);
     if (!v) return fallback;
     if (!v->is_number() || (positive && !(v->get<double>() > 0)))
-      fail_input(path_ + ": key '" + *names.begin() + "' is " + one_line(v->dump(), kEchoChars) + "; expected a " +
-                 (positive ? "positive " : "") + "number");
+      fail_input(path_ + ": key '" + *names.begin() + "' is " + one_line(v->dump(), kEchoChars) +
+                 "; expected a " + (positive ? "positive " : "") + "number");
     return v->get<double>();
   }
   bool flag(const char* name, bool fallback) const {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_boolean())
-      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) + "; expected true or false");
+      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) +
+                 "; expected true or false");
     return v->get<bool>();
   }
   std::optional<std::int64_t> id(const char* name) const {
@@ -68,7 +69,8 @@ class Keys {
     const json* v = find({name});
     if (!v) return fallback;
     if (!v->is_string())
-      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) + "; expected a string");
+      fail_input(path_ + ": key '" + name + "' is " + one_line(v->dump(), kEchoChars) +
+                 "; expected a string");
     return v->get<std::string>();
   }
   [[noreturn]] void fail(const std::string& what) const { fail_input(path_ + ": " + what); }
@@ -154,7 +156,8 @@ void read_llama(const Keys& k, ModelConfig& c) {
     std::size_t sliding = 0;  // layers with the window
     if (const json* types = k.find({"layer_types"})) {
       if (!types->is_array() || types->size() != c.num_layers)
-        k.fail("key 'layer_types' is " + one_line(types->dump(), kEchoChars) + "; expected one entry per layer");
+        k.fail("key 'layer_types' is " + one_line(types->dump(), kEchoChars) +
+               "; expected one entry per layer");
       for (const json& type : *types) {
         if (type == "sliding_attention")
           ++sliding;
@@ -174,7 +177,8 @@ void read_llama(const Keys& k, ModelConfig& c) {
     c.sliding_window = sliding ? window : 0;
   }
   if (const json* rs = k.find({"rope_scaling"})) {
-    if (!rs->is_object()) k.fail("key 'rope_scaling' is " + one_line(rs->dump(), kEchoChars) + "; expected an object");
+    if (!rs->is_object())
+      k.fail("key 'rope_scaling' is " + one_line(rs->dump(), kEchoChars) + "; expected an object");
     std::string type;
     for (const char* n : {"rope_type", "type"})
       if (rs->contains(n) && (*rs)[n].is_string()) type = (*rs)[n].get<std::string>();
@@ -198,8 +202,8 @@ void check_sizes(const ModelConfig& c, const std::string& path) {
   constexpr u128 kMaxParameters = u128{1} << 40;  // 4 TiB of float32
   const u128 d = c.d_model, q = u128{c.h} * c.head_dim, kv = u128{c.kv_heads} * c.head_dim;
   const u128 layer = d * (q + 2 * kv) + q * d + 3 * d * c.d_ff + 4 * d + 2 * q;
-  const u128 total = layer * c.num_layers + 2 * u128{c.vocab_size} * d +
-                     u128{c.max_positions} * d + u128{c.type_vocab_size} * d;
+  const u128 total = layer * c.num_layers + 2 * u128{c.vocab_size} * d + u128{c.max_positions} * d +
+                     u128{c.type_vocab_size} * d;
   if (c.vocab_size > 0x7fffffff)
     fail_input(path + ": vocab_size " + std::to_string(c.vocab_size) +
                " is over 2^31 - 1; expected token ids that fit 32 bits");

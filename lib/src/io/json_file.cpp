@@ -88,7 +88,8 @@ class BoundedDom : public nlohmann::json_sax<Json> {
     --depth_;
     return dom_.end_array();
   }
-  bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& e) override {
+  bool parse_error(std::size_t byte, const std::string&,
+                   const nlohmann::detail::exception& e) override {
     byte_ = byte;
     // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ...":
     // keep what follows the position, which the caller states itself.
@@ -128,7 +129,8 @@ Json parse(std::string_view text, const std::string& source, const JsonKind& kin
   // one for the end of the input: a valid document followed by a NUL and
   // garbage would pass.
   if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
-    std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + nul, '\n'));
+    std::size_t line =
+        1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + nul, '\n'));
     fail_input(source + ": a NUL byte at offset " + std::to_string(nul) + " (line " +
                std::to_string(line) + "); expected " + kind.what + ", which holds none");
   }

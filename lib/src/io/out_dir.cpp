@@ -1,5 +1,5 @@
-#include "mha/io/json_file.hpp"
 #include "mha/io/out_dir.hpp"
+#include "mha/io/json_file.hpp"
 
 #include <sys/stat.h>
 

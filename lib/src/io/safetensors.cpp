@@ -1,6 +1,6 @@
+#include "mha/io/safetensors.hpp"
 #include "mha/base/message.hpp"
 #include "mha/io/json_file.hpp"
-#include "mha/io/safetensors.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -51,7 +51,8 @@ std::uint64_t read_u64(const unsigned char* p) {
 // The header's entries, checked against the data size, sorted by offset.
 std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size,
                                 const std::string& name) {
-  const json header = parse_json(text, name + " (safetensors header)", json_kind::safetensors_header);
+  const json header =
+      parse_json(text, name + " (safetensors header)", json_kind::safetensors_header);
   if (!header.is_object()) fail_input(name + ": the safetensors header is not a JSON object");
   std::vector<Entry> entries;
   for (const auto& [key, v] : header.items()) {
@@ -66,7 +67,8 @@ std::vector<Entry> parse_header(const std::string& text, std::uint64_t data_size
     e.dtype = v["dtype"].get<std::string>();
     const std::size_t item = dtype_size(e.dtype);
     if (!item)
-      fail_input(what + ": dtype " + echo(e.dtype) + " is not read; expected F32, F64, F16 or BF16");
+      fail_input(what + ": dtype " + echo(e.dtype) +
+                 " is not read; expected F32, F64, F16 or BF16");
     if (!v["shape"].is_array()) fail_input(what + ": shape is not a list");
     std::uint64_t count = 1;
     for (const auto& d : v["shape"]) {

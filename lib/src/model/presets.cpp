@@ -1,5 +1,5 @@
-#include "mha/io/json_file.hpp"
 #include "mha/model/presets.hpp"
+#include "mha/io/json_file.hpp"
 
 #include <filesystem>
 #include <fstream>

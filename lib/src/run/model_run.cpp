@@ -348,8 +348,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (whole.tokenizer())
     for (const auto& row : report.top_k) {
       report.top_k_tokens.emplace_back();
-      for (const NextToken& t : row)
-        report.top_k_tokens.back().push_back(whole.token_name(t.id));
+      for (const NextToken& t : row) report.top_k_tokens.back().push_back(whole.token_name(t.id));
     }
   check_finite_output(r, config.model);
   out.stage_npy("output.npy", r.output.data(), {B, T, d});

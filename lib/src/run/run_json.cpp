@@ -1,5 +1,5 @@
-#include "mha/io/json_file.hpp"
 #include "mha/run/run_json.hpp"
+#include "mha/io/json_file.hpp"
 
 #include <array>
 #include <cmath>
@@ -521,7 +521,6 @@ ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
   add_extra(row, extra);
   return row;
 }
-
 
 std::optional<ModelRunView> read_model_run_view(const std::string& path) {
   json j = read_json_file(path, json_kind::run_json);

@@ -1,5 +1,5 @@
-#include "mha/io/json_file.hpp"
 #include "mha/run/sweep.hpp"
+#include "mha/io/json_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -5,8 +5,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include "mha/base/message.hpp"
 #include "json_fields.hpp"
+#include "mha/base/message.hpp"
 #include "model.hpp"
 #include "unicode.hpp"
 

@@ -236,8 +236,8 @@ std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std:
                                        nullptr, content);
     const std::string regex = string_field(*pattern, "Regex", where + ".pattern");
     try {
-      return std::make_unique<Replace>("", std::make_unique<Regex>(oniguruma_to_icu(regex), where + ".pattern.Regex"),
-                                       content);
+      return std::make_unique<Replace>(
+          "", std::make_unique<Regex>(oniguruma_to_icu(regex), where + ".pattern.Regex"), content);
     } catch (const std::invalid_argument& e) {
       fail_at(where + ".pattern.Regex",
               std::string("not a regex this reader supports (") + e.what() + ")");

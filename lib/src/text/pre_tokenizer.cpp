@@ -1,5 +1,5 @@
-#include "mha/base/message.hpp"
 #include "pre_tokenizer.hpp"
+#include "mha/base/message.hpp"
 
 #include <unicode/uchar.h>
 

@@ -4,8 +4,8 @@
 
 #include <unicode/regex.h>
 
-#include "mha/base/message.hpp"
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "unicode.hpp"
 
 namespace mha::text {

@@ -4,9 +4,9 @@
 //     normalize → cut at the normalized added tokens; each piece between them →
 //       pre-tokenize → model
 //   then the post-processor's special tokens around it all, and each token's id.
+#include "mha/text/tokenizer.hpp"
 #include "mha/base/message.hpp"
 #include "mha/io/json_file.hpp"
-#include "mha/text/tokenizer.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -241,7 +241,8 @@ std::size_t Tokenizer::vocab_size() const {
 }
 
 bool Tokenizer::has_token(std::int32_t id) const {
-  return id >= 0 && static_cast<std::size_t>(id) < impl_->id_to_token.size() && impl_->has_token[id];
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->id_to_token.size() &&
+         impl_->has_token[id];
 }
 
 const std::string& Tokenizer::token(std::int32_t id) const {

@@ -1,6 +1,6 @@
+#include "tokenizer_json.hpp"
 #include "mha/base/message.hpp"
 #include "mha/io/json_file.hpp"
-#include "tokenizer_json.hpp"
 
 #include <limits>
 #include <unordered_set>
@@ -39,8 +39,7 @@ class Reader : public nlohmann::json_sax<json> {
     if (mode_ == Mode::merges && depth_in_mode_ == 1) {
       const std::size_t space = v.find(' ');
       if (space == std::string::npos)
-        return fail(merge_where() + ": expected two tokens separated by a space, got " +
-                    echo(v));
+        return fail(merge_where() + ": expected two tokens separated by a space, got " + echo(v));
       const std::size_t end = v.find(' ', space + 1);
       out_.merges.emplace_back(
           v.substr(0, space),

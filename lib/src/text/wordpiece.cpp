@@ -1,8 +1,8 @@
 // WordPiece (BERT): each word, greedily from its start, as the longest vocabulary token there,
 // continuations spelled with the prefix ("##"); a word with any part not in the vocabulary, or
 // longer than max_input_chars_per_word characters, is the unknown token as a whole.
-#include "mha/base/message.hpp"
 #include "json_fields.hpp"
+#include "mha/base/message.hpp"
 #include "model.hpp"
 #include "unicode.hpp"
 

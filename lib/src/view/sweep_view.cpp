@@ -1,5 +1,5 @@
-#include "mha/io/json_file.hpp"
 #include "mha/view/sweep_view.hpp"
+#include "mha/io/json_file.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -133,8 +133,7 @@ SweepView read_sweep_view(const std::string& dir) {
   std::error_code ec;
   if (fs::is_regular_file(meta, ec)) {
     const ordered_json m = read_ordered_json_file(meta, json_kind::run_json);
-    if (!m.is_object() || !m.contains("swept_keys") ||
-        !m["swept_keys"].is_array())
+    if (!m.is_object() || !m.contains("swept_keys") || !m["swept_keys"].is_array())
       fail_input(meta + ": expected a JSON object with \"swept_keys\", as `mha sweep` writes");
     for (const auto& k : m["swept_keys"])
       if (k.is_string()) v.swept_keys.push_back(k.get<std::string>());
