@@ -7,7 +7,8 @@ checkpoints.py (right-padded batches; rows t < length compared):
   with PyTorch's own causal and key-padding masks.
 - BERT: torch.nn.TransformerEncoderLayer (post-norm, activation "gelu" = erf GELU,
   layer_norm_eps) with BERT's weights loaded into it, and its self_attn for the maps.
-- LLaMA, Mistral, Qwen2, Qwen3: layer 0's attention against the NumPy transcription of
+- LLaMA, Mistral, Qwen2, Qwen3: every layer's attention, each on this formulation's own
+  previous output, then the final norm and the logits, against the NumPy transcription of
   Hugging Face's LLaMA attention in tests/cli/test_rope.py (rotate_half, repeat_kv, QK-norm,
   linear rope scaling; Qwen2's biases folded in as an extra input column), the rest of the layer
   (RMSNorm, SwiGLU) with torch.nn.functional; Mistral's sliding window as the unwindowed
@@ -129,19 +130,14 @@ class Reference(unittest.TestCase):
                 self.assert_rows(got["hidden_states"][n + 1], x.numpy(), lengths, msg=f"hidden {n + 1}")
             self.assertIsNone(got["logits"])
 
-    def llama_like(self, family, **kw):
-        config, t = checkpoints.make(family, seed=5, **kw)
-        ids, lengths = batch(config, T=14, lengths=(14, 10))
-        got = reference.forward(config, t, ids, lengths)
-        E, h, kv, d = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    def llama_layer(self, family, config, t, g, rms, x, ids, lengths, layer, got):
+        """Layer `layer` of a LLaMA-family model on `x`, checked against `got`; its output."""
+        _, h, kv, d = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
         eps = config["rms_norm_eps"]
+        L = config["num_hidden_layers"]
         sc = config.get("rope_scaling") or {}
         scaling = sc.get("factor", 1.0)
-        g = lambda n: t[n].astype(np.float64)  # noqa: E731
-        x = g("model.embed_tokens.weight")[ids]
-        np.testing.assert_array_equal(got["hidden_states"][0], x)
-        rms = lambda v, w: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w  # noqa: E731
-        p = "model.layers.0."
+        p = f"model.layers.{layer}."
         a = rms(x, g(p + "input_layernorm.weight"))
         w = {f"W_{n}": g(p + f"self_attn.{n}_proj.weight").T for n in "qkvo"}
         a_in = a
@@ -160,21 +156,40 @@ class Reference(unittest.TestCase):
             s, q = np.arange(T)[None, :], np.arange(T)[:, None]
             inside = (s <= q) & (s > q - win)
             for b, n in enumerate(lengths):  # (padded query rows may see no key at all)
-                np.testing.assert_array_equal(got["attentions"][0][b, :, :n][..., ~inside[:n]], 0.0)
+                np.testing.assert_array_equal(got["attentions"][layer][b, :, :n][..., ~inside[:n]], 0.0)
             maps = np.where(inside, maps, 0.0)
             maps /= maps.sum(-1, keepdims=True)
             vv = (a @ w["W_v"]).reshape(*a.shape[:2], kv, d).transpose(0, 2, 1, 3).repeat(h // kv, 1)
             out = (maps @ vv).transpose(0, 2, 1, 3).reshape(*a.shape[:2], h * d) @ w["W_o"]
-        self.assert_rows(got["attentions"][0], maps, lengths, axis_t=2, msg=family + " maps 0")
+        self.assert_rows(got["attentions"][layer], maps, lengths, axis_t=2, msg=f"{family} maps {layer}")
         x1 = t64(x + out)
         m = t64(rms(x1.numpy(), g(p + "post_attention_layernorm.weight")))
         x2 = x1 + F.linear(F.silu(F.linear(m, t64(t[p + "mlp.gate_proj.weight"]))) * F.linear(m, t64(t[p + "mlp.up_proj.weight"])),
                            t64(t[p + "mlp.down_proj.weight"]))
-        self.assert_rows(got["hidden_states"][1], x2.numpy(), lengths, msg=family + " hidden 1")
-        # the end: the final RMSNorm, then the LM head (tied or not)
-        last = got["hidden_states"][-1]
+        if layer + 1 < L:  # the last entry is after the final norm (checked by the caller)
+            self.assert_rows(got["hidden_states"][layer + 1], x2.numpy(), lengths,
+                             msg=f"{family} hidden {layer + 1}")
+        return x2.numpy()
+
+    def llama_like(self, family, **kw):
+        config, t = checkpoints.make(family, seed=5, **kw)
+        ids, lengths = batch(config, T=14, lengths=(14, 10))
+        got = reference.forward(config, t, ids, lengths)
+        E, h, kv, d = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+        eps = config["rms_norm_eps"]
+        sc = config.get("rope_scaling") or {}
+        scaling = sc.get("factor", 1.0)
+        g = lambda n: t[n].astype(np.float64)  # noqa: E731
+        x = g("model.embed_tokens.weight")[ids]
+        np.testing.assert_array_equal(got["hidden_states"][0], x)
+        rms = lambda v, w: v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w  # noqa: E731
         L = config["num_hidden_layers"]
         self.assertEqual(got["hidden_states"].shape[0], L + 1)
+        for layer in range(L):  # every layer, each from this formulation's own previous output
+            x = self.llama_layer(family, config, t, g, rms, x, ids, lengths, layer, got)
+        # the end: the final RMSNorm, then the LM head (tied or not), both from this chain
+        last = rms(x, g("model.norm.weight"))
+        self.assert_rows(got["hidden_states"][L], last, lengths, msg=family + " final norm")
         head = g("model.embed_tokens.weight") if config["tie_word_embeddings"] else g("lm_head.weight")
         self.assert_rows(got["logits"], last @ head.T, lengths, msg=family + " logits")
         return config, t, got
