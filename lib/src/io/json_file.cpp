@@ -213,21 +213,40 @@ std::string read_json_text(const std::string& path, const JsonKind& kind) {
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
       fail_input(path + ": is not a regular file; expected " + what);
   }
-  // Read at most one byte past the limit: a file that grows, or an endless
-  // stream (/dev/zero, a pipe), is refused at the limit.
-  std::string text;
-  char chunk[65536];
+  // Read at most one chunk past the limit: a file that grows, or an endless
+  // stream (/dev/zero, a pipe), is refused at the limit. Chunks are joined
+  // once at the end, so that the peak is the text and its chunks, never the
+  // doublings of a growing string.
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  std::vector<std::string> chunks;
+  std::size_t total = 0;
   for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_input(path + ": cannot read (" + std::strerror(errno) + ")");
+    std::string chunk(kChunk, '\0');
+    std::size_t got = 0;
+    while (got < kChunk) {
+      const ssize_t n = ::read(fd, chunk.data() + got, kChunk - got);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail_input(path + ": cannot read (" + std::strerror(errno) + ")");
+      }
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
     }
-    if (n == 0) break;
-    text.append(chunk, static_cast<std::size_t>(n));
-    if (text.size() > kind.max_bytes)
+    chunk.resize(got);
+    total += got;
+    if (total > kind.max_bytes)
       fail_input(path + ": over " + std::to_string(kind.max_bytes) + " bytes, the limit for " +
                  what);
+    const bool end = got < kChunk;
+    chunks.push_back(std::move(chunk));
+    if (end) break;
+  }
+  if (chunks.size() == 1) return std::move(chunks.front());
+  std::string text;
+  text.reserve(total);
+  for (std::string& c : chunks) {
+    text += c;
+    std::string().swap(c);
   }
   return text;
 }
