@@ -341,3 +341,23 @@ TEST_CASE("LLaMA-3's tokenizer.json loads and encodes 512 tokens", "[tokenizer]"
   for (std::size_t i = 0; i < e.ids.size(); ++i) CHECK(t.token(e.ids[i]) == e.tokens[i]);
   CHECK(e.ids.size() < 512 + 40);
 }
+
+// A pattern that backtracks without end is cut off by ICU's time limit; the error names the
+// file, the pattern's place in it and the text (cut and escaped), and is bad input.
+TEST_CASE("A regex that takes too long names the file, the pattern and the text", "[tokenizer]") {
+  json j = bpe({"a", "b"}, json::array());
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(a+)+$"}}}, {"behavior", "Isolated"}};
+  const mha::Tokenizer t = load(j);
+  const std::string text = std::string(40, 'a') + "b\n";
+  try {
+    t.encode(text, false);
+    FAIL("expected the regex to time out");
+  } catch (const mha::Error& e) {
+    const std::string what = e.what();
+    CHECK(e.kind() == mha::ErrorKind::invalid_input);
+    CHECK_THAT(what, Catch::StartsWith("test.json: pre_tokenizer.pattern.Regex: failed on the text "
+                                       "\"aaaa"));
+    CHECK_THAT(what, Catch::Contains("b\\n\" (U_REGEX_TIME_OUT: the match took too long)"));
+  }
+}
