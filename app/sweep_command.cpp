@@ -125,6 +125,7 @@ struct Child {
   std::size_t run = 0;
   Clock::time_point start;
   std::string log;
+  std::string started_at;  // UTC, when it was handed to its worker
 };
 
 // A long-lived `mha sweep-worker` process: reads one run at a time from its
@@ -163,7 +164,9 @@ class Runner {
       return true;
     } catch (const Error& e) {
       const SweepRun& run = sweep_.runs[index];
-      json extra = {{"wall_ms", 0.0}, {"finished_at", utc_now()}, {"shard", shard_.str()}};
+      const std::string now = utc_now();
+      json extra = {
+          {"wall_ms", 0.0}, {"started_at", now}, {"finished_at", now}, {"shard", shard_.str()}};
       append_row(shard_results_path(sweep_, shard_),
                  failed_row(sweep_, run, e.exit_code(), e.what(), extra));
       progress_.finished(run.name, false, std::string("could not start: ") + e.what());
@@ -240,7 +243,7 @@ class Runner {
       if (!write_all(idle->to, line))
         fail_runtime("cannot hand the run to a worker: " + std::string(std::strerror(errno)));
     }
-    idle->child = Child{index, Clock::now(), log};
+    idle->child = Child{index, Clock::now(), log, utc_now()};
     progress_.started(run.name);
   }
 
@@ -368,7 +371,12 @@ class Runner {
     const SweepRun& run = sweep_.runs[child.run];
     const double wall_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - child.start).count();
-    json extra = {{"wall_ms", wall_ms}, {"finished_at", utc_now()}, {"shard", shard_.str()}};
+    // Recorded before its worker takes another run: a worker's runs have disjoint
+    // [started_at, finished_at] intervals, so the rows show how many ran at once.
+    json extra = {{"wall_ms", wall_ms},
+                  {"started_at", child.started_at},
+                  {"finished_at", utc_now()},
+                  {"shard", shard_.str()}};
     const std::string results = shard_results_path(sweep_, shard_);
     std::string error;
     std::optional<RunReport> report;

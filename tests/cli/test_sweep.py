@@ -854,11 +854,16 @@ class Jobs(Case):
         s = self.write_sweep({"base": dict(MEDIUM, seq_len=1024), "grid": {"seed": [0, 1, 2, 3]}})
         out = self.path("out")
         p = self.start(s, out, "--jobs", str(jobs))
-        most, deadline = 0, time.monotonic() + DEADLINE
-        while p.poll() is None and time.monotonic() < deadline:
-            most = max(most, len(children(p.pid)))
-            time.sleep(0.005)
-        self.assertEqual(p.wait(), 0, self.stderr_of(p))
+        self.assertEqual(p.wait(timeout=DEADLINE), 0, self.stderr_of(p))
+        # How many ran at once, from the rows: each run's [started_at, finished_at), recorded by
+        # the sweep as it hands a run to a worker and before that worker takes the next.
+        rows = self.check_results(out, [f"seed={i}" for i in range(4)])
+        events = sorted([(r["started_at"], 1) for r in rows] + [(r["finished_at"], -1) for r in rows],
+                        key=lambda e: (e[0], e[1]))  # an end before a start at the same ms
+        running = most = 0
+        for _, step in events:
+            running += step
+            most = max(most, running)
         self.assertEqual(most, jobs, f"--jobs {jobs} should run {jobs} run(s) at once")
         self.assertIn(f"{jobs} at a time with {threads} thread(s) each", self.stderr_of(p))
         for i in range(4):
@@ -867,7 +872,6 @@ class Jobs(Case):
             self.assertEqual(report["config"]["threads"], threads)
             self.assertEqual(load_json(os.path.join(out, f"seed={i}", "config.json"))["threads"],
                              threads)
-        rows = self.check_results(out, [f"seed={i}" for i in range(4)])
         self.assertEqual({r["threads"] for r in rows}, {threads})
 
     def test_one_core_is_shared_by_one_job(self):

@@ -490,7 +490,7 @@ CollectSummary collect_results(const Sweep& sweep) {
     if (const std::optional<RunReport> report = complete_run(run)) {
       json extra = json::object();
       if (shard_row != newest.end() && shard_row->second.value("status", "") == "ok")
-        for (const char* key : {"wall_ms", "finished_at", "shard"})
+        for (const char* key : {"wall_ms", "started_at", "finished_at", "shard"})
           if (shard_row->second.contains(key)) extra[key] = shard_row->second[key];
       rows.push_back(result_row(sweep, run, *report, extra));
       ++summary.ok;

@@ -35,6 +35,7 @@ const std::set<std::string>& result_columns() {
                                                  "compute_ms_max",
                                                  "write_ms",
                                                  "wall_ms",
+                                                 "started_at",
                                                  "finished_at",
                                                  "shard",
                                                  "output_crc32",
