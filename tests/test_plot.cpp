@@ -781,6 +781,23 @@ TEST_CASE("run with plot: attention.png is the plot of batch 0 of attention.npy"
     for (int y = 0; y < d.height; ++y)
       for (int x = 0; x < d.width; ++x) differ += d.at(x, y) != expected.image.at(x, y);
     CHECK(differ == 0);
+    // And every cell of the PNG against its own rendering here, not the library's: viridis
+    // (the table draw.viridis_matplotlib holds to matplotlib) of (w - lo) / (hi - lo), lo =
+    // min(0, smallest weight), hi = the largest, the nearest of 256 entries.
+    double lo = 0, hi = 0;
+    for (const float v : values) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+    const auto& viridis = mha::viridis_table();
+    for (std::size_t p = 0; p < heads; ++p)
+      for (std::size_t i = 0; i < 6; ++i)
+        for (std::size_t j = 0; j < 6; ++j) {
+          const double w = values[(p * 6 + i) * 6 + j];
+          const Box& b = expected.panels[p];
+          const Rgb want =
+              viridis[static_cast<std::size_t>(std::lround(255 * (w - lo) / (hi - lo)))];
+          INFO("head " << p << " cell " << i << ", " << j << ": " << w);
+          CHECK(d.at(b.x + static_cast<int>(j) * expected.cell_w + expected.cell_w / 2,
+                     b.y + static_cast<int>(i) * expected.cell_h + expected.cell_h / 2) == want);
+        }
     // Causal: above the diagonal is weight 0, the lowest color.
     CHECK(d.at(expected.panels[0].x + 5 * expected.cell_w + 2, expected.panels[0].y + 2) ==
           mha::viridis_table()[0]);
