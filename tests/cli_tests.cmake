@@ -119,7 +119,7 @@ endforeach()
 # Model directories as untrusted input: hostile config.json, safetensors headers, indexes,
 # tokenizer files, out_dirs and options, each refused in one line and bounded memory
 # (tests/models/test_hostile.py); PythonCalls needs the Python module (tests/CMakeLists.txt).
-foreach(group DeepJson Bounded Messages Outputs Valid Nonsense Refusals)
+foreach(group DeepJson Bounded NpzShapes Messages Outputs Valid Nonsense Refusals)
   add_test(NAME models.hostile.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_hostile.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

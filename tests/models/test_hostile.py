@@ -214,6 +214,36 @@ class Bounded(Hostile):
         self.refused(["tokenize", d, "--texts", "/dev/zero"], "/dev/zero", "the limit")
 
 
+def npz_with_zeros(path, name, shape, others):
+    """An .npz whose member `name` is a float32 array of zeros of `shape`, deflated a chunk at a
+    time (the array is never held), beside the small arrays `others`."""
+    import zipfile
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, a in others.items():
+            with z.open(n + ".npy", "w") as f:
+                np.lib.format.write_array(f, a)
+        with z.open(name + ".npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+            chunk = bytes(1 << 20)
+            for _ in range(int(np.prod(shape)) * 4 // len(chunk)):
+                f.write(chunk)
+
+
+class NpzShapes(Hostile):
+    """3. A weights member of a valid name and a huge shape no such layer has: refused from its
+    header, before 256 MiB are inflated."""
+
+    def test_huge_member(self):
+        small = {n: np.zeros((8, 8), np.float32) for n in ("W_k", "W_v", "W_o")}
+        for shape, fragment in (((1, 16384, 4096), "expected a matrix (d_model, h*d_k)"),
+                                ((16384, 4096), "d_model mismatch: d_model = 8 in the config")):
+            w = self.path("w.npz")
+            npz_with_zeros(w, "W_q", shape, small)
+            self.refused(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--weights", w,
+                          "--out_dir", self.path("out"), "-q"], "w.npz:W_q", fragment)
+
+
 class Messages(Hostile):
     """4. Nothing a file holds is echoed whole, on two lines, or as invalid UTF-8."""
 

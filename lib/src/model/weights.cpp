@@ -42,10 +42,45 @@ Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::stri
 
 namespace {
 
+// The native arrays' ranks, and the sizes the config gives, from their headers
+// (WeightsCheck::d_model ...). The plan checks the rest once the arrays are read.
+void check_native_headers(const std::map<std::string, NpyHeaderInfo>& headers,
+                          const std::map<std::string, std::string>& names,
+                          const WeightsCheck& check) {
+  struct Matrix {
+    const char* name;
+    const char* meaning;
+    const char* size;   // the config key of the axis `given` fixes
+    std::size_t given;  // 0: not given
+    int axis;
+  };
+  const Matrix matrices[] = {{"W_q", "(d_model, h*d_k)", "d_model", check.d_model, 0},
+                             {"W_k", "(kdim, kv_heads*d_k)", "kdim", check.kdim, 0},
+                             {"W_v", "(vdim, kv_heads*d_v)", "vdim", check.vdim, 0},
+                             {"W_o", "(h*d_v, d_out)", "d_out", check.d_out, 1}};
+  for (const Matrix& m : matrices) {
+    const auto it = headers.find(m.name);
+    if (it == headers.end()) continue;
+    const std::vector<std::size_t>& s = it->second.shape;
+    if (s.size() != 2)
+      fail_input(names.at(m.name) + ": shape " + shape_str(s) + "; expected a matrix " + m.meaning);
+    if (m.given && s[m.axis] != m.given)  // the plan's wording for the same mismatch
+      fail_input(std::string(m.size) + " mismatch: " + m.size + " = " + std::to_string(m.given) +
+                 " in the config, but " + names.at(m.name) + " of shape " + shape_str(s) + " " +
+                 m.meaning + " implies " + m.size + " = " + std::to_string(s[m.axis]));
+  }
+  for (const char* b : {"b_q", "b_k", "b_v", "b_o"}) {
+    const auto it = headers.find(b);
+    if (it != headers.end() && it->second.shape.size() != 1)
+      fail_input(names.at(b) + ": shape " + shape_str(it->second.shape) + "; expected a vector");
+  }
+}
+
 // `check` on the headers of a weights file's arrays, named by `names`
 // ("weights.npz:W_q"): before any data is read.
 void check_headers(const std::string& path, const std::map<std::string, NpyHeaderInfo>& headers,
                    const std::map<std::string, std::string>& names, const WeightsCheck& check) {
+  check_native_headers(headers, names, check);
   if (check.names) {
     std::vector<std::string> keys;
     for (const auto& [key, header] : headers) keys.push_back(key);

@@ -73,7 +73,8 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
 const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format,
                                         std::optional<std::int64_t> layer_index,
                                         const std::optional<std::string>& prefix,
-                                        std::optional<std::uint64_t> max_bytes) {
+                                        std::optional<std::uint64_t> max_bytes,
+                                        const Config* sizes) {
   const std::string key = std::string(to_string(format)) + ":" +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
@@ -87,6 +88,15 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
       WeightsCheck check;
       if (!layer_index && !prefix && !is_preset(format)) check.names = format;
       check.max_bytes = max_bytes;
+      if (sizes) {
+        const auto given = [](const std::optional<std::int64_t>& v) {
+          return v && *v > 0 ? static_cast<std::size_t>(*v) : std::size_t{0};
+        };
+        check.d_model = given(sizes->d_model);
+        check.kdim = given(sizes->kdim);
+        check.vdim = given(sizes->vdim);
+        check.d_out = given(sizes->d_out);
+      }
       weights_[key] =
           given ? to_native(*given, format, path)
                 : to_native(layer_arrays(path, format, layer_index, prefix, check), format, path);
@@ -322,7 +332,7 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
     const WeightsFormat f = c.layer == LayerKind::attention
                                 ? files
                                       .weights(*c.weights, c.weights_format, c.layer_index,
-                                               c.weights_prefix, weights_limit(c))
+                                               c.weights_prefix, weights_limit(c), &c)
                                       .format
                                 : files
                                       .layer_weights(*c.weights, c.weights_format, c.layer_index,
@@ -341,7 +351,7 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
     p.weights = &files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix,
-                               weights_limit(c));
+                               weights_limit(c), &c);
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

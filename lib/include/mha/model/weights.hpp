@@ -28,6 +28,11 @@ struct WeightsCheck {
   std::optional<WeightsFormat> names;
   // The most bytes the arrays may hold together: the run's max_memory.
   std::optional<std::uint64_t> max_bytes;
+  // The sizes the config gives (0: not given), checked against the native
+  // arrays' headers (W_q's rows d_model, W_k's kdim, W_v's vdim, W_o's
+  // columns d_out; matrices 2-D, biases 1-D), so that an array of a valid
+  // name but a shape no such layer has is refused before it is inflated.
+  std::size_t d_model = 0, kdim = 0, vdim = 0, d_out = 0;
 };
 
 // Reads the arrays of a weights file: an .npz archive, or a directory of

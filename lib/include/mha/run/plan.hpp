@@ -32,10 +32,13 @@ class PlanFiles {
   // The names and, with `max_bytes` (max_memory), the arrays' sizes are
   // checked from the .npy headers of an .npz or directory before its data
   // are read (read_weight_arrays).
+  // `sizes`: the config whose given sizes the arrays' headers are checked
+  // against before anything is inflated (WeightsCheck::d_model ...).
   const NativeWeights& weights(const std::string& path, WeightsFormat format,
                                std::optional<std::int64_t> layer_index = std::nullopt,
                                const std::optional<std::string>& prefix = std::nullopt,
-                               std::optional<std::uint64_t> max_bytes = std::nullopt);
+                               std::optional<std::uint64_t> max_bytes = std::nullopt,
+                               const Config* sizes = nullptr);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
                                      std::optional<std::int64_t> layer_index = std::nullopt,
