@@ -511,7 +511,9 @@ class PythonCalls(Hostile):
     def refused_py(self, code, *names, error="ValueError"):
         p = self.call(code)
         self.assertNotEqual(p.returncode, 0, p.stdout)
-        last = p.stderr.strip().splitlines()[-1]
+        lines = p.stderr.strip().splitlines()
+        self.assertTrue(lines, f"no error raised: the interpreter ended with {p.returncode}")
+        last = lines[-1]
         self.assertTrue(last.startswith(error + ": "), p.stderr[-2000:])
         for n in names:
             self.assertIn(n, last)
@@ -544,6 +546,12 @@ class PythonCalls(Hostile):
                       "print(sorted(t for i, t, _ in r['top_k'][0] if i == 399))")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.strip(), "['<id 399>']")
+
+    def test_deep_config_json(self):
+        d, config = self.model()
+        text = json.dumps(dict(config, n_layer="__DEEP__")).replace('"__DEEP__"', nested(1000000))
+        self.config_text(d, text)  # killed the interpreter before: a recursion per level
+        self.refused_py(f"mha.Model({d!r})", "config.json", "nested more than 64 levels")
 
     def test_deep_key_lengths(self):
         self.refused_py("l = []\nfor _ in range(100000): l = [l]\n"
