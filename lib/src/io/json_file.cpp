@@ -181,23 +181,29 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
   return parse<nlohmann::ordered_json>(text, source, kind);
 }
 
-void require_regular_file(const std::string& path, const std::string& what) {
+namespace {
+
+// What `path` is, refused by name when it is missing, a directory, or (unless
+// `streams`) anything but a regular file: before it is opened.
+struct stat input_stat(const std::string& path, const std::string& what, bool streams) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     fail_input(path + ": cannot open (" + std::strerror(errno) + "); expected " + what);
   if (S_ISDIR(st.st_mode)) fail_input(path + ": is a directory; expected " + what);
-  if (!S_ISREG(st.st_mode))
+  if (!streams && !S_ISREG(st.st_mode))
     fail_input(path + ": is not a regular file (a FIFO, socket or device); expected " + what);
+  return st;
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path, const std::string& what) {
+  input_stat(path, what, false);
 }
 
 std::string read_json_text(const std::string& path, const JsonKind& kind) {
   const std::string what = kind.what;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    fail_input(path + ": cannot open (" + std::strerror(errno) + "); expected " + what);
-  if (S_ISDIR(st.st_mode)) fail_input(path + ": is a directory; expected " + what);
-  if (!kind.streams && !S_ISREG(st.st_mode))
-    fail_input(path + ": is not a regular file (a FIFO, socket or device); expected " + what);
+  struct stat st = input_stat(path, what, kind.streams);
   if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > kind.max_bytes)
     fail_input(path + ": " + std::to_string(st.st_size) + " bytes, over the limit of " +
                std::to_string(kind.max_bytes) + " for " + what);
