@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/model_config.hpp"
 #include "test_util.hpp"
@@ -30,13 +31,14 @@ const json kQwen2 = {{"model_type", "qwen2"},    {"num_hidden_layers", 4},
 
 TEST_CASE("config.json: each family's keys and defaults", "[checkpoint]") {
   const mha::ModelConfig g = parse(kGpt2);
-  CHECK(g.family == mha::ModelFamily::gpt2);
+  CHECK(g.family == mha::find_family("gpt2"));
+  CHECK(std::string(g.family->name) == "gpt2");
   CHECK((g.num_layers == 3 && g.d_model == 48 && g.h == 4 && g.kv_heads == 4 && g.head_dim == 12));
   CHECK(g.d_ff == 4 * 48);         // n_inner absent: 4 n_embd
   CHECK(g.vocab_size == 50257);    // GPT-2's
   CHECK(g.max_positions == 1024);  // n_positions
   CHECK(g.tie_word_embeddings);
-  CHECK((g.causal && g.pre_norm && !g.rms_norm && g.qkv_bias));
+  CHECK((g.causal && g.norm_placement == mha::NormPlacement::pre && !g.rms_norm && g.qkv_bias));
 
   json b = {{"model_type", "bert"},
             {"num_hidden_layers", 2},
@@ -44,7 +46,7 @@ TEST_CASE("config.json: each family's keys and defaults", "[checkpoint]") {
             {"num_attention_heads", 4},
             {"vocab_size", 120}};
   const mha::ModelConfig bert = parse(b);
-  CHECK((!bert.causal && !bert.pre_norm && !bert.has_lm_head()));
+  CHECK((!bert.causal && bert.norm_placement == mha::NormPlacement::post && !bert.has_lm_head()));
   CHECK((bert.d_ff == 128 && bert.max_positions == 512 && bert.type_vocab_size == 2));
   CHECK(bert.norm_eps == 1e-12);
 
@@ -59,29 +61,35 @@ TEST_CASE("config.json: each family's keys and defaults", "[checkpoint]") {
 }
 
 TEST_CASE("config.json: Qwen2's sliding window from max_window_layers on", "[checkpoint]") {
+  using Layers = std::vector<unsigned char>;
   json q = kQwen2;
   q["use_sliding_window"] = true;
   q["max_window_layers"] = 0;  // every layer from 0 on
   CHECK(parse(q).sliding_window == 8);
+  CHECK(parse(q).sliding == Layers{1, 1, 1, 1});
   q["max_window_layers"] = 4;  // none: layers 0..3 are all below 4
-  CHECK(parse(q).sliding_window == 0);
+  CHECK(parse(q).sliding == Layers{0, 0, 0, 0});
   q.erase("max_window_layers");  // Qwen2Config's default, 28: none of 4 layers
-  CHECK(parse(q).sliding_window == 0);
+  CHECK(parse(q).sliding == Layers{0, 0, 0, 0});
   q["max_window_layers"] = 2;  // layers 2 and 3 only
-  require_invalid([&] { parse(q); }, "use_sliding_window gives 2 of 4 layers a sliding window");
+  CHECK(parse(q).sliding == Layers{0, 0, 1, 1});
+  CHECK((!parse(q).layer_sliding(1) && parse(q).layer_sliding(2)));
   q.erase("max_window_layers");
   q["layer_types"] = json::array(
       {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"});
-  CHECK(parse(q).sliding_window == 8);
+  CHECK(parse(q).sliding == Layers{1, 1, 1, 1});
   q["layer_types"][0] = "full_attention";
-  require_invalid([&] { parse(q); }, "gives 3 of 4 layers");
+  CHECK(parse(q).sliding == Layers{0, 1, 1, 1});
   q["layer_types"][0] = "chunked_attention";
   require_invalid([&] { parse(q); }, "key 'layer_types' holds \"chunked_attention\"");
+  q["layer_types"] = json::array({"full_attention"});
+  require_invalid([&] { parse(q); }, "expected one entry per layer");
   // Mistral: every layer, whatever max_window_layers says.
   json m = kQwen2;
   m["model_type"] = "mistral";
   m["max_window_layers"] = 2;
   CHECK(parse(m).sliding_window == 8);
+  CHECK(parse(m).sliding == Layers{1, 1, 1, 1});
 }
 
 TEST_CASE("config.json: sizes bounded before anything is allocated", "[checkpoint]") {

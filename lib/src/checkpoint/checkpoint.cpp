@@ -1,5 +1,6 @@
 #include "mha/checkpoint/checkpoint.hpp"
 #include "mha/base/message.hpp"
+#include "mha/checkpoint/family.hpp"
 #include "mha/io/json_file.hpp"
 
 #include <sys/stat.h>
@@ -35,90 +36,30 @@ std::string shape_text(const Shape& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-std::string layer_name(const ModelConfig& c, std::size_t l, const std::string& rest) {
-  switch (c.family) {
-    case ModelFamily::bert:
-      return "encoder.layer." + std::to_string(l) + "." + rest;
-    case ModelFamily::gpt2:
-      return "h." + std::to_string(l) + "." + rest;
-    case ModelFamily::llama:
-      break;
-  }
-  return "model.layers." + std::to_string(l) + "." + rest;
+// Calls fn(spec, name, shape) for every tensor the config has, in the
+// table's order, each layer's in turn (as gemma.cpp's ForEachTensor: one
+// walk for checking, sizing and loading). Layers [l0, l1) only; the
+// model-wide tensors when `model_wide`.
+template <class F>
+void for_each_tensor(const ModelConfig& c, std::size_t l0, std::size_t l1, bool model_wide, F fn) {
+  if (model_wide)
+    for (const TensorSpec& t : c.family->tensors)
+      if (!per_layer(t.role) && has_tensor(t, c)) fn(t, std::string(t.name), tensor_shape(t, c));
+  for (std::size_t l = l0; l < l1; ++l)
+    for (const TensorSpec& t : c.family->tensors)
+      if (per_layer(t.role) && has_tensor(t, c)) fn(t, tensor_name(t, l), tensor_shape(t, c));
 }
 
-// Every tensor the family reads, with its shape, as the reference
-// implementations name them (before the checkpoint's prefix).
-std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c) {
-  std::vector<std::pair<std::string, Shape>> t;
-  const std::size_t d = c.d_model, f = c.d_ff, q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim;
-  auto linear = [&](const std::string& name, std::size_t out, std::size_t in, bool bias) {
-    t.push_back({name + ".weight", {out, in}});
-    if (bias) t.push_back({name + ".bias", {out}});
-  };
-  auto norm = [&](const std::string& name, bool bias) {
-    t.push_back({name + ".weight", {d}});
-    if (bias) t.push_back({name + ".bias", {d}});
-  };
-  switch (c.family) {
-    case ModelFamily::bert:
-      t.push_back({"embeddings.word_embeddings.weight", {c.vocab_size, d}});
-      t.push_back({"embeddings.position_embeddings.weight", {c.max_positions, d}});
-      t.push_back({"embeddings.token_type_embeddings.weight", {c.type_vocab_size, d}});
-      norm("embeddings.LayerNorm", true);
-      for (std::size_t l = 0; l < c.num_layers; ++l) {
-        auto n = [&](const std::string& r) { return layer_name(c, l, r); };
-        linear(n("attention.self.query"), d, d, true);
-        linear(n("attention.self.key"), d, d, true);
-        linear(n("attention.self.value"), d, d, true);
-        linear(n("attention.output.dense"), d, d, true);
-        norm(n("attention.output.LayerNorm"), true);
-        linear(n("intermediate.dense"), f, d, true);
-        linear(n("output.dense"), d, f, true);
-        norm(n("output.LayerNorm"), true);
-      }
-      break;
-    case ModelFamily::gpt2:
-      t.push_back({"wte.weight", {c.vocab_size, d}});
-      t.push_back({"wpe.weight", {c.max_positions, d}});
-      for (std::size_t l = 0; l < c.num_layers; ++l) {
-        auto n = [&](const std::string& r) { return layer_name(c, l, r); };
-        norm(n("ln_1"), true);
-        t.push_back({n("attn.c_attn.weight"), {d, 3 * d}});  // Conv1D: (in, out)
-        t.push_back({n("attn.c_attn.bias"), {3 * d}});
-        t.push_back({n("attn.c_proj.weight"), {d, d}});
-        t.push_back({n("attn.c_proj.bias"), {d}});
-        norm(n("ln_2"), true);
-        t.push_back({n("mlp.c_fc.weight"), {d, f}});
-        t.push_back({n("mlp.c_fc.bias"), {f}});
-        t.push_back({n("mlp.c_proj.weight"), {f, d}});
-        t.push_back({n("mlp.c_proj.bias"), {d}});
-      }
-      norm("ln_f", true);
-      break;
-    case ModelFamily::llama:
-      t.push_back({"model.embed_tokens.weight", {c.vocab_size, d}});
-      for (std::size_t l = 0; l < c.num_layers; ++l) {
-        auto n = [&](const std::string& r) { return layer_name(c, l, r); };
-        norm(n("input_layernorm"), false);
-        linear(n("self_attn.q_proj"), q, d, c.qkv_bias);
-        linear(n("self_attn.k_proj"), kv, d, c.qkv_bias);
-        linear(n("self_attn.v_proj"), kv, d, c.qkv_bias);
-        linear(n("self_attn.o_proj"), d, q, false);
-        if (c.qk_norm) {
-          t.push_back({n("self_attn.q_norm.weight"), {c.head_dim}});
-          t.push_back({n("self_attn.k_norm.weight"), {c.head_dim}});
-        }
-        norm(n("post_attention_layernorm"), false);
-        linear(n("mlp.gate_proj"), f, d, false);
-        linear(n("mlp.up_proj"), f, d, false);
-        linear(n("mlp.down_proj"), d, f, false);
-      }
-      norm("model.norm", false);
-      if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, d}});
-      break;
-  }
-  return t;
+const TensorSpec* find_role(const ModelConfig& c, Role role, Part part) {
+  for (const TensorSpec& t : c.family->tensors)
+    if (t.role == role && t.part == part && has_tensor(t, c)) return &t;
+  return nullptr;
+}
+
+std::uint64_t float32_size(const Shape& shape) {
+  std::uint64_t s = 4;
+  for (std::size_t v : shape) s *= v;
+  return s;
 }
 
 // The shard files a model.safetensors.index.json names, in name order, and
@@ -214,10 +155,10 @@ void Checkpoint::open_weights() {
                  ", which has no such tensor");
   // The prefix a task head's checkpoint puts before the base model's names
   // (BertForMaskedLM's "bert.", GPT2LMHeadModel's "transformer.").
-  ModelConfig no_layers = config_;  // the first tensor is the embedding: no layer list needed
-  no_layers.num_layers = 0;
-  const std::string first = expected_tensors(no_layers).front().first;
-  for (const char* p : {"", "bert.", "transformer.", "model."})
+  const std::string first = find_role(config_, Role::token_embedding, Part::weight)->name;
+  std::vector<std::string> prefixes = {""};
+  prefixes.insert(prefixes.end(), config_.family->prefixes.begin(), config_.family->prefixes.end());
+  for (const std::string& p : prefixes)
     if (where_.count(p + first)) {
       prefix_ = p;
       return;
@@ -226,20 +167,25 @@ void Checkpoint::open_weights() {
              config_.model_type + " checkpoint in the reference implementation's names");
 }
 
+std::string Checkpoint::stored_name(const TensorSpec& t, const std::string& name) const {
+  return t.role == Role::lm_head ? name : prefix_ + name;  // the LM head is outside the base model
+}
+
 void Checkpoint::check_tensors() const {
-  for (const auto& [name, shape] : expected_tensors(config_)) {
-    const bool head = name == "lm_head.weight";  // the LM head stands outside the base model
-    const std::string stored = head ? name : prefix_ + name;
-    auto it = where_.find(stored);
-    if (it == where_.end())
-      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
-                 "; expected one of shape " + shape_text(shape) + " for a " + config_.model_type +
-                 " of this config.json");
-    const SafetensorsFile::Tensor* t = files_[it->second]->find(stored);
-    if (t->shape != shape)
-      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) + " has shape " +
-                 shape_text(t->shape) + "; config.json implies " + shape_text(shape));
-  }
+  for_each_tensor(config_, 0, config_.num_layers, true,
+                  [&](const TensorSpec& spec, const std::string& name, const Shape& shape) {
+                    const std::string stored = stored_name(spec, name);
+                    auto it = where_.find(stored);
+                    if (it == where_.end())
+                      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
+                                 "; expected one of shape " + shape_text(shape) + " for a " +
+                                 config_.model_type + " of this config.json");
+                    const SafetensorsFile::Tensor* t = files_[it->second]->find(stored);
+                    if (t->shape != shape)
+                      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) +
+                                 " has shape " + shape_text(t->shape) + "; config.json implies " +
+                                 shape_text(shape));
+                  });
 }
 
 std::vector<std::string> Checkpoint::weight_files() const {
@@ -257,197 +203,197 @@ std::vector<std::string> Checkpoint::stored_dtypes() const {
 
 std::uint64_t Checkpoint::float32_bytes() const {
   std::uint64_t n = 0;
-  for (const auto& [name, shape] : expected_tensors(config_)) {
-    std::uint64_t s = 4;
-    for (std::size_t v : shape) s *= v;
-    n += s;
-  }
+  for_each_tensor(
+      config_, 0, config_.num_layers, true,
+      [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); });
   return n;
 }
 
 std::uint64_t Checkpoint::layer_float32_bytes() const {
-  if (config_.num_layers == 0) return 0;
   std::uint64_t n = 0;
-  const std::string l0 = layer_name(config_, 0, "");
-  for (const auto& [name, shape] : expected_tensors(config_)) {
-    if (name.compare(0, l0.size(), l0) != 0) continue;
-    std::uint64_t s = 4;
-    for (std::size_t v : shape) s *= v;
-    n += s;
-  }
+  for_each_tensor(
+      config_, 0, std::min<std::size_t>(1, config_.num_layers), false,
+      [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); });
   return n;
 }
 
-void Checkpoint::read(const std::string& name, float* out) const {
-  const std::string stored = name == "lm_head.weight" ? name : prefix_ + name;
+void Checkpoint::read(const std::string& stored, float* out) const {
   files_[where_.at(stored)]->read(stored, out);
 }
 
+namespace {
+
+// The kernel's tensors a layer role fills: slot s of role r.
+struct Target {
+  Tensor<float, 2>* W = nullptr;
+  Tensor<float, 1>* b = nullptr;  // also a norm's gamma (weight) and beta (bias)
+};
+
+Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
+  Weights<float>& a = L.self_attn;
+  FeedForward<float>& f = L.ffn;
+  auto norm = [&](Norm<float>& n) {
+    return Target{nullptr, part == Part::weight ? &n.gamma : &n.beta};
+  };
+  auto lin = [&](Tensor<float, 2>& W, Tensor<float, 1>& b) { return Target{&W, &b}; };
+  switch (r) {
+    case Role::attn_norm:
+      return norm(L.norm1);
+    case Role::ffn_norm:
+      return norm(L.norm2);
+    case Role::post_attn_norm:
+      return norm(L.post_attn);
+    case Role::post_ffn_norm:
+      return norm(L.post_ffn);
+    case Role::q_norm:
+      return {nullptr, &a.q_norm};
+    case Role::k_norm:
+      return {nullptr, &a.k_norm};
+    case Role::q:
+      return lin(a.W_q, a.b_q);
+    case Role::k:
+      return lin(a.W_k, a.b_k);
+    case Role::v:
+      return lin(a.W_v, a.b_v);
+    case Role::qkv:
+      return slot == 0 ? lin(a.W_q, a.b_q) : slot == 1 ? lin(a.W_k, a.b_k) : lin(a.W_v, a.b_v);
+    case Role::o:
+      return lin(a.W_o, a.b_o);
+    case Role::up:
+      return lin(f.W_1, f.b_1);
+    case Role::gate:
+      return lin(f.W_gate, f.b_gate);
+    case Role::gate_up:
+      return slot == 0 ? lin(f.W_gate, f.b_gate) : lin(f.W_1, f.b_1);
+    case Role::down:
+      return lin(f.W_2, f.b_2);
+    default:
+      return {};
+  }
+}
+
+// src (count, in) transposed into dst's columns: dst[i * ld + j] = src[j * in + i],
+// in 64 x 64 tiles.
+void transpose_into(const float* src, std::size_t count, std::size_t in, float* dst,
+                    std::size_t ld) {
+  constexpr std::size_t kTile = 64;
+  for (std::size_t o0 = 0; o0 < count; o0 += kTile)
+    for (std::size_t i0 = 0; i0 < in; i0 += kTile)
+      for (std::size_t o = o0; o < std::min(count, o0 + kTile); ++o)
+        for (std::size_t i = i0; i < std::min(in, i0 + kTile); ++i)
+          dst[i * ld + o] = src[o * in + i];
+}
+
+}  // namespace
+
 void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L) const {
   const ModelConfig& c = config_;
-  const std::size_t d = c.d_model, f = c.d_ff, q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim;
-  auto n = [&](const std::string& r) { return layer_name(c, l, r); };
-  auto vec = [&](mha::Tensor<float, 1>& v, const std::string& name, std::size_t size) {
-    v.resize({size});
-    read(name, v.data());
-  };
-  // nn.Linear's weight (out, in) as W (in, out): y = x W + b, transposed in
-  // 64 x 64 tiles from one scratch buffer (uninitialized: read() fills it).
-  std::unique_ptr<float[]> stored;
+  // Norms, QK-norms and biases that a layer lacks stay empty; every layer has the same.
+  for (Norm<float>* n : {&L.norm1, &L.norm2, &L.post_attn, &L.post_ffn}) n->rms = c.rms_norm;
+  std::unique_ptr<float[]> stored;  // one scratch buffer for every tensor (read() fills it)
   std::size_t stored_size = 0;
-  auto linear_w = [&](mha::Tensor<float, 2>& W, const std::string& name, std::size_t out,
-                      std::size_t in) {
-    if (stored_size < out * in) stored.reset(new float[stored_size = out * in]);
-    read(name, stored.get());
-    W.resize({in, out});
-    constexpr std::size_t kTile = 64;
-    float* w = W.data();
-    for (std::size_t o0 = 0; o0 < out; o0 += kTile)
-      for (std::size_t i0 = 0; i0 < in; i0 += kTile)
-        for (std::size_t o = o0; o < std::min(out, o0 + kTile); ++o)
-          for (std::size_t i = i0; i < std::min(in, i0 + kTile); ++i)
-            w[i * out + o] = stored[o * in + i];
-  };
-  auto conv1d_w = [&](mha::Tensor<float, 2>& W, const std::string& name, std::size_t in,
-                      std::size_t out) {
-    W.resize({in, out});  // GPT-2's Conv1D stores (in, out): x W as is
-    read(name, W.data());
-  };
-  auto norm = [&](Norm<float>& nm, const std::string& name, bool bias) {
-    vec(nm.gamma, name + ".weight", d);
-    if (bias) vec(nm.beta, name + ".bias", d);
-    nm.rms = !bias;
-  };
+  for_each_tensor(
+      c, l, l + 1, false, [&](const TensorSpec& t, const std::string& name, const Shape& shape) {
+        std::size_t n = 1;
+        for (std::size_t v : shape) n *= v;
+        if (stored_size < n) stored.reset(new float[stored_size = n]);
+        read(stored_name(t, name), stored.get());
+        const bool matrix = shape.size() == 2;
+        const std::size_t R = shape[0], C = matrix ? shape[1] : 1;
+        for (std::size_t s = 0; s < slots(t.role); ++s) {
+          const Target to = target(L, t.role, s, t.part);
+          std::size_t width = R;  // the kernel's columns (a vector's size)
+          if (slots(t.role) > 1)
+            width = slot_size(t.role, s, c);
+          else if (matrix && t.layout == Layout::conv1d)
+            width = C;
+          if (!matrix) {  // a bias or a norm's weight
+            to.b->resize({width});
+            for (const Piece& p : pieces(t, s, c))
+              std::copy_n(stored.get() + p.from, p.count, to.b->data() + p.to);
+            if (c.norm_plus_one && t.part == Part::weight && !to.W)
+              for (float& w : *to.b) w += 1.0f;  // (1 + w), in float32 as the reference adds it
+            continue;
+          }
+          const std::size_t in = t.layout == Layout::conv1d ? R : C;
+          to.W->resize({in, width});
+          float* w = to.W->data();
+          for (const Piece& p : pieces(t, s, c)) {
+            if (t.layout == Layout::conv1d) {  // (in, out) as is: columns [from, from + count)
+              for (std::size_t i = 0; i < in; ++i)
+                std::copy_n(stored.get() + i * C + p.from, p.count, w + i * width + p.to);
+            } else {  // nn.Linear (out, in): rows [from, from + count), transposed
+              transpose_into(stored.get() + p.from * in, p.count, in, w + p.to, width);
+            }
+          }
+        }
+      });
   Weights<float>& a = L.self_attn;
-  switch (c.family) {
-    case ModelFamily::bert:
-      linear_w(a.W_q, n("attention.self.query.weight"), d, d);
-      linear_w(a.W_k, n("attention.self.key.weight"), d, d);
-      linear_w(a.W_v, n("attention.self.value.weight"), d, d);
-      linear_w(a.W_o, n("attention.output.dense.weight"), d, d);
-      vec(a.b_q, n("attention.self.query.bias"), d);
-      vec(a.b_k, n("attention.self.key.bias"), d);
-      vec(a.b_v, n("attention.self.value.bias"), d);
-      vec(a.b_o, n("attention.output.dense.bias"), d);
-      norm(L.norm1, n("attention.output.LayerNorm"), true);
-      linear_w(L.ffn.W_1, n("intermediate.dense.weight"), f, d);
-      vec(L.ffn.b_1, n("intermediate.dense.bias"), f);
-      linear_w(L.ffn.W_2, n("output.dense.weight"), d, f);
-      vec(L.ffn.b_2, n("output.dense.bias"), d);
-      norm(L.norm2, n("output.LayerNorm"), true);
-      break;
-    case ModelFamily::gpt2: {
-      // q, k, v: the thirds of c_attn's columns (Conv1D (d, 3d)).
-      if (stored_size < 3 * d * d) stored.reset(new float[stored_size = 3 * d * d]);
-      read(n("attn.c_attn.weight"), stored.get());
-      mha::Tensor<float, 2>* W[3] = {&a.W_q, &a.W_k, &a.W_v};
-      for (std::size_t part = 0; part < 3; ++part) {
-        W[part]->resize({d, d});
-        for (std::size_t i = 0; i < d; ++i)
-          std::copy(stored.get() + i * 3 * d + part * d, stored.get() + i * 3 * d + (part + 1) * d,
-                    W[part]->data() + i * d);
-      }
-      mha::Tensor<float, 1> qkv_b;
-      vec(qkv_b, n("attn.c_attn.bias"), 3 * d);
-      mha::Tensor<float, 1>* b[3] = {&a.b_q, &a.b_k, &a.b_v};
-      for (std::size_t part = 0; part < 3; ++part) {
-        b[part]->resize({d});
-        std::copy(qkv_b.data() + part * d, qkv_b.data() + (part + 1) * d, b[part]->data());
-      }
-      conv1d_w(a.W_o, n("attn.c_proj.weight"), d, d);
-      vec(a.b_o, n("attn.c_proj.bias"), d);
-      norm(L.norm1, n("ln_1"), true);
-      norm(L.norm2, n("ln_2"), true);
-      conv1d_w(L.ffn.W_1, n("mlp.c_fc.weight"), d, f);
-      vec(L.ffn.b_1, n("mlp.c_fc.bias"), f);
-      conv1d_w(L.ffn.W_2, n("mlp.c_proj.weight"), f, d);
-      vec(L.ffn.b_2, n("mlp.c_proj.bias"), d);
-      break;
-    }
-    case ModelFamily::llama:
-      linear_w(a.W_q, n("self_attn.q_proj.weight"), q, d);
-      linear_w(a.W_k, n("self_attn.k_proj.weight"), kv, d);
-      linear_w(a.W_v, n("self_attn.v_proj.weight"), kv, d);
-      linear_w(a.W_o, n("self_attn.o_proj.weight"), d, q);
-      if (c.qkv_bias) {
-        vec(a.b_q, n("self_attn.q_proj.bias"), q);
-        vec(a.b_k, n("self_attn.k_proj.bias"), kv);
-        vec(a.b_v, n("self_attn.v_proj.bias"), kv);
-        a.b_o.resize({d});  // zeros: the kernel adds all four biases or none
-        a.b_o.fill(0.0f);
-      }
-      if (c.qk_norm) {
-        vec(a.q_norm, n("self_attn.q_norm.weight"), c.head_dim);
-        vec(a.k_norm, n("self_attn.k_norm.weight"), c.head_dim);
-      }
-      norm(L.norm1, n("input_layernorm"), false);
-      norm(L.norm2, n("post_attention_layernorm"), false);
-      linear_w(L.ffn.W_gate, n("mlp.gate_proj.weight"), f, d);
-      linear_w(L.ffn.W_1, n("mlp.up_proj.weight"), f, d);
-      linear_w(L.ffn.W_2, n("mlp.down_proj.weight"), d, f);
-      break;
+  if (a.b_q.size() && !a.b_o.size()) {  // zeros: the kernel adds all four biases or none
+    a.b_o.resize({c.d_model});
+    a.b_o.fill(0.0f);
   }
+}
+
+Norm<float> Checkpoint::norm_of(Role role) const {
+  Norm<float> nm;
+  nm.rms = config_.rms_norm;
+  for (Part part : {Part::weight, Part::bias}) {
+    const TensorSpec* t = find_role(config_, role, part);
+    if (!t) continue;
+    Tensor<float, 1>& v = part == Part::weight ? nm.gamma : nm.beta;
+    v = Tensor<float, 1>({config_.d_model});
+    read(stored_name(*t, t->name), v.data());
+    if (config_.norm_plus_one && part == Part::weight)
+      for (float& w : v) w += 1.0f;
+  }
+  return nm;
 }
 
 Norm<float> Checkpoint::final_norm() const {
-  Norm<float> nm;
-  const std::size_t d = config_.d_model;
-  if (config_.family == ModelFamily::bert) return nm;
-  const std::string name = config_.family == ModelFamily::gpt2 ? "ln_f" : "model.norm";
-  nm.gamma = mha::Tensor<float, 1>({d});
-  read(name + ".weight", nm.gamma.data());
-  if (config_.family == ModelFamily::gpt2) {
-    nm.beta = mha::Tensor<float, 1>({d});
-    read(name + ".bias", nm.beta.data());
-  }
-  nm.rms = config_.family == ModelFamily::llama;
-  return nm;
+  return norm_of(Role::final_norm);
 }
 
 Norm<float> Checkpoint::embedding_norm() const {
-  Norm<float> nm;
-  if (config_.family != ModelFamily::bert) return nm;
-  const std::size_t d = config_.d_model;
-  nm.gamma = mha::Tensor<float, 1>({d});
-  nm.beta = mha::Tensor<float, 1>({d});
-  read("embeddings.LayerNorm.weight", nm.gamma.data());
-  read("embeddings.LayerNorm.bias", nm.beta.data());
-  return nm;
+  return norm_of(Role::embedding_norm);
 }
 
 void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
                        float* out) const {
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model;
-  const std::string word = c.family == ModelFamily::bert   ? "embeddings.word_embeddings.weight"
-                           : c.family == ModelFamily::gpt2 ? "wte.weight"
-                                                           : "model.embed_tokens.weight";
-  const std::string stored = prefix_ + word;
-  const SafetensorsFile& file = *files_[where_.at(stored)];
+  auto table = [&](Role role) -> std::pair<const SafetensorsFile*, std::string> {
+    const TensorSpec* t = find_role(c, role, Part::weight);
+    if (!t) return {nullptr, ""};
+    const std::string stored = stored_name(*t, t->name);
+    return {files_[where_.at(stored)].get(), stored};
+  };
+  const auto [words, word_name] = table(Role::token_embedding);
   for (std::size_t i = 0; i < count; ++i)
-    file.read_rows(stored, static_cast<std::size_t>(ids[i]), 1, out + i * d);
-  if (c.family == ModelFamily::llama) return;
-  const std::string pos =
-      c.family == ModelFamily::bert ? "embeddings.position_embeddings.weight" : "wpe.weight";
-  const std::string pos_stored = prefix_ + pos;
-  const SafetensorsFile& pfile = *files_[where_.at(pos_stored)];
-  std::vector<float> row(d);
-  for (std::size_t i = 0; i < count; ++i) {
-    pfile.read_rows(pos_stored, positions[i], 1, row.data());
-    for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+    words->read_rows(word_name, static_cast<std::size_t>(ids[i]), 1, out + i * d);
+  if (c.embed_scale != 1) {  // in float32, as the reference multiplies
+    const float scale = static_cast<float>(c.embed_scale);
+    for (std::size_t i = 0; i < count * d; ++i) out[i] *= scale;
   }
-  if (c.family != ModelFamily::bert) return;
-  const std::string type_stored = prefix_ + "embeddings.token_type_embeddings.weight";
-  files_[where_.at(type_stored)]->read_rows(type_stored, 0, 1, row.data());  // token type 0
-  for (std::size_t i = 0; i < count; ++i)
-    for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+  std::vector<float> row(d);
+  if (const auto [pos, pos_name] = table(Role::position_embedding); pos) {
+    for (std::size_t i = 0; i < count; ++i) {
+      pos->read_rows(pos_name, positions[i], 1, row.data());
+      for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+    }
+  }
+  if (const auto [types, type_name] = table(Role::type_embedding); types) {
+    types->read_rows(type_name, 0, 1, row.data());  // token type 0
+    for (std::size_t i = 0; i < count; ++i)
+      for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+  }
 }
 
 void Checkpoint::lm_head_rows(std::size_t v0, std::size_t count, float* out) const {
   const ModelConfig& c = config_;
-  std::string stored = "lm_head.weight";
-  if (c.tie_word_embeddings || !where_.count(stored))
-    stored = prefix_ + (c.family == ModelFamily::gpt2 ? "wte.weight" : "model.embed_tokens.weight");
+  const TensorSpec* head = find_role(c, Role::lm_head, Part::weight);
+  if (!head || !where_.count(head->name)) head = find_role(c, Role::token_embedding, Part::weight);
+  const std::string stored = stored_name(*head, head->name);
   files_[where_.at(stored)]->read_rows(stored, v0, count, out);
 }
 

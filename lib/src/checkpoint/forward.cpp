@@ -44,15 +44,18 @@ void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std
   }
 }
 
-// The attention's options and mask as the family's reference defines them.
-LayerOptions<float> attention_options(const ModelConfig& c, int threads) {
+// Layer l's attention options and mask, from the config's features.
+LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int threads) {
   LayerOptions<float> o;
-  o.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  o.scale = static_cast<float>(c.attn_scale);
+  o.softcap = static_cast<float>(c.attn_softcap);
   o.threads = threads;
-  if (c.family == ModelFamily::llama) {
+  if (c.rope) {
+    const bool local = c.layer_sliding(l) && c.rope_local_theta > 0;
     o.rope.layout = RopeLayout::half;
-    o.rope.theta = c.rope_theta;
-    o.rope.scaling = c.rope_scaling;
+    o.rope.dim = c.rotary_dim;
+    o.rope.theta = local ? c.rope_local_theta : c.rope_theta;
+    o.rope.scaling = local ? 1 : c.rope_scaling;
   }
   o.qk_norm_eps = static_cast<float>(c.norm_eps);
   return o;
@@ -61,10 +64,29 @@ LayerOptions<float> attention_options(const ModelConfig& c, int threads) {
 Mask<float> mask_of(const ModelConfig& c, std::size_t T, const std::vector<std::size_t>& lengths) {
   Mask<float> m;
   if (c.causal) m.causal = Causal::top_left;
-  m.window = c.sliding_window;
   if (std::any_of(lengths.begin(), lengths.end(), [&](std::size_t n) { return n < T; }))
     m.key_lengths.assign(lengths.begin(), lengths.end());
   return m;
+}
+
+// The rows of the learned position table each token reads: position t at
+// position_offset + t; RoBERTa's count only the tokens that are not padding
+// and put a pad token at position_offset - 1 (create_position_ids_from_input_ids).
+std::vector<std::size_t> position_rows(const ModelConfig& c, const std::int32_t* ids, std::size_t B,
+                                       std::size_t T) {
+  std::vector<std::size_t> rows(B * T);
+  const std::int64_t pad = c.pad_token_id.value_or(-1);
+  for (std::size_t b = 0; b < B; ++b) {
+    std::size_t n = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t i = b * T + t;
+      if (c.positions_skip_padding && ids[i] == pad)
+        rows[i] = c.position_offset - 1;
+      else
+        rows[i] = c.position_offset + (c.positions_skip_padding ? n++ : t);
+    }
+  }
+  return rows;
 }
 
 // The k most likely next tokens after each row's last token, from the final
@@ -82,6 +104,10 @@ std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const f
     // logits[v0:v0+n] (n, B) = rows (n, d) last^T (d, B)
     gemm<float>(false, true, n, B, d, 1.0f, rows.data(), d, last, d, 0.0f, logits.data() + v0 * B,
                 B);
+  }
+  if (c.final_softcap > 0) {  // logits <- cap tanh(logits / cap)
+    const float cap = static_cast<float>(c.final_softcap);
+    for (float& z : logits) z = cap * std::tanh(z / cap);
   }
   std::vector<std::vector<NextToken>> out(B);
   k = std::min(k, V);
@@ -119,8 +145,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   // x: the residual stream; y: the next layer's output.
   std::vector<float> x(n), y(n);
   {
-    std::vector<std::size_t> positions(B * T);
-    for (std::size_t i = 0; i < B * T; ++i) positions[i] = i % T;
+    const std::vector<std::size_t> positions = position_rows(c, ids, B, T);
     const auto t0 = Clock::now();
     model.embed(ids, positions.data(), B * T, x.data());
     const Norm<float> norm = model.embedding_norm();
@@ -145,10 +170,11 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   shape.self = dims;
   StackOptions<float> so;
   so.activation = c.activation;
-  so.norm_first = c.pre_norm;
+  so.norm_first = c.norm_placement != NormPlacement::post;
+  so.parallel_residual = c.parallel_residual;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
-  const Mask<float> mask = mask_of(c, T, lengths);
+  Mask<float> mask = mask_of(c, T, lengths);
 
   std::vector<int> head_slot(c.h, -1);
   for (std::size_t i = 0; i < options.map_heads.size(); ++i)
@@ -165,7 +191,8 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     const auto t0 = Clock::now();
     model.layer(l, w.layers[0]);
     read += seconds_since(t0);
-    so.self_attn = attention_options(c, threads);
+    so.self_attn = attention_options(c, l, threads);
+    mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
     const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;
     if (maps && options.attention_sink) {
       const std::size_t slot = next_slot;

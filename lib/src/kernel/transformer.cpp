@@ -128,7 +128,8 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
   std::copy(x_in, x_in + n, x);
   const bool gated = std::any_of(w.layers.begin(), w.layers.end(),
                                  [](const TransformerLayer<T>& L) { return L.ffn.gated(); });
-  Buffer<T> y(n), a(n), f(rows * s.d_ff), g(gated ? rows * s.d_ff : 0);
+  Buffer<T> y(n), a(n), f(rows * s.d_ff), g(gated ? rows * s.d_ff : 0),
+      p(opt.parallel_residual ? n : 0);
   LayerOptions<T> self_opt = opt.self_attn, cross_opt = opt.cross_attn;
   self_opt.threads = cross_opt.threads = threads;
   const bool decoder = s.kind == LayerKind::decoder;
@@ -148,9 +149,24 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
       }
       linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.b_2, a.get(), nullptr, threads, opt.bf16_gemm);
     };
-    if (opt.norm_first) {
+    // a = post(a) when the layer has that sandwich norm (y as scratch).
+    auto post = [&](const Norm<T>& norm) {
+      if (norm.empty()) return;
+      layer_norm(a.get(), rows, d.d_model, norm, opt.eps, y.get(), threads);
+      std::copy(y.get(), y.get() + n, a.get());
+    };
+    if (opt.norm_first && opt.parallel_residual && !decoder) {
+      // x + (FFN(norm2(x)) + SA(norm1(x))), summed in that order as GPT-NeoX does
+      layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
+      attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, p.get());
+      layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
+      ffn(y.get());
+      add_into(a.get(), p.get(), n);
+      add_into(x, a.get(), n);
+    } else if (opt.norm_first) {
       layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
       attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, a.get());
+      post(L.post_attn);
       add_into(x, a.get(), n);
       if (decoder) {
         layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
@@ -160,6 +176,7 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
       }
       layer_norm(x, rows, d.d_model, ffn_norm, opt.eps, y.get(), threads);
       ffn(y.get());
+      post(L.post_ffn);
       add_into(x, a.get(), n);
     } else {
       attention_layer<T>(d, x, x, x, L.self_attn, self_mask, self_opt, a.get());

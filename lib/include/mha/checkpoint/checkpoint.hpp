@@ -20,6 +20,8 @@
 namespace mha {
 
 class SafetensorsFile;
+struct TensorSpec;
+enum class Role;
 
 class Checkpoint {
  public:
@@ -45,12 +47,12 @@ class Checkpoint {
   // reused when their sizes match, as every layer's do: one layer's memory
   // serves the whole pass).
   void layer(std::size_t l, TransformerLayer<float>& L) const;
-  Norm<float> final_norm() const;      // empty for BERT
+  Norm<float> final_norm() const;      // empty when the family has none (BERT)
   Norm<float> embedding_norm() const;  // BERT's embeddings.LayerNorm; else empty
-  // Embedding rows: out (count, d_model) = the embedding of token ids[i] at
-  // position positions[i] (BERT: word + position + token type 0, before
-  // embedding_norm; GPT-2: word + position; LLaMA: word). Only the rows
-  // named are read.
+  // Embedding rows: out (count, d_model) = the embedding of token ids[i]
+  // (times the family's embed_scale) + the learned position table's row
+  // positions[i] (the caller adds position_offset) + token type 0's, where
+  // the family has them; before embedding_norm. Only the rows named are read.
   void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
              float* out) const;
   // The LM head's rows [v0, v0 + count) (vocabulary entries, d_model each):
@@ -58,13 +60,15 @@ class Checkpoint {
   void lm_head_rows(std::size_t v0, std::size_t count, float* out) const;
 
  private:
-  void read(const std::string& name, float* out) const;
+  void read(const std::string& stored, float* out) const;
+  std::string stored_name(const TensorSpec& t, const std::string& name) const;
+  Norm<float> norm_of(Role role) const;
   void open_weights();
   void check_tensors() const;
 
   std::string dir_;
   ModelConfig config_;
-  std::string prefix_;  // "bert.", "transformer.", or "" before the family's names
+  std::string prefix_;  // "bert.", "transformer.", ... or "" before the family's names
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::size_t> where_;  // tensor name (as stored) -> files_ index
 };

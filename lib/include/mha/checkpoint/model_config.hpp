@@ -1,7 +1,8 @@
 // A whole model's hyperparameters, read from the config.json a model hub
 // publishes beside a checkpoint (Hugging Face's keys), for the families this
-// tool runs from text: BERT, GPT-2, and the LLaMA family (LLaMA, Mistral,
-// Qwen2, Qwen3). Each family's defaults are its reference implementation's.
+// tool runs from text (family.hpp: one file of data each). Each family's
+// defaults are its reference implementation's. The forward reads the
+// features below, never the family's name.
 #pragma once
 
 #include <cstddef>
@@ -15,35 +16,68 @@
 
 namespace mha {
 
-enum class ModelFamily { bert, gpt2, llama };
+struct Family;
+
+// Where the norms sit around each block.
+enum class NormPlacement {
+  post,     // x = norm(x + block(x)) (BERT, OPT with do_layer_norm_before false)
+  pre,      // x = x + block(norm(x))
+  sandwich  // x = x + post_norm(block(norm(x))) (Gemma 2 and 3)
+};
 
 struct ModelConfig {
-  std::string model_type;  // as config.json says: bert, gpt2, llama, mistral, qwen2, qwen3
-  ModelFamily family = ModelFamily::llama;
+  std::string model_type;  // as config.json says
+  const Family* family = nullptr;
   std::size_t num_layers = 0;  // num_hidden_layers / n_layer
   std::size_t d_model = 0;     // hidden_size / n_embd
   std::size_t h = 0;           // num_attention_heads / n_head
   std::size_t kv_heads = 0;    // num_key_value_heads (grouped-query attention); h when absent
   std::size_t head_dim = 0;    // head_dim, else d_model / h
-  std::size_t d_ff = 0;        // intermediate_size / n_inner (GPT-2: 4 d_model)
+  std::size_t d_ff = 0;        // intermediate_size / n_inner / ffn_dim
   std::size_t vocab_size = 0;
-  std::size_t max_positions = 0;    // max_position_embeddings / n_positions
+  std::size_t max_positions = 0;    // the tokens a sequence may have
   std::size_t type_vocab_size = 0;  // BERT's token types
   double norm_eps = 1e-5;           // layer_norm_eps / layer_norm_epsilon / rms_norm_eps
+
+  // Norms
+  bool rms_norm = true;        // RMSNorm, else LayerNorm
+  bool norm_plus_one = false;  // RMSNorm scales by (1 + w) (Gemma); folded into the weights
+  NormPlacement norm_placement = NormPlacement::pre;
+  bool final_norm = true;          // a norm after the last layer
+  bool parallel_residual = false;  // x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX)
+  // Embeddings
+  double embed_scale = 1;           // token embeddings times this (Gemma: sqrt(d_model))
+  std::size_t position_rows = 0;    // learned positions: the table's rows; 0 = none
+  std::size_t position_offset = 0;  // the row of position 0 (OPT 2, RoBERTa padding_idx + 1)
+  // RoBERTa: positions count the tokens that are not pad_token_id; a pad
+  // token sits at row position_offset - 1.
+  bool positions_skip_padding = false;
+  // Attention
+  double attn_scale = 0;       // the logits' scale (1/sqrt(head_dim), or query_pre_attn_scalar)
+  double attn_softcap = 0;     // > 0: logits <- c tanh(logits / c)
+  bool rope = false;           // rotary positions, half layout
+  double rotary_fraction = 1;  // partial rotary: rotary_pct, partial_rotary_factor
+  std::size_t rotary_dim = 0;  // int(head_dim * rotary_fraction): the features that rotate
   double rope_theta = 10000;
-  double rope_scaling = 1;         // rope_scaling {"type": "linear", "factor": f}
-  std::size_t sliding_window = 0;  // Mistral (Qwen2 with use_sliding_window); 0 = none
+  double rope_scaling = 1;             // rope_scaling {"type": "linear", "factor": f}
+  double rope_local_theta = 0;         // > 0: the sliding-window layers' theta, unscaled (Gemma 3)
+  std::size_t sliding_window = 0;      // 0 = none
+  std::vector<unsigned char> sliding;  // per layer: 1 = the window applies
+  bool qkv_bias = false;               // biases on q, k, v (and o where stored)
+  bool qk_norm = false;                // RMSNorm of each head's q and k
+  // Feed-forward and head
   Activation activation = Activation::gelu;
   bool tie_word_embeddings = false;  // the LM head is the input embedding
-  bool causal = true;                // every family but BERT
-  bool pre_norm = true;              // BERT is post-norm
-  bool rms_norm = true;              // the LLaMA family
-  bool qkv_bias = false;             // BERT, GPT-2 (all four), Qwen2 (q, k, v)
-  bool qk_norm = false;              // Qwen3
+  bool causal = true;
+  bool lm_head = true;       // a causal LM's next-token head
+  double final_softcap = 0;  // > 0: the LM logits capped as attention's
   std::optional<std::int64_t> pad_token_id, bos_token_id, eos_token_id;
   std::string torch_dtype;  // as stored, e.g. "float32", "bfloat16" ("" when absent)
 
-  bool has_lm_head() const { return family != ModelFamily::bert; }
+  bool has_lm_head() const { return lm_head; }
+  bool layer_sliding(std::size_t l) const {
+    return sliding_window > 0 && l < sliding.size() && sliding[l];
+  }
 };
 
 // The model types read, in the order messages list them.

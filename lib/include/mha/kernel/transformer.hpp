@@ -6,6 +6,9 @@
 //   x = norm2(x + CA(x, memory))  decoder   x = x + CA(norm2(x), memory)
 //   x = normF(x + FFN(x))                   x = x + FFN(normF(x))
 //
+// With sandwich norms (weights.hpp: post_attn, post_ffn; pre-norm) each
+// block's output is normed before its residual add: x = x + post(SA(norm1(x))).
+// With parallel_residual: x = x + (FFN(norm2(x)) + SA(norm1(x))).
 // normF is norm2 in an encoder, norm3 in a decoder; FFN(x) = act(x W_1 +
 // b_1) W_2 + b_2, or with a gate (act(x W_gate + b_gate) * (x W_1 + b_1))
 // W_2 + b_2; norms are LayerNorms or RMSNorms (weights.hpp). After the last
@@ -31,6 +34,9 @@ struct StackOptions {
   LayerKind kind = LayerKind::encoder;
   Activation activation = Activation::relu;
   bool norm_first = false;
+  // Pre-norm encoders only: x = x + SA(norm1(x)) + FFN(norm2(x)), both on the
+  // layer's input (GPT-NeoX's use_parallel_residual).
+  bool parallel_residual = false;
   T eps = T(1e-5);
   int threads = 0;
   bool bf16_gemm = false;

@@ -57,6 +57,9 @@ struct TransformerLayer {
   Weights<T> cross_attn;  // decoders; empty (0x0) for encoders
   FeedForward<T> ffn;
   Norm<T> norm1, norm2, norm3;  // norm3: decoders
+  // Sandwich norms (Gemma 2 and 3), pre-norm only: on the attention's and
+  // the feed-forward's outputs before each residual add; empty: none.
+  Norm<T> post_attn, post_ffn;
 };
 
 template <class T>
