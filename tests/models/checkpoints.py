@@ -1,22 +1,38 @@
 #!/usr/bin/python3
 """Small random checkpoints in the model hubs' layout: Hugging Face's tensor names and shapes for
-BERT, GPT-2, LLaMA, Mistral, Qwen2 and Qwen3, and a config.json with the keys transformers'
+BERT, GPT-2, LLaMA, Mistral, Qwen2, Qwen3, GPT-NeoX (Pythia), Gemma, Gemma 2, Gemma 3 (text),
+Phi-3, OPT, RoBERTa and XLM-RoBERTa, and a config.json with the keys transformers'
 save_pretrained writes for each (values shrunk).
 
-  make(family, seed=0, **sizes) -> (config, tensors)     tensors: {name: float32 array}
+  make(family, seed=0, prefixed=None, rope_scaling=None, **sizes) -> (config, tensors)
+      tensors: {name: float32 array}; sizes: any key of DEFAULTS[family] (others raise)
   write(directory, config, tensors, dtype="F32"|"BF16"|"F16", shards=1) -> the values stored,
       {name: float64 array} (a bfloat16 file's values widened), the state_dict to give
       reference.forward
 
-Variants: make("bert", prefixed=True) is BertForMaskedLM's names (bert.* and cls.predictions.*),
-make("gpt2", prefixed=True) GPT2LMHeadModel's (transformer.*; lm_head tied, not stored, as
-save_pretrained drops tied copies); make("llama", rope_scaling={"rope_type": "linear",
-"factor": 2.0}). Sizes: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab,
-max_positions.
+Layouts: prefixed=None is each family's usual file: the base model's names for BERT, GPT-2 and
+RoBERTa, the causal LM's for the others (GPTNeoXForCausalLM: gpt_neox.* + embed_out.weight;
+OPTForCausalLM: model.decoder.*, lm_head tied and not stored, as save_pretrained drops tied
+copies; the LLaMA-style families: model.* + lm_head.weight when untied). prefixed=True:
+BertForMaskedLM (bert.* and cls.predictions.*), GPT2LMHeadModel (transformer.*),
+RobertaForMaskedLM / XLMRobertaForMaskedLM (roberta.* and lm_head.*). prefixed=False:
+GPTNeoXModel (no embed_out: no logits), OPTModel (decoder.*).
+
+Variants through sizes (the knobs of DEFAULTS): gpt_neox use_parallel_residual=False; phi3
+partial_rotary_factor=0.5 (default 1.0, as Phi-3-mini); opt do_layer_norm_before=False (the
+post-norm OPT-350m style: no final_layer_norm tensors); gemma3_text layer_types=[...] (written
+to config.json; without it the layers follow sliding_window_pattern), attn_logit_softcapping /
+final_logit_softcapping (null by default, as Gemma 3 ships); gemma2 the soft-caps, window and
+query_pre_attn_scalar; rope_scaling={"rope_type": "linear", "factor": 2.0} for llama, mistral,
+qwen2, qwen3 and gemma3_text (its global layers).
 
 Weights are drawn so that every part matters: projections N(0, 1/fan_in) (attention logits of
 order 1, maps neither uniform nor one-hot), biases and norm weights away from 0 and 1,
 embeddings and LM heads small enough that the top next-token probabilities are not all ~0 or 1.
+The defaults make every feature of reference.FEATURES change the outputs on sequences of 16
+tokens: windows of 4, soft-caps that bite (Gemma 2: 8 and 5 where the real ones are 50 and 30),
+query_pre_attn_scalar != head_dim, rope_local_base_freq != rope_theta, Gemma's norm weights
+(stored as w of 1 + w) around 0.3, Pythia's rotary_pct 0.25 of head_dim 16.
 
   /usr/bin/python3 tests/models/checkpoints.py DIR [FAMILY ...]   writes DIR/FAMILY{,_bf16}/
 """
@@ -29,7 +45,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_write as st  # noqa: E402
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
+            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta")
 TORCH_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 DEFAULTS = {
@@ -44,7 +61,32 @@ DEFAULTS = {
     # Qwen3: head_dim 16 != hidden / heads = 12, as Qwen3's configs have it
     "qwen3": dict(layers=3, hidden=48, heads=4, kv_heads=2, head_dim=16, intermediate=64,
                   vocab=140, max_positions=64),
+    # Pythia: head_dim 16, rotary_pct 0.25: 4 rotated features per head
+    "gpt_neox": dict(layers=3, hidden=64, heads=4, intermediate=128, vocab=200, max_positions=64,
+                     rotary_pct=0.25, use_parallel_residual=True),
+    # Gemma 2B's multi-query attention; heads · head_dim = 64 != hidden 48, as Gemma 7B has it
+    "gemma": dict(layers=2, hidden=48, heads=4, kv_heads=1, head_dim=16, intermediate=96,
+                  vocab=180, max_positions=64),
+    # 3 layers: 0 and 2 sliding, 1 global
+    "gemma2": dict(layers=3, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
+                   vocab=200, max_positions=64, sliding_window=4, query_pre_attn_scalar=32,
+                   attn_logit_softcapping=8.0, final_logit_softcapping=5.0),
+    # sliding_window_pattern 3 over 4 layers: 0, 1, 3 sliding, 2 global
+    "gemma3_text": dict(layers=4, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
+                        vocab=220, max_positions=64, sliding_window=4, sliding_window_pattern=3,
+                        layer_types=None, query_pre_attn_scalar=24, rope_theta=1000000.0,
+                        rope_local_base_freq=10000.0, attn_logit_softcapping=None,
+                        final_logit_softcapping=None),
+    "phi3": dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=170,
+                 max_positions=64, sliding_window=4, partial_rotary_factor=1.0),
+    "opt": dict(layers=2, hidden=48, heads=4, ffn=96, vocab=190, max_positions=64,
+                do_layer_norm_before=True),
+    # max_positions: the tokens a row may hold; config.json's max_position_embeddings is
+    # max_positions + 2 (the padding_idx + 1 offset: 514 for 512), the table's rows
+    "roberta": dict(layers=2, hidden=32, heads=4, intermediate=64, vocab=130, max_positions=64),
+    "xlm-roberta": dict(layers=2, hidden=48, heads=4, intermediate=96, vocab=250, max_positions=64),
 }
+ROPE_SCALING = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
 
 class _Draw:
@@ -63,29 +105,54 @@ class _Draw:
     def norm(self, n):  # norm weights around 1
         return (1.0 + 0.2 * self.rng.standard_normal(n)).astype(np.float32)
 
+    def gemma_norm(self, n):  # Gemma's stored w of (1 + w): around 0.3, neither 0 nor 1
+        return (0.3 + 0.2 * self.rng.standard_normal(n)).astype(np.float32)
+
     def embed(self, n, d, scale):
         return (self.rng.standard_normal((n, d)) * scale).astype(np.float32)
 
 
-def make(family, seed=0, prefixed=False, rope_scaling=None, **sizes):
+def make(family, seed=0, prefixed=None, rope_scaling=None, **sizes):
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
+    unknown = sorted(set(sizes) - set(DEFAULTS[family]))
+    if unknown:
+        raise ValueError(f"{family}: unknown size(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(DEFAULTS[family])}")
+    if rope_scaling is not None and family not in ROPE_SCALING:
+        raise ValueError(f"{family}: no rope_scaling variant (one of {', '.join(ROPE_SCALING)})")
     s = dict(DEFAULTS[family], **sizes)
     r = _Draw(seed)
-    if family == "bert":
-        return _bert(r, s, prefixed)
+    if family in ("bert", "roberta", "xlm-roberta"):
+        return _bert(r, s, bool(prefixed), family)
     if family == "gpt2":
-        return _gpt2(r, s, prefixed)
+        return _gpt2(r, s, bool(prefixed))
+    if family == "gpt_neox":
+        return _gpt_neox(r, s, prefixed is not False)
+    if family == "opt":
+        return _opt(r, s, prefixed is not False)
     if prefixed:
         raise ValueError(f"{family}: no prefixed variant (its names already start with model.)")
+    if family in ("gemma", "gemma2", "gemma3_text"):
+        return _gemma(family, r, s, rope_scaling)
+    if family == "phi3":
+        return _phi3(r, s)
     return _llama(family, r, s, rope_scaling)
 
 
-def _bert(r, s, prefixed):
+ROBERTA_ARCH = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
+
+
+def _bert(r, s, prefixed, family="bert"):
+    """BERT, and RoBERTa / XLM-RoBERTa: BERT's layers and names; RoBERTa's position table has
+    max_positions + 2 rows (padding_idx 1 + 1 offset), one token type, and its task prefix is
+    roberta. with RobertaLMHead's lm_head.*."""
     E, I, V, P, L = s["hidden"], s["intermediate"], s["vocab"], s["max_positions"], s["layers"]
+    roberta = family != "bert"
+    rows, types = (P + 2, 1) if roberta else (P, 2)
     t = {"embeddings.word_embeddings.weight": r.embed(V, E, 0.5),
-         "embeddings.position_embeddings.weight": r.embed(P, E, 0.2),
-         "embeddings.token_type_embeddings.weight": r.embed(2, E, 0.2),
+         "embeddings.position_embeddings.weight": r.embed(rows, E, 0.2),
+         "embeddings.token_type_embeddings.weight": r.embed(types, E, 0.2),
          "embeddings.LayerNorm.weight": r.norm(E), "embeddings.LayerNorm.bias": r.bias(E)}
     for n in range(L):
         p = f"encoder.layer.{n}."
@@ -98,17 +165,26 @@ def _bert(r, s, prefixed):
         t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = r.linear(I, E), r.bias(I)
         t[p + "output.dense.weight"], t[p + "output.dense.bias"] = r.linear(E, I), r.bias(E)
         t[p + "output.LayerNorm.weight"], t[p + "output.LayerNorm.bias"] = r.norm(E), r.bias(E)
-    if prefixed:  # BertForMaskedLM: no pooler; the MLM head (decoder.weight tied to the embeddings)
+    if prefixed and roberta:  # RobertaForMaskedLM: no pooler; lm_head (decoder tied, not stored)
+        t = {"roberta." + k: v for k, v in t.items()}
+        t["lm_head.bias"] = r.bias(V)
+        t["lm_head.dense.weight"], t["lm_head.dense.bias"] = r.linear(E, E), r.bias(E)
+        t["lm_head.layer_norm.weight"], t["lm_head.layer_norm.bias"] = r.norm(E), r.bias(E)
+    elif prefixed:  # BertForMaskedLM: no pooler; the MLM head (decoder.weight tied to the embeddings)
         t = {"bert." + k: v for k, v in t.items()}
         t["cls.predictions.bias"] = r.bias(V)
         t["cls.predictions.transform.dense.weight"] = r.linear(E, E)
         t["cls.predictions.transform.dense.bias"] = r.bias(E)
         t["cls.predictions.transform.LayerNorm.weight"] = r.norm(E)
         t["cls.predictions.transform.LayerNorm.bias"] = r.bias(E)
-    else:  # BertModel: the pooler, which the forward does not use
+    else:  # BertModel / RobertaModel: the pooler, which the forward does not use
         t["pooler.dense.weight"], t["pooler.dense.bias"] = r.linear(E, E), r.bias(E)
+    if roberta:
+        arch = ROBERTA_ARCH[family] + ("ForMaskedLM" if prefixed else "Model")
+    else:
+        arch = "BertForMaskedLM" if prefixed else "BertModel"
     config = {
-        "architectures": ["BertForMaskedLM" if prefixed else "BertModel"],
+        "architectures": [arch],
         "attention_probs_dropout_prob": 0.1,
         "classifier_dropout": None,
         "hidden_act": "gelu",
@@ -129,6 +205,10 @@ def _bert(r, s, prefixed):
         "use_cache": True,
         "vocab_size": V,
     }
+    if roberta:  # as roberta-base / xlm-roberta-base ship it
+        config.update({"bos_token_id": 0, "eos_token_id": 2, "layer_norm_eps": 1e-05,
+                       "max_position_embeddings": rows, "model_type": family, "pad_token_id": 1,
+                       "type_vocab_size": 1})
     return config, t
 
 
@@ -249,6 +329,239 @@ def _llama(family, r, s, rope_scaling):
         c.update({"use_sliding_window": False, "sliding_window": 4, "max_window_layers": L})
         if family == "qwen3":
             c["attention_bias"] = False
+    return c, t
+
+
+def _gpt_neox(r, s, prefixed):
+    """GPTNeoXForCausalLM (gpt_neox.* + embed_out.weight) or GPTNeoXModel; query_key_value's rows
+    interleaved per head, (heads, 3, head_dim): each head's q, k, v rows together. No
+    attention.bias / masked_bias / rotary_emb.inv_freq buffers (older Pythia files carry them;
+    newer transformers neither save nor need them)."""
+    E, I, V, P, L, h = s["hidden"], s["intermediate"], s["vocab"], s["max_positions"], s["layers"], s["heads"]
+    d = E // h
+    t = {"embed_in.weight": r.embed(V, E, 1.0),
+         "final_layer_norm.weight": r.norm(E), "final_layer_norm.bias": r.bias(E)}
+    for n in range(L):
+        p = f"layers.{n}."
+        t[p + "input_layernorm.weight"], t[p + "input_layernorm.bias"] = r.norm(E), r.bias(E)
+        t[p + "post_attention_layernorm.weight"] = r.norm(E)
+        t[p + "post_attention_layernorm.bias"] = r.bias(E)
+        q, k, v = r.linear(E, E, 1.5), r.linear(E, E, 1.5), r.linear(E, E)
+        t[p + "attention.query_key_value.weight"] = np.stack(
+            [w.reshape(h, d, E) for w in (q, k, v)], 1).reshape(3 * E, E)
+        t[p + "attention.query_key_value.bias"] = r.bias(3 * E, 0.3)
+        t[p + "attention.dense.weight"], t[p + "attention.dense.bias"] = r.linear(E, E), r.bias(E)
+        t[p + "mlp.dense_h_to_4h.weight"], t[p + "mlp.dense_h_to_4h.bias"] = r.linear(I, E), r.bias(I)
+        t[p + "mlp.dense_4h_to_h.weight"], t[p + "mlp.dense_4h_to_h.bias"] = r.linear(E, I), r.bias(E)
+    if prefixed:
+        t = {"gpt_neox." + k: v for k, v in t.items()}
+        t["embed_out.weight"] = r.embed(V, E, 0.3)
+    c = {  # GPTNeoXConfig 4.4x writes the old keys and the new ones (partial_rotary_factor, rope_theta)
+        "architectures": ["GPTNeoXForCausalLM" if prefixed else "GPTNeoXModel"],
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "classifier_dropout": 0.1,
+        "eos_token_id": 0,
+        "hidden_act": "gelu",
+        "hidden_dropout": 0.0,
+        "hidden_size": E,
+        "initializer_range": 0.02,
+        "intermediate_size": I,
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": P,
+        "model_type": "gpt_neox",
+        "num_attention_heads": h,
+        "num_hidden_layers": L,
+        "partial_rotary_factor": s["rotary_pct"],
+        "rope_scaling": None,
+        "rope_theta": 10000,
+        "rotary_emb_base": 10000,
+        "rotary_pct": s["rotary_pct"],
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "use_parallel_residual": s["use_parallel_residual"],
+        "vocab_size": V,
+    }
+    return c, t
+
+
+GEMMA_ARCH = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+
+
+def _gemma(family, r, s, rope_scaling):
+    """Gemma, Gemma 2, Gemma 3 (text): LLaMA's names without biases, norm weights stored as the w
+    of (1 + w); Gemma 2/3 add pre_/post_feedforward_layernorm, Gemma 3 q_norm / k_norm; the LM
+    head tied to the embeddings (no lm_head.weight), as every Gemma ships."""
+    E, I, V, P, L = s["hidden"], s["intermediate"], s["vocab"], s["max_positions"], s["layers"]
+    h, kv, d = s["heads"], s["kv_heads"], s["head_dim"]
+    t = {"model.embed_tokens.weight": r.embed(V, E, 0.15), "model.norm.weight": r.gemma_norm(E)}
+    for n in range(L):
+        p = f"model.layers.{n}."
+        t[p + "input_layernorm.weight"] = r.gemma_norm(E)
+        t[p + "self_attn.q_proj.weight"] = r.linear(h * d, E)
+        t[p + "self_attn.k_proj.weight"] = r.linear(kv * d, E)
+        t[p + "self_attn.v_proj.weight"] = r.linear(kv * d, E)
+        t[p + "self_attn.o_proj.weight"] = r.linear(E, h * d)
+        if family == "gemma3_text":
+            t[p + "self_attn.q_norm.weight"] = r.gemma_norm(d)
+            t[p + "self_attn.k_norm.weight"] = r.gemma_norm(d)
+        t[p + "post_attention_layernorm.weight"] = r.gemma_norm(E)
+        if family != "gemma":
+            t[p + "pre_feedforward_layernorm.weight"] = r.gemma_norm(E)
+            t[p + "post_feedforward_layernorm.weight"] = r.gemma_norm(E)
+        t[p + "mlp.gate_proj.weight"] = r.linear(I, E)
+        t[p + "mlp.up_proj.weight"] = r.linear(I, E)
+        t[p + "mlp.down_proj.weight"] = r.linear(E, I)
+    c = {
+        "architectures": [GEMMA_ARCH[family]],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "head_dim": d,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": E,
+        "initializer_range": 0.02,
+        "intermediate_size": I,
+        "max_position_embeddings": P,
+        "model_type": family,
+        "num_attention_heads": h,
+        "num_hidden_layers": L,
+        "num_key_value_heads": kv,
+        "pad_token_id": 0,
+        "rms_norm_eps": 1e-06,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "vocab_size": V,
+    }
+    if family in ("gemma", "gemma2"):
+        # hidden_act too, both gelu_pytorch_tanh: GemmaMLP reads hidden_activation in 4.38-4.4x,
+        # the newest modular_gemma hidden_act; the two agree here
+        c.update({"hidden_act": "gelu_pytorch_tanh", "rope_theta": 10000.0})
+    if family == "gemma":
+        c["transformers_version"] = "4.42.4"
+    elif family == "gemma2":
+        c.update({"attn_logit_softcapping": s["attn_logit_softcapping"], "cache_implementation": "hybrid",
+                  "final_logit_softcapping": s["final_logit_softcapping"],
+                  "query_pre_attn_scalar": s["query_pre_attn_scalar"], "sliding_window": s["sliding_window"],
+                  "transformers_version": "4.44.2"})
+    else:
+        c.update({"attn_logit_softcapping": s["attn_logit_softcapping"], "cache_implementation": "hybrid",
+                  "final_logit_softcapping": s["final_logit_softcapping"],
+                  "query_pre_attn_scalar": s["query_pre_attn_scalar"],
+                  "rope_local_base_freq": s["rope_local_base_freq"], "rope_scaling": rope_scaling,
+                  "rope_theta": s["rope_theta"], "sliding_window": s["sliding_window"],
+                  "sliding_window_pattern": s["sliding_window_pattern"], "transformers_version": "4.50.0"})
+        if s["layer_types"] is not None:
+            if len(s["layer_types"]) != L:
+                raise ValueError(f"gemma3_text: layer_types has {len(s['layer_types'])} entries for {L} layers")
+            c["layer_types"] = list(s["layer_types"])
+    return c, t
+
+
+def _phi3(r, s):
+    """Phi-3: LLaMA's layer with fused projections, qkv_proj rows q | k | v and gate_up_proj rows
+    gate | up; no biases; lm_head untied."""
+    E, I, V, P, L = s["hidden"], s["intermediate"], s["vocab"], s["max_positions"], s["layers"]
+    h, kv = s["heads"], s["kv_heads"]
+    d = E // h
+    t = {"model.embed_tokens.weight": r.embed(V, E, 1.0), "model.norm.weight": r.norm(E),
+         "lm_head.weight": r.embed(V, E, 0.3)}
+    for n in range(L):
+        p = f"model.layers.{n}."
+        t[p + "input_layernorm.weight"] = r.norm(E)
+        t[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+            [r.linear(h * d, E, 1.5), r.linear(kv * d, E, 1.5), r.linear(kv * d, E)], 0)
+        t[p + "self_attn.o_proj.weight"] = r.linear(E, h * d)
+        t[p + "post_attention_layernorm.weight"] = r.norm(E)
+        t[p + "mlp.gate_up_proj.weight"] = np.concatenate([r.linear(I, E), r.linear(I, E)], 0)
+        t[p + "mlp.down_proj.weight"] = r.linear(E, I)
+    c = {
+        "architectures": ["Phi3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "embd_pdrop": 0.0,
+        "eos_token_id": V - 1,
+        "hidden_act": "silu",
+        "hidden_size": E,
+        "initializer_range": 0.02,
+        "intermediate_size": I,
+        "max_position_embeddings": P,
+        "model_type": "phi3",
+        "num_attention_heads": h,
+        "num_hidden_layers": L,
+        "num_key_value_heads": kv,
+        "original_max_position_embeddings": P,
+        "pad_token_id": V - 1,
+        "partial_rotary_factor": s["partial_rotary_factor"],
+        "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 10000.0,
+        "sliding_window": s["sliding_window"],
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": V,
+    }
+    return c, t
+
+
+def _opt(r, s, prefixed):
+    """OPTForCausalLM (model.decoder.*; lm_head tied, not stored) or OPTModel (decoder.*); the
+    position table has max_positions + 2 rows (OPT's offset 2); final_layer_norm only with
+    do_layer_norm_before."""
+    E, F, V, P, L = s["hidden"], s["ffn"], s["vocab"], s["max_positions"], s["layers"]
+    pre = s["do_layer_norm_before"]
+    t = {"decoder.embed_tokens.weight": r.embed(V, E, 0.3),
+         "decoder.embed_positions.weight": r.embed(P + 2, E, 0.3)}
+    if pre:
+        t["decoder.final_layer_norm.weight"] = r.norm(E)
+        t["decoder.final_layer_norm.bias"] = r.bias(E)
+    for n in range(L):
+        p = f"decoder.layers.{n}."
+        for w, gain in (("q", 1.5), ("k", 1.5), ("v", 1.0), ("out", 1.0)):
+            t[p + f"self_attn.{w}_proj.weight"] = r.linear(E, E, gain)
+            t[p + f"self_attn.{w}_proj.bias"] = r.bias(E)
+        t[p + "self_attn_layer_norm.weight"], t[p + "self_attn_layer_norm.bias"] = r.norm(E), r.bias(E)
+        t[p + "fc1.weight"], t[p + "fc1.bias"] = r.linear(F, E), r.bias(F)
+        t[p + "fc2.weight"], t[p + "fc2.bias"] = r.linear(E, F), r.bias(E)
+        t[p + "final_layer_norm.weight"], t[p + "final_layer_norm.bias"] = r.norm(E), r.bias(E)
+    if prefixed:
+        t = {"model." + k: v for k, v in t.items()}
+    c = {
+        "_remove_final_layer_norm": False,
+        "activation_dropout": 0.0,
+        "activation_function": "relu",
+        "architectures": ["OPTForCausalLM" if prefixed else "OPTModel"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 2,
+        "do_layer_norm_before": pre,
+        "dropout": 0.1,
+        "enable_bias": True,
+        "eos_token_id": 2,
+        "ffn_dim": F,
+        "hidden_size": E,
+        "init_std": 0.02,
+        "layer_norm_elementwise_affine": True,
+        "layerdrop": 0.0,
+        "max_position_embeddings": P,
+        "model_type": "opt",
+        "num_attention_heads": s["heads"],
+        "num_hidden_layers": L,
+        "pad_token_id": 1,
+        "prefix": "</s>",
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": V,
+        "word_embed_proj_dim": E,
+    }
     return c, t
 
 

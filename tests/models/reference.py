@@ -1,38 +1,64 @@
 #!/usr/bin/python3
 """Plain PyTorch reference forwards of whole Hugging Face-layout checkpoints, in float64, written
 from the papers and the published reference code (Hugging Face transformers' modeling_bert,
-modeling_gpt2, modeling_llama, modeling_mistral, modeling_qwen2, modeling_qwen3; not imported,
-and not this tool's code):
+modeling_gpt2, modeling_llama, modeling_mistral, modeling_qwen2, modeling_qwen3,
+modeling_gpt_neox, modeling_gemma, modeling_gemma2, modeling_gemma3, modeling_phi3, modeling_opt,
+modeling_roberta / modeling_xlm_roberta; not imported, and not this tool's code):
 
-  forward(config, state_dict, ids, lengths=None) -> {"hidden_states": (L+1, B, T, d),
+  forward(config, state_dict, ids, lengths=None, off=()) -> {"hidden_states": (L+1, B, T, d),
       "attentions": [L × (B, h, T, T)], "output": (B, T, d), "logits": (B, T, V) or None}
 
 config is the checkpoint's config.json as a dict, state_dict {name: array} with the checkpoint's
-own names (a `bert.` / `transformer.` prefix is stripped), ids (B, T) integers, lengths (B) the
+own names (a task model's prefix, PREFIXES, is stripped), ids (B, T) integers, lengths (B) the
 real tokens of each row (right padding; default T). Everything is computed in float64 from the
 stored values (a bfloat16 file's values widened exactly); the results are NumPy float64 arrays.
 
+off: names of features to turn OFF (FEATURES[model_type] lists the ones a family has; another
+name raises ValueError). Tests use them to show that each feature matters: the tool must match
+the reference with everything on and must not match with a feature off.
+  parallel_residual      gpt_neox: x + attn(ln1(x)), then + mlp(ln2(·)) (sequential)
+  partial_rotary         gpt_neox, phi3: rotate the whole head, not its first fraction
+  softcap                gemma2, gemma3_text: no tanh soft-capping (attention and final logits)
+  sliding_window         mistral, qwen2, qwen3, gemma2, gemma3_text, phi3: no window on any layer
+  local_rope             gemma3_text: the sliding layers rotate with rope_theta too
+  post_norms             gemma2, gemma3_text: post_attention / post_feedforward norms skipped
+  norm_offset            gemma*: RMSNorm weight w instead of 1 + w
+  embed_scale            gemma*: embeddings not multiplied by sqrt(hidden_size)
+  position_offset        opt, roberta, xlm-roberta: positions from 0 (no +2 / padding_idx + 1)
+  query_pre_attn_scalar  gemma2, gemma3_text: scores scaled by head_dim^-0.5 instead
+  qk_norm                qwen3, gemma3_text: q_norm / k_norm skipped
+
 Conventions, as transformers' eager attention computes them:
-- attention: softmax(Q K^T / sqrt(head_dim) + mask), masked keys filled with float64's lowest
-  value (HF's torch.finfo(dtype).min), so a row with no visible key would be uniform instead of
-  NaN; padded keys (s >= length) are masked; positions are 0..T-1 in every row.
-- causal models (gpt2, llama, mistral, qwen2, qwen3): key s visible to query t iff s <= t; with
-  Mistral's sliding_window w also t - w < s (HF's sliding-window mask: the w most recent keys,
-  the query's own included). Qwen2/Qwen3's sliding_window applies only with use_sliding_window
-  true, and then on the layers from max_window_layers on (or those layer_types names).
+- attention: softmax(Q K^T · scale + mask), masked keys filled with float64's lowest value (HF's
+  torch.finfo(dtype).min), so a row with no visible key would be uniform instead of NaN; padded
+  keys (s >= length) are masked; scale = head_dim^-0.5 unless a family says otherwise.
+- causal models (gpt2, llama, mistral, qwen2, qwen3, gpt_neox, gemma*, phi3, opt): key s visible
+  to query t iff s <= t; on a sliding-window layer with window w also t - s < w (HF's sliding
+  mask: the w most recent keys, the query's own included). Which layers have a window: Mistral
+  and Phi-3 every layer when sliding_window is not null; Qwen2/Qwen3 only with
+  use_sliding_window, and then the layers config.layer_types calls "sliding_attention" (which
+  Qwen2Config derives from max_window_layers as i >= max_window_layers); Gemma 2 / Gemma 3 below.
+- positions 0..T-1 in every row, except OPT and RoBERTa (below).
 - hidden_states as output_hidden_states: entry 0 the embeddings' output (the input of layer 0),
   entry i the output of layer i-1 for 0 < i < L, and entry L the final output: after the final
-  norm (ln_f / model.norm) for the causal LMs; BERT has none, its last entry is its last layer's
-  output. output = hidden_states[L].
-- logits = output @ E^T with E the input embedding when tie_word_embeddings (default true for
-  gpt2, false for llama/mistral/qwen2/qwen3, whose config classes default it so), else
-  lm_head.weight. BERT: None.
+  norm (ln_f / model.norm / final_layer_norm) for the causal LMs; BERT and RoBERTa have none, nor
+  has OPT with do_layer_norm_before false: there it is the last layer's output.
+  output = hidden_states[L].
+- logits = output @ E^T with E the input embedding when tie_word_embeddings (TIE_DEFAULT gives
+  each config class's default), else the checkpoint's LM head (lm_head.weight; embed_out.weight
+  for GPT-NeoX); None for the encoders and when the checkpoint has no head (a base model).
 - padded query rows (t >= length) are computed too but carry no meaning (HF's differ with the
   attention implementation); the tests compare rows t < length only.
 
 Numerics per family:
 - BERT: LayerNorm (biased variance, eps = layer_norm_eps), hidden_act "gelu" = the exact GELU,
   x·Φ(x) with erf (HF's ACT2FN["gelu"] = nn.functional.gelu); post-norm; token_type_ids 0.
+- RoBERTa, XLM-RoBERTa (modeling_roberta.py): BERT's layers and names (under `roberta.`);
+  position ids from the ids as create_position_ids_from_input_ids makes them:
+  padding_idx + cumsum(ids != padding_idx) · (ids != padding_idx), padding_idx = pad_token_id
+  (default 1), so the first token sits at row padding_idx + 1 and a token equal to
+  pad_token_id gets row padding_idx (the ids decide, not `lengths`); max_position_embeddings
+  counts those rows (514 for 512 tokens); token type 0 of type_vocab_size 1.
 - GPT-2: LayerNorm (eps = layer_norm_epsilon), activation_function "gelu_new" = the tanh
   approximation 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))); pre-norm; Conv1D (x @ W + b, W
   (in, out)); scale_attn_weights (default true) divides by sqrt(head_dim),
@@ -40,22 +66,82 @@ Numerics per family:
 - LLaMA family: RMSNorm x·rsqrt(mean(x²) + eps)·weight (HF computes it in float32 and casts back;
   here float64 throughout, the same function); SwiGLU MLP down(silu(gate(x)) ⊙ up(x)); rotary
   embeddings in the "half" layout (rotate_half, cos/sin of cat(freqs, freqs)), inv_freq =
-  rope_theta^(-2i/head_dim), computed in float64 here (HF: float32 inv_freq, whose rounding
-  differs by ~1e-7 relative); rope_scaling type "linear" divides positions by factor (other
-  types are refused); grouped-query heads (query head i uses key/value head i // (h / kv_heads),
-  HF's repeat_kv); head_dim from config (else hidden_size / num_attention_heads); biases on any
+  rope_theta^(-2i/dim), computed in float64 here (HF: float32 inv_freq, whose rounding differs
+  by ~1e-7 relative); rope_scaling type "linear" divides positions by factor (other types are
+  refused); grouped-query heads (query head i uses key/value head i // (h / kv_heads), HF's
+  repeat_kv); head_dim from config (else hidden_size / num_attention_heads); biases on any
   projection whose .bias tensor the checkpoint has (Qwen2: q/k/v). Qwen3: q_norm / k_norm,
   RMSNorm over head_dim of each head, after the projections and before the rotation.
+- Phi-3 (modeling_phi3.py): the LLaMA layer with fused projections, split as Phi3Attention and
+  Phi3MLP slice them: qkv_proj rows q (h·head_dim) | k (kv·head_dim) | v, gate_up_proj rows
+  gate (intermediate_size) | up, MLP up ⊙ silu(gate); rms_norm_eps default 1e-5; partial
+  rotary: the first int(head_dim · partial_rotary_factor) features of each head rotated
+  (default 1.0), inv_freq over that dim; sliding_window as Mistral's on every layer (Phi3Model
+  picks create_sliding_window_causal_mask whenever config.sliding_window is not None);
+  rope_scaling "longrope" refused; lm_head untied by default.
+- GPT-NeoX / Pythia (modeling_gpt_neox.py): names under `gpt_neox.` plus embed_out.weight;
+  LayerNorm eps = layer_norm_eps (1e-5); query_key_value (3·d, d) with rows interleaved per
+  head, viewed as (heads, 3, head_dim) = q, k, v of each head; partial rotary on the first
+  rotary_ndims = int(head_dim · rotary_pct) features, rotate_half within that slice, inv_freq =
+  base^(-2i/rotary_ndims); rotary_pct read as the 4.4x config class does (rotary_pct, else
+  partial_rotary_factor, default 0.25), base likewise (rotary_emb_base, else rope_theta, default
+  10000); hidden_act "gelu" = the exact GELU; use_parallel_residual (default true):
+  x + attn(ln1(x)) + mlp(ln2(x)), else x = x + attn(ln1(x)); x = x + mlp(ln2(x)); final
+  layer norm; embed_out untied by default.
+- Gemma (modeling_gemma.py), Gemma 2 (modeling_gemma2.py), Gemma 3 text (modeling_gemma3.py):
+  the LLaMA layer with RMSNorm x·rsqrt(mean(x²) + eps)·(1 + w); embeddings multiplied by
+  sqrt(hidden_size) (HF rounds that factor to the compute dtype first; float64 here); GeGLU MLP
+  down(act(gate(x)) ⊙ up(x)) with act = hidden_activation, which modeling_gemma's GemmaMLP
+  falls back to gelu_pytorch_tanh when null (hidden_act is ignored: "`config.hidden_act` is
+  ignored, you should use `config.hidden_activation` instead"), Gemma 2/3 read
+  hidden_activation (default gelu_pytorch_tanh); tie_word_embeddings default true.
+  Gemma: pre-norm like LLaMA (post_attention_layernorm is the MLP's input norm); scale
+  head_dim^-0.5. Gemma 2 / Gemma 3: sandwich norms, h = x + post_attention_layernorm(attn(
+  input_layernorm(x))); x = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+  scale query_pre_attn_scalar^-0.5 (default 256); attn_logit_softcapping c:
+  scores = tanh(scores / c)·c after the scaling, before the mask; final_logit_softcapping on the
+  logits the same way (Gemma 2 defaults 50 and 30, Gemma 3 null = none). Sliding layers:
+  config.layer_types when given, else Gemma 2 the even layers (Gemma2Attention: "sliding_window
+  if not bool(layer_idx % 2)"), Gemma 3 bool((i + 1) % sliding_window_pattern) (default 6);
+  window sliding_window (default 4096). Gemma 3: q_norm / k_norm ((1 + w) RMSNorm over
+  head_dim) before the rotation; sliding layers rotate with rope_local_base_freq (default 10000)
+  and no rope scaling, the others with rope_theta (default 1e6) and rope_scaling.
+- OPT (modeling_opt.py): names under `model.decoder.` (OPTForCausalLM; OPTModel's `decoder.`
+  too); learned positions, ids (cumsum(mask) · mask - 1) + 2 into embed_positions
+  (max_position_embeddings + 2 rows), mask the attention mask of `lengths`; embed_tokens not
+  scaled; LayerNorm eps 1e-5; q/k/v/out_proj with biases; activation_function (default relu);
+  do_layer_norm_before true: pre-norm and final_layer_norm (unless _remove_final_layer_norm);
+  false: post-norm x = ln(x + attn(x)), x = ln(x + fc2(act(fc1(x)))), no final norm;
+  word_embed_proj_dim must equal hidden_size (no project_in/out); lm_head tied by default.
 """
 import math
 
 import numpy as np
 import torch
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3")
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
-PREFIXES = {"bert": "bert.", "gpt2": "transformer."}
-TIE_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "qwen2": False, "qwen3": False}
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
+            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+ENCODERS = ("bert", "roberta", "xlm-roberta")
+PREFIXES = {"bert": "bert.", "gpt2": "transformer.", "gpt_neox": "gpt_neox.", "opt": "model.",
+            "roberta": "roberta.", "xlm-roberta": "roberta."}
+TIE_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "qwen2": False, "qwen3": False,
+               "gpt_neox": False, "gemma": True, "gemma2": True, "gemma3_text": True, "phi3": False,
+               "opt": True}
+_GEMMA_OFF = ("norm_offset", "embed_scale")
+_GEMMA23_OFF = _GEMMA_OFF + ("softcap", "sliding_window", "post_norms", "query_pre_attn_scalar")
+FEATURES = {
+    "bert": (), "gpt2": (), "llama": (), "mistral": ("sliding_window",), "qwen2": ("sliding_window",),
+    "qwen3": ("sliding_window", "qk_norm"),
+    "gpt_neox": ("parallel_residual", "partial_rotary"),
+    "gemma": _GEMMA_OFF,
+    "gemma2": _GEMMA23_OFF,
+    "gemma3_text": _GEMMA23_OFF + ("local_rope", "qk_norm"),
+    "phi3": ("partial_rotary", "sliding_window"),
+    "opt": ("position_offset",), "roberta": ("position_offset",), "xlm-roberta": ("position_offset",),
+}
+ALL_FEATURES = tuple(sorted({f for names in FEATURES.values() for f in names}))
 MIN = torch.finfo(torch.float64).min
 
 
@@ -65,7 +151,9 @@ def _t(a):
 
 def strip_prefix(model_type, sd):
     """The names without the task model's prefix (bert. of BertFor*, transformer. of
-    GPT2LMHeadModel); heads that are not part of the base model (cls.*) are kept as they are."""
+    GPT2LMHeadModel, gpt_neox. of GPTNeoXForCausalLM, model. of OPTForCausalLM, roberta. of
+    RobertaFor*); heads that are not part of the base model (cls.*, lm_head.*, embed_out.*) are
+    kept as they are."""
     p = PREFIXES.get(model_type)
     if p and any(k.startswith(p) for k in sd):
         return {(k[len(p):] if k.startswith(p) else k): v for k, v in sd.items()}
@@ -107,9 +195,12 @@ def key_mask(lengths, T, causal, window=None):
     return m
 
 
-def attend(q, k, v, mask, scale):
-    """q (B, h, T, d), k/v (B, h, S, d), mask (B, 1, T, S) bool: HF's eager attention."""
+def attend(q, k, v, mask, scale, softcap=None):
+    """q (B, h, T, d), k/v (B, h, S, d), mask (B, 1, T, S) bool: HF's eager attention (with
+    Gemma 2's soft-capping of the scaled scores when softcap is given)."""
     scores = (q @ k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     scores = scores.masked_fill(~mask, MIN)
     a = torch.softmax(scores, -1)
     return a @ v, a
@@ -126,6 +217,7 @@ def merge_heads(x):
 
 
 def rope_cos_sin(T, dim, theta, scaling=None):
+    """cos, sin (T, dim) of the "half" layout: cat(freqs, freqs), inv_freq = theta^(-2i/dim)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     pos = torch.arange(T, dtype=torch.float64)
     if scaling:
@@ -144,12 +236,25 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), -1)
 
 
+def apply_rope(x, cos, sin):
+    """Rotates the first cos.shape[-1] features of each head (all of them, or a partial rotary
+    dimension as GPT-NeoX and Phi-3 have); the rest pass through."""
+    n = cos.shape[-1]
+    rot, rest = x[..., :n], x[..., n:]
+    return torch.cat((rot * cos + rotate_half(rot) * sin, rest), -1)
+
+
 def linear(sd, name, x):
     """nn.Linear: x W^T (+ b when the checkpoint has the bias)."""
     y = x @ sd[name + ".weight"].T
     if name + ".bias" in sd:
         y = y + sd[name + ".bias"]
     return y
+
+
+def norm_layer(sd, name, x, eps):
+    """nn.LayerNorm by the checkpoint's name (weight 1, bias 0 when it has none)."""
+    return layer_norm(x, sd.get(name + ".weight", 1.0), sd.get(name + ".bias", 0.0), eps)
 
 
 def conv1d(sd, name, x):
@@ -161,10 +266,47 @@ def num_layers(config):
     return int(config.get("num_hidden_layers", config.get("n_layer", 0)))
 
 
-def forward(config, state_dict, ids, lengths=None):
+def softcap(x, cap):
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
+def _first(c, keys, default):
+    """The value of the first of keys the config has (not null), else default."""
+    for k in keys:
+        if c.get(k) is not None:
+            return c[k]
+    return default
+
+
+def _check_off(mt, off):
+    if off is None:
+        off = ()
+    elif isinstance(off, str):
+        off = (off,)
+    off = frozenset(off)
+    unknown = sorted(off - set(ALL_FEATURES))
+    if unknown:
+        raise ValueError(f"off: unknown feature(s) {', '.join(unknown)}; known: {', '.join(ALL_FEATURES)}")
+    foreign = sorted(off - set(FEATURES[mt]))
+    if foreign:
+        raise ValueError(f"off: {', '.join(foreign)} not a feature of {mt} "
+                         f"(its features: {', '.join(FEATURES[mt]) or 'none'})")
+    return off
+
+
+def lm_head(config, sd, embed, head_name):
+    """The LM head's weight (V, d): the input embedding when tied, else the checkpoint's head
+    tensor, None when the checkpoint has none (a base model's names)."""
+    if config.get("tie_word_embeddings", TIE_DEFAULT[config["model_type"]]):
+        return embed
+    return sd.get(head_name)
+
+
+def forward(config, state_dict, ids, lengths=None, off=()):
     mt = config["model_type"]
     if mt not in FAMILIES:
         raise ValueError(f"model_type {mt!r}: one of {', '.join(FAMILIES)}")
+    off = _check_off(mt, off)
     ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))
     if ids.ndim == 1:
         ids = ids[None]
@@ -172,28 +314,42 @@ def forward(config, state_dict, ids, lengths=None):
     lengths = [T] * B if lengths is None else [int(n) for n in lengths]
     sd = {k: _t(v) for k, v in strip_prefix(mt, state_dict).items()}
     with torch.no_grad():
-        if mt == "bert":
-            hs, maps = _bert(config, sd, ids, lengths)
-            logits = None
+        if mt in ENCODERS:
+            fn = _bert
+        elif mt == "gpt2":
+            fn = _gpt2
+        elif mt == "gpt_neox":
+            fn = _gpt_neox
+        elif mt in GEMMA:
+            fn = _gemma
+        elif mt == "opt":
+            fn = _opt
         else:
-            fn = _gpt2 if mt == "gpt2" else _llama
-            hs, maps, embed = fn(config, sd, ids, lengths)
-            tie = config.get("tie_word_embeddings", TIE_DEFAULT[mt])
-            head = embed if tie else sd["lm_head.weight"]
-            logits = hs[-1] @ head.T
+            fn = _llama
+        hs, maps, logits = fn(config, sd, ids, lengths, off)
     return {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
             "output": hs[-1].numpy(), "logits": None if logits is None else logits.numpy()}
 
 
-def _bert(c, sd, ids, lengths):
+def _bert(c, sd, ids, lengths, off):
+    """BERT, and RoBERTa / XLM-RoBERTa, whose only difference here is the position ids."""
     B, T = ids.shape
     E, h = c["hidden_size"], c["num_attention_heads"]
     d, eps = E // h, c.get("layer_norm_eps", 1e-12)
     act = activation(c.get("hidden_act", "gelu"))
     if c.get("position_embedding_type", "absolute") != "absolute":
         raise NotImplementedError("position_embedding_type " + c["position_embedding_type"])
+    if c["model_type"] == "bert":
+        pos = torch.arange(T)[None].expand(B, T)
+    else:  # RoBERTa's create_position_ids_from_input_ids
+        pad = c.get("pad_token_id", 1)
+        real = (ids != pad).long()
+        if "position_offset" in off:
+            pos = (torch.cumsum(real, 1) * real - 1).clamp(min=0)
+        else:
+            pos = torch.cumsum(real, 1) * real + pad
     e = "embeddings."
-    x = (sd[e + "word_embeddings.weight"][ids] + sd[e + "position_embeddings.weight"][:T][None]
+    x = (sd[e + "word_embeddings.weight"][ids] + sd[e + "position_embeddings.weight"][pos]
          + sd[e + "token_type_embeddings.weight"][0])
     x = layer_norm(x, sd[e + "LayerNorm.weight"], sd[e + "LayerNorm.bias"], eps)
     mask = key_mask(lengths, T, causal=False)
@@ -210,10 +366,10 @@ def _bert(c, sd, ids, lengths):
         x = layer_norm(y + x1, sd[p + "output.LayerNorm.weight"], sd[p + "output.LayerNorm.bias"], eps)
         hs.append(x)
         maps.append(a)
-    return hs, maps
+    return hs, maps, None
 
 
-def _gpt2(c, sd, ids, lengths):
+def _gpt2(c, sd, ids, lengths, off):
     B, T = ids.shape
     E, h = c["n_embd"], c["n_head"]
     d, eps = E // h, c.get("layer_norm_epsilon", 1e-5)
@@ -237,31 +393,62 @@ def _gpt2(c, sd, ids, lengths):
         hs.append(x)
         maps.append(a)
     hs[-1] = layer_norm(x, sd["ln_f.weight"], sd["ln_f.bias"], eps)  # replaces the last layer's raw output
-    return hs, maps, sd["wte.weight"]
+    head = lm_head(c, sd, sd["wte.weight"], "lm_head.weight")
+    return hs, maps, None if head is None else hs[-1] @ head.T
 
 
-def _llama(c, sd, ids, lengths):
+def _unfuse_phi3(c, sd):
+    """Phi-3's fused qkv_proj and gate_up_proj split into LLaMA's names, as Phi3Attention slices
+    qkv (q | k | v rows) and Phi3MLP chunks gate_up (gate | up rows)."""
+    h = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or h
+    d = c.get("head_dim") or c["hidden_size"] // h
+    I = c["intermediate_size"]
+    sd = dict(sd)
+    for n in range(num_layers(c)):
+        p = f"model.layers.{n}."
+        qkv = sd.pop(p + "self_attn.qkv_proj.weight")
+        sd[p + "self_attn.q_proj.weight"] = qkv[:h * d]
+        sd[p + "self_attn.k_proj.weight"] = qkv[h * d:(h + kv) * d]
+        sd[p + "self_attn.v_proj.weight"] = qkv[(h + kv) * d:]
+        gate_up = sd.pop(p + "mlp.gate_up_proj.weight")
+        sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"] = gate_up[:I], gate_up[I:]
+    return sd
+
+
+def _llama(c, sd, ids, lengths, off):
     B, T = ids.shape
     mt = c["model_type"]
+    if mt == "phi3":
+        sd = _unfuse_phi3(c, sd)
     E, h = c["hidden_size"], c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or h
     d = c.get("head_dim") or E // h
-    eps = c.get("rms_norm_eps", 1e-6)
+    eps = c.get("rms_norm_eps", 1e-5 if mt == "phi3" else 1e-6)
     act = activation(c.get("hidden_act", "silu"))
     L = num_layers(c)
-    # The layers with a sliding window, as modeling_mistral.py and modeling_qwen2.py decide:
-    # Mistral every layer; Qwen2 (and Qwen3) only with use_sliding_window, and then the layers
-    # config.layer_types calls "sliding_attention", which Qwen2Config derives from
-    # max_window_layers (default 28) as i >= max_window_layers when the file does not list them.
+    # The layers with a sliding window, as modeling_mistral.py, modeling_phi3.py and
+    # modeling_qwen2.py decide: Mistral and Phi-3 every layer; Qwen2 (and Qwen3) only with
+    # use_sliding_window, and then the layers config.layer_types calls "sliding_attention", which
+    # Qwen2Config derives from max_window_layers (default 28) as i >= max_window_layers when the
+    # file does not list them.
     window, windowed = None, [False] * L
-    if mt == "mistral":
+    if mt in ("mistral", "phi3"):
         window, windowed = c.get("sliding_window"), [True] * L
     elif c.get("use_sliding_window", False):
         window = c.get("sliding_window")
         types = c.get("layer_types") or ["sliding_attention" if i >= c.get("max_window_layers", 28)
                                          else "full_attention" for i in range(L)]
         windowed = [t == "sliding_attention" for t in types]
-    cos, sin = rope_cos_sin(T, d, float(c.get("rope_theta", 10000.0)), c.get("rope_scaling"))
+    if "sliding_window" in off:
+        window = None
+    rot = d
+    if mt == "phi3" and "partial_rotary" not in off:
+        rot = int(d * c.get("partial_rotary_factor", 1.0))
+    scaling = c.get("rope_scaling")
+    if mt == "phi3" and scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        raise NotImplementedError(f"phi3 rope_scaling {scaling!r}")
+    cos, sin = rope_cos_sin(T, rot, float(c.get("rope_theta", 10000.0)), scaling)
     x = sd["model.embed_tokens.weight"][ids]
     full = key_mask(lengths, T, causal=True, window=None)
     local = key_mask(lengths, T, causal=True, window=window)
@@ -273,12 +460,11 @@ def _llama(c, sd, ids, lengths):
         q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)
         k = linear(sd, p + "self_attn.k_proj", a_in).reshape(B, T, kv, d)
         v = linear(sd, p + "self_attn.v_proj", a_in).reshape(B, T, kv, d)
-        if mt == "qwen3":
+        if mt == "qwen3" and "qk_norm" not in off:
             q = rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
         ctx, a = attend(q, k, v, mask, d ** -0.5)
         x = x + linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
@@ -288,7 +474,160 @@ def _llama(c, sd, ids, lengths):
         hs.append(x)
         maps.append(a)
     hs[-1] = rms_norm(x, sd["model.norm.weight"], eps)
-    return hs, maps, sd["model.embed_tokens.weight"]
+    head = lm_head(c, sd, sd["model.embed_tokens.weight"], "lm_head.weight")
+    return hs, maps, None if head is None else hs[-1] @ head.T
+
+
+def _gpt_neox(c, sd, ids, lengths, off):
+    B, T = ids.shape
+    E, h = c["hidden_size"], c["num_attention_heads"]
+    d, eps = E // h, c.get("layer_norm_eps", 1e-5)
+    act = activation(c.get("hidden_act", "gelu"))
+    # GPTNeoXConfig (4.4x) sets partial_rotary_factor = rotary_pct and rope_theta =
+    # rotary_emb_base from its arguments, so the old keys win when a file has both
+    pct = _first(c, ("rotary_pct", "partial_rotary_factor"), 0.25)
+    base = float(_first(c, ("rotary_emb_base", "rope_theta"), 10000.0))
+    rot = d if "partial_rotary" in off else int(d * pct)
+    cos, sin = rope_cos_sin(T, rot, base, c.get("rope_scaling"))
+    parallel = c.get("use_parallel_residual", True) and "parallel_residual" not in off
+    x = sd["embed_in.weight"][ids]
+    mask = key_mask(lengths, T, causal=True)
+    hs, maps = [x], []
+    for n in range(num_layers(c)):
+        p = f"layers.{n}."
+        a_in = norm_layer(sd, p + "input_layernorm", x, eps)
+        qkv = linear(sd, p + "attention.query_key_value", a_in).reshape(B, T, h, 3, d)
+        q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # (B, h, T, d) each
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        ctx, a = attend(q, k, v, mask, d ** -0.5)
+        attn = linear(sd, p + "attention.dense", merge_heads(ctx))
+        mlp = lambda y: linear(sd, p + "mlp.dense_4h_to_h", act(linear(sd, p + "mlp.dense_h_to_4h", y)))  # noqa: E731
+        if parallel:
+            x = x + attn + mlp(norm_layer(sd, p + "post_attention_layernorm", x, eps))
+        else:
+            x = x + attn
+            x = x + mlp(norm_layer(sd, p + "post_attention_layernorm", x, eps))
+        hs.append(x)
+        maps.append(a)
+    hs[-1] = norm_layer(sd, "final_layer_norm", x, eps)
+    head = lm_head(c, sd, sd["embed_in.weight"], "embed_out.weight")
+    return hs, maps, None if head is None else hs[-1] @ head.T
+
+
+def _gemma(c, sd, ids, lengths, off):
+    B, T = ids.shape
+    mt = c["model_type"]
+    E, h = c["hidden_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or h
+    d = c.get("head_dim") or E // h
+    eps = c.get("rms_norm_eps", 1e-6)
+    act = activation(c.get("hidden_activation") or "gelu_pytorch_tanh")
+    L = num_layers(c)
+    one = 0.0 if "norm_offset" in off else 1.0
+
+    def norm(x, name):  # GemmaRMSNorm: x·rsqrt(mean(x²) + eps)·(1 + w)
+        return rms_norm(x, one + sd[name + ".weight"], eps)
+
+    defaults = {"gemma": (None, None, None), "gemma2": (50.0, 30.0, 256), "gemma3_text": (None, None, 256)}
+    attn_cap, final_cap, qpas = defaults[mt]
+    attn_cap = c.get("attn_logit_softcapping", attn_cap)
+    final_cap = c.get("final_logit_softcapping", final_cap)
+    if "softcap" in off:
+        attn_cap = final_cap = None
+    scale = d ** -0.5
+    if mt != "gemma" and "query_pre_attn_scalar" not in off:
+        scale = c.get("query_pre_attn_scalar", qpas) ** -0.5
+    # sliding layers: layer_types when the file has them, else each version's rule
+    if mt == "gemma" or "sliding_window" in off:
+        sliding = [False] * L
+    elif c.get("layer_types"):
+        sliding = [t == "sliding_attention" for t in c["layer_types"]]
+    elif mt == "gemma2":
+        sliding = [i % 2 == 0 for i in range(L)]
+    else:
+        sliding = [bool((i + 1) % c.get("sliding_window_pattern", 6)) for i in range(L)]
+    full = key_mask(lengths, T, causal=True)
+    local = key_mask(lengths, T, causal=True, window=c.get("sliding_window", 4096))
+    theta = float(c.get("rope_theta", 1e6 if mt == "gemma3_text" else 10000.0))
+    global_rope = rope_cos_sin(T, d, theta, c.get("rope_scaling"))
+    local_rope = global_rope
+    if mt == "gemma3_text":  # rotary_emb_local: rope_local_base_freq, rope_scaling "default"
+        local_theta = theta if "local_rope" in off else float(c.get("rope_local_base_freq", 10000.0))
+        local_rope = rope_cos_sin(T, d, local_theta)
+    x = sd["model.embed_tokens.weight"][ids]
+    if "embed_scale" not in off:
+        x = x * math.sqrt(E)
+    hs, maps = [x], []
+    for n in range(L):
+        p = f"model.layers.{n}."
+        mask, (cos, sin) = (local, local_rope) if sliding[n] else (full, global_rope)
+        a_in = norm(x, p + "input_layernorm")
+        q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)
+        k = linear(sd, p + "self_attn.k_proj", a_in).reshape(B, T, kv, d)
+        v = linear(sd, p + "self_attn.v_proj", a_in).reshape(B, T, kv, d)
+        if mt == "gemma3_text" and "qk_norm" not in off:
+            q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
+        ctx, a = attend(q, k, v, mask, scale, attn_cap)
+        y = linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
+
+        def mlp(m_in):
+            return linear(sd, p + "mlp.down_proj",
+                          act(linear(sd, p + "mlp.gate_proj", m_in)) * linear(sd, p + "mlp.up_proj", m_in))
+
+        if mt == "gemma":  # LLaMA's order: post_attention_layernorm is the MLP's input norm
+            x = x + y
+            x = x + mlp(norm(x, p + "post_attention_layernorm"))
+        else:  # sandwich norms
+            if "post_norms" not in off:
+                y = norm(y, p + "post_attention_layernorm")
+            x = x + y
+            m = mlp(norm(x, p + "pre_feedforward_layernorm"))
+            if "post_norms" not in off:
+                m = norm(m, p + "post_feedforward_layernorm")
+            x = x + m
+        hs.append(x)
+        maps.append(a)
+    hs[-1] = norm(x, "model.norm")
+    head = lm_head(c, sd, sd["model.embed_tokens.weight"], "lm_head.weight")
+    return hs, maps, None if head is None else softcap(hs[-1] @ head.T, final_cap)
+
+
+def _opt(c, sd, ids, lengths, off):
+    B, T = ids.shape
+    E, h = c["hidden_size"], c["num_attention_heads"]
+    d, eps = E // h, 1e-5  # nn.LayerNorm's default eps
+    if c.get("word_embed_proj_dim", E) != E:
+        raise NotImplementedError("OPT word_embed_proj_dim != hidden_size (project_in / project_out)")
+    act = activation(c.get("activation_function", "relu"))
+    pre = c.get("do_layer_norm_before", True)
+    # OPTLearnedPositionalEmbedding: (cumsum(mask) · mask - 1) + offset 2
+    real = (torch.arange(T)[None, :] < torch.as_tensor(lengths)[:, None]).long()
+    pos = torch.cumsum(real, 1) * real - 1
+    pos = pos.clamp(min=0) if "position_offset" in off else pos + 2
+    x = sd["decoder.embed_tokens.weight"][ids] + sd["decoder.embed_positions.weight"][pos]
+    mask = key_mask(lengths, T, causal=True)
+    hs, maps = [x], []
+    for n in range(num_layers(c)):
+        p = f"decoder.layers.{n}."
+        a_in = norm_layer(sd, p + "self_attn_layer_norm", x, eps) if pre else x
+        q, k, v = (split_heads(linear(sd, p + f"self_attn.{w}_proj", a_in), h, d) for w in "qkv")
+        ctx, a = attend(q, k, v, mask, d ** -0.5)
+        x = x + linear(sd, p + "self_attn.out_proj", merge_heads(ctx))
+        if not pre:
+            x = norm_layer(sd, p + "self_attn_layer_norm", x, eps)
+        m_in = norm_layer(sd, p + "final_layer_norm", x, eps) if pre else x
+        x = x + linear(sd, p + "fc2", act(linear(sd, p + "fc1", m_in)))
+        if not pre:
+            x = norm_layer(sd, p + "final_layer_norm", x, eps)
+        hs.append(x)
+        maps.append(a)
+    if pre and not c.get("_remove_final_layer_norm", False):
+        hs[-1] = norm_layer(sd, "decoder.final_layer_norm", x, eps)
+    head = lm_head(c, sd, sd["decoder.embed_tokens.weight"], "lm_head.weight")
+    return hs, maps, None if head is None else hs[-1] @ head.T
 
 
 def top_k(logits, lengths, k):

@@ -42,7 +42,8 @@ import tokenizer_files  # noqa: E402
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TOL = dict(rtol=1e-5, atol=1e-5)
 OUTPUTS = ("output.npy", "self_attention.npy", "hidden_states.npy", "tokens.json", "run.json")
-CAUSAL = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+CAUSAL = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2", "gemma3_text", "phi3",
+          "opt")
 
 
 class ModelTest(unittest.TestCase):
@@ -177,6 +178,93 @@ def _family_test(family, dtype):
 for _f in checkpoints.FAMILIES:
     for _dt in ("F32", "BF16"):
         setattr(Families, f"test_{_f}_{_dt.lower()}", _family_test(_f, _dt))
+
+
+class Features(ModelTest):
+    """Each feature the new families bring, proved to matter: `mha run` matches the reference with
+    every feature on (real rows of the hidden states, every layer's maps, the top-k), and does
+    not match the reference with that one feature turned off (reference.forward(off=...)), so a
+    forward that ignored the feature fails here. Then the variants a family's config.json can ask
+    for: GPT-NeoX without parallel residual, OPT post-norm, Gemma 3's layer_types and soft-caps,
+    Phi-3's partial rotary, base models saved without their head."""
+
+    # config.json changes where the family's default checkpoint lacks the feature
+    VARIANTS = {
+        ("qwen2", "sliding_window"): dict(use_sliding_window=True, max_window_layers=1),
+        ("qwen3", "sliding_window"): dict(use_sliding_window=True, max_window_layers=1),
+        ("gemma3_text", "softcap"): dict(attn_logit_softcapping=8.0, final_logit_softcapping=5.0),
+        ("phi3", "partial_rotary"): dict(partial_rotary_factor=0.5),
+    }
+
+    def run_against(self, d, config, sd, name, off_features=()):
+        """Runs d on two 16-token rows (RoBERTa's holding its pad id, which its positions skip);
+        checks every hidden state, map and the top-k against the reference; returns, per feature
+        of off_features, the largest difference of the hidden states from the reference with
+        that feature off."""
+        ids = np.random.default_rng(5).integers(0, config["vocab_size"], (2, 16))
+        if "roberta" in config["model_type"]:
+            ids[:, 5] = config.get("pad_token_id", 1)
+        p = self.path(name + "_ids.npy")
+        np.save(p, ids)
+        ref = reference.forward(config, sd, ids)
+        extra = ["--save_attention", "--save_hidden_states"]
+        if ref["logits"] is not None:
+            extra += ["--top_k", "5"]
+        out, _ = self.mha(d, p, *extra, out="out_" + name)
+        hidden, maps = self.load(out, "hidden_states.npy"), self.load(out, "self_attention.npy")
+        np.testing.assert_allclose(hidden, ref["hidden_states"], err_msg=name, **TOL)
+        self.assertEqual(len(maps), len(ref["attentions"]))
+        for layer, want in enumerate(ref["attentions"]):
+            np.testing.assert_allclose(maps[layer], want, err_msg=f"{name}: layer {layer}", **TOL)
+        if ref["logits"] is not None:
+            self.check_top_k(out, ref, [16, 16], 5)
+        else:
+            self.assertNotIn("top_k", self.read_json(out, "run.json"))
+        return {f: np.abs(hidden - reference.forward(config, sd, ids, off={f})["hidden_states"]).max()
+                for f in off_features}
+
+    def test_each_feature_matters(self):
+        checked = set()
+        for family in checkpoints.FAMILIES:
+            for feature in reference.FEATURES[family]:
+                with self.subTest(family=family, feature=feature):
+                    config, t = checkpoints.make(family)
+                    config = dict(config, **self.VARIANTS.get((family, feature), {}))
+                    d = self.path(f"{family}_{feature}")
+                    sd = checkpoints.write(d, config, t)
+                    diff = self.run_against(d, config, sd, f"{family}_{feature}", off_features=[feature])[feature]
+                    # the tool's hidden states are far from the feature-off reference: off, it would fail
+                    self.assertGreater(diff, 100 * TOL["atol"], f"{family}: {feature} off changes nothing")
+                    checked.add(feature)
+        self.assertEqual(checked, set(reference.ALL_FEATURES))
+
+    def test_variants(self):
+        cases = [
+            ("gpt_neox", dict(use_parallel_residual=False), {}),
+            ("gpt_neox", {}, dict(prefixed=False)),      # GPTNeoXModel: no gpt_neox. prefix, no embed_out
+            ("opt", dict(do_layer_norm_before=False), {}),  # OPT-350m's post-norm, no final norm
+            ("opt", {}, dict(prefixed=False)),           # OPTModel: decoder.* names
+            ("roberta", {}, dict(prefixed=True)),        # RobertaForMaskedLM: roberta.* and lm_head.*
+            ("gemma3_text", dict(attn_logit_softcapping=8.0, final_logit_softcapping=5.0), {}),
+            ("phi3", dict(partial_rotary_factor=0.5), {}),
+        ]
+        for family, config_extra, make_kw in cases:
+            with self.subTest(family=family, config=config_extra, make=make_kw):
+                config, t = checkpoints.make(family, **make_kw)
+                config = dict(config, **config_extra)
+                if family == "opt" and not config.get("do_layer_norm_before", True):
+                    t = {k: v for k, v in t.items() if "decoder.final_layer_norm" not in k}
+                name = f"{family}_{len(config_extra)}_{len(make_kw)}"
+                d = self.path(name)
+                sd = checkpoints.write(d, config, t)
+                self.run_against(d, config, sd, name)
+        # Gemma 3's layer_types list wins over sliding_window_pattern
+        config, t = checkpoints.make("gemma3_text")
+        L = config["num_hidden_layers"]
+        config = dict(config, layer_types=["full_attention", "sliding_attention"] * (L // 2))
+        d = self.path("gemma3_types")
+        sd = checkpoints.write(d, config, t)
+        self.run_against(d, config, sd, "gemma3_types")
 
 
 class Selections(ModelTest):

@@ -105,6 +105,12 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     fail_input(dir + ": has no config.json; expected a checkpoint directory as model hubs publish");
   config_ = read_model_config(config);
   open_weights();
+  // A base model saved without its task head (GPTNeoXModel, LlamaModel's
+  // weights beside a causal LM's config.json): an untied LM head that no
+  // file holds leaves the model without next-token scores, not refused.
+  if (const TensorSpec* head = find_role(config_, Role::lm_head, Part::weight);
+      head && !where_.count(head->name))
+    config_.lm_head = false;
   // Every layer has tensors of its own: a config.json with more layers than
   // the weights have tensors is refused before the tensor list is built.
   if (config_.num_layers > where_.size())

@@ -33,7 +33,7 @@ bool has_tensor(const TensorSpec& t, const ModelConfig& c) {
     case When::not_sandwich_norm:
       return c.norm_placement != NormPlacement::sandwich;
     case When::untied:
-      return !c.tie_word_embeddings;
+      return !c.tie_word_embeddings && c.lm_head;
     case When::final_norm:
       return c.final_norm;
   }
