@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "io", "kernel", "model", "checkpoint", "inspect", "draw", "text", "view", "run"]  # lowest first
+LAYERS = ["base", "io", "kernel", "checkpoint", "model", "inspect", "draw", "text", "view", "run"]  # lowest first
 # What each layer stands on, when not every layer below it: draw needs only base and io, so that
 # model, kernel and inspect never come to need libpng or FreeType (and draw never the kernel).
 BELOW = {layer: set(LAYERS[:i]) for i, layer in enumerate(LAYERS)}
@@ -33,7 +33,9 @@ def main():
             if layer not in LAYERS:
                 bad.append(f"{base}/{layer}: not a layer (expected one of {', '.join(LAYERS)})")
                 continue
-            for name in sorted(os.listdir(folder)):
+            files = sorted(os.path.relpath(os.path.join(d, n), folder)
+                           for d, _, names in os.walk(folder) for n in names)
+            for name in files:  # a layer's subfolders (checkpoint/families/) belong to it
                 path = os.path.join(folder, name)
                 with open(path, errors="replace") as f:
                     text = f.read()

@@ -227,9 +227,18 @@ TEST_CASE("interop keys: weights_format, mask_true_means, key_padding_mask", "[c
     set(c, "weights_format", f);
     CHECK(std::string(mha::to_string(c.weights_format)) == f);
   }
+  // A model family or model_type names a checkpoint preset; run.json keeps the name given.
+  for (const char* f : {"gpt2", "gpt_neox", "gemma2", "opt", "xlm-roberta"}) {
+    set(c, "weights_format", f);
+    CHECK(c.weights_format == mha::WeightsFormat::preset);
+    CHECK(c.weights_preset == f);
+    CHECK(c.to_json()["weights_format"] == f);
+  }
+  CHECK_THAT(error_of("weights_format", "preset"), Contains("or a model family"));
   CHECK_THAT(error_of("weights_format", "onnx"),
              Equals("run.json: key 'weights_format': expected 'auto', 'native', 'torch', "
-                    "'keras', 'bert', 'gpt2' or 'llama', got \"onnx\""));
+                    "'keras' or a model family (bert, gpt2, llama, gpt_neox, gemma, phi3, opt) "
+                    "or model_type, got \"onnx\""));
   set(c, "mask_true_means", "ignore");
   CHECK(c.mask_true_means == mha::MaskTrueMeans::ignore);
   set(c, "mask_true_means", nullptr);

@@ -32,6 +32,7 @@ import tempfile
 import unittest
 
 import numpy as np
+import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -265,6 +266,57 @@ class Features(ModelTest):
         d = self.path("gemma3_types")
         sd = checkpoints.write(d, config, t)
         self.run_against(d, config, sd, "gemma3_types")
+
+
+class Presets(ModelTest):
+    """One attention layer of a whole checkpoint run alone (`--weights model.safetensors
+    --layer_index N`, the family's names read through its tensor table, its numerics from the
+    config.json beside): on layer N's attention input (the hidden state entering layer N, normed
+    by the layer's input norm for pre-norm families), its maps equal layer N's maps of the whole
+    model's run, for every family added as a file of data."""
+
+    # the attention's input from hidden state x (float64) and the stored tensors: layer n's norm
+    @staticmethod
+    def attention_input(family, config, sd, n, x):
+        t = lambda name: np.asarray(sd[name], np.float64)  # noqa: E731
+        if family == "gpt_neox":
+            p = f"gpt_neox.layers.{n}.input_layernorm."
+            return reference.layer_norm(torch.as_tensor(x), torch.as_tensor(t(p + "weight")),
+                                        torch.as_tensor(t(p + "bias")), config.get("layer_norm_eps", 1e-5)).numpy()
+        if family == "opt":
+            p = f"model.decoder.layers.{n}.self_attn_layer_norm."
+            return reference.layer_norm(torch.as_tensor(x), torch.as_tensor(t(p + "weight")),
+                                        torch.as_tensor(t(p + "bias")), 1e-5).numpy()
+        if family in ("roberta", "xlm-roberta"):
+            return x  # post-norm: the attention sees the hidden state itself
+        w = t(f"model.layers.{n}.input_layernorm.weight")
+        if family.startswith("gemma"):
+            w = 1 + w
+        return reference.rms_norm(torch.as_tensor(x), torch.as_tensor(w), config.get("rms_norm_eps", 1e-6)).numpy()
+
+    def test_one_layer_of_every_new_family(self):
+        for family in ("gpt_neox", "gemma", "gemma2", "gemma3_text", "phi3", "opt", "roberta"):
+            with self.subTest(family=family):
+                config, t = checkpoints.make(family, **({"partial_rotary_factor": 0.5} if family == "phi3" else {}))
+                d = self.path(family)
+                sd = checkpoints.write(d, config, t)
+                ids = np.random.default_rng(3).integers(0, config["vocab_size"], (1, 12))
+                np.save(self.path("ids.npy"), ids)
+                out, _ = self.mha(d, self.path("ids.npy"), "--save_attention", "--save_hidden_states",
+                                  out="out_" + family)
+                maps, hidden = self.load(out, "self_attention.npy"), self.load(out, "hidden_states.npy")
+                for n in range(maps.shape[0]):
+                    x = self.attention_input(family, config, sd, n, hidden[n, 0].astype(np.float64))
+                    np.save(self.path("x.npy"), x.astype(np.float32))
+                    one = self.path(f"one_{family}_{n}")
+                    p = subprocess.run([MHA, "run", "--weights", os.path.join(d, "model.safetensors"),
+                                        "--layer_index", str(n), "--query", self.path("x.npy"),
+                                        "--save_attention", "--out_dir", one, "-q"],
+                                       capture_output=True, text=True, timeout=300)
+                    self.assertEqual(p.returncode, 0, f"{family} layer {n}: {p.stderr}")
+                    got = np.load(os.path.join(one, "attention.npy"))
+                    np.testing.assert_allclose(got.reshape(maps[n, 0].shape), maps[n, 0],
+                                               err_msg=f"{family} layer {n}", rtol=1e-4, atol=1e-5)
 
 
 class Selections(ModelTest):

@@ -105,11 +105,12 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     fail_input(dir + ": has no config.json; expected a checkpoint directory as model hubs publish");
   config_ = read_model_config(config);
   open_weights();
-  // A base model saved without its task head (GPTNeoXModel, LlamaModel's
-  // weights beside a causal LM's config.json): an untied LM head that no
-  // file holds leaves the model without next-token scores, not refused.
+  // A base model saved without its task head (config.json's architectures
+  // GPTNeoXModel, OPTModel): an untied LM head that no file holds leaves the
+  // model without next-token scores. A causal LM's missing head is refused
+  // with the other tensors.
   if (const TensorSpec* head = find_role(config_, Role::lm_head, Part::weight);
-      head && !where_.count(head->name))
+      head && config_.base_model && !where_.count(head->name))
     config_.lm_head = false;
   // Every layer has tensors of its own: a config.json with more layers than
   // the weights have tensors is refused before the tensor list is built.

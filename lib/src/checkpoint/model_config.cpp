@@ -108,6 +108,15 @@ ModelConfig parse_model_config(std::string_view text, const std::string& path) {
   c.bos_token_id = k.id("bos_token_id");
   c.eos_token_id = k.id("eos_token_id");
   c.torch_dtype = k.string("torch_dtype", "");
+  if (const json* arch = k.find({"architectures"}); arch && arch->is_array() && !arch->empty()) {
+    c.base_model = true;
+    for (const json& a : *arch)
+      if (!a.is_string() ||
+          !(a.get<std::string>().size() > 5 &&
+            a.get<std::string>().compare(a.get<std::string>().size() - 5, 5, "Model") == 0) ||
+          a.get<std::string>().find("LMHead") != std::string::npos)
+        c.base_model = false;
+  }
   return c;
 }
 

@@ -1,4 +1,5 @@
 #include "mha/model/config.hpp"
+#include "mha/model/presets.hpp"
 
 #include "mha/io/json_file.hpp"
 
@@ -54,7 +55,8 @@ const std::vector<ConfigKey> kKeys = {
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
     {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
     {"weights_format", "LAYOUT",
-     "weights layout: auto, native, torch, keras, or a checkpoint preset: bert, gpt2, llama",
+     "weights layout: auto, native, torch, keras, or a checkpoint preset: a model family "
+     "(bert, gpt2, llama, gpt_neox, gemma, phi3, opt) or model_type",
      false},
     {"layer_index", "INT", "the layer to take from a whole-model checkpoint", false},
     {"weights_prefix", "TEXT", "take the weights whose names start with this, prefix stripped",
@@ -235,10 +237,26 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
 bool set_choice(Config& c, const std::string& key, const json& v, const std::string& where) {
   if (key == "weights_format") {
     static const std::pair<const char*, WeightsFormat> names[] = {
-        {"auto", WeightsFormat::auto_detect}, {"native", WeightsFormat::native},
-        {"torch", WeightsFormat::torch},      {"keras", WeightsFormat::keras},
-        {"bert", WeightsFormat::bert},        {"gpt2", WeightsFormat::gpt2},
-        {"llama", WeightsFormat::llama}};
+        {"auto", WeightsFormat::auto_detect},
+        {"native", WeightsFormat::native},
+        {"torch", WeightsFormat::torch},
+        {"keras", WeightsFormat::keras}};
+    c.weights_preset.clear();
+    if (v.is_string() && preset_family(v.get<std::string>())) {  // a family's own names
+      c.weights_format = WeightsFormat::preset;
+      c.weights_preset = v.get<std::string>();
+      return true;
+    }
+    const bool layout = v.is_null() || (v.is_string() && v.get<std::string>() != "preset" &&
+                                        std::any_of(std::begin(names), std::end(names),
+                                                    [&](const auto& n) { return v == n.first; }));
+    if (!layout) {
+      std::string families;
+      for (const Family* f : mha::families())
+        families += (families.empty() ? "" : ", ") + std::string(f->name);
+      fail_input(where + ": expected 'auto', 'native', 'torch', 'keras' or a model family (" +
+                 families + ") or model_type, got " + json_excerpt(v));
+    }
     c.weights_format = v.is_null() ? WeightsFormat::auto_detect : get_enum(v, where, names);
     return true;
   }
@@ -588,7 +606,8 @@ json Config::to_json() const {
   j["key"] = opt(key);
   j["value"] = opt(value);
   j["weights"] = opt(weights);
-  j["weights_format"] = to_string(weights_format);
+  j["weights_format"] =
+      weights_format == WeightsFormat::preset ? weights_preset : to_string(weights_format);
   j["layer_index"] = opt(layer_index);
   j["weights_prefix"] = opt(weights_prefix);
   // A decoder's default (causal) is its own: null until given, so a run.json's

@@ -1,12 +1,18 @@
 #include "mha/model/presets.hpp"
 #include "mha/io/json_file.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 
 #include "mha/base/error.hpp"
+#include "mha/checkpoint/model_config.hpp"
+#include "mha/io/float16.hpp"
 
 namespace mha {
 
@@ -14,62 +20,192 @@ namespace {
 
 using Arrays = std::map<std::string, NpyArray>;
 
-// The layer numbering of each preset: group 1 is the prefix up to the number.
-const std::regex& layer_pattern(WeightsFormat p) {
-  static const std::regex bert(R"(^((?:.*\.)?encoder\.layer\.)(\d+)\.)");
-  static const std::regex gpt2(R"(^((?:.*\.)?h\.)(\d+)\.)");
-  static const std::regex any(R"(^((?:.*\.)?layers\.)(\d+)\.)");
-  return p == WeightsFormat::bert ? bert : p == WeightsFormat::gpt2 ? gpt2 : any;
+bool attention_role(Role r) {
+  return r == Role::q || r == Role::k || r == Role::v || r == Role::qkv || r == Role::o ||
+         r == Role::q_norm || r == Role::k_norm;
 }
 
-NpyArray transposed(const NpyArray& a, const std::string& what) {
-  if (a.shape.size() != 2)
-    fail_input(what + " has shape " + shape_str(a.shape) + ", expected a matrix");
-  return transpose_2d(a);
+// A layer tensor's name within its layer: what follows "{l}.".
+std::string in_layer(const TensorSpec& t) {
+  const std::string name = t.name;
+  const std::size_t at = name.find("{l}.");
+  return at == std::string::npos ? name : name.substr(at + 4);
 }
 
-NpyArray columns(const NpyArray& a, std::size_t c0, std::size_t c1) {
-  const std::size_t rows = a.shape.size() == 2 ? a.shape[0] : 1, cols = a.shape.back();
+// The layer's query weight (q or fused q | k | v): what detection looks for.
+const TensorSpec* query_spec(const Family& f) {
+  for (const TensorSpec& t : f.tensors)
+    if ((t.role == Role::q || t.role == Role::qkv) && t.part == Part::weight) return &t;
+  return nullptr;
+}
+
+bool has_name(const std::vector<std::string>& names, const std::string& own) {
+  for (const std::string& n : names)
+    if (n == own ||
+        (n.size() > own.size() && n.compare(n.size() - own.size(), own.size(), own) == 0 &&
+         n[n.size() - own.size() - 1] == '.'))
+      return true;
+  return false;
+}
+
+// The layer numbering of a family: the name's last component before the
+// number ("layer.", "h.", "layers."), after any prefix; group 1 is the prefix
+// up to the number.
+std::regex layer_pattern(const Family* f) {
+  std::string before = "layers.";
+  if (const TensorSpec* q = f ? query_spec(*f) : nullptr) {
+    const std::string name = q->name;
+    const std::string head = name.substr(0, name.find("{l}"));
+    const std::size_t dot = head.find_last_of('.', head.size() >= 2 ? head.size() - 2 : 0);
+    before = dot == std::string::npos || head.size() < 2 ? head : head.substr(dot + 1);
+  }
+  std::string escaped;
+  for (char ch : before) escaped += ch == '.' ? std::string("\\.") : std::string(1, ch);
+  return std::regex("^((?:.*\\.)?" + escaped + ")(\\d+)\\.");
+}
+
+// The model's features from what config.json gives (`file`, possibly
+// partial or null) over placeholder sizes: each family's defaults otherwise.
+ModelConfig numerics(const Family& f, const nlohmann::json* file) {
+  nlohmann::json j = {
+      {"num_hidden_layers", 1024}, {"intermediate_size", 1}, {"ffn_dim", 1}, {"vocab_size", 1}};
+  std::int64_t heads = 1;
+  for (const char* key : {"num_attention_heads", "n_head"})
+    if (file && file->contains(key) && (*file)[key].is_number_integer())
+      heads = std::max<std::int64_t>(1, (*file)[key].get<std::int64_t>());
+  j["num_attention_heads"] = heads;
+  j["hidden_size"] = heads * 64;
+  if (file)
+    for (const auto& [key, value] : file->items()) j[key] = value;
+  if (!file) j["model_type"] = f.model_types.front();
+  return parse_model_config(j.dump(), file ? "config.json" : std::string(f.name) + " defaults");
+}
+
+// config.json beside `weights_path`, unless its model_type belongs to
+// another family (one without model_type is taken as the family's).
+std::optional<nlohmann::json> beside(const Family& family, const std::string& weights_path) {
+  const std::filesystem::path file =
+      std::filesystem::path(weights_path).parent_path() / "config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  nlohmann::json j = read_json_file(file.string(), json_kind::model_config);
+  if (!j.is_object()) return std::nullopt;
+  if (!j.contains("model_type")) {
+    j["model_type"] = family.model_types.front();
+    return j;
+  }
+  if (!j["model_type"].is_string() || find_family(j["model_type"].get<std::string>()) != &family)
+    return std::nullopt;
+  return j;
+}
+
+ModelConfig family_defaults(const Family& f) {
+  return numerics(f, nullptr);
+}
+
+// Pieces of a (rows, cols) array: rows (along_rows) or columns, into a new
+// array; a 1-D array's elements.
+NpyArray gather(const NpyArray& a, const std::vector<Piece>& pieces, bool along_rows) {
   const std::size_t w = itemsize(a.dtype);
+  std::size_t n = 0;
+  for (const Piece& p : pieces) n = std::max(n, p.to + p.count);
   NpyArray out;
   out.dtype = a.dtype;
-  out.shape = a.shape.size() == 2 ? std::vector<std::size_t>{rows, c1 - c0}
-                                  : std::vector<std::size_t>{c1 - c0};
+  if (a.shape.size() == 1 || along_rows) {
+    const std::size_t row = a.shape.size() == 1 ? 1 : a.shape[1];
+    out.shape =
+        a.shape.size() == 1 ? std::vector<std::size_t>{n} : std::vector<std::size_t>{n, row};
+    out.data.resize(n * row * w);
+    for (const Piece& p : pieces)
+      std::copy_n(a.data.begin() + static_cast<std::ptrdiff_t>(p.from * row * w), p.count * row * w,
+                  out.data.begin() + static_cast<std::ptrdiff_t>(p.to * row * w));
+    return out;
+  }
+  const std::size_t rows = a.shape[0], cols = a.shape[1];
+  out.shape = {rows, n};
+  out.data.resize(rows * n * w);
   for (std::size_t r = 0; r < rows; ++r)
-    out.data.insert(out.data.end(),
-                    a.data.begin() + static_cast<std::ptrdiff_t>((r * cols + c0) * w),
-                    a.data.begin() + static_cast<std::ptrdiff_t>((r * cols + c1) * w));
+    for (const Piece& p : pieces)
+      std::copy_n(a.data.begin() + static_cast<std::ptrdiff_t>((r * cols + p.from) * w),
+                  p.count * w, out.data.begin() + static_cast<std::ptrdiff_t>((r * n + p.to) * w));
   return out;
 }
 
-const NpyArray& need(const Arrays& a, const std::string& name, const std::string& path) {
+const NpyArray* find_tensor(const Arrays& a, const std::string& name) {
   auto it = a.find(name);
-  if (it == a.end()) fail_input(path + ": missing tensor '" + name + "' of the layer");
-  return it->second;
+  return it == a.end() ? nullptr : &it->second;
+}
+
+// a + 1 elementwise in float32 (Gemma's (1 + w) QK-norms).
+NpyArray plus_one(const NpyArray& a, const std::string& what) {
+  NpyArray out;
+  out.dtype = DType::f4;
+  out.shape = a.shape;
+  const std::size_t count = a.data.size() / itemsize(a.dtype);
+  out.data.resize(count * 4);
+  for (std::size_t i = 0; i < count; ++i) {
+    double v = 0;
+    if (a.dtype == DType::f2) {
+      float16 h;
+      std::memcpy(&h, a.data.data() + 2 * i, 2);
+      v = to_double(h);
+    } else if (a.dtype == DType::f4) {
+      float x;
+      std::memcpy(&x, a.data.data() + 4 * i, 4);
+      v = x;
+    } else if (a.dtype == DType::f8) {
+      std::memcpy(&v, a.data.data() + 8 * i, 8);
+    } else {
+      fail_input(what + ": expected a float tensor, got " + dtype_name(a.dtype));
+    }
+    const float f = static_cast<float>(v) + 1.0f;
+    std::memcpy(out.data.data() + 4 * i, &f, 4);
+  }
+  return out;
 }
 
 }  // namespace
 
-std::optional<WeightsFormat> detect_preset(const std::vector<std::string>& names) {
-  auto has = [&](const char* fragment) {
-    for (const auto& name : names)
-      if (name.find(fragment) != std::string::npos) return true;
-    return false;
-  };
-  if (has("attention.self.query.")) return WeightsFormat::bert;
-  if (has("attn.c_attn.")) return WeightsFormat::gpt2;
-  if (has("self_attn.q_proj.")) return WeightsFormat::llama;
-  return std::nullopt;
+const Family* preset_family(const std::string& name) {
+  for (const Family* f : families())
+    if (name == f->name) return f;
+  return find_family(name);
 }
 
-std::optional<WeightsFormat> detect_preset(const Arrays& a) {
+const Family* detect_preset(const std::vector<std::string>& names) {
+  for (const Family* f : families())
+    if (const TensorSpec* q = query_spec(*f); q && has_name(names, in_layer(*q))) return f;
+  return nullptr;
+}
+
+const Family* detect_preset(const Arrays& a) {
   std::vector<std::string> names;
   for (const auto& [name, x] : a) names.push_back(name);
   return detect_preset(names);
 }
 
+const Family* preset_for(const std::vector<std::string>& names, const std::string& weights_path) {
+  const Family* named = detect_preset(names);
+  if (!named) return nullptr;
+  const std::filesystem::path file =
+      std::filesystem::path(weights_path).parent_path() / "config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return named;
+  const nlohmann::json j = read_json_file(file.string(), json_kind::model_config);
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return named;
+  const Family* f = find_family(j["model_type"].get<std::string>());
+  const TensorSpec* q = f ? query_spec(*f) : nullptr;
+  return q && has_name(names, in_layer(*q)) ? f : named;
+}
+
+const Family* preset_for(const Arrays& a, const std::string& weights_path) {
+  std::vector<std::string> names;
+  for (const auto& [name, x] : a) names.push_back(name);
+  return preset_for(names, weights_path);
+}
+
 std::map<std::string, std::string> layer_names(const std::vector<std::string>& names,
-                                               std::optional<WeightsFormat> preset,
+                                               const Family* preset,
                                                std::optional<std::int64_t> layer_index,
                                                const std::optional<std::string>& prefix,
                                                const std::string& path) {
@@ -81,7 +217,7 @@ std::map<std::string, std::string> layer_names(const std::vector<std::string>& n
       fail_input(path + ": no tensor name starts with weights_prefix '" + *prefix + "'");
     return out;
   }
-  const std::regex& pattern = layer_pattern(preset.value_or(WeightsFormat::llama));
+  const std::regex pattern = layer_pattern(preset);
   std::map<std::int64_t, std::string> layers;  // number -> prefix
   for (const auto& name : names) {
     std::smatch m;
@@ -110,8 +246,7 @@ std::map<std::string, std::string> layer_names(const std::vector<std::string>& n
   return out;
 }
 
-Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
-                    std::optional<std::int64_t> layer_index,
+Arrays select_layer(const Arrays& a, const Family* preset, std::optional<std::int64_t> layer_index,
                     const std::optional<std::string>& prefix, const std::string& path) {
   std::vector<std::string> names;
   for (const auto& [name, x] : a) names.push_back(name);
@@ -121,51 +256,85 @@ Arrays select_layer(const Arrays& a, std::optional<WeightsFormat> preset,
   return out;
 }
 
-NativeWeights preset_to_native(const Arrays& a, WeightsFormat preset, const std::string& path) {
+std::optional<ModelConfig> preset_model_config(const Family& family,
+                                               const std::string& weights_path) {
+  const std::optional<nlohmann::json> j = beside(family, weights_path);
+  if (!j) return std::nullopt;
+  try {
+    return parse_model_config(
+        j->dump(), (std::filesystem::path(weights_path).parent_path() / "config.json").string());
+  } catch (const Error&) {
+    return std::nullopt;  // a partial config.json: apply_preset_settings reads what it gives
+  }
+}
+
+NativeWeights preset_to_native(const Arrays& a, const Family& preset, const ModelConfig* sizes,
+                               std::optional<std::int64_t> h, const std::string& path) {
   NativeWeights w;
-  w.format = preset;
+  w.format = WeightsFormat::preset;
+  w.family = &preset;
   auto& n = w.arrays;
-  if (preset == WeightsFormat::bert) {
-    const std::string s = "attention.self.";
-    for (const auto& [from, to] : {std::pair{"query", "q"}, {"key", "k"}, {"value", "v"}}) {
-      n[std::string("W_") + to] =
-          transposed(need(a, s + from + ".weight", path), path + ": " + s + from + ".weight");
-      n[std::string("b_") + to] = need(a, s + from + ".bias", path);
+  const ModelConfig defaults = sizes ? ModelConfig{} : family_defaults(preset);
+  const ModelConfig& m = sizes ? *sizes : defaults;
+  const char* names[3] = {"q", "k", "v"};
+  for (const TensorSpec& t : preset.tensors) {
+    if (!per_layer(t.role) || !attention_role(t.role)) continue;
+    const std::string own = in_layer(t);
+    const NpyArray* x = find_tensor(a, own);
+    if (!x) {
+      if (t.when == When::always) fail_input(path + ": missing tensor '" + own + "' of the layer");
+      continue;  // a bias, a QK-norm: the layers that have them
     }
-    n["W_o"] = transposed(need(a, "attention.output.dense.weight", path),
-                          path + ": attention.output.dense.weight");
-    n["b_o"] = need(a, "attention.output.dense.bias", path);
-    return w;
+    const bool bias = t.part == Part::bias;
+    const bool matrix = !bias && t.cols != Dim::none;
+    if (matrix && x->shape.size() != 2)
+      fail_input(path + ": " + own + " has shape " + shape_str(x->shape) + ", expected a matrix");
+    if (!matrix && x->shape.size() != 1)
+      fail_input(path + ": " + own + " has shape " + shape_str(x->shape) + ", expected a vector");
+    const std::string kind = bias ? "b_" : "W_";
+    auto convert = [&](const NpyArray& part) {  // the kernel's (in, out)
+      return matrix && t.layout != Layout::conv1d ? transpose_2d(part) : part;
+    };
+    switch (t.role) {
+      case Role::q_norm:
+      case Role::k_norm:
+        n[t.role == Role::q_norm ? "q_norm" : "k_norm"] =
+            m.norm_plus_one ? plus_one(*x, path + ": " + own) : *x;
+        break;
+      case Role::qkv: {
+        // The parts' sizes: config.json's, else thirds (h per-head groups when interleaved).
+        ModelConfig g = m;
+        const std::size_t total = matrix && t.layout == Layout::conv1d ? x->shape[1] : x->shape[0];
+        if (!sizes) {
+          const std::size_t heads =
+              t.layout == Layout::linear_heads ? std::size_t(h.value_or(0)) : 1;
+          if (heads == 0)
+            fail_input(path + ": " + own + " holds q, k and v per head; expected h (or a " +
+                       "config.json beside the weights) to split it");
+          if (total % (3 * heads))
+            fail_input(path + ": " + own + " has shape " + shape_str(x->shape) +
+                       ", expected q | k | v of equal sizes (3E)");
+          g.h = g.kv_heads = heads;
+          g.head_dim = total / (3 * heads);
+        } else if (total != (g.h + 2 * g.kv_heads) * g.head_dim) {
+          fail_input(path + ": " + own + " has shape " + shape_str(x->shape) +
+                     ", config.json implies " +
+                     std::to_string((g.h + 2 * g.kv_heads) * g.head_dim) + " q | k | v features");
+        }
+        for (std::size_t s = 0; s < 3; ++s)
+          n[kind + names[s]] =
+              convert(gather(*x, pieces(t, s, g), !matrix || t.layout != Layout::conv1d));
+        break;
+      }
+      default:
+        n[kind + std::string(t.role == Role::q   ? "q"
+                             : t.role == Role::k ? "k"
+                             : t.role == Role::v ? "v"
+                                                 : "o")] = convert(*x);
+    }
   }
-  if (preset == WeightsFormat::gpt2) {
-    const NpyArray& W = need(a, "attn.c_attn.weight", path);  // Conv1D: (E, 3E), x @ W
-    const NpyArray& b = need(a, "attn.c_attn.bias", path);
-    if (W.shape.size() != 2 || W.shape[1] != 3 * W.shape[0] ||
-        b.shape != std::vector<std::size_t>{W.shape[1]})
-      fail_input(path + ": attn.c_attn.weight " + shape_str(W.shape) + " and bias " +
-                 shape_str(b.shape) + ", expected (E, 3E) and (3E,)");
-    const std::size_t E = W.shape[0];
-    n["W_q"] = columns(W, 0, E), n["W_k"] = columns(W, E, 2 * E),
-    n["W_v"] = columns(W, 2 * E, 3 * E);
-    n["b_q"] = columns(b, 0, E), n["b_k"] = columns(b, E, 2 * E),
-    n["b_v"] = columns(b, 2 * E, 3 * E);
-    n["W_o"] = need(a, "attn.c_proj.weight", path);
-    n["b_o"] = need(a, "attn.c_proj.bias", path);
-    return w;
-  }
-  // llama
-  const std::string s = "self_attn.";
-  for (const char* p : {"q", "k", "v", "o"})
-    n[std::string("W_") + p] =
-        transposed(need(a, s + p + "_proj.weight", path), path + ": " + s + p + "_proj.weight");
-  if (a.count(s + "q_norm.weight") || a.count(s + "k_norm.weight")) {  // Qwen3's QK-norm
-    n["q_norm"] = need(a, s + "q_norm.weight", path);
-    n["k_norm"] = need(a, s + "k_norm.weight", path);
-  }
-  if (a.count(s + "q_proj.bias")) {  // Qwen2: q, k, v biases; the output projection has none
-    for (const char* p : {"q", "k", "v"})
-      n[std::string("b_") + p] = need(a, s + p + "_proj.bias", path);
-    const NpyArray& Wo = n["W_o"];
+  if (n.count("b_q") && !n.count("b_o")) {  // Qwen2: no output bias; the kernel adds four or none
+    const NpyArray& Wo = n.at("W_o");
     NpyArray zero;
     zero.dtype = Wo.dtype;
     zero.shape = {Wo.shape[1]};
@@ -175,61 +344,84 @@ NativeWeights preset_to_native(const Arrays& a, WeightsFormat preset, const std:
   return w;
 }
 
-NativeWeights bert_layer_to_native(const Arrays& a, const std::string& path) {
+NativeWeights preset_layer_to_native(const Arrays& a, const Family& preset,
+                                     const ModelConfig* sizes, const std::string& path) {
+  const ModelConfig defaults = sizes ? ModelConfig{} : family_defaults(preset);
+  const ModelConfig& m = sizes ? *sizes : defaults;
+  if (m.norm_placement != NormPlacement::post || m.rms_norm)
+    fail_input(path + ": whole " + preset.name +
+               " layers are not read yet (their norms and MLPs differ from this tool's "
+               "layers); use layer attention for their attention");
   NativeWeights w;
-  w.format = WeightsFormat::bert;
-  for (auto& [name, array] : preset_to_native(a, WeightsFormat::bert, path).arrays)
+  w.format = WeightsFormat::preset;
+  w.family = &preset;
+  for (auto& [name, array] : preset_to_native(a, preset, sizes, std::nullopt, path).arrays)
     w.arrays["layers.0.self_attn." + name] = array;
-  auto norm = [&](const std::string& from, const std::string& to) {
+  for (const TensorSpec& t : preset.tensors) {
+    if (!per_layer(t.role) || attention_role(t.role)) continue;
+    std::string own = in_layer(t);
+    const bool bias = t.part == Part::bias;
     // nn.LayerNorm's weight/bias, or gamma/beta in checkpoints converted from TensorFlow
-    const bool tf = a.count(from + ".gamma") > 0;
-    w.arrays["layers.0." + to + ".gamma"] = need(a, from + (tf ? ".gamma" : ".weight"), path);
-    w.arrays["layers.0." + to + ".beta"] = need(a, from + (tf ? ".beta" : ".bias"), path);
-  };
-  norm("attention.output.LayerNorm", "norm1");
-  norm("output.LayerNorm", "norm2");
-  w.arrays["layers.0.ffn.W_1"] =
-      transposed(need(a, "intermediate.dense.weight", path), path + ": intermediate.dense.weight");
-  w.arrays["layers.0.ffn.b_1"] = need(a, "intermediate.dense.bias", path);
-  w.arrays["layers.0.ffn.W_2"] =
-      transposed(need(a, "output.dense.weight", path), path + ": output.dense.weight");
-  w.arrays["layers.0.ffn.b_2"] = need(a, "output.dense.bias", path);
+    const bool norm = t.role == Role::attn_norm || t.role == Role::ffn_norm;
+    if (norm && !a.count(own)) {
+      const std::string tf = own.substr(0, own.rfind('.')) + (bias ? ".beta" : ".gamma");
+      if (a.count(tf)) own = tf;
+    }
+    const NpyArray* x = find_tensor(a, own);
+    if (!x) fail_input(path + ": missing tensor '" + own + "' of the layer");
+    std::string to;
+    if (norm)
+      to = std::string(t.role == Role::attn_norm ? "norm1" : "norm2") + (bias ? ".beta" : ".gamma");
+    else if (t.role == Role::up || t.role == Role::down)
+      to = std::string("ffn.") + (bias ? "b_" : "W_") + (t.role == Role::up ? "1" : "2");
+    else
+      continue;  // nothing else in a post-norm LayerNorm encoder layer
+    w.arrays["layers.0." + to] =
+        x->shape.size() == 1 || t.layout == Layout::conv1d ? *x : transpose_2d(*x);
+  }
   return w;
 }
 
-void apply_preset_settings(Config& c, WeightsFormat preset, const std::string& weights_path) {
-  const std::filesystem::path file =
-      std::filesystem::path(weights_path).parent_path() / "config.json";
-  nlohmann::json model = nlohmann::json::object();
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(file, ec)) {
-    model = read_json_file(file.string(), json_kind::model_config);
-  }
-  auto number = [&](const char* key) -> std::optional<std::int64_t> {
-    if (model.contains(key) && model[key].is_number_integer())
-      return model[key].get<std::int64_t>();
-    return std::nullopt;
+void apply_preset_settings(Config& c, const Family& preset, const std::string& weights_path) {
+  const std::optional<nlohmann::json> file = beside(preset, weights_path);
+  const ModelConfig m = numerics(preset, file ? &*file : nullptr);
+  const bool complete = preset_model_config(preset, weights_path).has_value();
+  const std::size_t l =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, c.layer_index.value_or(0)));
+  auto given = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (file && file->contains(k) && (*file)[k].is_number_integer()) return true;
+    return false;
   };
-  if (!c.h) c.h = number("num_attention_heads") ? number("num_attention_heads") : number("n_head");
-  if (preset == WeightsFormat::llama) {
-    if (!c.kv_heads) c.kv_heads = number("num_key_value_heads");
-    if (c.rope == Config::RopeKind::none) c.rope = Config::RopeKind::half;
-    if (c.rope_theta == 10000 && model.contains("rope_theta") && model["rope_theta"].is_number())
-      c.rope_theta = model["rope_theta"].get<double>();
-    if (!c.d_k && number("head_dim")) c.d_k = number("head_dim");
-    if (c.qk_norm_eps == 1e-6 && model.contains("rms_norm_eps") &&
-        model["rms_norm_eps"].is_number())
-      c.qk_norm_eps = model["rms_norm_eps"].get<double>();
+  if (!c.h && given({"num_attention_heads", "n_head"})) c.h = static_cast<std::int64_t>(m.h);
+  if (!c.kv_heads && given({"num_key_value_heads"}) && m.kv_heads != m.h)
+    c.kv_heads = static_cast<std::int64_t>(m.kv_heads);
+  if (!c.d_k && given({"head_dim"}) && m.head_dim * m.h != m.d_model)
+    c.d_k = static_cast<std::int64_t>(m.head_dim);
+  if (c.qk_norm_eps == 1e-6 && file) c.qk_norm_eps = m.norm_eps;
+  if (m.rope && c.rope == Config::RopeKind::none) {
+    if (!complete && m.rotary_fraction != 1)
+      fail_input(weights_path + ": a " + preset.name +
+                 " layer rotates part of each head; expected its whole config.json beside the "
+                 "weights");
+    const bool local = m.layer_sliding(l) && m.rope_local_theta > 0;
+    c.rope = Config::RopeKind::half;
+    if (c.rope_theta == 10000) c.rope_theta = local ? m.rope_local_theta : m.rope_theta;
+    if (c.rope_scaling == 1 && !local) c.rope_scaling = m.rope_scaling;
+    if (!c.rope_dim && m.rotary_dim != m.head_dim)
+      c.rope_dim = static_cast<std::int64_t>(m.rotary_dim);
   }
-  if (preset == WeightsFormat::bert && c.layer != LayerKind::attention) {
-    c.activation = Activation::gelu;  // BERT's hidden_act
-    c.norm_first = false;
-    if (c.layer_norm_eps == 1e-5)
-      c.layer_norm_eps = model.contains("layer_norm_eps") && model["layer_norm_eps"].is_number()
-                             ? model["layer_norm_eps"].get<double>()
-                             : 1e-12;
+  if (!c.scale && std::abs(m.attn_scale * std::sqrt(double(m.head_dim)) - 1) > 1e-12)
+    c.scale = m.attn_scale;  // query_pre_attn_scalar
+  if (!c.softcap && m.attn_softcap > 0) c.softcap = m.attn_softcap;
+  if (!c.window && file && m.layer_sliding(l))
+    c.window = static_cast<std::int64_t>(m.sliding_window);
+  if (c.layer != LayerKind::attention) {
+    c.activation = m.activation;
+    c.norm_first = m.norm_placement != NormPlacement::post;
+    if (c.layer_norm_eps == 1e-5) c.layer_norm_eps = m.norm_eps;
   }
-  if ((preset == WeightsFormat::gpt2 || preset == WeightsFormat::llama) && !c.causal_given) {
+  if (m.causal && !c.causal_given) {
     c.causal = Causal::top_left;
     c.causal_given = true;
   }

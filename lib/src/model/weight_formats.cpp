@@ -249,12 +249,8 @@ const char* to_string(WeightsFormat f) {
       return "torch";
     case WeightsFormat::keras:
       return "keras";
-    case WeightsFormat::bert:
-      return "bert";
-    case WeightsFormat::gpt2:
-      return "gpt2";
-    case WeightsFormat::llama:
-      return "llama";
+    case WeightsFormat::preset:
+      return "preset";
   }
   return "?";
 }
@@ -305,7 +301,7 @@ void check_weight_names(const std::vector<std::string>& names, WeightsFormat for
                         const std::string& path) {
   if (has_layer_names(names)) return;  // Transformer layers: checked when converted
   if (format == WeightsFormat::auto_detect) {
-    if (detect_preset(names)) return;
+    if (preset_for(names, path)) return;
     format = detect_from_names(names, path);
   }
   for (const auto& name : names) {
@@ -318,13 +314,16 @@ void check_weight_names(const std::vector<std::string>& names, WeightsFormat for
   }
 }
 
-NativeWeights to_native(const Arrays& arrays, WeightsFormat format, const std::string& path) {
+NativeWeights to_native(const Arrays& arrays, WeightsFormat format, const std::string& path,
+                        const Family* preset) {
   if (format == WeightsFormat::auto_detect)
-    if (const auto preset = detect_preset(arrays)) format = *preset;
-  if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
-      format == WeightsFormat::llama)
-    return preset_to_native(select_layer(arrays, format, std::nullopt, std::nullopt, path), format,
-                            path);
+    if ((preset = preset_for(arrays, path))) format = WeightsFormat::preset;
+  if (format == WeightsFormat::preset) {
+    if (!preset) fail_input(path + ": weights_format preset without a model family");
+    const std::optional<ModelConfig> sizes = preset_model_config(*preset, path);
+    return preset_to_native(select_layer(arrays, preset, std::nullopt, std::nullopt, path), *preset,
+                            sizes ? &*sizes : nullptr, std::nullopt, path);
+  }
   if (format == WeightsFormat::auto_detect) format = detect_weights_format(arrays, path);
   if (format == WeightsFormat::torch) return torch_to_native(arrays, path);
   if (format == WeightsFormat::keras) return keras_to_native(arrays, path);
@@ -341,8 +340,7 @@ std::vector<std::pair<std::string, NpyArray>> from_native(const Arrays& a, Weigh
   const bool bias = a.count("b_q");
   const NpyArray &W_q = a.at("W_q"), &W_k = a.at("W_k"), &W_v = a.at("W_v"), &W_o = a.at("W_o");
   std::vector<std::pair<std::string, NpyArray>> out;
-  if (format == WeightsFormat::bert || format == WeightsFormat::gpt2 ||
-      format == WeightsFormat::llama)
+  if (format == WeightsFormat::preset)
     fail_input(what + ": " + to_string(format) +
                " is a naming preset for reading checkpoints; "
                "write native, torch or keras");
@@ -439,8 +437,7 @@ WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, We
                                    std::optional<std::size_t> h, const std::string& out) {
   check_output_path(in, out);
   WeightsCheck check;
-  if (from != WeightsFormat::bert && from != WeightsFormat::gpt2 && from != WeightsFormat::llama)
-    check.names = from;
+  if (from != WeightsFormat::preset) check.names = from;
   const std::map<std::string, NpyArray> read = read_weight_arrays(in, check);
   check_float_tensors(read, in);
   const bool layers = has_layer_names(read);  // Transformer layers (layer_weights.hpp)

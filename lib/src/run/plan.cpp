@@ -36,23 +36,23 @@ DType PlanFiles::npy_dtype(const std::string& path) {
 
 namespace {
 
-bool is_preset(WeightsFormat f) {
-  return f == WeightsFormat::bert || f == WeightsFormat::gpt2 || f == WeightsFormat::llama;
+// The family a preset format names (weights_format: gpt2, gemma2, ...).
+const Family* named_family(WeightsFormat format, const std::string& preset) {
+  return format == WeightsFormat::preset ? preset_family(preset) : nullptr;
 }
 
 // A weights file's arrays; with layer_index or prefix, one layer's, its prefix
 // stripped (presets.hpp), reading only that layer's bytes from a .safetensors.
-std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFormat format,
+std::map<std::string, NpyArray> layer_arrays(const std::string& path, const Family* named,
                                              std::optional<std::int64_t> layer_index,
                                              const std::optional<std::string>& prefix,
                                              const WeightsCheck& check) {
-  const bool named_preset = is_preset(format);
   std::map<std::string, NpyArray> arrays;
   if ((layer_index || prefix) && !provided_weights(path) &&
       file_kind(path) == FileKind::safetensors) {
     // One layer of a checkpoint: its names from the header, then its bytes only.
     const std::vector<std::string> names = safetensors_names(path);
-    const auto preset = named_preset ? std::optional(format) : detect_preset(names);
+    const Family* preset = named ? named : preset_for(names, path);
     std::set<std::string> wanted;
     const auto selected = layer_names(names, preset, layer_index, prefix, path);
     for (const auto& [full, own] : selected) wanted.insert(full);
@@ -61,7 +61,7 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
   } else {
     arrays = read_weight_arrays(path, check);
     if (layer_index || prefix) {
-      const auto preset = named_preset ? std::optional(format) : detect_preset(arrays);
+      const Family* preset = named ? named : preset_for(arrays, path);
       arrays = select_layer(arrays, preset, layer_index, prefix, path);
     }
   }
@@ -71,11 +71,13 @@ std::map<std::string, NpyArray> layer_arrays(const std::string& path, WeightsFor
 }  // namespace
 
 const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat format,
+                                        const std::string& preset,
                                         std::optional<std::int64_t> layer_index,
                                         const std::optional<std::string>& prefix,
                                         std::optional<std::uint64_t> max_bytes,
                                         const Config* sizes) {
-  const std::string key = std::string(to_string(format)) + ":" +
+  const Family* named = named_family(format, preset);
+  const std::string key = std::string(to_string(format)) + ":" + preset + ":" +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
@@ -86,7 +88,7 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
       // The names (one layer's are checked once selected) and the sizes,
       // from the headers before any data is read.
       WeightsCheck check;
-      if (!layer_index && !prefix && !is_preset(format)) check.names = format;
+      if (!layer_index && !prefix && format != WeightsFormat::preset) check.names = format;
       check.max_bytes = max_bytes;
       if (sizes) {
         const auto given = [](const std::optional<std::int64_t>& v) {
@@ -97,9 +99,9 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
         check.vdim = given(sizes->vdim);
         check.d_out = given(sizes->d_out);
       }
-      weights_[key] =
-          given ? to_native(*given, format, path)
-                : to_native(layer_arrays(path, format, layer_index, prefix, check), format, path);
+      weights_[key] = given ? to_native(*given, format, path, named)
+                            : to_native(layer_arrays(path, named, layer_index, prefix, check),
+                                        format, path, named);
     } catch (const Error& e) {
       errors_[key] = e.what();
       throw;
@@ -109,10 +111,12 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
 }
 
 const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFormat format,
+                                              const std::string& preset,
                                               std::optional<std::int64_t> layer_index,
                                               const std::optional<std::string>& prefix,
                                               std::optional<std::uint64_t> max_bytes) {
-  const std::string key = std::string("layers:") + to_string(format) + ":" +
+  const Family* named = named_family(format, preset);
+  const std::string key = std::string("layers:") + to_string(format) + ":" + preset + ":" +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
@@ -121,15 +125,12 @@ const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFo
       WeightsCheck check;
       check.max_bytes = max_bytes;
       std::map<std::string, NpyArray> arrays =
-          layer_arrays(path, format, layer_index, prefix, check);
-      const auto preset = is_preset(format) ? std::optional(format) : detect_preset(arrays);
-      if (preset == WeightsFormat::bert)
-        weights_[key] = bert_layer_to_native(arrays, path);
-      else if (preset)
-        fail_input(path + ": whole " + to_string(*preset) +
-                   " layers are not read yet (their norms and MLPs differ from this tool's "
-                   "layers); use layer attention for their attention");
-      else
+          layer_arrays(path, named, layer_index, prefix, check);
+      const Family* family = named ? named : preset_for(arrays, path);
+      if (family) {
+        const std::optional<ModelConfig> sizes = preset_model_config(*family, path);
+        weights_[key] = preset_layer_to_native(arrays, *family, sizes ? &*sizes : nullptr, path);
+      } else
         weights_[key] = layer_weights_to_native(arrays, format, path);
     } catch (const Error& e) {
       errors_[key] = e.what();
@@ -189,8 +190,9 @@ void plan_stack_weights(const Config& c, PlanFiles& files, RunPlan& p, StackShap
     s.final_norm = c.final_norm.value_or(false);
     return;
   }
-  const NativeWeights* lw = p.weights = &files.layer_weights(
-      *c.weights, c.weights_format, c.layer_index, c.weights_prefix, weights_limit(c));
+  const NativeWeights* lw = p.weights =
+      &files.layer_weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
+                           c.weights_prefix, weights_limit(c));
   p.shapes.weights_name = *c.weights;
   const std::string prefix = "layers.0.self_attn.";
   for (const auto& [name, array] : lw->arrays)
@@ -327,18 +329,16 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
 RunPlan plan_run(const Config& given, PlanFiles& files) {
   RunPlan p;
   Config c = given;
-  // A checkpoint preset (bert, gpt2, llama) brings the model's settings (presets.hpp).
+  // A checkpoint preset (a model family's names) brings the model's settings (presets.hpp).
   if (c.weights) {
-    const WeightsFormat f = c.layer == LayerKind::attention
-                                ? files
-                                      .weights(*c.weights, c.weights_format, c.layer_index,
-                                               c.weights_prefix, weights_limit(c), &c)
-                                      .format
-                                : files
-                                      .layer_weights(*c.weights, c.weights_format, c.layer_index,
-                                                     c.weights_prefix, weights_limit(c))
-                                      .format;
-    if (is_preset(f)) apply_preset_settings(c, f, *c.weights);
+    const NativeWeights& w =
+        c.layer == LayerKind::attention
+            ? files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
+                            c.weights_prefix, weights_limit(c), &c)
+            : files.layer_weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
+                                  c.weights_prefix, weights_limit(c));
+    if (w.format == WeightsFormat::preset && w.family)
+      apply_preset_settings(c, *w.family, *c.weights);
   }
   p.config = c;
   p.threads = resolve_threads(c.threads);
@@ -350,8 +350,8 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   // attention_axes: N-D inputs run as (B', L, F), every other axis a batch axis.
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
-    p.weights = &files.weights(*c.weights, c.weights_format, c.layer_index, c.weights_prefix,
-                               weights_limit(c), &c);
+    p.weights = &files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
+                               c.weights_prefix, weights_limit(c), &c);
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

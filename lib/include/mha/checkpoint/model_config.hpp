@@ -70,6 +70,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;  // the LM head is the input embedding
   bool causal = true;
   bool lm_head = true;       // a causal LM's next-token head
+  // config.json's architectures name only base models (GPTNeoXModel, OPTModel):
+  // weights saved without the task head, so an untied LM head may be absent.
+  bool base_model = false;
   double final_softcap = 0;  // > 0: the LM logits capped as attention's
   std::optional<std::int64_t> pad_token_id, bos_token_id, eos_token_id;
   std::string torch_dtype;  // as stored, e.g. "float32", "bfloat16" ("" when absent)

@@ -47,7 +47,8 @@ struct Config {
   // means random from `seed`.
   std::optional<std::string> query, key, value, weights;
   WeightsFormat weights_format = WeightsFormat::auto_detect;
-  std::optional<std::int64_t> layer_index;    // one layer of a whole checkpoint (presets.hpp)
+  std::string weights_preset;               // weights_format preset: the family or model_type named
+  std::optional<std::int64_t> layer_index;  // one layer of a whole checkpoint (presets.hpp)
   std::optional<std::string> weights_prefix;  // or the tensors under this name prefix
 
   // Masking.

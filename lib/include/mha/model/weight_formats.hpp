@@ -27,10 +27,13 @@
 
 namespace mha {
 
-// bert, gpt2 and llama are naming presets of whole-model checkpoints
-// (presets.hpp): read only, one layer at a time.
-enum class WeightsFormat { auto_detect, native, torch, keras, bert, gpt2, llama };
-const char* to_string(WeightsFormat format);  // "auto", "native", "torch", "keras", "bert", ...
+// preset: a whole-model checkpoint by a model family's own names
+// (presets.hpp; the family is named beside the format): read only, one layer
+// at a time.
+enum class WeightsFormat { auto_detect, native, torch, keras, preset };
+const char* to_string(WeightsFormat format);  // "auto", "native", "torch", "keras", "preset"
+
+struct Family;
 
 // Guesses the layout from the tensor names; throws (invalid_input) naming
 // `path` when the names fit none.
@@ -39,7 +42,7 @@ WeightsFormat detect_weights_format(const std::map<std::string, NpyArray>& array
 
 // The checks of to_native that need the tensor names alone, with its
 // messages: names that fit no layout (auto), or a name unknown in `format`.
-// Presets (bert, gpt2, llama) and Transformer layer files (layer_weights.hpp)
+// Presets and Transformer layer files (layer_weights.hpp)
 // are checked when converted.
 void check_weight_names(const std::vector<std::string>& names, WeightsFormat format,
                         const std::string& path);
@@ -48,12 +51,14 @@ struct NativeWeights {
   std::map<std::string, NpyArray> arrays;  // native names: W_q, b_q, ...
   WeightsFormat format;                    // the layout they were read in
   std::optional<std::size_t> h;            // when the layout fixes it (keras)
+  const Family* family = nullptr;          // preset: the model family whose names they had
 };
 
 // Converts arrays in `format` (auto: detected) to native names and shapes.
 // Errors name `path`, the tensor and the expected shape.
+// A preset's family is `preset`, or (auto) found by the names.
 NativeWeights to_native(const std::map<std::string, NpyArray>& arrays, WeightsFormat format,
-                        const std::string& path);
+                        const std::string& path, const Family* preset = nullptr);
 
 // Converts native arrays to `format` (not auto). `h` is needed for keras.
 // Throws (invalid_input) when the layer does not fit the layout (torch needs

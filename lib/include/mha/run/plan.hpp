@@ -34,13 +34,16 @@ class PlanFiles {
   // are read (read_weight_arrays).
   // `sizes`: the config whose given sizes the arrays' headers are checked
   // against before anything is inflated (WeightsCheck::d_model ...).
+  // `preset`: the family weights_format names (format preset).
   const NativeWeights& weights(const std::string& path, WeightsFormat format,
+                               const std::string& preset = "",
                                std::optional<std::int64_t> layer_index = std::nullopt,
                                const std::optional<std::string>& prefix = std::nullopt,
                                std::optional<std::uint64_t> max_bytes = std::nullopt,
                                const Config* sizes = nullptr);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
+                                     const std::string& preset = "",
                                      std::optional<std::int64_t> layer_index = std::nullopt,
                                      const std::optional<std::string>& prefix = std::nullopt,
                                      std::optional<std::uint64_t> max_bytes = std::nullopt);
