@@ -235,10 +235,11 @@ TEST_CASE("interop keys: weights_format, mask_true_means, key_padding_mask", "[c
     CHECK(c.to_json()["weights_format"] == f);
   }
   CHECK_THAT(error_of("weights_format", "preset"), Contains("or a model family"));
+  // The families listed are the registry's (checkpoint/families/registry.def).
   CHECK_THAT(error_of("weights_format", "onnx"),
-             Equals("run.json: key 'weights_format': expected 'auto', 'native', 'torch', "
-                    "'keras' or a model family (bert, gpt2, llama, gpt_neox, gemma, phi3, opt) "
-                    "or model_type, got \"onnx\""));
+             StartsWith("run.json: key 'weights_format': expected 'auto', 'native', 'torch', "
+                        "'keras' or a model family (bert, gpt2, llama, ") &&
+                 EndsWith(") or model_type, got \"onnx\""));
   set(c, "mask_true_means", "ignore");
   CHECK(c.mask_true_means == mha::MaskTrueMeans::ignore);
   set(c, "mask_true_means", nullptr);

@@ -237,6 +237,7 @@ std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, st
   u128 bytes = layer_bytes + 4 * largest;                    // the weights, a stored matrix
   bytes += 4 * rows * (2 * d);                               // x and y
   bytes += 4 * rows * (2 * d + 2 * u128{c.d_ff});            // the layer's y, a, f, g
+  if (c.parallel_residual) bytes += 4 * rows * d;            // the attention's output beside a
   bytes += 4 * rows * (q + 2 * kv + q);                      // Q, K, V and the heads' outputs
   bytes += 4 * u128(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
   if (c.has_lm_head())

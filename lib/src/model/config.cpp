@@ -55,8 +55,8 @@ const std::vector<ConfigKey> kKeys = {
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
     {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
     {"weights_format", "LAYOUT",
-     "weights layout: auto, native, torch, keras, or a checkpoint preset: a model family "
-     "(bert, gpt2, llama, gpt_neox, gemma, phi3, opt) or model_type",
+     "weights layout: auto, native, torch, keras, or a checkpoint preset: a model family or "
+     "model_type (docs/models.md)",
      false},
     {"layer_index", "INT", "the layer to take from a whole-model checkpoint", false},
     {"weights_prefix", "TEXT", "take the weights whose names start with this, prefix stripped",
