@@ -406,6 +406,27 @@ TEST_CASE("checkpoint.family.opt", "[checkpoint][family]") {
                              "key 'word_embed_proj_dim' is 4");
 }
 
+TEST_CASE("checkpoint.family.stablelm", "[checkpoint][family]") {
+  json j = small("stablelm");
+  j["num_key_value_heads"] = 1;
+  // StableLmConfig's partial_rotary_factor 0.25 of head_dim 4: one feature, not a pair
+  mha::test::require_invalid([&] { mha::parse_model_config(j.dump(), "config.json"); },
+                             "rotates 1 features");
+  j["partial_rotary_factor"] = 0.5;
+  for (const bool bias : {false, true}) {
+    j["use_qkv_bias"] = bias;
+    check_model_type("stablelm", j, [&](const ModelConfig& c) {
+      CHECK((c.rope && c.head_dim == 4 && c.rotary_dim == 2 && c.kv_heads == 1));
+      CHECK((!c.rms_norm && c.norm_placement == mha::NormPlacement::pre && c.final_norm));
+      CHECK((c.qkv_bias == bias && !c.parallel_residual && !c.tie_word_embeddings));
+      CHECK(c.activation == mha::Activation::silu);
+    });
+  }
+  j["use_parallel_residual"] = true;
+  mha::test::require_invalid([&] { mha::parse_model_config(j.dump(), "config.json"); },
+                             "key 'use_parallel_residual' is true");
+}
+
 TEST_CASE("checkpoint.family: the registry", "[checkpoint][family]") {
   // One registered family per file of families/, each model_type read by one family only.
   std::set<std::string> names, types, files;

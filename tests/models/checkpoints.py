@@ -46,10 +46,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_write as st  # noqa: E402
 
 FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
-            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta")
+            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta", "stablelm")
 TORCH_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 DEFAULTS = {
+    # StableLM: LayerNorms with biases, a quarter of each head rotated, q/k/v biases
+    "stablelm": dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96,
+                     vocab=170, max_positions=64),
     "bert": dict(layers=2, hidden=32, heads=4, intermediate=64, vocab=120, max_positions=64),
     "gpt2": dict(layers=3, hidden=48, heads=4, vocab=200, max_positions=64),
     "llama": dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96,
@@ -264,10 +267,10 @@ def _gpt2(r, s, prefixed):
 
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-        "qwen3": "Qwen3ForCausalLM"}
+        "qwen3": "Qwen3ForCausalLM", "stablelm": "StableLmForCausalLM"}
 # tie_word_embeddings as the small public models of each family ship it (Qwen2-0.5B, Qwen3-0.6B
 # tie; LLaMA and Mistral do not), so both lm_head paths are held
-TIED = {"llama": False, "mistral": False, "qwen2": True, "qwen3": True}
+TIED = {"llama": False, "mistral": False, "qwen2": True, "qwen3": True, "stablelm": False}
 
 
 def _llama(family, r, s, rope_scaling):
@@ -280,11 +283,13 @@ def _llama(family, r, s, rope_scaling):
     for n in range(L):
         p = f"model.layers.{n}."
         t[p + "input_layernorm.weight"] = r.norm(E)
+        if family == "stablelm":
+            t[p + "input_layernorm.bias"] = r.bias(E)
         t[p + "self_attn.q_proj.weight"] = r.linear(h * d, E, 1.5)
         t[p + "self_attn.k_proj.weight"] = r.linear(kv * d, E, 1.5)
         t[p + "self_attn.v_proj.weight"] = r.linear(kv * d, E)
         t[p + "self_attn.o_proj.weight"] = r.linear(E, h * d)
-        if family == "qwen2":  # q/k/v biases (not o)
+        if family in ("qwen2", "stablelm"):  # q/k/v biases (not o)
             t[p + "self_attn.q_proj.bias"] = r.bias(h * d, 0.3)
             t[p + "self_attn.k_proj.bias"] = r.bias(kv * d, 0.3)
             t[p + "self_attn.v_proj.bias"] = r.bias(kv * d, 0.3)
@@ -292,6 +297,8 @@ def _llama(family, r, s, rope_scaling):
             t[p + "self_attn.q_norm.weight"] = r.norm(d)
             t[p + "self_attn.k_norm.weight"] = r.norm(d)
         t[p + "post_attention_layernorm.weight"] = r.norm(E)
+        if family == "stablelm":
+            t[p + "post_attention_layernorm.bias"] = r.bias(E)
         t[p + "mlp.gate_proj.weight"] = r.linear(I, E)
         t[p + "mlp.up_proj.weight"] = r.linear(I, E)
         t[p + "mlp.down_proj.weight"] = r.linear(E, I)
@@ -319,7 +326,12 @@ def _llama(family, r, s, rope_scaling):
         "use_cache": True,
         "vocab_size": V,
     }
-    if family == "llama":
+    if family == "stablelm":  # StableLmConfig's keys: LayerNorm, partial rotary, use_qkv_bias
+        t["model.norm.bias"] = r.bias(E)
+        del c["rms_norm_eps"], c["head_dim"]
+        c.update({"layer_norm_eps": 1e-05, "partial_rotary_factor": 0.25, "use_qkv_bias": True,
+                  "qk_layernorm": False, "use_parallel_residual": False, "rope_theta": 10000})
+    elif family == "llama":
         c.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
     elif family == "mistral":
         c["sliding_window"] = s["sliding_window"]

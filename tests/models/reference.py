@@ -120,21 +120,22 @@ import numpy as np
 import torch
 
 FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
-            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta")
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+            "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta", "stablelm")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "stablelm")
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 ENCODERS = ("bert", "roberta", "xlm-roberta")
 PREFIXES = {"bert": "bert.", "gpt2": "transformer.", "gpt_neox": "gpt_neox.", "opt": "model.",
             "roberta": "roberta.", "xlm-roberta": "roberta."}
 TIE_DEFAULT = {"gpt2": True, "llama": False, "mistral": False, "qwen2": False, "qwen3": False,
                "gpt_neox": False, "gemma": True, "gemma2": True, "gemma3_text": True, "phi3": False,
-               "opt": True}
+               "opt": True, "stablelm": False}
 _GEMMA_OFF = ("norm_offset", "embed_scale")
 _GEMMA23_OFF = _GEMMA_OFF + ("softcap", "sliding_window", "post_norms", "query_pre_attn_scalar")
 FEATURES = {
     "bert": (), "gpt2": (), "llama": (), "mistral": ("sliding_window",), "qwen2": ("sliding_window",),
     "qwen3": ("sliding_window", "qk_norm"),
     "gpt_neox": ("parallel_residual", "partial_rotary"),
+    "stablelm": ("partial_rotary",),
     "gemma": _GEMMA_OFF,
     "gemma2": _GEMMA23_OFF,
     "gemma3_text": _GEMMA23_OFF + ("local_rope", "qk_norm"),
@@ -425,6 +426,14 @@ def _llama(c, sd, ids, lengths, off):
     kv = c.get("num_key_value_heads") or h
     d = c.get("head_dim") or E // h
     eps = c.get("rms_norm_eps", 1e-5 if mt == "phi3" else 1e-6)
+    if mt == "stablelm":  # modeling_stablelm.py: nn.LayerNorm (weight and bias) for every norm
+        eps = c.get("layer_norm_eps", 1e-5)
+
+        def norm(v, name):
+            return layer_norm(v, sd[name + ".weight"], sd[name + ".bias"], eps)
+    else:
+        def norm(v, name):
+            return rms_norm(v, sd[name + ".weight"], eps)
     act = activation(c.get("hidden_act", "silu"))
     L = num_layers(c)
     # The layers with a sliding window, as modeling_mistral.py, modeling_phi3.py and
@@ -443,8 +452,8 @@ def _llama(c, sd, ids, lengths, off):
     if "sliding_window" in off:
         window = None
     rot = d
-    if mt == "phi3" and "partial_rotary" not in off:
-        rot = int(d * c.get("partial_rotary_factor", 1.0))
+    if mt in ("phi3", "stablelm") and "partial_rotary" not in off:
+        rot = int(d * c.get("partial_rotary_factor", 1.0 if mt == "phi3" else 0.25))
     scaling = c.get("rope_scaling")
     if mt == "phi3" and scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
         raise NotImplementedError(f"phi3 rope_scaling {scaling!r}")
@@ -456,7 +465,7 @@ def _llama(c, sd, ids, lengths, off):
     for n in range(L):
         mask = local if windowed[n] else full
         p = f"model.layers.{n}."
-        a_in = rms_norm(x, sd[p + "input_layernorm.weight"], eps)
+        a_in = norm(x, p + "input_layernorm")
         q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)
         k = linear(sd, p + "self_attn.k_proj", a_in).reshape(B, T, kv, d)
         v = linear(sd, p + "self_attn.v_proj", a_in).reshape(B, T, kv, d)
@@ -468,12 +477,12 @@ def _llama(c, sd, ids, lengths, off):
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
         ctx, a = attend(q, k, v, mask, d ** -0.5)
         x = x + linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
-        m_in = rms_norm(x, sd[p + "post_attention_layernorm.weight"], eps)
+        m_in = norm(x, p + "post_attention_layernorm")
         x = x + linear(sd, p + "mlp.down_proj",
                        act(linear(sd, p + "mlp.gate_proj", m_in)) * linear(sd, p + "mlp.up_proj", m_in))
         hs.append(x)
         maps.append(a)
-    hs[-1] = rms_norm(x, sd["model.norm.weight"], eps)
+    hs[-1] = norm(x, "model.norm")
     head = lm_head(c, sd, sd["model.embed_tokens.weight"], "lm_head.weight")
     return hs, maps, None if head is None else hs[-1] @ head.T
 

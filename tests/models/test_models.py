@@ -44,7 +44,7 @@ MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
 TOL = dict(rtol=1e-5, atol=1e-5)
 OUTPUTS = ("output.npy", "self_attention.npy", "hidden_states.npy", "tokens.json", "run.json")
 CAUSAL = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2", "gemma3_text", "phi3",
-          "opt")
+          "opt", "stablelm")
 
 
 class ModelTest(unittest.TestCase):
@@ -289,13 +289,17 @@ class Presets(ModelTest):
                                         torch.as_tensor(t(p + "bias")), 1e-5).numpy()
         if family in ("roberta", "xlm-roberta"):
             return x  # post-norm: the attention sees the hidden state itself
+        if family == "stablelm":
+            p = f"model.layers.{n}.input_layernorm."
+            return reference.layer_norm(torch.as_tensor(x), torch.as_tensor(t(p + "weight")),
+                                        torch.as_tensor(t(p + "bias")), config.get("layer_norm_eps", 1e-5)).numpy()
         w = t(f"model.layers.{n}.input_layernorm.weight")
         if family.startswith("gemma"):
             w = 1 + w
         return reference.rms_norm(torch.as_tensor(x), torch.as_tensor(w), config.get("rms_norm_eps", 1e-6)).numpy()
 
     def test_one_layer_of_every_new_family(self):
-        for family in ("gpt_neox", "gemma", "gemma2", "gemma3_text", "phi3", "opt", "roberta"):
+        for family in ("gpt_neox", "gemma", "gemma2", "gemma3_text", "phi3", "opt", "roberta", "stablelm"):
             with self.subTest(family=family):
                 config, t = checkpoints.make(family, **({"partial_rotary_factor": 0.5} if family == "phi3" else {}))
                 d = self.path(family)
