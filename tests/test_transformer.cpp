@@ -276,3 +276,71 @@ TEST_CASE("layer weights: PyTorch names convert to native ones", "[transformer]"
   CHECK_THROWS_WITH(stack_from_arrays<double>(m.arrays, s, "t.npz"),
                     "t.npz: missing weight tensor 'layers.0.norm2.beta' (d_model,)");
 }
+
+TEST_CASE("transformer stacks: parallel residual and sandwich norms match the reference",
+          "[transformer]") {
+  // GPT-NeoX's x + (FFN(norm2(x)) + SA(norm1(x))) and Gemma 2's
+  // x + post(SA(norm1(x))), x + post(FFN(norm2(x))), written as loops here.
+  StackShape s;
+  s.kind = LayerKind::encoder;
+  s.num_layers = 2;
+  s.d_ff = 40;
+  Dims& d = s.self;
+  d.B = 2, d.T = d.S = 6, d.h = 4, d.d_model = 16, d.d_k = d.d_v = 4;
+  d.kdim = d.vdim = d.d_out = 16;
+  std::vector<double> x(d.B * d.T * d.d_model);
+  RandomStream(5, "x").fill_uniform<double>(x.data(), x.size(), -1, 1);
+  Mask<double> mask;
+  ref::MaskSpec mask_ref;
+  mask.key_lengths = mask_ref.key_lengths = {6, 4};
+  mask.causal = mask_ref.causal = Causal::top_left;
+  const double scale = 1 / std::sqrt(4.0), eps = 1e-5;
+  const std::size_t rows = d.B * d.T, dm = d.d_model;
+  for (const bool parallel : {true, false}) {
+    INFO((parallel ? "parallel residual" : "sandwich norms"));
+    StackWeights<double> w = random_stack<double>(s, 21);
+    perturb(w, 22);
+    if (!parallel)
+      for (auto& L : w.layers)
+        for (Norm<double>* n : {&L.post_attn, &L.post_ffn}) {
+          n->gamma = Tensor<double, 1>({dm});
+          n->beta = Tensor<double, 1>({dm});
+          RandomStream(23, "post").fill_uniform<double>(n->gamma.data(), dm, 0.5, 1.5);
+          RandomStream(24, "post").fill_uniform<double>(n->beta.data(), dm, -0.5, 0.5);
+        }
+    StackOptions<double> opt;
+    opt.kind = LayerKind::encoder;
+    opt.activation = Activation::gelu;
+    opt.norm_first = true;
+    opt.parallel_residual = parallel;
+    opt.eps = eps;
+    opt.self_attn.scale = scale;
+    std::vector<double> got(x.size());
+    transformer_stack<double>(s, x.data(), nullptr, w, mask, Mask<double>{}, opt, got.data());
+    std::vector<double> want = x;
+    for (const TransformerLayer<double>& L : w.layers) {
+      auto sa = [&](const std::vector<double>& y) {
+        return ref::multi_head_attention(sizes(d), y, y, y, params(L.self_attn), mask_ref, scale,
+                                         MaskedRows::zero)
+            .output;
+      };
+      auto ffn = [&](const std::vector<double>& y) {
+        return ref_ffn(y, rows, dm, s.d_ff, L.ffn, Activation::gelu);
+      };
+      if (parallel) {
+        want = add(
+            want, add(ffn(ref_norm(want, dm, L.norm2, eps)), sa(ref_norm(want, dm, L.norm1, eps))));
+      } else {
+        want = add(want, ref_norm(sa(ref_norm(want, dm, L.norm1, eps)), dm, L.post_attn, eps));
+        want = add(want, ref_norm(ffn(ref_norm(want, dm, L.norm2, eps)), dm, L.post_ffn, eps));
+      }
+    }
+    double worst = 0, moved = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      moved = std::max(moved, std::abs(want[i] - x[i]));
+    }
+    CHECK(worst < 1e-12);
+    CHECK(moved > 0.1);  // the layers did something the check can see
+  }
+}
