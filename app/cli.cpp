@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "analyze_command.hpp"
 #include "inspect_command.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
@@ -548,7 +549,8 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
 int main(const std::vector<std::string>& argv) {
   // `run` and `bench` compute: OpenBLAS loads on a background thread while
   // the arguments, config and inputs are read (blas_preload).
-  if (!argv.empty() && (argv[0] == "run" || argv[0] == "bench")) blas_preload();
+  if (!argv.empty() && (argv[0] == "run" || argv[0] == "bench" || argv[0] == "analyze"))
+    blas_preload();
   if (argv.size() == 1 && argv[0] == "sweep-worker") return do_sweep_worker();
   remove_temporaries_on_signal();
   CLI::App app{"mha: multi-head attention on the CPU", "mha"};
@@ -575,6 +577,8 @@ int main(const std::vector<std::string>& argv) {
   add_view_command(app, view_args);
   TokenizeArgs tokenize_args;
   add_tokenize_command(app, tokenize_args);
+  AnalyzeArgs analyze_args;
+  add_analyze_command(app, analyze_args);
 
   const std::set<std::string> known = long_option_names(app);
   std::vector<std::string> args = argv;
@@ -615,6 +619,7 @@ int main(const std::vector<std::string>& argv) {
     if (app.got_subcommand("plot")) return do_plot(plot_args);
     if (app.got_subcommand("view")) return do_view(view_args);
     if (app.got_subcommand("tokenize")) return do_tokenize(tokenize_args);
+    if (app.got_subcommand("analyze")) return do_analyze(analyze_args);
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -12,8 +12,6 @@
 
 namespace mha::cli {
 
-namespace {
-
 // "3,5" -> {3, 5}.
 std::vector<std::int64_t> index_list(const std::string& text, const char* option) {
   std::vector<std::int64_t> out;
@@ -36,8 +34,6 @@ std::vector<std::int64_t> index_list(const std::string& text, const char* option
   }
   return out;
 }
-
-}  // namespace
 
 void add_model_options(CLI::App& run, ModelArgs& args) {
   run.add_option("--model", args.model,

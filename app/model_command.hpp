@@ -25,6 +25,9 @@ struct ModelArgs {
 
 void add_model_options(CLI::App& run, ModelArgs& args);
 
+// "3,5" -> {3, 5}; throws mha::Error (invalid_input) naming --option.
+std::vector<std::int64_t> index_list(const std::string& text, const char* option);
+
 // `config` holds the config keys given (flags, already checked), `given`
 // their names. Exit codes as `mha run`'s: 0 written, 2 bad input (nothing
 // written), 1 anything else.

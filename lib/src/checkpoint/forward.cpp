@@ -144,7 +144,9 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
 
   // x: the residual stream; y: the next layer's output.
   std::vector<float> x(n), y(n);
-  {
+  if (options.first_hidden) {  // a later layer's input, from an earlier pass
+    std::copy(options.first_hidden, options.first_hidden + n, x.begin());
+  } else {
     const std::vector<std::size_t> positions = position_rows(c, ids, B, T);
     const auto t0 = Clock::now();
     model.embed(ids, positions.data(), B * T, x.data());
@@ -182,16 +184,39 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   if (options.map_heads.empty())
     for (std::size_t i = 0; i < c.h; ++i) head_slot[i] = static_cast<int>(i);
 
+  if (options.first_layer > c.num_layers || (options.first_layer && !options.first_hidden))
+    fail_input("forward: first_layer " + std::to_string(options.first_layer) +
+               " needs its hidden state and at most " + std::to_string(c.num_layers) + " layers");
   std::size_t next_slot = 0;
+  while (next_slot < options.map_layers.size() &&
+         options.map_layers[next_slot] < options.first_layer)
+    ++next_slot;
   StackWeights<float> w;  // one layer's weights at a time, in the same memory
   w.layers.resize(1);
-  for (std::size_t l = 0; l < c.num_layers; ++l) {
+  for (std::size_t l = options.first_layer; l < c.num_layers; ++l) {
     if (options.on_layer) options.on_layer(l);
     if (options.hidden_sink) options.hidden_sink(l, x.data());
     const auto t0 = Clock::now();
-    model.layer(l, w.layers[0]);
+    // A resident layer lent to the pass, handed back however the layer ends.
+    struct Lend {
+      TransformerLayer<float>* from;
+      TransformerLayer<float>& to;
+      ~Lend() {
+        if (from) std::swap(*from, to);
+      }
+    } lend{options.layers ? &(*options.layers)[l] : nullptr, w.layers[0]};
+    if (options.layers)
+      std::swap(w.layers[0], (*options.layers)[l]);
+    else
+      model.layer(l, w.layers[0]);
     read += seconds_since(t0);
     so.self_attn = attention_options(c, l, threads);
+    if (options.context_hook)
+      so.self_attn.context_hook = [&, l](float* context) { options.context_hook(l, context); };
+    if (options.attention_input)
+      so.attention_input = [&, l](std::size_t, const float* input) {
+        options.attention_input(l, input, w.layers[0]);
+      };
     mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
     const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;
     if (maps && options.attention_sink) {
@@ -224,6 +249,12 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   result.seconds_read = read;
   result.seconds_compute = seconds_since(start) - read;
   return result;
+}
+
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model) {
+  std::vector<TransformerLayer<float>> layers(model.config().num_layers);
+  for (std::size_t l = 0; l < layers.size(); ++l) model.layer(l, layers[l]);
+  return layers;
 }
 
 std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, std::size_t B,

@@ -578,7 +578,7 @@ template <class T>
 bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
                        const LayerOptions<T>& opt, std::size_t block_q) {
   return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
-         !w.q_norm.size() && opt.rope.layout == RopeLayout::none;
+         !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !opt.context_hook;
 }
 
 template <class T>
@@ -881,6 +881,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   else
     mean_attention(job, threads);
   if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
+  if (opt.context_hook) opt.context_hook(context.get());
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
   const Projection<T> out{w.W_o.data(), d.d_out, w.has_bias() ? w.b_o.data() : nullptr, 0};

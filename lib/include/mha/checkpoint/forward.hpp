@@ -43,6 +43,23 @@ struct ForwardOptions {
   std::size_t top_k = 0;  // causal LMs: the k most likely next tokens per row
   // Called when layer l starts (progress displays).
   std::function<void(std::size_t l)> on_layer;
+
+  // For analyses (lens.hpp, ablation.hpp):
+  // Start at layer `first_layer` from the residual stream `first_hidden`
+  // (B, T, d_model: hidden state first_layer of an earlier pass) instead of
+  // the embeddings; the layers before it are not run.
+  std::size_t first_layer = 0;
+  const float* first_hidden = nullptr;
+  // Every layer already read (read_layers()): used in place of reading each
+  // layer from the files again. Swapped in and out during the pass, so one
+  // pass at a time may use them.
+  std::vector<TransformerLayer<float>>* layers = nullptr;
+  // Called with layer l's heads' outputs before its output projection
+  // (context (B*T, h*head_dim), LayerOptions::context_hook).
+  std::function<void(std::size_t l, float* context)> context_hook;
+  // Called with layer l's self-attention input (B, T, d_model) and its weights.
+  std::function<void(std::size_t l, const float* input, const TransformerLayer<float>& layer)>
+      attention_input;
 };
 
 struct ForwardResult {
@@ -58,6 +75,10 @@ struct ForwardResult {
 ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
                       std::size_t T, const std::vector<std::size_t>& lengths,
                       const ForwardOptions& options);
+
+// Every layer's weights, read and laid out for the kernel (float32 bytes:
+// Checkpoint::float32_bytes() less the embeddings and head).
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model);
 
 // The bytes forward() holds at its peak for (B, T) with `threads` threads:
 // one layer's weights in float32 (and the stored copy being converted), the

@@ -69,7 +69,7 @@ struct ModelConfig {
   Activation activation = Activation::gelu;
   bool tie_word_embeddings = false;  // the LM head is the input embedding
   bool causal = true;
-  bool lm_head = true;       // a causal LM's next-token head
+  bool lm_head = true;  // a causal LM's next-token head
   // config.json's architectures name only base models (GPTNeoXModel, OPTModel):
   // weights saved without the task head, so an untied LM head may be absent.
   bool base_model = false;

@@ -83,6 +83,10 @@ struct LayerOptions {
   StageProgress* progress = nullptr;
   Rope rope;
   T qk_norm_eps = T(1e-6);  // with the weights' q_norm and k_norm (weights.hpp)
+  // Called with the heads' outputs before the output projection: context
+  // (B*T, h*d_v), head i's in columns [i*d_v, (i+1)*d_v); what it leaves
+  // there is projected (TransformerLens's hook_z: ablation, patching).
+  std::function<void(T* context)> context_hook;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

@@ -1,0 +1,88 @@
+#include "analyze_command.hpp"
+
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "mha/model/memory.hpp"
+#include "mha/run/analyze.hpp"
+#include "model_command.hpp"
+
+namespace mha::cli {
+
+void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
+  CLI::App* a = app.add_subcommand(
+      "analyze",
+      "Analyses of attention inside a whole model: loss, logit lens, rollout, "
+      "value-weighted norms, head detectors, head ablation, activation patching");
+  a->footer(
+      "Examples:\n"
+      "  mha analyze --model models/gpt2 --text \"The Eiffel Tower is in\" --method loss "
+      "--method logit_lens --method rollout\n"
+      "  mha analyze --model models/gpt2 --text \"The Eiffel Tower is in\" --method ablation "
+      "--target \" Paris\" --foil \" Rome\"\n"
+      "  mha analyze --model models/gpt2 --method patching --clean \"The Eiffel Tower is in\" "
+      "--corrupt \"The Colosseum is in\" --target \" Paris\" --foil \" Rome\"\n"
+      "docs/analyses.md gives each method's formula, outputs and conventions.");
+  a->add_option("--model", args.model, "a checkpoint directory (docs/models.md)")
+      ->required()
+      ->type_name("DIR");
+  a->add_option("--method", args.methods,
+                "loss, logit_lens, rollout, norms, detectors, ablation or patching (repeatable)")
+      ->type_name("NAME");
+  a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")->type_name("TEXT");
+  a->add_option("--tokens", args.tokens, ".npy of token ids, (T) or (B, T)")->type_name("PATH");
+  a->add_option("--out_dir", args.out_dir, "where the arrays and run.json go (default out)")
+      ->type_name("DIR");
+  a->add_option("--layer_indices", args.layers, "layers analysed, e.g. 3,5 (default all)")
+      ->type_name("LIST");
+  a->add_option("--head_indices", args.heads, "heads analysed, e.g. 0,2 (default all)")
+      ->type_name("LIST");
+  a->add_option("--top_k", args.top_k, "logit_lens: tokens listed per layer and position (5)")
+      ->type_name("INT");
+  a->add_option("--threads", args.threads, "threads (0 = all cores)")->type_name("INT");
+  a->add_option("--max_memory", args.max_memory, "refuse analyses needing more, e.g. 8GiB")
+      ->type_name("SIZE");
+  a->add_option("--ablation", args.ablation, "ablation: zero or mean (default zero)")
+      ->type_name("KIND");
+  a->add_option("--metric", args.metric,
+                "ablation, patching: loss, logit_diff or kl (default logit_diff with "
+                "--target/--foil, else loss)")
+      ->type_name("NAME");
+  a->add_option("--target", args.target, "logit_diff: the token expected, e.g. \" Paris\"")
+      ->type_name("TEXT");
+  a->add_option("--foil", args.foil, "logit_diff: the token compared with it, e.g. \" Rome\"")
+      ->type_name("TEXT");
+  a->add_option("--clean", args.clean, "patching: the clean text")->type_name("TEXT");
+  a->add_option("--corrupt", args.corrupt, "patching: the corrupt text (as many tokens)")
+      ->type_name("TEXT");
+  a->add_flag("--json", args.json, "print run.json on stdout");
+}
+
+int do_analyze(const AnalyzeArgs& args) {
+  AnalyzeConfig c;
+  c.model = args.model;
+  c.texts = args.texts;
+  if (!args.tokens.empty()) c.tokens = args.tokens;
+  c.methods = args.methods;
+  c.out_dir = args.out_dir;
+  if (args.layers) c.layers = index_list(*args.layers, "layer_indices");
+  if (args.heads) c.heads = index_list(*args.heads, "head_indices");
+  c.top_k = args.top_k;
+  c.threads = args.threads;
+  if (!args.max_memory.empty()) c.max_memory = parse_byte_size(args.max_memory, "--max_memory");
+  c.ablation = args.ablation;
+  c.metric = args.metric;
+  c.target = args.target;
+  c.foil = args.foil;
+  c.clean = args.clean;
+  c.corrupt = args.corrupt;
+  const AnalyzeReport r = run_analyze(c);
+  for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", c.out_dir, f);
+  for (const std::string& line : r.summary) std::cout << line << "\n";
+  if (args.json) std::cout << r.run.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace mha::cli

@@ -1,0 +1,30 @@
+// `mha analyze --model DIR --method M ...`: analyses of attention inside a
+// whole model (lib/include/mha/run/analyze.hpp, docs/analyses.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace mha::cli {
+
+struct AnalyzeArgs {
+  std::string model, tokens, out_dir = "out", max_memory, ablation = "zero", metric;
+  std::vector<std::string> texts, methods;
+  std::optional<std::string> layers, heads, target, foil, clean, corrupt;
+  std::int64_t top_k = 5, threads = 0;
+  bool json = false;
+};
+
+void add_analyze_command(CLI::App& app, AnalyzeArgs& args);
+
+// Exit codes: 0 done, 2 an invalid input, flag or file (one stderr line naming
+// it; nothing written), 1 anything else.
+int do_analyze(const AnalyzeArgs& args);
+
+}  // namespace mha::cli

@@ -1,0 +1,66 @@
+// Which heads matter (docs/analyses.md): head ablation and activation
+// patching on the whole-model forward. A head's output (its columns of the
+// context before the output projection: TransformerLens's hook_z) is zeroed,
+// replaced by its mean over the row's real positions, or copied from another
+// run; each variant recomputes only from the changed layer on, from the
+// residual stream the first pass kept (forward's first_layer), with every
+// layer's weights read once when they fit (read_layers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "mha/checkpoint/checkpoint.hpp"
+
+namespace mha {
+
+// What an intervention changes, per batch row:
+//   loss        the mean next-token cross-entropy over the row's real tokens;
+//   logit_diff  logit(target) - logit(foil) after the row's last real token;
+//   kl          KL(p_clean || p) of the next-token distribution after it.
+enum class Metric { loss, logit_diff, kl };
+const char* to_string(Metric m);
+
+enum class Ablation { zero, mean };
+const char* to_string(Ablation a);
+
+struct InterventionOptions {
+  Metric metric = Metric::loss;
+  std::int32_t target = -1, foil = -1;     // logit_diff's tokens
+  std::vector<std::size_t> layers, heads;  // ascending and distinct; empty: all
+  int threads = 0;
+  // Every layer's weights (read_layers), or null to read them on each pass.
+  std::vector<TransformerLayer<float>>* layers_read = nullptr;
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+struct AblationResult {
+  std::vector<std::size_t> layers, heads;
+  std::vector<double> clean;     // (B): the metric of the model as it is (kl: 0)
+  std::vector<double> effect;    // (B, layers, heads): metric(ablated) - metric(clean)
+  std::size_t passes = 0;        // partial forwards run
+  std::size_t layer_passes = 0;  // layers they ran
+};
+// ids (B, T), lengths (B). Throws mha::Error (invalid_input) for a model
+// without an LM head, or logit_diff without target and foil.
+AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                             std::size_t T, const std::vector<std::size_t>& lengths, Ablation kind,
+                             const InterventionOptions& options);
+
+struct PatchingResult {
+  std::vector<std::size_t> layers, heads;
+  double clean = 0, corrupt = 0;      // the metric of each run (kl: of each against clean)
+  std::vector<double> heads_patched;  // (layers, heads): normalised, 0 = corrupt, 1 = clean
+  std::vector<double> resid_patched;  // (layers, T): layer l's input at position t patched
+};
+// Activation patching (Meng et al. 2022; Wang et al. 2022): clean and
+// corrupt ids (T each, one row); each head's output, then each layer's
+// residual stream at each position, copied from the clean run into the
+// corrupt one; (metric - corrupt) / (clean - corrupt).
+PatchingResult activation_patching(const Checkpoint& model, const std::int32_t* clean,
+                                   const std::int32_t* corrupt, std::size_t T,
+                                   const InterventionOptions& options);
+
+}  // namespace mha

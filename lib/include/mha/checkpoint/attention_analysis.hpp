@@ -1,0 +1,42 @@
+// Analyses of a model's attention maps (docs/analyses.md):
+//   attention rollout (Abnar & Zuidema 2020): per layer the heads' mean A,
+//     Â = 0.5 A + 0.5 I with rows renormalised, R_l = Â_l R_(l-1), R_0 = Â_0;
+//   value-weighted norms (Kobayashi et al. 2020): ||α_ij f_h(x_j)|| with
+//     f_h(x) = (x W_V^h + b_V^h) W_O^h (the output bias left out), = α_ij ||f_h(x_j)||;
+//   head detectors as TransformerLens's detect_head (error_measure "mul"):
+//     score = sum(A ⊙ P) / sum(A) over a row's real tokens, P the
+//     previous-token, duplicate-token or induction pattern of its ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mha/kernel/weights.hpp"
+
+namespace mha {
+
+// One rollout step in place: R (B, T, T) <- Â R, Â from the heads' mean
+// `mean` (B, T, T); `first`: R <- Â.
+void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std::size_t T,
+                  bool first);
+
+// ||f_h(x_j)|| for every head and key: out (B, h, T), from the attention's
+// input x (B, T, d_model) and the layer's W_v, b_v (kv_heads groups) and W_o.
+std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
+                                const Weights<float>& w, std::size_t h, std::size_t kv_heads,
+                                std::size_t head_dim, int threads);
+
+enum class Detector { previous_token, duplicate_token, induction };
+const std::vector<Detector>& all_detectors();
+const char* to_string(Detector d);
+
+// The detection pattern P (n, n) of ids (n), lower triangular, 0 or 1.
+std::vector<unsigned char> detection_pattern(Detector d, const std::int32_t* ids, std::size_t n);
+
+// sum(A ⊙ P) / sum(A) of a head's map A (rows and columns [0, n) of a
+// (T, T) block, row stride T); NaN when sum(A) is 0.
+double detector_score(const float* A, std::size_t T, const std::vector<unsigned char>& P,
+                      std::size_t n);
+
+}  // namespace mha

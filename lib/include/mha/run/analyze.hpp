@@ -1,0 +1,58 @@
+// `mha analyze --model DIR`: analyses of attention inside a whole model
+// (docs/analyses.md), on the forward of `mha run --model`, writing to
+// out_dir all-or-nothing. Methods (--method, repeatable):
+//   loss        loss.npy (B, T): each next token's cross-entropy; perplexity in run.json
+//   logit_lens  logit_lens_p_next.npy, logit_lens_rank.npy (layers + 1, B, T);
+//               logit_lens_top_ids.npy (int32), logit_lens_top_p.npy (layers + 1, B, T, k);
+//               logit_lens.json: the top tokens' strings
+//   rollout     rollout.npy (layers, B, T, T)
+//   norms       attention_norms.npy (layers, B, h, T, T)
+//   detectors   head_scores.npy (detectors, layers, heads)
+//   ablation    ablation.npy (B, layers, heads)
+//   patching    patch_heads.npy (layers, heads), patch_resid.npy (layers, T)
+// tokens.json and run.json (the arrays' shapes and meanings, the summary)
+// come with every method.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mha/checkpoint/ablation.hpp"
+#include "mha/run/model_run.hpp"
+
+namespace mha {
+
+struct AnalyzeConfig {
+  std::string model;
+  std::vector<std::string> texts;
+  std::optional<std::string> tokens;
+  std::vector<std::string> methods;
+  std::string out_dir = "out";
+  std::optional<std::vector<std::int64_t>> layers, heads;
+  std::int64_t top_k = 5, threads = 0;
+  std::optional<std::uint64_t> max_memory;
+  std::string ablation = "zero";              // zero | mean
+  std::string metric;                         // loss | logit_diff | kl; default: logit_diff with
+                                              // target and foil, else loss
+  std::optional<std::string> target, foil;    // single-token texts
+  std::optional<std::string> clean, corrupt;  // patching's texts
+};
+
+// The methods analyze knows, in the order they run.
+const std::vector<std::string>& analysis_methods();
+
+struct AnalyzeReport {
+  nlohmann::json run;                // run.json as written
+  std::vector<std::string> outputs;  // file names written, run.json last
+  std::vector<std::string> summary;  // lines for stdout
+};
+
+// Every check (inputs, methods and their options, memory) runs before any
+// weight is read; errors are mha::Error (invalid_input) naming the flag.
+AnalyzeReport run_analyze(const AnalyzeConfig& config);
+
+}  // namespace mha

@@ -1,0 +1,250 @@
+#include "mha/checkpoint/ablation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "mha/base/error.hpp"
+#include "mha/checkpoint/forward.hpp"
+#include "mha/checkpoint/lens.hpp"
+
+namespace mha {
+
+const char* to_string(Metric m) {
+  return m == Metric::loss ? "loss" : m == Metric::logit_diff ? "logit_diff" : "kl";
+}
+
+const char* to_string(Ablation a) {
+  return a == Ablation::zero ? "zero" : "mean";
+}
+
+namespace {
+
+std::vector<std::size_t> all_or(const std::vector<std::size_t>& chosen, std::size_t n) {
+  if (!chosen.empty()) return chosen;
+  std::vector<std::size_t> all(n);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  return all;
+}
+
+// The metric of a pass's final hidden states, per row; `clean_logp` (B, V)
+// holds the reference distribution after each row's last token (kl), and is
+// filled when `keep`.
+class Probe {
+ public:
+  Probe(const Checkpoint& model, const std::int32_t* ids, std::size_t B, std::size_t T,
+        const std::vector<std::size_t>& lengths, const InterventionOptions& o)
+      : model_(model), ids_(ids), B_(B), T_(T), lengths_(lengths), o_(o) {
+    const ModelConfig& c = model.config();
+    if (!c.has_lm_head())
+      fail_input(model.dir() + ": a " + c.model_type +
+                 " has no LM head; ablation and patching measure next-token predictions");
+    if (o.metric == Metric::logit_diff &&
+        (o.target < 0 || o.foil < 0 || std::size_t(o.target) >= c.vocab_size ||
+         std::size_t(o.foil) >= c.vocab_size))
+      fail_input("--metric logit_diff: expected --target and --foil tokens in the vocabulary");
+  }
+
+  std::vector<double> operator()(const float* output, bool keep) {
+    const std::size_t d = model_.config().d_model, V = model_.config().vocab_size;
+    if (o_.metric == Metric::loss) {
+      const TokenLoss l = token_loss(model_, output, ids_, B_, T_, lengths_, o_.threads);
+      std::vector<double> out(B_, 0.0);
+      for (std::size_t b = 0; b < B_; ++b) {
+        std::size_t n = 0;
+        for (std::size_t t = 0; t + 1 < lengths_[b]; ++t) out[b] += l.loss[b * T_ + t], ++n;
+        out[b] = n ? out[b] / double(n) : std::numeric_limits<double>::quiet_NaN();
+      }
+      return out;
+    }
+    std::vector<float> last(B_ * d);  // each row's last real token
+    for (std::size_t b = 0; b < B_; ++b)
+      std::copy_n(output + (b * T_ + lengths_[b] - 1) * d, d, last.data() + b * d);
+    std::vector<double> out(B_);
+    if (keep) clean_logp_.assign(B_ * V, 0.0);
+    lm_logits(
+        model_, last.data(), B_,
+        [&](std::size_t r0, std::size_t n, const float* z) {
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t b = r0 + i;
+            const float* row = z + i * V;
+            if (o_.metric == Metric::logit_diff) {
+              out[b] = double(row[o_.target]) - double(row[o_.foil]);
+              continue;
+            }
+            double top = row[0], sum = 0;
+            for (std::size_t v = 0; v < V; ++v) top = std::max(top, double(row[v]));
+            for (std::size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
+            const double lse = top + std::log(sum);
+            double kl = 0;
+            for (std::size_t v = 0; v < V; ++v) {
+              const double lp = double(row[v]) - lse;
+              if (keep) clean_logp_[b * V + v] = lp;
+              const double lq = clean_logp_[b * V + v];
+              kl += std::exp(lq) * (lq - lp);
+            }
+            out[b] = kl;
+          }
+        },
+        o_.threads);
+    return out;
+  }
+
+ private:
+  const Checkpoint& model_;
+  const std::int32_t* ids_;
+  std::size_t B_, T_;
+  const std::vector<std::size_t>& lengths_;
+  const InterventionOptions& o_;
+  std::vector<double> clean_logp_;
+};
+
+// One full pass keeping every layer's input (hidden states 0..L-1) and every
+// layer's heads' outputs (contexts), and its final output.
+struct Pass {
+  std::vector<float> hidden;   // (L, B, T, d)
+  std::vector<float> context;  // (L, B*T, h*dv)
+  std::vector<float> output;   // (B, T, d)
+};
+
+Pass full_pass(const Checkpoint& model, const std::int32_t* ids, std::size_t B, std::size_t T,
+               const std::vector<std::size_t>& lengths, const InterventionOptions& o) {
+  const ModelConfig& c = model.config();
+  const std::size_t L = c.num_layers, n = B * T * c.d_model, z = B * T * c.h * c.head_dim;
+  Pass p;
+  p.hidden.resize(L * n);
+  p.context.resize(L * z);
+  ForwardOptions f;
+  f.threads = o.threads;
+  f.layers = o.layers_read;
+  f.hidden_sink = [&](std::size_t i, const float* x) {
+    if (i < L) std::copy(x, x + n, p.hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
+  };
+  f.context_hook = [&](std::size_t l, float* ctx) {
+    std::copy(ctx, ctx + z, p.context.begin() + static_cast<std::ptrdiff_t>(l * z));
+  };
+  p.output = forward(model, ids, B, T, lengths, f).output;
+  return p;
+}
+
+// A pass from layer l on, from `hidden` (layer l's input), with `edit`
+// applied to layer l's heads' outputs; returns the final hidden states.
+std::vector<float> pass_from(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                             std::size_t T, const std::vector<std::size_t>& lengths, std::size_t l,
+                             const float* hidden, const std::function<void(float* context)>& edit,
+                             const InterventionOptions& o) {
+  ForwardOptions f;
+  f.threads = o.threads;
+  f.layers = o.layers_read;
+  f.first_layer = l;
+  f.first_hidden = hidden;
+  if (edit)
+    f.context_hook = [&](std::size_t layer, float* ctx) {
+      if (layer == l) edit(ctx);
+    };
+  return forward(model, ids, B, T, lengths, f).output;
+}
+
+}  // namespace
+
+AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                             std::size_t T, const std::vector<std::size_t>& lengths, Ablation kind,
+                             const InterventionOptions& o) {
+  const ModelConfig& c = model.config();
+  Probe probe(model, ids, B, T, lengths, o);
+  AblationResult r;
+  r.layers = all_or(o.layers, c.num_layers);
+  r.heads = all_or(o.heads, c.h);
+  const std::size_t n = B * T * c.d_model, dv = c.head_dim, width = c.h * dv;
+  const Pass clean = full_pass(model, ids, B, T, lengths, o);
+  r.clean = probe(clean.output.data(), true);
+  if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);
+  const std::size_t H = r.heads.size(), total = r.layers.size() * H;
+  r.effect.assign(B * total, 0.0);
+  std::size_t done = 0;
+  for (std::size_t li = 0; li < r.layers.size(); ++li) {
+    const std::size_t l = r.layers[li];
+    const float* ctx = clean.context.data() + l * B * T * width;
+    for (std::size_t hi = 0; hi < H; ++hi) {
+      const std::size_t head = r.heads[hi];
+      // The head's replacement, per row: zeros, or its mean over the row's real positions.
+      std::vector<float> fill(B * dv, 0.0f);
+      if (kind == Ablation::mean)
+        for (std::size_t b = 0; b < B; ++b) {
+          for (std::size_t t = 0; t < lengths[b]; ++t)
+            for (std::size_t i = 0; i < dv; ++i)
+              fill[b * dv + i] += ctx[(b * T + t) * width + head * dv + i];
+          for (std::size_t i = 0; i < dv; ++i) fill[b * dv + i] /= float(lengths[b]);
+        }
+      const std::vector<float> out = pass_from(
+          model, ids, B, T, lengths, l, clean.hidden.data() + l * n,
+          [&](float* context) {
+            for (std::size_t r0 = 0; r0 < B * T; ++r0)
+              std::copy_n(fill.data() + (r0 / T) * dv, dv, context + r0 * width + head * dv);
+          },
+          o);
+      const std::vector<double> m = probe(out.data(), false);
+      for (std::size_t b = 0; b < B; ++b) r.effect[b * total + li * H + hi] = m[b] - r.clean[b];
+      ++r.passes;
+      r.layer_passes += c.num_layers - l;
+      if (o.progress) o.progress(++done, total);
+    }
+  }
+  return r;
+}
+
+PatchingResult activation_patching(const Checkpoint& model, const std::int32_t* clean_ids,
+                                   const std::int32_t* corrupt_ids, std::size_t T,
+                                   const InterventionOptions& o) {
+  const ModelConfig& c = model.config();
+  const std::vector<std::size_t> lengths = {T};
+  PatchingResult r;
+  r.layers = all_or(o.layers, c.num_layers);
+  r.heads = all_or(o.heads, c.h);
+  const std::size_t d = c.d_model, n = T * d, dv = c.head_dim, width = c.h * dv;
+  // The metric is measured on the corrupt run's tokens (the loss of its text,
+  // or its next token's logits): the clean run gives what is patched in.
+  Probe probe(model, corrupt_ids, 1, T, lengths, o);
+  const Pass clean = full_pass(model, clean_ids, 1, T, lengths, o);
+  const Pass corrupt = full_pass(model, corrupt_ids, 1, T, lengths, o);
+  // kl: against the clean run's distribution, kept first
+  r.clean = probe(clean.output.data(), true)[0];
+  if (o.metric == Metric::kl) r.clean = 0;
+  r.corrupt = probe(corrupt.output.data(), false)[0];
+  const double span = r.clean - r.corrupt;
+  auto normalised = [&](const std::vector<float>& out) {
+    return (probe(out.data(), false)[0] - r.corrupt) / span;
+  };
+  const std::size_t H = r.heads.size(), total = r.layers.size() * (H + T);
+  std::size_t done = 0;
+  r.heads_patched.assign(r.layers.size() * H, 0.0);
+  r.resid_patched.assign(r.layers.size() * T, 0.0);
+  for (std::size_t li = 0; li < r.layers.size(); ++li) {
+    const std::size_t l = r.layers[li];
+    const float* from = clean.context.data() + l * T * width;
+    for (std::size_t hi = 0; hi < H; ++hi) {
+      const std::size_t head = r.heads[hi];
+      r.heads_patched[li * H + hi] = normalised(pass_from(
+          model, corrupt_ids, 1, T, lengths, l, corrupt.hidden.data() + l * n,
+          [&](float* context) {
+            for (std::size_t t = 0; t < T; ++t)
+              std::copy_n(from + t * width + head * dv, dv, context + t * width + head * dv);
+          },
+          o));
+      if (o.progress) o.progress(++done, total);
+    }
+    std::vector<float> x(corrupt.hidden.begin() + static_cast<std::ptrdiff_t>(l * n),
+                         corrupt.hidden.begin() + static_cast<std::ptrdiff_t>((l + 1) * n));
+    for (std::size_t t = 0; t < T; ++t) {
+      std::vector<float> patched = x;
+      std::copy_n(clean.hidden.data() + l * n + t * d, d, patched.data() + t * d);
+      r.resid_patched[li * T + t] =
+          normalised(pass_from(model, corrupt_ids, 1, T, lengths, l, patched.data(), nullptr, o));
+      if (o.progress) o.progress(++done, total);
+    }
+  }
+  return r;
+}
+
+}  // namespace mha

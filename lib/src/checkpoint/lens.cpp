@@ -1,0 +1,136 @@
+#include "mha/checkpoint/lens.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/kernel/blas.hpp"
+#include "mha/kernel/transformer.hpp"
+
+namespace mha {
+
+namespace {
+
+constexpr std::size_t kRows = 256;       // hidden rows per piece
+constexpr std::size_t kHeadRows = 4096;  // LM head rows read at a time
+
+}  // namespace
+
+void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
+               const std::function<void(std::size_t r0, std::size_t n, const float* logits)>& fn,
+               int threads) {
+  const ModelConfig& c = model.config();
+  if (!c.has_lm_head()) fail_input(model.dir() + ": a " + c.model_type + " has no LM head");
+  const std::size_t d = c.d_model, V = c.vocab_size;
+  std::vector<float> logits(std::min(rows, kRows) * V), head(std::min(V, kHeadRows) * d);
+  const float cap = static_cast<float>(c.final_softcap);
+  (void)threads;
+  for (std::size_t r0 = 0; r0 < rows; r0 += kRows) {
+    const std::size_t n = std::min(kRows, rows - r0);
+    for (std::size_t v0 = 0; v0 < V; v0 += kHeadRows) {
+      const std::size_t m = std::min(kHeadRows, V - v0);
+      model.lm_head_rows(v0, m, head.data());
+      // logits[:, v0:v0+m] (n, m) = hidden[r0:r0+n] (n, d) head^T (d, m)
+      gemm<float>(false, true, n, m, d, 1.0f, hidden + r0 * d, d, head.data(), d, 0.0f,
+                  logits.data() + v0, V);
+    }
+    if (cap > 0)
+      for (std::size_t i = 0; i < n * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    fn(r0, n, logits.data());
+  }
+}
+
+TokenScore score_token(const float* logits, std::size_t vocab, std::int32_t next) {
+  double top = logits[0];
+  for (std::size_t v = 0; v < vocab; ++v) top = std::max(top, double(logits[v]));
+  double sum = 0;
+  std::int64_t above = 0;
+  const float target = logits[next];
+  for (std::size_t v = 0; v < vocab; ++v) {
+    sum += std::exp(double(logits[v]) - top);
+    // ties broken by id, as the top-k lists order them
+    above += logits[v] > target || (logits[v] == target && v < static_cast<std::size_t>(next));
+  }
+  return {double(target) - top - std::log(sum), above};
+}
+
+TokenLoss token_loss(const Checkpoint& model, const float* output, const std::int32_t* ids,
+                     std::size_t B, std::size_t T, const std::vector<std::size_t>& lengths,
+                     int threads) {
+  const std::size_t V = model.config().vocab_size;
+  TokenLoss out;
+  out.loss.assign(B * T, std::numeric_limits<double>::quiet_NaN());
+  double sum = 0;
+  lm_logits(
+      model, output, B * T,
+      [&](std::size_t r0, std::size_t n, const float* logits) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t r = r0 + i, b = r / T, t = r % T;
+          if (t + 1 >= lengths[b]) continue;
+          const double loss = -score_token(logits + i * V, V, ids[b * T + t + 1]).log_p;
+          out.loss[r] = loss;
+          sum += loss;
+          ++out.tokens;
+        }
+      },
+      threads);
+  out.mean_loss = out.tokens ? sum / double(out.tokens) : std::numeric_limits<double>::quiet_NaN();
+  out.perplexity = std::exp(out.mean_loss);
+  return out;
+}
+
+LogitLens logit_lens(const Checkpoint& model, const float* hidden_states, std::size_t B,
+                     std::size_t T, const std::int32_t* ids,
+                     const std::vector<std::size_t>& lengths, std::size_t k, int threads) {
+  const ModelConfig& c = model.config();
+  const std::size_t d = c.d_model, V = c.vocab_size, L = c.num_layers, rows = B * T;
+  LogitLens out;
+  out.states = L + 1, out.B = B, out.T = T, out.k = k = std::min(k, V);
+  out.top_ids.assign(out.states * rows * k, -1);
+  out.top_p.assign(out.states * rows * k, std::numeric_limits<float>::quiet_NaN());
+  out.p_next.assign(out.states * rows, std::numeric_limits<float>::quiet_NaN());
+  out.rank_next.assign(out.states * rows, -1);
+  const Norm<float> final = model.final_norm();
+  std::vector<float> normed(rows * d);
+  std::vector<std::int32_t> order(V);
+  for (std::size_t s = 0; s < out.states; ++s) {
+    const float* h = hidden_states + s * rows * d;
+    if (s < L && !final.empty()) {  // state L is the model's output, normed already
+      layer_norm(h, rows, d, final, static_cast<float>(c.norm_eps), normed.data(), threads);
+      h = normed.data();
+    }
+    lm_logits(
+        model, h, rows,
+        [&](std::size_t r0, std::size_t n, const float* logits) {
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t r = r0 + i, b = r / T, t = r % T, at = s * rows + r;
+            if (t >= lengths[b]) continue;
+            const float* z = logits + i * V;
+            double top = z[0];
+            for (std::size_t v = 0; v < V; ++v) top = std::max(top, double(z[v]));
+            double sum = 0;
+            for (std::size_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - top);
+            for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
+            std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k),
+                              order.end(), [&](std::int32_t x, std::int32_t y) {
+                                return z[x] > z[y] || (z[x] == z[y] && x < y);
+                              });
+            for (std::size_t j = 0; j < k; ++j) {
+              out.top_ids[at * k + j] = order[j];
+              out.top_p[at * k + j] = static_cast<float>(std::exp(double(z[order[j]]) - top) / sum);
+            }
+            if (t + 1 < lengths[b]) {
+              const TokenScore next = score_token(z, V, ids[b * T + t + 1]);
+              out.p_next[at] = static_cast<float>(std::exp(next.log_p));
+              out.rank_next[at] = next.rank;
+            }
+          }
+        },
+        threads);
+  }
+  return out;
+}
+
+}  // namespace mha

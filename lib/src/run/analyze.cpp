@@ -1,0 +1,421 @@
+#include "mha/run/analyze.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/attention_analysis.hpp"
+#include "mha/checkpoint/forward.hpp"
+#include "mha/checkpoint/lens.hpp"
+#include "mha/io/dir_lock.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/out_dir.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/model/memory.hpp"
+#include "mha/run/run_json.hpp"
+
+namespace mha {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+bool wants(const AnalyzeConfig& c, const char* method) {
+  return std::find(c.methods.begin(), c.methods.end(), method) != c.methods.end();
+}
+
+// A text that must be one token (--target, --foil), as the tokenizer gives
+// it without special tokens.
+std::int32_t one_token(const Model& model, const std::string& text, const char* flag) {
+  const std::optional<Tokenizer>& tok = model.tokenizer();
+  if (!tok)
+    fail_input(std::string("--") + flag + ": " + model.checkpoint().dir() +
+               " has no tokenizer.json to tokenize " + echo(text));
+  const Encoding e = tok->encode(text, false);
+  if (e.ids.size() != 1)
+    fail_input(std::string("--") + flag + " " + echo(text) + ": is " +
+               std::to_string(e.ids.size()) +
+               " tokens; expected exactly one (mind a leading space: \" Paris\")");
+  return e.ids[0];
+}
+
+// Bytes of an array of `shape` in `itemsize`-byte elements.
+std::uint64_t bytes_of(std::initializer_list<std::size_t> shape, std::uint64_t itemsize = 4) {
+  std::uint64_t n = itemsize;
+  for (std::size_t v : shape) n *= v;
+  return n;
+}
+
+NpyArray int_array(DType dtype, std::vector<std::size_t> shape, const void* data,
+                   std::size_t count) {
+  NpyArray a;
+  a.dtype = dtype;
+  a.shape = std::move(shape);
+  a.data.resize(count * itemsize(dtype));
+  std::memcpy(a.data.data(), data, a.data.size());
+  return a;
+}
+
+}  // namespace
+
+const std::vector<std::string>& analysis_methods() {
+  static const std::vector<std::string> m = {"loss",      "logit_lens", "rollout", "norms",
+                                             "detectors", "ablation",   "patching"};
+  return m;
+}
+
+AnalyzeReport run_analyze(const AnalyzeConfig& config) {
+  const auto start = Clock::now();
+  // Plan: every check before any weight is read.
+  if (config.methods.empty())
+    fail_input(
+        "--method: expected one or more of loss, logit_lens, rollout, norms, detectors, "
+        "ablation, patching");
+  std::set<std::string> seen;
+  for (const std::string& m : config.methods) {
+    const auto& all = analysis_methods();
+    if (std::find(all.begin(), all.end(), m) == all.end())
+      fail_input("--method " + echo(m) +
+                 ": expected loss, logit_lens, rollout, norms, detectors, ablation or patching");
+    if (!seen.insert(m).second) fail_input("--method " + m + ": given twice");
+  }
+  const bool patching = wants(config, "patching");
+  const bool others = config.methods.size() > (patching ? 1u : 0u);
+  if (patching && (!config.clean || !config.corrupt))
+    fail_input("--method patching: expected --clean TEXT and --corrupt TEXT");
+  if (!patching && (config.clean || config.corrupt))
+    fail_input("--clean/--corrupt: used by --method patching only");
+  if (config.tokens && !config.texts.empty())
+    fail_input("--tokens and --text: give one of them, not both");
+  if (others && !config.tokens && config.texts.empty())
+    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  if (config.ablation != "zero" && config.ablation != "mean")
+    fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
+  Metric metric = config.target || config.foil ? Metric::logit_diff : Metric::loss;
+  if (!config.metric.empty()) {
+    if (config.metric == "loss")
+      metric = Metric::loss;
+    else if (config.metric == "logit_diff")
+      metric = Metric::logit_diff;
+    else if (config.metric == "kl")
+      metric = Metric::kl;
+    else
+      fail_input("--metric " + echo(config.metric) + ": expected loss, logit_diff or kl");
+  }
+  if (metric == Metric::logit_diff && (!config.target || !config.foil))
+    fail_input("--metric logit_diff: expected --target TEXT and --foil TEXT (one token each)");
+  std::error_code same_ec;
+  if (std::filesystem::equivalent(config.out_dir.empty() ? "." : config.out_dir, config.model,
+                                  same_ec))
+    fail_input("--out_dir " + config.out_dir + ": is the model directory " + config.model +
+               "; expected a directory of the run's own");
+  const DirLock lock(config.out_dir, kOutDirLock);
+  const Model whole(config.model);
+  const Checkpoint& model = whole.checkpoint();
+  const ModelConfig& c = model.config();
+  const bool lm_methods =
+      wants(config, "loss") || wants(config, "logit_lens") || wants(config, "ablation") || patching;
+  if (lm_methods && !c.has_lm_head())
+    fail_input(config.model + ": a " + c.model_type +
+               " has no LM head; loss, logit_lens, ablation and patching need a causal LM's "
+               "next-token predictions");
+  const ModelCall call =
+      check_model_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
+  const int threads = resolve_threads(call.threads);
+  ModelInput in;
+  if (others) {
+    in = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+  }
+  ModelInput clean_in, corrupt_in;
+  if (patching) {
+    clean_in = whole.encode({*config.clean});
+    corrupt_in = whole.encode({*config.corrupt});
+    if (clean_in.T != corrupt_in.T)
+      fail_input("--clean and --corrupt: " + std::to_string(clean_in.T) + " and " +
+                 std::to_string(corrupt_in.T) + " tokens; expected texts of equal token length");
+  }
+  InterventionOptions io;
+  io.metric = metric;
+  io.layers = call.map_layers;
+  io.heads = call.map_heads;
+  io.threads = threads;
+  if (config.target) io.target = one_token(whole, *config.target, "target");
+  if (config.foil) io.foil = one_token(whole, *config.foil, "foil");
+
+  // Memory: the forward, what the methods keep, and every layer's weights
+  // when the interventions (many partial passes) can hold them.
+  const std::size_t B = in.B, T = std::max(in.T, clean_in.T), L = c.num_layers, h = c.h,
+                    d = c.d_model;
+  const std::size_t Bmax = std::max<std::size_t>(B, 2);
+  std::uint64_t need = forward_memory(c, model.layer_float32_bytes(), Bmax, T, threads);
+  need += bytes_of({L + 1, Bmax, T, d}) * 2 + bytes_of({L, Bmax, T, h * c.head_dim}) * 2;
+  if (wants(config, "rollout")) need += bytes_of({L, B, T, T}) + bytes_of({B, T, T}, 8);
+  if (wants(config, "norms")) need += bytes_of({L, B, h, T, T});
+  if (wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors"))
+    need += bytes_of({B, h, T, T}) * 2;
+  const std::uint64_t max_memory = config.max_memory ? *config.max_memory : default_max_memory();
+  if (need > max_memory)
+    fail_input(config.model + ": the analysis needs about " + format_bytes(need) +
+               ", over max_memory " + format_bytes(max_memory));
+  const std::uint64_t all_layers = model.layer_float32_bytes() * L;
+  std::vector<TransformerLayer<float>> resident;
+  const bool interventions = wants(config, "ablation") || patching;
+  if (interventions && need + all_layers <= max_memory) {
+    resident = read_layers(model);
+    io.layers_read = &resident;
+  }
+
+  OutputSet out(config.out_dir);
+  json arrays = json::object();
+  json summary = json::object();
+  AnalyzeReport report;
+  auto add = [&](const std::string& name, std::vector<std::size_t> shape, const std::string& what) {
+    arrays[name] = {{"shape", shape}, {"meaning", what}};
+    report.outputs.push_back(name);
+  };
+
+  // One pass for the methods that read the maps and the residual stream.
+  const bool maps_needed =
+      wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors");
+  if (others && (maps_needed || wants(config, "loss") || wants(config, "logit_lens"))) {
+    std::vector<float> layer_maps(maps_needed ? B * h * T * T : 0);
+    std::vector<float> hidden(wants(config, "logit_lens") ? (L + 1) * B * T * d : 0);
+    std::vector<double> R(wants(config, "rollout") ? B * T * T : 0);
+    std::vector<float> rollout(wants(config, "rollout") ? L * B * T * T : 0);
+    const std::size_t Ls = call.map_layers.size(), Hs = call.map_heads.size();
+    std::vector<float> norms(wants(config, "norms") ? Ls * B * Hs * T * T : 0);
+    std::vector<double> vnorms;  // the current layer's ||f_h(x_j)|| (B, h, T)
+    const auto& dets = all_detectors();
+    std::vector<double> scores(wants(config, "detectors") ? dets.size() * Ls * Hs : 0);
+    std::vector<std::vector<unsigned char>> patterns;  // [detector][b]: (n_b, n_b)
+    if (wants(config, "detectors"))
+      for (Detector det : dets)
+        for (std::size_t b = 0; b < B; ++b)
+          patterns.push_back(detection_pattern(det, in.ids.data() + b * T, in.lengths[b]));
+    auto slot_of = [](const std::vector<std::size_t>& v, std::size_t x) -> std::ptrdiff_t {
+      auto it = std::lower_bound(v.begin(), v.end(), x);
+      return it != v.end() && *it == x ? it - v.begin() : -1;
+    };
+    // Layer l's maps are complete: fold them into each method's arrays.
+    auto finish_layer = [&](std::size_t l) {
+      if (wants(config, "rollout")) {
+        std::vector<float> mean(B * T * T, 0.0f);
+        for (std::size_t b = 0; b < B; ++b)
+          for (std::size_t head = 0; head < h; ++head)
+            for (std::size_t i = 0; i < T * T; ++i)
+              mean[b * T * T + i] += layer_maps[(b * h + head) * T * T + i] / float(h);
+        rollout_step(R, mean.data(), B, T, l == 0);
+        std::transform(R.begin(), R.end(),
+                       rollout.begin() + static_cast<std::ptrdiff_t>(l * B * T * T),
+                       [](double v) { return static_cast<float>(v); });
+      }
+      const std::ptrdiff_t ls = slot_of(call.map_layers, l);
+      if (ls < 0) return;
+      for (std::size_t hs = 0; hs < Hs; ++hs) {
+        const std::size_t head = call.map_heads[hs];
+        for (std::size_t b = 0; b < B; ++b) {
+          const float* A = layer_maps.data() + (b * h + head) * T * T;
+          if (wants(config, "norms"))
+            for (std::size_t i = 0; i < T; ++i)
+              for (std::size_t j = 0; j < T; ++j)
+                norms[(((ls * B + b) * Hs + hs) * T + i) * T + j] =
+                    static_cast<float>(A[i * T + j] * vnorms[(b * h + head) * T + j]);
+          if (wants(config, "detectors"))
+            for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
+              scores[(k * Ls + ls) * Hs + hs] +=
+                  detector_score(A, T, patterns[k * B + b], in.lengths[b]) / double(B);
+        }
+      }
+    };
+    ForwardOptions fo;
+    fo.threads = threads;
+    if (maps_needed) {
+      for (std::size_t l = 0; l < L; ++l) fo.map_layers.push_back(l);
+      for (std::size_t i = 0; i < h; ++i) fo.map_heads.push_back(i);
+      fo.attention_sink = [&](std::size_t, std::size_t b, std::size_t head, std::size_t t0,
+                              std::size_t rows, const float* block) {
+        std::copy_n(block, rows * T, layer_maps.data() + ((b * h + head) * T + t0) * T);
+      };
+      fo.on_layer = [&](std::size_t l) {
+        if (l > 0) finish_layer(l - 1);
+      };
+    }
+    if (wants(config, "norms"))
+      fo.attention_input = [&](std::size_t l, const float* x,
+                               const TransformerLayer<float>& layer) {
+        if (slot_of(call.map_layers, l) >= 0)
+          vnorms = value_norms(x, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, threads);
+      };
+    if (!hidden.empty())
+      fo.hidden_sink = [&](std::size_t i, const float* x) {
+        std::copy(x, x + B * T * d, hidden.begin() + static_cast<std::ptrdiff_t>(i * B * T * d));
+      };
+    ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
+    check_finite_output(r, config.model);
+    if (maps_needed) finish_layer(L - 1);
+    if (wants(config, "loss")) {
+      const TokenLoss loss =
+          token_loss(model, r.output.data(), in.ids.data(), B, T, in.lengths, threads);
+      out.stage_npy("loss.npy", loss.loss.data(), {B, T});
+      add("loss.npy", {B, T},
+          "cross-entropy (nats) of token t + 1 given tokens 0..t; NaN past each row's last "
+          "predicted token");
+      summary["loss"] = {
+          {"mean", loss.mean_loss}, {"perplexity", loss.perplexity}, {"tokens", loss.tokens}};
+      report.summary.push_back("loss: " + std::to_string(loss.mean_loss) + " nats over " +
+                               std::to_string(loss.tokens) + " tokens, perplexity " +
+                               std::to_string(loss.perplexity));
+    }
+    if (wants(config, "logit_lens")) {
+      const std::size_t k = static_cast<std::size_t>(std::max<std::int64_t>(1, config.top_k));
+      const LogitLens lens =
+          logit_lens(model, hidden.data(), B, T, in.ids.data(), in.lengths, k, threads);
+      const std::size_t S = lens.states;
+      out.stage_npy("logit_lens_p_next.npy", lens.p_next.data(), {S, B, T});
+      std::vector<double> rank(lens.rank_next.begin(), lens.rank_next.end());
+      out.stage_npy("logit_lens_rank.npy", rank.data(), {S, B, T});
+      out.stage_npy("logit_lens_top_p.npy", lens.top_p.data(), {S, B, T, lens.k});
+      out.stage_bytes("logit_lens_top_ids.npy",
+                      encode_npy(int_array(DType::i4, {S, B, T, lens.k}, lens.top_ids.data(),
+                                           lens.top_ids.size())));
+      json top = json::array();  // [state][b][t]: the top tokens' strings
+      for (std::size_t s = 0; s < S; ++s) {
+        json rows = json::array();
+        for (std::size_t b = 0; b < B; ++b) {
+          json row = json::array();
+          for (std::size_t t = 0; t < in.lengths[b]; ++t) {
+            json tokens = json::array();
+            for (std::size_t j = 0; j < lens.k; ++j)
+              tokens.push_back(whole.token_name(lens.top_ids[((s * B + b) * T + t) * lens.k + j]));
+            row.push_back(tokens);
+          }
+          rows.push_back(row);
+        }
+        top.push_back(rows);
+      }
+      out.stage_bytes("logit_lens.json", json{{"top_tokens", top}}.dump() + "\n");
+      add("logit_lens_p_next.npy", {S, B, T},
+          "state s (the input of layer s; s = layers: the output) through the final norm and the "
+          "LM head: the probability of token t + 1 at position t; NaN where there is none");
+      add("logit_lens_rank.npy", {S, B, T},
+          "its rank among the vocabulary (0 = most likely); -1 "
+          "where there is none");
+      add("logit_lens_top_p.npy", {S, B, T, lens.k}, "the k most likely tokens' probabilities");
+      add("logit_lens_top_ids.npy", {S, B, T, lens.k}, "their ids (int32)");
+      add("logit_lens.json", {S, B, T, lens.k}, "their token strings, rows cut at each length");
+      double agree = 0;  // the last state's rank of the actual next token 0: how often
+      std::size_t n = 0;
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t t = 0; t + 1 < in.lengths[b]; ++t, ++n)
+          agree += lens.rank_next[(L * B + b) * T + t] == 0;
+      summary["logit_lens"] = {{"top1_accuracy_last_state", n ? agree / double(n) : 0.0}};
+    }
+    if (wants(config, "rollout")) {
+      out.stage_npy("rollout.npy", rollout.data(), {L, B, T, T});
+      add("rollout.npy", {L, B, T, T},
+          "attention rollout up to layer l: the product of 0.5 A + 0.5 I (heads' mean, rows "
+          "renormalised) from layer 0 to l; row i: how much of each input token reaches "
+          "position i");
+    }
+    if (wants(config, "norms")) {
+      out.stage_npy("attention_norms.npy", norms.data(), {Ls, B, Hs, T, T});
+      add("attention_norms.npy", {Ls, B, Hs, T, T},
+          "||a_ij f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h: each head's weight times the "
+          "norm of what key j sends (layers and heads as chosen)");
+    }
+    if (wants(config, "detectors")) {
+      out.stage_npy("head_scores.npy", scores.data(), {dets.size(), Ls, Hs});
+      json names = json::array();
+      for (Detector det : dets) names.push_back(to_string(det));
+      add("head_scores.npy", {dets.size(), Ls, Hs},
+          "TransformerLens's detect_head scores (mul): sum(A * P) / sum(A) per head, the mean over "
+          "rows; detectors in the order of run.json's \"detectors\"");
+      summary["detectors"] = names;
+    }
+  }
+  if (wants(config, "ablation")) {
+    const Ablation kind = config.ablation == "mean" ? Ablation::mean : Ablation::zero;
+    const auto t0 = Clock::now();
+    const AblationResult a = head_ablation(model, in.ids.data(), B, in.T, in.lengths, kind, io);
+    out.stage_npy("ablation.npy", a.effect.data(), {B, a.layers.size(), a.heads.size()});
+    add("ablation.npy", {B, a.layers.size(), a.heads.size()},
+        std::string("per row, each chosen head's output replaced by ") +
+            (kind == Ablation::zero ? "zero" : "its mean over the row's positions") + ": " +
+            (metric == Metric::kl ? "KL(clean || ablated) of the next token"
+                                  : std::string(to_string(metric)) + "(ablated) - " +
+                                        to_string(metric) + "(clean)"));
+    summary["ablation"] = {{"kind", to_string(kind)},
+                           {"metric", to_string(metric)},
+                           {"clean", a.clean},
+                           {"passes", a.passes},
+                           {"layer_passes", a.layer_passes},
+                           {"ms", ms_since(t0)},
+                           {"weights_held", io.layers_read != nullptr}};
+    report.summary.push_back("ablation: " + std::to_string(a.passes) + " heads, " +
+                             std::to_string(a.layer_passes) + " layer passes, " +
+                             std::to_string(ms_since(t0)) + " ms");
+  }
+  if (patching) {
+    const auto t0 = Clock::now();
+    const PatchingResult p =
+        activation_patching(model, clean_in.ids.data(), corrupt_in.ids.data(), clean_in.T, io);
+    out.stage_npy("patch_heads.npy", p.heads_patched.data(), {p.layers.size(), p.heads.size()});
+    out.stage_npy("patch_resid.npy", p.resid_patched.data(), {p.layers.size(), clean_in.T});
+    add("patch_heads.npy", {p.layers.size(), p.heads.size()},
+        "each head's output copied from the clean run into the corrupt one: (metric - corrupt) "
+        "/ (clean - corrupt)");
+    add("patch_resid.npy", {p.layers.size(), clean_in.T},
+        "layer l's input at position t copied from the clean run: the same normalised metric");
+    summary["patching"] = {{"metric", to_string(metric)},
+                           {"clean", p.clean},
+                           {"corrupt", p.corrupt},
+                           {"ms", ms_since(t0)}};
+  }
+  if (others) {
+    if (in.tokens.empty()) whole.name_tokens(in);
+    out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
+    report.outputs.insert(report.outputs.begin(), "tokens.json");
+  }
+  for (const std::string& line : report.summary) (void)line;
+  json run;
+  run["mode"] = "analyze";
+  run["version"] = MHA_VERSION;
+  run["model"] = {{"dir", config.model},
+                  {"model_type", c.model_type},
+                  {"num_layers", c.num_layers},
+                  {"d_model", c.d_model},
+                  {"h", c.h},
+                  {"head_dim", c.head_dim},
+                  {"vocab_size", c.vocab_size}};
+  run["methods"] = config.methods;
+  run["input"] = {{"batch", B}, {"seq_len", in.T}, {"lengths", in.lengths}};
+  if (patching) run["patching"] = {{"clean", clean_in.ids}, {"corrupt", corrupt_in.ids}};
+  run["layers"] = call.map_layers;
+  run["heads"] = call.map_heads;
+  run["arrays"] = arrays;
+  run["summary"] = summary;
+  run["threads"] = threads;
+  run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
+  run["total_ms"] = ms_since(start);
+  report.outputs.push_back("run.json");
+  out.stage_bytes("run.json", run.dump(2) + "\n");
+  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+    std::error_code ec;
+    return config.tokens && std::filesystem::equivalent(*config.tokens, p, ec);
+  }));
+  out.commit();
+  report.run = std::move(run);
+  return report;
+}
+
+}  // namespace mha
