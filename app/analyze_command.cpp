@@ -16,6 +16,7 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       "analyze",
       "Analyses of attention inside a whole model: loss, logit lens, rollout, "
       "value-weighted norms, head detectors, head ablation, activation patching");
+  a->fallthrough();
   a->footer(
       "Examples:\n"
       "  mha analyze --model models/gpt2 --text \"The Eiffel Tower is in\" --method loss "

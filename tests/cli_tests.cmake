@@ -116,6 +116,14 @@ foreach(group Families Features Presets Selections Layouts Text Memory Errors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# `mha analyze` against the references (tests/models/test_analyze.py): loss and logit lens,
+# rollout, value-weighted norms and head detectors, ablation and patching, refusals.
+foreach(group Lens Maps Interventions Errors)
+  add_test(NAME models.analyze.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_analyze.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.analyze.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
 # Model directories as untrusted input: hostile config.json, safetensors headers, indexes,
 # tokenizer files, out_dirs and options, each refused in one line and bounded memory
 # (tests/models/test_hostile.py); PythonCalls needs the Python module (tests/CMakeLists.txt).

@@ -212,9 +212,12 @@ PatchingResult activation_patching(const Checkpoint& model, const std::int32_t* 
   r.clean = probe(clean.output.data(), true)[0];
   if (o.metric == Metric::kl) r.clean = 0;
   r.corrupt = probe(corrupt.output.data(), false)[0];
+  // Equal metrics (clean = corrupt) leave nothing to normalise by: the raw
+  // difference from the corrupt run is given instead.
   const double span = r.clean - r.corrupt;
   auto normalised = [&](const std::vector<float>& out) {
-    return (probe(out.data(), false)[0] - r.corrupt) / span;
+    const double m = probe(out.data(), false)[0] - r.corrupt;
+    return span != 0 ? m / span : m;
   };
   const std::size_t H = r.heads.size(), total = r.layers.size() * (H + T);
   std::size_t done = 0;

@@ -58,7 +58,8 @@ struct PatchingResult {
 // Activation patching (Meng et al. 2022; Wang et al. 2022): clean and
 // corrupt ids (T each, one row); each head's output, then each layer's
 // residual stream at each position, copied from the clean run into the
-// corrupt one; (metric - corrupt) / (clean - corrupt).
+// corrupt one; (metric - corrupt) / (clean - corrupt), or metric - corrupt
+// when the two runs' metrics are equal.
 PatchingResult activation_patching(const Checkpoint& model, const std::int32_t* clean,
                                    const std::int32_t* corrupt, std::size_t T,
                                    const InterventionOptions& options);
