@@ -46,6 +46,14 @@ class Probe {
       fail_input("--metric logit_diff: expected --target and --foil tokens in the vocabulary");
   }
 
+  // kl: the reference distributions of `other`'s rows, repeated `copies` times
+  // (a batch of copies of the same rows).
+  void share_reference(const Probe& other, std::size_t copies) {
+    clean_logp_.clear();
+    for (std::size_t j = 0; j < copies; ++j)
+      clean_logp_.insert(clean_logp_.end(), other.clean_logp_.begin(), other.clean_logp_.end());
+  }
+
   std::vector<double> operator()(const float* output, bool keep) {
     const std::size_t d = model_.config().d_model, V = model_.config().vocab_size;
     if (o_.metric == Metric::loss) {
@@ -162,33 +170,55 @@ AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, s
   if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);
   const std::size_t H = r.heads.size(), total = r.layers.size() * H;
   r.effect.assign(B * total, 0.0);
+  // The heads of one layer run side by side as batch rows of one pass (GEMMs of
+  // up to kAblationRows rows), each row zeroing or replacing its own head.
+  constexpr std::size_t kAblationRows = 4096;
+  const std::size_t per_pass = std::max<std::size_t>(1, std::min(H, kAblationRows / (B * T)));
   std::size_t done = 0;
   for (std::size_t li = 0; li < r.layers.size(); ++li) {
     const std::size_t l = r.layers[li];
     const float* ctx = clean.context.data() + l * B * T * width;
-    for (std::size_t hi = 0; hi < H; ++hi) {
-      const std::size_t head = r.heads[hi];
-      // The head's replacement, per row: zeros, or its mean over the row's real positions.
-      std::vector<float> fill(B * dv, 0.0f);
-      if (kind == Ablation::mean)
+    for (std::size_t h0 = 0; h0 < H; h0 += per_pass) {
+      const std::size_t k = std::min(per_pass, H - h0), rows = k * B;
+      // The batch: k copies of the B rows, copy j ablating head r.heads[h0 + j].
+      std::vector<std::int32_t> kids(rows * T);
+      std::vector<std::size_t> klengths(rows);
+      std::vector<float> hidden(rows * T * c.d_model), fill(rows * dv, 0.0f);
+      for (std::size_t j = 0; j < k; ++j)
         for (std::size_t b = 0; b < B; ++b) {
-          for (std::size_t t = 0; t < lengths[b]; ++t)
-            for (std::size_t i = 0; i < dv; ++i)
-              fill[b * dv + i] += ctx[(b * T + t) * width + head * dv + i];
-          for (std::size_t i = 0; i < dv; ++i) fill[b * dv + i] /= float(lengths[b]);
+          const std::size_t row = j * B + b, head = r.heads[h0 + j];
+          std::copy_n(ids + b * T, T, kids.data() + row * T);
+          klengths[row] = lengths[b];
+          std::copy_n(clean.hidden.data() + l * n + b * T * c.d_model, T * c.d_model,
+                      hidden.data() + row * T * c.d_model);
+          if (kind == Ablation::mean) {  // the head's mean over the row's real positions
+            for (std::size_t t = 0; t < lengths[b]; ++t)
+              for (std::size_t i = 0; i < dv; ++i)
+                fill[row * dv + i] += ctx[(b * T + t) * width + head * dv + i];
+            for (std::size_t i = 0; i < dv; ++i) fill[row * dv + i] /= float(lengths[b]);
+          }
         }
+      Probe batch(model, kids.data(), rows, T, klengths, o);
+      if (o.metric == Metric::kl) batch.share_reference(probe, k);
       const std::vector<float> out = pass_from(
-          model, ids, B, T, lengths, l, clean.hidden.data() + l * n,
+          model, kids.data(), rows, T, klengths, l, hidden.data(),
           [&](float* context) {
-            for (std::size_t r0 = 0; r0 < B * T; ++r0)
-              std::copy_n(fill.data() + (r0 / T) * dv, dv, context + r0 * width + head * dv);
+            for (std::size_t row = 0; row < rows; ++row) {
+              const std::size_t head = r.heads[h0 + row / B];
+              for (std::size_t t = 0; t < T; ++t)
+                std::copy_n(fill.data() + row * dv, dv,
+                            context + (row * T + t) * width + head * dv);
+            }
           },
           o);
-      const std::vector<double> m = probe(out.data(), false);
-      for (std::size_t b = 0; b < B; ++b) r.effect[b * total + li * H + hi] = m[b] - r.clean[b];
+      const std::vector<double> m = batch(out.data(), false);
+      for (std::size_t j = 0; j < k; ++j)
+        for (std::size_t b = 0; b < B; ++b)
+          r.effect[b * total + li * H + h0 + j] = m[j * B + b] - r.clean[b];
       ++r.passes;
-      r.layer_passes += c.num_layers - l;
-      if (o.progress) o.progress(++done, total);
+      r.layer_passes += k * (c.num_layers - l);
+      done += k;
+      if (o.progress) o.progress(done, total);
     }
   }
   return r;

@@ -13,7 +13,9 @@ namespace mha {
 
 namespace {
 
-constexpr std::size_t kRows = 256;       // hidden rows per piece
+// Hidden rows per piece: as many as keep a piece's logits within 64 MiB (at
+// least 256), so that the LM head is read once for most calls.
+constexpr std::size_t kLogitBytes = std::size_t{64} << 20;
 constexpr std::size_t kHeadRows = 4096;  // LM head rows read at a time
 
 }  // namespace
@@ -24,6 +26,7 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
   const ModelConfig& c = model.config();
   if (!c.has_lm_head()) fail_input(model.dir() + ": a " + c.model_type + " has no LM head");
   const std::size_t d = c.d_model, V = c.vocab_size;
+  const std::size_t kRows = std::max<std::size_t>(256, kLogitBytes / (4 * V));
   std::vector<float> logits(std::min(rows, kRows) * V), head(std::min(V, kHeadRows) * d);
   const float cap = static_cast<float>(c.final_softcap);
   (void)threads;
