@@ -311,8 +311,7 @@ class Interventions(AnalyzeTest):
         text = "the cat sat on the mat"
         ids = np.array([encode(text)[0]])
         target, foil = encode(" Paris")[0], encode(" Rome")[0]
-        if len(target) != 1 or len(foil) != 1:
-            self.skipTest("the learned merges split the test words")
+        self.assertEqual((len(target), len(foil)), (1, 1))  # the learned merges keep them whole
         out, _ = self.analyze(d, "--text", text, "--method", "ablation", "--target", " Paris",
                               "--foil", " Rome", tokens=False)
         z = reference.forward(config, sd, ids)["logits"][0, -1]
