@@ -34,20 +34,14 @@ void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std:
 
 std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
                                 const Weights<float>& w, std::size_t h, std::size_t kv_heads,
-                                std::size_t head_dim, int threads) {
+                                std::size_t head_dim, int /*threads: BLAS's own*/) {
   const std::size_t d = w.W_v.shape()[0], dv = head_dim, kdv = kv_heads * dv, rows = B * T;
   const std::size_t d_out = w.W_o.shape()[1];
   // ||v W_o^h||^2 = v G_h v^T with G_h = W_o^h W_o^h^T (dv, dv), in double
-  std::vector<double> G(h * dv * dv, 0.0);
-  parallel_for(h, threads, [&](std::size_t head, int) {
-    const float* Wo = w.W_o.data() + head * dv * d_out;  // rows [head*dv, (head+1)*dv)
-    for (std::size_t a = 0; a < dv; ++a)
-      for (std::size_t c = 0; c <= a; ++c) {
-        double s = 0;
-        for (std::size_t o = 0; o < d_out; ++o) s += double(Wo[a * d_out + o]) * Wo[c * d_out + o];
-        G[(head * dv + a) * dv + c] = G[(head * dv + c) * dv + a] = s;
-      }
-  });
+  std::vector<double> Wo(w.W_o.data(), w.W_o.data() + h * dv * d_out), G(h * dv * dv);
+  for (std::size_t head = 0; head < h; ++head)  // G_h (dv, dv) = Wo_h (dv, d_out) Wo_h^T
+    gemm<double>(false, true, dv, dv, d_out, 1.0, Wo.data() + head * dv * d_out, d_out,
+                 Wo.data() + head * dv * d_out, d_out, 0.0, G.data() + head * dv * dv, dv);
   // V (rows, kv_heads * dv) = x W_v + b_v
   std::vector<float> V(rows * kdv);
   gemm<float>(false, false, rows, kdv, d, 1.0f, x, d, w.W_v.data(), kdv, 0.0f, V.data(), kdv);
@@ -56,20 +50,19 @@ std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
       for (std::size_t i = 0; i < kdv; ++i) V[r * kdv + i] += w.b_v(i);
   std::vector<double> out(B * h * T);
   const std::size_t group = h / kv_heads;
-  parallel_for(rows, threads, [&](std::size_t r, int) {
-    const std::size_t b = r / T, t = r % T;
-    for (std::size_t head = 0; head < h; ++head) {
-      const float* v = V.data() + r * kdv + (head / group) * dv;
-      const double* g = G.data() + head * dv * dv;
+  // Per head: U (rows, dv) = V_g G_h, then ||f||^2 = the row-wise dot of U and V_g.
+  const std::vector<double> Vd(V.begin(), V.end());
+  std::vector<double> U(rows * dv);
+  for (std::size_t head = 0; head < h; ++head) {
+    const double* Vg = Vd.data() + (head / group) * dv;  // rows of stride kdv
+    gemm<double>(false, false, rows, dv, dv, 1.0, Vg, kdv, G.data() + head * dv * dv, dv, 0.0,
+                 U.data(), dv);
+    for (std::size_t r = 0; r < rows; ++r) {
       double s = 0;
-      for (std::size_t a = 0; a < dv; ++a) {
-        double row = 0;
-        for (std::size_t c = 0; c < dv; ++c) row += g[a * dv + c] * v[c];
-        s += v[a] * row;
-      }
-      out[(b * h + head) * T + t] = std::sqrt(std::max(s, 0.0));
+      for (std::size_t a = 0; a < dv; ++a) s += U[r * dv + a] * Vg[r * kdv + a];
+      out[((r / T) * h + head) * T + r % T] = std::sqrt(std::max(s, 0.0));
     }
-  });
+  }
   return out;
 }
 

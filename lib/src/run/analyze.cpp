@@ -159,8 +159,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   const std::size_t Bmax = std::max<std::size_t>(B, 2);
   std::uint64_t need = forward_memory(c, model.layer_float32_bytes(), Bmax, T, threads);
   need += bytes_of({L + 1, Bmax, T, d}) * 2 + bytes_of({L, Bmax, T, h * c.head_dim}) * 2;
-  if (wants(config, "rollout")) need += bytes_of({L, B, T, T}) + bytes_of({B, T, T}, 8);
-  if (wants(config, "norms")) need += bytes_of({L, B, h, T, T});
+  if (wants(config, "rollout")) need += bytes_of({B, T, T}, 8) * 2 + bytes_of({B, T, T});
+  if (wants(config, "norms")) need += bytes_of({B, h, T}, 8) + bytes_of({T, T});
   if (wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors"))
     need += bytes_of({B, h, T, T}) * 2;
   const std::uint64_t max_memory = config.max_memory ? *config.max_memory : default_max_memory();
@@ -191,9 +191,15 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     std::vector<float> layer_maps(maps_needed ? B * h * T * T : 0);
     std::vector<float> hidden(wants(config, "logit_lens") ? (L + 1) * B * T * d : 0);
     std::vector<double> R(wants(config, "rollout") ? B * T * T : 0);
-    std::vector<float> rollout(wants(config, "rollout") ? L * B * T * T : 0);
     const std::size_t Ls = call.map_layers.size(), Hs = call.map_heads.size();
-    std::vector<float> norms(wants(config, "norms") ? Ls * B * Hs * T * T : 0);
+    // Rollout and norms go to disk layer by layer, as the maps of `mha run` do.
+    const OutputSet::NpyStream* rollout = nullptr;
+    const OutputSet::NpyStream* norms = nullptr;
+    if (wants(config, "rollout"))
+      rollout = &out.stage_npy_stream("rollout.npy", DType::f4, {L, B, T, T});
+    if (wants(config, "norms"))
+      norms = &out.stage_npy_stream("attention_norms.npy", DType::f4, {Ls, B, Hs, T, T});
+    std::vector<float> row(T * T);
     std::vector<double> vnorms;  // the current layer's ||f_h(x_j)|| (B, h, T)
     const auto& dets = all_detectors();
     std::vector<double> scores(wants(config, "detectors") ? dets.size() * Ls * Hs : 0);
@@ -215,9 +221,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
             for (std::size_t i = 0; i < T * T; ++i)
               mean[b * T * T + i] += layer_maps[(b * h + head) * T * T + i] / float(h);
         rollout_step(R, mean.data(), B, T, l == 0);
-        std::transform(R.begin(), R.end(),
-                       rollout.begin() + static_cast<std::ptrdiff_t>(l * B * T * T),
-                       [](double v) { return static_cast<float>(v); });
+        for (std::size_t b = 0; b < B; ++b) {
+          for (std::size_t i = 0; i < T * T; ++i) row[i] = static_cast<float>(R[b * T * T + i]);
+          rollout->write_elements((l * B + b) * T * T, row.data(), T * T);
+        }
       }
       const std::ptrdiff_t ls = slot_of(call.map_layers, l);
       if (ls < 0) return;
@@ -225,11 +232,13 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         const std::size_t head = call.map_heads[hs];
         for (std::size_t b = 0; b < B; ++b) {
           const float* A = layer_maps.data() + (b * h + head) * T * T;
-          if (wants(config, "norms"))
+          if (norms) {
+            const double* f = vnorms.data() + (b * h + head) * T;
             for (std::size_t i = 0; i < T; ++i)
               for (std::size_t j = 0; j < T; ++j)
-                norms[(((ls * B + b) * Hs + hs) * T + i) * T + j] =
-                    static_cast<float>(A[i * T + j] * vnorms[(b * h + head) * T + j]);
+                row[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
+            norms->write_elements(((ls * B + b) * Hs + hs) * T * T, row.data(), T * T);
+          }
           if (wants(config, "detectors"))
             for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
               scores[(k * Ls + ls) * Hs + hs] +=
@@ -247,7 +256,13 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         std::copy_n(block, rows * T, layer_maps.data() + ((b * h + head) * T + t0) * T);
       };
       fo.on_layer = [&](std::size_t l) {
-        if (l > 0) finish_layer(l - 1);
+        if (l == 0) return;
+        finish_layer(l - 1);
+        // the finished layer's arrays to disk in the background, as `mha run`'s maps
+        if (rollout) rollout->start_writeback((l - 1) * B * T * T, B * T * T);
+        const std::ptrdiff_t ls = slot_of(call.map_layers, l - 1);
+        if (norms && ls >= 0)
+          norms->start_writeback(std::size_t(ls) * B * Hs * T * T, B * Hs * T * T);
       };
     }
     if (wants(config, "norms"))
@@ -321,14 +336,12 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       summary["logit_lens"] = {{"top1_accuracy_last_state", n ? agree / double(n) : 0.0}};
     }
     if (wants(config, "rollout")) {
-      out.stage_npy("rollout.npy", rollout.data(), {L, B, T, T});
       add("rollout.npy", {L, B, T, T},
           "attention rollout up to layer l: the product of 0.5 A + 0.5 I (heads' mean, rows "
           "renormalised) from layer 0 to l; row i: how much of each input token reaches "
           "position i");
     }
     if (wants(config, "norms")) {
-      out.stage_npy("attention_norms.npy", norms.data(), {Ls, B, Hs, T, T});
       add("attention_norms.npy", {Ls, B, Hs, T, T},
           "||a_ij f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h: each head's weight times the "
           "norm of what key j sends (layers and heads as chosen)");
