@@ -1,5 +1,6 @@
 #include "mha/checkpoint/attention_analysis.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -108,6 +109,85 @@ double detector_score(const float* A, std::size_t T, const std::vector<unsigned 
       if (P[i * n + j]) hit += A[i * T + j];
     }
   return all > 0 ? hit / all : std::numeric_limits<double>::quiet_NaN();
+}
+
+MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                               std::size_t T, const std::vector<std::size_t>& lengths,
+                               const MapAnalysisOptions& o) {
+  const ModelConfig& c = model.config();
+  const std::size_t L = c.num_layers, h = c.h, Ls = o.layers.size(), Hs = o.heads.size();
+  const bool maps = o.rollout || o.norms || o.detectors;
+  std::vector<float> layer_maps(maps ? B * h * T * T : 0), row(T * T), mean(B * T * T);
+  std::vector<double> R(o.rollout ? B * T * T : 0), vnorms;  // vnorms (B, h, T)
+  const auto& dets = all_detectors();
+  MapAnalysisResult result;
+  result.head_scores.assign(o.detectors ? dets.size() * Ls * Hs : 0, 0.0);
+  std::vector<std::vector<unsigned char>> patterns;  // [detector * B + b]: (n_b, n_b)
+  if (o.detectors)
+    for (Detector det : dets)
+      for (std::size_t b = 0; b < B; ++b)
+        patterns.push_back(detection_pattern(det, ids + b * T, lengths[b]));
+  auto slot_of = [](const std::vector<std::size_t>& v, std::size_t x) -> std::ptrdiff_t {
+    auto it = std::lower_bound(v.begin(), v.end(), x);
+    return it != v.end() && *it == x ? it - v.begin() : -1;
+  };
+  // Layer l's maps are complete: fold them into each method's arrays.
+  auto finish_layer = [&](std::size_t l) {
+    if (o.rollout) {
+      std::fill(mean.begin(), mean.end(), 0.0f);
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t head = 0; head < h; ++head)
+          for (std::size_t i = 0; i < T * T; ++i)
+            mean[b * T * T + i] += layer_maps[(b * h + head) * T * T + i] / float(h);
+      rollout_step(R, mean.data(), B, T, l == 0);
+      for (std::size_t b = 0; b < B; ++b) {
+        for (std::size_t i = 0; i < T * T; ++i) row[i] = static_cast<float>(R[b * T * T + i]);
+        if (o.rollout_sink) o.rollout_sink(l, b, row.data());
+      }
+    }
+    const std::ptrdiff_t ls = slot_of(o.layers, l);
+    if (ls >= 0)
+      for (std::size_t hs = 0; hs < Hs; ++hs) {
+        const std::size_t head = o.heads[hs];
+        for (std::size_t b = 0; b < B; ++b) {
+          const float* A = layer_maps.data() + (b * h + head) * T * T;
+          if (o.norms) {
+            const double* f = vnorms.data() + (b * h + head) * T;
+            for (std::size_t i = 0; i < T; ++i)
+              for (std::size_t j = 0; j < T; ++j)
+                row[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
+            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, row.data());
+          }
+          if (o.detectors)
+            for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
+              result.head_scores[(k * Ls + std::size_t(ls)) * Hs + hs] +=
+                  detector_score(A, T, patterns[k * B + b], lengths[b]) / double(B);
+        }
+      }
+    if (o.layer_done) o.layer_done(l);
+  };
+  ForwardOptions fo;
+  fo.threads = o.threads;
+  fo.hidden_sink = o.hidden_sink;
+  if (maps) {
+    for (std::size_t l = 0; l < L; ++l) fo.map_layers.push_back(l);
+    for (std::size_t i = 0; i < h; ++i) fo.map_heads.push_back(i);
+    fo.attention_sink = [&](std::size_t, std::size_t b, std::size_t head, std::size_t t0,
+                            std::size_t rows, const float* block) {
+      std::copy_n(block, rows * T, layer_maps.data() + ((b * h + head) * T + t0) * T);
+    };
+    fo.on_layer = [&](std::size_t l) {
+      if (l > 0) finish_layer(l - 1);
+    };
+  }
+  if (o.norms)
+    fo.attention_input = [&](std::size_t l, const float* x, const TransformerLayer<float>& layer) {
+      if (slot_of(o.layers, l) >= 0)
+        vnorms = value_norms(x, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, o.threads);
+    };
+  result.forward = forward(model, ids, B, T, lengths, fo);
+  if (maps && L > 0) finish_layer(L - 1);
+  return result;
 }
 
 }  // namespace mha

@@ -188,9 +188,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   const bool maps_needed =
       wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors");
   if (others && (maps_needed || wants(config, "loss") || wants(config, "logit_lens"))) {
-    std::vector<float> layer_maps(maps_needed ? B * h * T * T : 0);
     std::vector<float> hidden(wants(config, "logit_lens") ? (L + 1) * B * T * d : 0);
-    std::vector<double> R(wants(config, "rollout") ? B * T * T : 0);
     const std::size_t Ls = call.map_layers.size(), Hs = call.map_heads.size();
     // Rollout and norms go to disk layer by layer, as the maps of `mha run` do.
     const OutputSet::NpyStream* rollout = nullptr;
@@ -199,85 +197,38 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       rollout = &out.stage_npy_stream("rollout.npy", DType::f4, {L, B, T, T});
     if (wants(config, "norms"))
       norms = &out.stage_npy_stream("attention_norms.npy", DType::f4, {Ls, B, Hs, T, T});
-    std::vector<float> row(T * T);
-    std::vector<double> vnorms;  // the current layer's ||f_h(x_j)|| (B, h, T)
-    const auto& dets = all_detectors();
-    std::vector<double> scores(wants(config, "detectors") ? dets.size() * Ls * Hs : 0);
-    std::vector<std::vector<unsigned char>> patterns;  // [detector][b]: (n_b, n_b)
-    if (wants(config, "detectors"))
-      for (Detector det : dets)
-        for (std::size_t b = 0; b < B; ++b)
-          patterns.push_back(detection_pattern(det, in.ids.data() + b * T, in.lengths[b]));
-    auto slot_of = [](const std::vector<std::size_t>& v, std::size_t x) -> std::ptrdiff_t {
-      auto it = std::lower_bound(v.begin(), v.end(), x);
-      return it != v.end() && *it == x ? it - v.begin() : -1;
+    MapAnalysisOptions mo;
+    mo.rollout = wants(config, "rollout");
+    mo.norms = wants(config, "norms");
+    mo.detectors = wants(config, "detectors");
+    mo.layers = call.map_layers;
+    mo.heads = call.map_heads;
+    mo.threads = threads;
+    if (rollout)
+      mo.rollout_sink = [&](std::size_t l, std::size_t b, const float* R) {
+        rollout->write_elements((l * B + b) * T * T, R, T * T);
+      };
+    if (norms)
+      mo.norms_sink = [&](std::size_t slot, std::size_t b, std::size_t hs, const float* v) {
+        norms->write_elements(((slot * B + b) * Hs + hs) * T * T, v, T * T);
+      };
+    // each finished layer's arrays to disk in the background, as `mha run`'s maps
+    mo.layer_done = [&](std::size_t l) {
+      if (rollout) rollout->start_writeback(l * B * T * T, B * T * T);
+      const auto it = std::find(call.map_layers.begin(), call.map_layers.end(), l);
+      if (norms && it != call.map_layers.end())
+        norms->start_writeback(std::size_t(it - call.map_layers.begin()) * B * Hs * T * T,
+                               B * Hs * T * T);
     };
-    // Layer l's maps are complete: fold them into each method's arrays.
-    auto finish_layer = [&](std::size_t l) {
-      if (wants(config, "rollout")) {
-        std::vector<float> mean(B * T * T, 0.0f);
-        for (std::size_t b = 0; b < B; ++b)
-          for (std::size_t head = 0; head < h; ++head)
-            for (std::size_t i = 0; i < T * T; ++i)
-              mean[b * T * T + i] += layer_maps[(b * h + head) * T * T + i] / float(h);
-        rollout_step(R, mean.data(), B, T, l == 0);
-        for (std::size_t b = 0; b < B; ++b) {
-          for (std::size_t i = 0; i < T * T; ++i) row[i] = static_cast<float>(R[b * T * T + i]);
-          rollout->write_elements((l * B + b) * T * T, row.data(), T * T);
-        }
-      }
-      const std::ptrdiff_t ls = slot_of(call.map_layers, l);
-      if (ls < 0) return;
-      for (std::size_t hs = 0; hs < Hs; ++hs) {
-        const std::size_t head = call.map_heads[hs];
-        for (std::size_t b = 0; b < B; ++b) {
-          const float* A = layer_maps.data() + (b * h + head) * T * T;
-          if (norms) {
-            const double* f = vnorms.data() + (b * h + head) * T;
-            for (std::size_t i = 0; i < T; ++i)
-              for (std::size_t j = 0; j < T; ++j)
-                row[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
-            norms->write_elements(((ls * B + b) * Hs + hs) * T * T, row.data(), T * T);
-          }
-          if (wants(config, "detectors"))
-            for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
-              scores[(k * Ls + ls) * Hs + hs] +=
-                  detector_score(A, T, patterns[k * B + b], in.lengths[b]) / double(B);
-        }
-      }
-    };
-    ForwardOptions fo;
-    fo.threads = threads;
-    if (maps_needed) {
-      for (std::size_t l = 0; l < L; ++l) fo.map_layers.push_back(l);
-      for (std::size_t i = 0; i < h; ++i) fo.map_heads.push_back(i);
-      fo.attention_sink = [&](std::size_t, std::size_t b, std::size_t head, std::size_t t0,
-                              std::size_t rows, const float* block) {
-        std::copy_n(block, rows * T, layer_maps.data() + ((b * h + head) * T + t0) * T);
-      };
-      fo.on_layer = [&](std::size_t l) {
-        if (l == 0) return;
-        finish_layer(l - 1);
-        // the finished layer's arrays to disk in the background, as `mha run`'s maps
-        if (rollout) rollout->start_writeback((l - 1) * B * T * T, B * T * T);
-        const std::ptrdiff_t ls = slot_of(call.map_layers, l - 1);
-        if (norms && ls >= 0)
-          norms->start_writeback(std::size_t(ls) * B * Hs * T * T, B * Hs * T * T);
-      };
-    }
-    if (wants(config, "norms"))
-      fo.attention_input = [&](std::size_t l, const float* x,
-                               const TransformerLayer<float>& layer) {
-        if (slot_of(call.map_layers, l) >= 0)
-          vnorms = value_norms(x, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, threads);
-      };
     if (!hidden.empty())
-      fo.hidden_sink = [&](std::size_t i, const float* x) {
+      mo.hidden_sink = [&](std::size_t i, const float* x) {
         std::copy(x, x + B * T * d, hidden.begin() + static_cast<std::ptrdiff_t>(i * B * T * d));
       };
-    ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
+    const MapAnalysisResult ma = analyze_maps(model, in.ids.data(), B, T, in.lengths, mo);
+    const ForwardResult& r = ma.forward;
     check_finite_output(r, config.model);
-    if (maps_needed) finish_layer(L - 1);
+    const std::vector<double>& scores = ma.head_scores;
+    const auto& dets = all_detectors();
     if (wants(config, "loss")) {
       const TokenLoss loss =
           token_loss(model, r.output.data(), in.ids.data(), B, T, in.lengths, threads);

@@ -40,3 +40,39 @@ double detector_score(const float* A, std::size_t T, const std::vector<unsigned 
                       std::size_t n);
 
 }  // namespace mha
+
+#include <functional>
+
+#include "mha/checkpoint/forward.hpp"
+
+namespace mha {
+
+// One forward with the map analyses folded in layer by layer (the maps of
+// every head of every layer pass through, none is kept beyond its layer).
+struct MapAnalysisOptions {
+  bool rollout = false, norms = false, detectors = false;
+  // The layers and heads norms and detectors report (ascending, distinct, not empty).
+  std::vector<std::size_t> layers, heads;
+  int threads = 0;
+  // Rollout up to layer l of row b: R (T, T).
+  std::function<void(std::size_t l, std::size_t b, const float* R)> rollout_sink;
+  // Norms of layer slot `slot`, row b, head slot `head`: (T, T).
+  std::function<void(std::size_t slot, std::size_t b, std::size_t head, const float* norms)>
+      norms_sink;
+  // Layer l's arrays have all been given (l in increasing order).
+  std::function<void(std::size_t l)> layer_done;
+  // Passed to the forward (forward.hpp).
+  std::function<void(std::size_t i, const float* hidden)> hidden_sink;
+};
+
+struct MapAnalysisResult {
+  ForwardResult forward;
+  // (detectors, layers, heads): TransformerLens's scores, the mean over rows.
+  std::vector<double> head_scores;
+};
+
+MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                               std::size_t T, const std::vector<std::size_t>& lengths,
+                               const MapAnalysisOptions& options);
+
+}  // namespace mha
