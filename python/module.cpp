@@ -29,6 +29,9 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/ablation.hpp"
+#include "mha/checkpoint/attention_analysis.hpp"
+#include "mha/checkpoint/lens.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
@@ -37,6 +40,7 @@
 #include "mha/model/memory.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
+#include "mha/run/analyze.hpp"
 #include "mha/run/layer.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run.hpp"
@@ -659,14 +663,8 @@ class PyModel {
     return s;
   }
 
-  py::dict call(const py::object& input, bool attention, bool hidden_states,
-                const std::optional<std::vector<std::int64_t>>& layers,
-                const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
-                std::int64_t threads) const {
-    const mha::ModelConfig& c = model_.config();
-    // The options first, checked as the CLI checks them (mha::check_model_call).
-    const mha::ModelCall options =
-        mha::check_model_call(c, {attention, layers, heads, top_k, threads});
+  // A text, a list of texts (right-padded) or token ids (T) or (B, T).
+  mha::ModelInput input_of(const py::object& input) const {
     mha::ModelInput in;
     if (py::isinstance<py::str>(input)) {
       in = model_.encode({utf8_text(input, 0)});
@@ -693,6 +691,18 @@ class PyModel {
       const std::size_t B = a.ndim() == 1 ? 1 : static_cast<std::size_t>(a.shape(0));
       in = model_.ids(std::move(ids), B, static_cast<std::size_t>(a.shape(a.ndim() - 1)), "input");
     }
+    return in;
+  }
+
+  py::dict call(const py::object& input, bool attention, bool hidden_states,
+                const std::optional<std::vector<std::int64_t>>& layers,
+                const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
+                std::int64_t threads) const {
+    const mha::ModelConfig& c = model_.config();
+    // The options first, checked as the CLI checks them (mha::check_model_call).
+    const mha::ModelCall options =
+        mha::check_model_call(c, {attention, layers, heads, top_k, threads});
+    mha::ModelInput in = input_of(input);
     const std::size_t B = in.B, T = in.T, d = c.d_model;
     mha::ForwardOptions fo;
     fo.threads = options.threads;
@@ -771,6 +781,199 @@ class PyModel {
     } else {
       out["top_k"] = py::none();
     }
+    return out;
+  }
+
+  // The analyses of docs/analyses.md, one method each, on the library's cores
+  // (mha/checkpoint/lens.hpp, attention_analysis.hpp, ablation.hpp) as `mha
+  // analyze` calls them.
+  void check_memory(std::uint64_t bytes, const char* what) const {
+    if (bytes > max_memory_)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(what) + ": needs about " + mha::format_bytes(double(bytes)) +
+                           ", over max_memory " + mha::format_bytes(double(max_memory_)));
+  }
+
+  mha::ModelCall selection(const std::optional<std::vector<std::int64_t>>& layers,
+                           const std::optional<std::vector<std::int64_t>>& heads,
+                           std::int64_t threads) const {
+    return mha::check_model_call(model_.config(), {true, layers, heads, 5, threads});
+  }
+
+  template <class T>
+  static py::array_t<T> array(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+    py::array_t<T> a(shape);
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+  }
+
+  py::dict loss(const py::object& input, std::int64_t threads) const {
+    const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
+    const mha::ModelInput in = input_of(input);
+    const mha::ModelConfig& c = model_.config();
+    if (!c.has_lm_head())
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "loss: a " + c.model_type + " has no LM head");
+    mha::TokenLoss l;
+    {
+      py::gil_scoped_release release;
+      mha::ForwardOptions fo;
+      fo.threads = call.threads;
+      const mha::ForwardResult r =
+          mha::forward(model_.checkpoint(), in.ids.data(), in.B, in.T, in.lengths, fo);
+      mha::check_finite_output(r, model_.checkpoint().dir());
+      l = mha::token_loss(model_.checkpoint(), r.output.data(), in.ids.data(), in.B, in.T,
+                          in.lengths, call.threads);
+    }
+    py::dict out;
+    out["loss"] = array(l.loss, {py::ssize_t(in.B), py::ssize_t(in.T)});
+    out["mean"] = l.mean_loss;
+    out["perplexity"] = l.perplexity;
+    out["tokens"] = l.tokens;
+    return out;
+  }
+
+  py::dict logit_lens(const py::object& input, std::int64_t top_k, std::int64_t threads) const {
+    const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
+    const mha::ModelInput in = input_of(input);
+    const mha::ModelConfig& c = model_.config();
+    if (!c.has_lm_head())
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "logit_lens: a " + c.model_type + " has no LM head");
+    if (top_k < 1 || std::uint64_t(top_k) > c.vocab_size)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "top_k: expected 1 to the vocabulary's " + std::to_string(c.vocab_size));
+    const std::size_t L = c.num_layers, n = in.B * in.T * c.d_model;
+    check_memory(std::uint64_t{4} * (L + 1) * n, "logit_lens");
+    mha::LogitLens lens;
+    {
+      py::gil_scoped_release release;
+      std::vector<float> hidden((L + 1) * n);
+      mha::ForwardOptions fo;
+      fo.threads = call.threads;
+      fo.hidden_sink = [&](std::size_t i, const float* x) {
+        std::copy(x, x + n, hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
+      };
+      mha::check_finite_output(
+          mha::forward(model_.checkpoint(), in.ids.data(), in.B, in.T, in.lengths, fo),
+          model_.checkpoint().dir());
+      lens = mha::logit_lens(model_.checkpoint(), hidden.data(), in.B, in.T, in.ids.data(),
+                             in.lengths, std::size_t(top_k), call.threads);
+    }
+    const py::ssize_t S = py::ssize_t(lens.states), B = py::ssize_t(in.B), T = py::ssize_t(in.T),
+                      k = py::ssize_t(lens.k);
+    py::dict out;
+    out["p_next"] = array(lens.p_next, {S, B, T});
+    out["rank"] = array(lens.rank_next, {S, B, T});
+    out["top_ids"] = array(lens.top_ids, {S, B, T, k});
+    out["top_p"] = array(lens.top_p, {S, B, T, k});
+    return out;
+  }
+
+  // rollout (layers, B, T, T), norms (layers, B, heads, T, T), head scores.
+  py::dict maps_analysis(const py::object& input, bool rollout, bool norms, bool detectors,
+                         const std::optional<std::vector<std::int64_t>>& layers,
+                         const std::optional<std::vector<std::int64_t>>& heads,
+                         std::int64_t threads) const {
+    const mha::ModelCall call = selection(layers, heads, threads);
+    const mha::ModelInput in = input_of(input);
+    const mha::ModelConfig& c = model_.config();
+    const std::size_t B = in.B, T = in.T, L = c.num_layers, Ls = call.map_layers.size(),
+                      Hs = call.map_heads.size();
+    check_memory(std::uint64_t{4} * ((rollout ? L * B * T * T : 0) +
+                                     (norms ? Ls * B * Hs * T * T : 0) + 2 * B * c.h * T * T),
+                 rollout ? "rollout"
+                 : norms ? "attention_norms"
+                         : "head_scores");
+    py::array_t<float> R, N;
+    if (rollout)
+      R = py::array_t<float>(
+          std::vector<py::ssize_t>{py::ssize_t(L), py::ssize_t(B), py::ssize_t(T), py::ssize_t(T)});
+    if (norms)
+      N = py::array_t<float>(std::vector<py::ssize_t>{
+          py::ssize_t(Ls), py::ssize_t(B), py::ssize_t(Hs), py::ssize_t(T), py::ssize_t(T)});
+    float* r = rollout ? R.mutable_data() : nullptr;
+    float* nm = norms ? N.mutable_data() : nullptr;
+    mha::MapAnalysisResult res;
+    {
+      py::gil_scoped_release release;
+      mha::MapAnalysisOptions o;
+      o.rollout = rollout, o.norms = norms, o.detectors = detectors;
+      o.layers = call.map_layers, o.heads = call.map_heads, o.threads = call.threads;
+      if (r)
+        o.rollout_sink = [&](std::size_t l, std::size_t b, const float* v) {
+          std::copy_n(v, T * T, r + (l * B + b) * T * T);
+        };
+      if (nm)
+        o.norms_sink = [&](std::size_t slot, std::size_t b, std::size_t hs, const float* v) {
+          std::copy_n(v, T * T, nm + ((slot * B + b) * Hs + hs) * T * T);
+        };
+      res = mha::analyze_maps(model_.checkpoint(), in.ids.data(), B, T, in.lengths, o);
+      mha::check_finite_output(res.forward, model_.checkpoint().dir());
+    }
+    py::dict out;
+    if (rollout) out["rollout"] = R;
+    if (norms) out["attention_norms"] = N;
+    if (detectors) {
+      py::list names;
+      for (mha::Detector d : mha::all_detectors()) names.append(mha::to_string(d));
+      out["detectors"] = names;
+      out["head_scores"] =
+          array(res.head_scores, {py::ssize_t(names.size()), py::ssize_t(Ls), py::ssize_t(Hs)});
+    }
+    return out;
+  }
+
+  py::dict ablation(const py::object& input, const std::string& kind, const std::string& metric,
+                    const std::optional<std::string>& target,
+                    const std::optional<std::string>& foil,
+                    const std::optional<std::vector<std::int64_t>>& layers,
+                    const std::optional<std::vector<std::int64_t>>& heads,
+                    std::int64_t threads) const {
+    if (kind != "zero" && kind != "mean")
+      throw mha::Error(mha::ErrorKind::invalid_input, "ablation: expected 'zero' or 'mean'");
+    const mha::ModelCall call = selection(layers, heads, threads);
+    const mha::ModelInput in = input_of(input);
+    mha::InterventionOptions io = mha::intervention_options(model_, call, metric, target, foil);
+    mha::AblationResult a;
+    {
+      py::gil_scoped_release release;
+      a = mha::head_ablation(model_.checkpoint(), in.ids.data(), in.B, in.T, in.lengths,
+                             kind == "mean" ? mha::Ablation::mean : mha::Ablation::zero, io);
+    }
+    py::dict out;
+    out["effect"] = array(
+        a.effect, {py::ssize_t(in.B), py::ssize_t(a.layers.size()), py::ssize_t(a.heads.size())});
+    out["clean"] = a.clean;
+    out["metric"] = mha::to_string(io.metric);
+    return out;
+  }
+
+  py::dict patching(const std::string& clean, const std::string& corrupt, const std::string& metric,
+                    const std::optional<std::string>& target,
+                    const std::optional<std::string>& foil,
+                    const std::optional<std::vector<std::int64_t>>& layers,
+                    const std::optional<std::vector<std::int64_t>>& heads,
+                    std::int64_t threads) const {
+    const mha::ModelCall call = selection(layers, heads, threads);
+    const mha::ModelInput a = model_.encode({clean}), b = model_.encode({corrupt});
+    if (a.T != b.T)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "clean and corrupt: " + std::to_string(a.T) + " and " + std::to_string(b.T) +
+                           " tokens; expected texts of equal token length");
+    mha::InterventionOptions io = mha::intervention_options(model_, call, metric, target, foil);
+    mha::PatchingResult p;
+    {
+      py::gil_scoped_release release;
+      p = mha::activation_patching(model_.checkpoint(), a.ids.data(), b.ids.data(), a.T, io);
+    }
+    py::dict out;
+    out["heads"] =
+        array(p.heads_patched, {py::ssize_t(p.layers.size()), py::ssize_t(p.heads.size())});
+    out["resid"] = array(p.resid_patched, {py::ssize_t(p.layers.size()), py::ssize_t(a.T)});
+    out["clean"] = p.clean;
+    out["corrupt"] = p.corrupt;
+    out["metric"] = mha::to_string(io.metric);
     return out;
   }
 
@@ -858,6 +1061,57 @@ PYBIND11_MODULE(mha, m) {
            "token ids (T) or (B, T). Returns ids, lengths, tokens, output (B, T, d_model), "
            "attention (layers, B, heads, T, T) or None, hidden_states (num_layers + 1, B, T, "
            "d_model) or None, and top_k (per row, (id, token, p)) for causal LMs or None.")
+      .def("loss", &PyModel::loss, py::arg("input"), py::kw_only(), py::arg("threads") = 0,
+           "loss(input) -> dict: loss (B, T), each next token's cross-entropy (NaN where there "
+           "is none), mean, perplexity, tokens (docs/analyses.md)")
+      .def("logit_lens", &PyModel::logit_lens, py::arg("input"), py::kw_only(),
+           py::arg("top_k") = 5, py::arg("threads") = 0,
+           "logit_lens(input, top_k=5) -> dict: p_next and rank (layers + 1, B, T), top_ids and "
+           "top_p (layers + 1, B, T, top_k)")
+      .def(
+          "rollout",
+          [](const PyModel& m, const py::object& input, std::int64_t threads) {
+            const py::dict d =
+                m.maps_analysis(input, true, false, false, std::nullopt, std::nullopt, threads);
+            return py::object(d["rollout"]);
+          },
+          py::arg("input"), py::kw_only(), py::arg("threads") = 0,
+          "rollout(input) -> array (layers, B, T, T): attention rollout (Abnar & Zuidema 2020)")
+      .def(
+          "attention_norms",
+          [](const PyModel& m, const py::object& input,
+             const std::optional<std::vector<std::int64_t>>& layers,
+             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
+            const py::dict d = m.maps_analysis(input, false, true, false, layers, heads, threads);
+            return py::object(d["attention_norms"]);
+          },
+          py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
+          py::arg("head_indices") = py::none(), py::arg("threads") = 0,
+          "attention_norms(input) -> array (layers, B, heads, T, T): ||a_ij f_h(x_j)|| "
+          "(Kobayashi et al. 2020)")
+      .def(
+          "head_scores",
+          [](const PyModel& m, const py::object& input,
+             const std::optional<std::vector<std::int64_t>>& layers,
+             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
+            return m.maps_analysis(input, false, false, true, layers, heads, threads);
+          },
+          py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
+          py::arg("head_indices") = py::none(), py::arg("threads") = 0,
+          "head_scores(input) -> dict: detectors (names), head_scores (detectors, layers, heads) "
+          "as TransformerLens's detect_head")
+      .def("ablation", &PyModel::ablation, py::arg("input"), py::kw_only(),
+           py::arg("ablation") = "zero", py::arg("metric") = "", py::arg("target") = py::none(),
+           py::arg("foil") = py::none(), py::arg("layer_indices") = py::none(),
+           py::arg("head_indices") = py::none(), py::arg("threads") = 0,
+           "ablation(input, ablation='zero', metric='', target=None, foil=None) -> dict: effect "
+           "(B, layers, heads), clean, metric")
+      .def("patching", &PyModel::patching, py::arg("clean"), py::arg("corrupt"), py::kw_only(),
+           py::arg("metric") = "", py::arg("target") = py::none(), py::arg("foil") = py::none(),
+           py::arg("layer_indices") = py::none(), py::arg("head_indices") = py::none(),
+           py::arg("threads") = 0,
+           "patching(clean, corrupt, metric='', target=None, foil=None) -> dict: heads (layers, "
+           "heads), resid (layers, T), clean, corrupt, metric")
       .def_property_readonly("config", &PyModel::config, "The model's sizes (a dict).");
   m.def("attention", &attention, py::arg("query") = py::none(), py::arg("key") = py::none(),
         py::arg("value") = py::none(),

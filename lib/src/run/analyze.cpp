@@ -68,6 +68,38 @@ NpyArray int_array(DType dtype, std::vector<std::size_t> shape, const void* data
 
 }  // namespace
 
+Metric metric_of(const std::string& name, const std::optional<std::string>& target,
+                 const std::optional<std::string>& foil) {
+  Metric metric = target || foil ? Metric::logit_diff : Metric::loss;
+  if (!name.empty()) {
+    if (name == "loss")
+      metric = Metric::loss;
+    else if (name == "logit_diff")
+      metric = Metric::logit_diff;
+    else if (name == "kl")
+      metric = Metric::kl;
+    else
+      fail_input("--metric " + echo(name) + ": expected loss, logit_diff or kl");
+  }
+  if (metric == Metric::logit_diff && (!target || !foil))
+    fail_input("--metric logit_diff: expected --target TEXT and --foil TEXT (one token each)");
+  return metric;
+}
+
+InterventionOptions intervention_options(const Model& model, const ModelCall& call,
+                                         const std::string& metric,
+                                         const std::optional<std::string>& target,
+                                         const std::optional<std::string>& foil) {
+  InterventionOptions io;
+  io.metric = metric_of(metric, target, foil);
+  io.layers = call.map_layers;
+  io.heads = call.map_heads;
+  io.threads = resolve_threads(call.threads);
+  if (target) io.target = one_token(model, *target, "target");
+  if (foil) io.foil = one_token(model, *foil, "foil");
+  return io;
+}
+
 const std::vector<std::string>& analysis_methods() {
   static const std::vector<std::string> m = {"loss",      "logit_lens", "rollout", "norms",
                                              "detectors", "ablation",   "patching"};
@@ -101,19 +133,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
   if (config.ablation != "zero" && config.ablation != "mean")
     fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
-  Metric metric = config.target || config.foil ? Metric::logit_diff : Metric::loss;
-  if (!config.metric.empty()) {
-    if (config.metric == "loss")
-      metric = Metric::loss;
-    else if (config.metric == "logit_diff")
-      metric = Metric::logit_diff;
-    else if (config.metric == "kl")
-      metric = Metric::kl;
-    else
-      fail_input("--metric " + echo(config.metric) + ": expected loss, logit_diff or kl");
-  }
-  if (metric == Metric::logit_diff && (!config.target || !config.foil))
-    fail_input("--metric logit_diff: expected --target TEXT and --foil TEXT (one token each)");
+  const Metric metric = metric_of(config.metric, config.target, config.foil);
   std::error_code same_ec;
   if (std::filesystem::equivalent(config.out_dir.empty() ? "." : config.out_dir, config.model,
                                   same_ec))
@@ -144,13 +164,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       fail_input("--clean and --corrupt: " + std::to_string(clean_in.T) + " and " +
                  std::to_string(corrupt_in.T) + " tokens; expected texts of equal token length");
   }
-  InterventionOptions io;
-  io.metric = metric;
-  io.layers = call.map_layers;
-  io.heads = call.map_heads;
-  io.threads = threads;
-  if (config.target) io.target = one_token(whole, *config.target, "target");
-  if (config.foil) io.foil = one_token(whole, *config.foil, "foil");
+  InterventionOptions io =
+      intervention_options(whole, call, config.metric, config.target, config.foil);
 
   // Memory: the forward, what the methods keep, and every layer's weights
   // when the interventions (many partial passes) can hold them.

@@ -42,6 +42,18 @@ struct AnalyzeConfig {
   std::optional<std::string> clean, corrupt;  // patching's texts
 };
 
+// The metric named (loss, logit_diff, kl; "": logit_diff with a target and
+// foil, else loss); throws mha::Error (invalid_input) naming --metric.
+Metric metric_of(const std::string& name, const std::optional<std::string>& target,
+                 const std::optional<std::string>& foil);
+// Ablation's and patching's options from the flags (or mha.Model's
+// keywords): the metric, the target and foil tokens (one token each, refused
+// by name otherwise), the layers and heads checked by check_model_call.
+InterventionOptions intervention_options(const Model& model, const ModelCall& call,
+                                         const std::string& metric,
+                                         const std::optional<std::string>& target,
+                                         const std::optional<std::string>& foil);
+
 // The methods analyze knows, in the order they run.
 const std::vector<std::string>& analysis_methods();
 
