@@ -1,6 +1,7 @@
 #include "analyze_command.hpp"
 
 #include <iostream>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -8,6 +9,7 @@
 #include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
 #include "model_command.hpp"
+#include "progress.hpp"
 
 namespace mha::cli {
 
@@ -30,7 +32,8 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       ->required()
       ->type_name("DIR");
   a->add_option("--method", args.methods,
-                "loss, logit_lens, rollout, norms, detectors, ablation or patching (repeatable)")
+                "loss, logit_lens, rollout, norms, detectors, ablation, patching or corpus "
+                "(repeatable)")
       ->type_name("NAME");
   a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")->type_name("TEXT");
   a->add_option("--tokens", args.tokens, ".npy of token ids, (T) or (B, T)")->type_name("PATH");
@@ -58,10 +61,15 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_option("--clean", args.clean, "patching: the clean text")->type_name("TEXT");
   a->add_option("--corrupt", args.corrupt, "patching: the corrupt text (as many tokens)")
       ->type_name("TEXT");
+  a->add_option("--texts", args.texts_file,
+                "corpus: a file of texts, one a line (or .jsonl: {\"text\": ...} a line)")
+      ->type_name("FILE");
+  a->add_option("--batch", args.batch, "corpus: texts per pass (default 8)")->type_name("INT");
   a->add_flag("--json", args.json, "print run.json on stdout");
 }
 
 int do_analyze(const AnalyzeArgs& args) {
+  std::size_t shown = 0;  // corpus texts the bar has counted
   AnalyzeConfig c;
   c.model = args.model;
   c.texts = args.texts;
@@ -79,7 +87,16 @@ int do_analyze(const AnalyzeArgs& args) {
   c.foil = args.foil;
   c.clean = args.clean;
   c.corrupt = args.corrupt;
+  c.texts_file = args.texts_file;
+  c.batch = args.batch;
+  std::unique_ptr<Progress> bar;
+  if (c.texts_file)
+    c.progress = [&](std::size_t done, std::size_t total) {
+      if (!bar) bar = std::make_unique<Progress>(total, 0);
+      while (bar && done > shown) bar->finished("texts", true, ""), ++shown;
+    };
   const AnalyzeReport r = run_analyze(c);
+  if (bar) bar->done();
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", c.out_dir, f);
   for (const std::string& line : r.summary) std::cout << line << "\n";
   if (args.json) std::cout << r.run.dump(2) << std::endl;

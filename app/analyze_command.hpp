@@ -16,8 +16,8 @@ namespace mha::cli {
 struct AnalyzeArgs {
   std::string model, tokens, out_dir = "out", max_memory, ablation = "zero", metric;
   std::vector<std::string> texts, methods;
-  std::optional<std::string> layers, heads, target, foil, clean, corrupt;
-  std::int64_t top_k = 5, threads = 0;
+  std::optional<std::string> layers, heads, target, foil, clean, corrupt, texts_file;
+  std::int64_t top_k = 5, threads = 0, batch = 8;
   bool json = false;
 };
 

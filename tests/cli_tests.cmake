@@ -118,7 +118,7 @@ foreach(group Families Features Presets Selections Layouts Text Memory Errors)
 endforeach()
 # `mha analyze` against the references (tests/models/test_analyze.py): loss and logit lens,
 # rollout, value-weighted norms and head detectors, ablation and patching, refusals.
-foreach(group Lens Maps Interventions Errors)
+foreach(group Lens Maps Interventions Corpus Errors)
   add_test(NAME models.analyze.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_analyze.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -365,6 +365,86 @@ class Interventions(AnalyzeTest):
                 self.assertEqual(f1.read(), f2.read(), name)
 
 
+class Corpus(AnalyzeTest):
+    TEXTS = ["the cat sat on the mat", "a dog ran", "the mat sat on the cat and the dog",
+             "cat", "the dog and the cat ran to the mat"]
+
+    def setUp(self):
+        super().setUp()
+        self.tok, self.encode, V = tokenizer_files.byte_level_bpe(self.TEXTS)
+        self.config, t = checkpoints.make("gpt2", vocab=V)
+        self.d = self.path("gpt2")
+        self.sd = checkpoints.write(self.d, self.config, t)
+        with open(os.path.join(self.d, "tokenizer.json"), "w") as f:
+            json.dump(self.tok, f)
+
+    def test_statistics_over_a_corpus(self):
+        """Per head, over every text's query rows: the mean entropy, distance, first-token and
+        own-token weight of the reference's maps, and the detectors' mean over texts; batches of
+        2 texts (padded) give the same as one text at a time, plain lines as JSON Lines."""
+        with open(self.path("c.txt"), "w") as f:
+            f.write("\n".join(self.TEXTS[:2]) + "\n\n" + "\n".join(self.TEXTS[2:]) + "\n")
+        with open(self.path("c.jsonl"), "w") as f:
+            for t in self.TEXTS:
+                f.write(json.dumps({"text": t, "id": 1}) + "\n")
+        L, h, E, dh = sizes(self.config)
+        rows = {k: np.zeros((L, h)) for k in ("entropy", "distance", "first", "diag")}
+        det = np.zeros((3, L, h))
+        n_rows = 0
+        for text in self.TEXTS:
+            ids = np.array([self.encode(text)[0]])
+            maps = reference.forward(self.config, self.sd, ids)["attentions"]
+            T = ids.shape[1]
+            n_rows += T
+            for layer, A in enumerate(maps):
+                a = A[0]  # (h, T, T)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rows["entropy"][layer] += np.nansum(np.where(a > 0, -a * np.log(a), 0), (-1, -2))
+                dist = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+                rows["distance"][layer] += (a * dist).sum((-1, -2))
+                rows["first"][layer] += a[:, :, 0].sum(-1)
+                rows["diag"][layer] += np.trace(a, axis1=-2, axis2=-1)
+                for k, pattern in enumerate((previous_token, duplicate_token, induction)):
+                    P = pattern(ids[0])
+                    det[k, layer] += (a * P).sum((-1, -2)) / a.sum((-1, -2)) / len(self.TEXTS)
+        want = np.stack([rows["entropy"] / n_rows, rows["distance"] / n_rows, rows["first"] / n_rows,
+                         rows["diag"] / n_rows, det[0], det[1], det[2]])
+        outs = []
+        for name, batch in (("c.txt", "2"), ("c.jsonl", "1")):
+            out, _ = self.analyze(self.d, "--method", "corpus", "--texts", self.path(name), "--batch", batch,
+                                  out="out_" + name, tokens=False)
+            got = self.load(out, "corpus_heads.npy")
+            np.testing.assert_allclose(got, want, err_msg=name, **TOL)
+            summary = self.run_json(out)["summary"]["corpus"]
+            self.assertEqual(summary["texts"], len(self.TEXTS))
+            self.assertEqual(summary["statistics"], ["entropy", "distance", "first_token", "diagonal",
+                                                     "previous_token", "duplicate_token", "induction"])
+            with open(os.path.join(out, "corpus_heads.csv")) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[0], "layer,head," + ",".join(summary["statistics"]))
+            self.assertEqual(len(lines), 1 + L * h)
+            self.assertAlmostEqual(float(lines[1].split(",")[2]), float(got[0, 0, 0]), delta=1e-6)
+            outs.append(got)
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-7)
+
+    def test_bad_corpus_files(self):
+        open(self.path("empty.txt"), "w").write("\n  \n")
+        open(self.path("bad.jsonl"), "w").write('{"text": "a"}\n{"text": 3}\n')
+        open(self.path("notjson.jsonl"), "w").write('{"text": "a"}\n\nnot json\n')
+        for name, fragment in (("empty.txt", "holds no text"), ("bad.jsonl", "line 2"),
+                               ("notjson.jsonl", "line 3: not JSON")):
+            with self.subTest(file=name):
+                out, p = self.analyze(self.d, "--method", "corpus", "--texts", self.path(name),
+                                      out="bad", code=2, tokens=False)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(name, p.stderr)
+                self.assertIn(fragment, p.stderr)
+                self.assertFalse(os.path.exists(os.path.join(out, "run.json")))
+        out, p = self.analyze(self.d, "--method", "loss", "--texts", self.path("empty.txt"),
+                              out="bad", code=2, tokens=False)
+        self.assertIn("--texts: used by --method corpus only", p.stderr)
+
+
 class Errors(AnalyzeTest):
     def test_refusals(self):
         d, config, t, sd, ids = self.model("gpt2")

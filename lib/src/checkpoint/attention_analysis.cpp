@@ -116,7 +116,7 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
                                const MapAnalysisOptions& o) {
   const ModelConfig& c = model.config();
   const std::size_t L = c.num_layers, h = c.h, Ls = o.layers.size(), Hs = o.heads.size();
-  const bool maps = o.rollout || o.norms || o.detectors;
+  const bool maps = o.rollout || o.norms || o.detectors || o.maps_sink;
   std::vector<float> layer_maps(maps ? B * h * T * T : 0), row(T * T), mean(B * T * T);
   std::vector<double> R(o.rollout ? B * T * T : 0), vnorms;  // vnorms (B, h, T)
   const auto& dets = all_detectors();
@@ -145,6 +145,10 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
         if (o.rollout_sink) o.rollout_sink(l, b, row.data());
       }
     }
+    if (o.maps_sink)
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t head = 0; head < h; ++head)
+          o.maps_sink(l, b, head, layer_maps.data() + (b * h + head) * T * T);
     const std::ptrdiff_t ls = slot_of(o.layers, l);
     if (ls >= 0)
       for (std::size_t hs = 0; hs < Hs; ++hs) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "mha/base/error.hpp"
@@ -12,7 +14,9 @@
 #include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/lens.hpp"
+#include "mha/inspect/attention_stats.hpp"
 #include "mha/io/dir_lock.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
@@ -101,9 +105,41 @@ InterventionOptions intervention_options(const Model& model, const ModelCall& ca
 }
 
 const std::vector<std::string>& analysis_methods() {
-  static const std::vector<std::string> m = {"loss",      "logit_lens", "rollout", "norms",
-                                             "detectors", "ablation",   "patching"};
+  static const std::vector<std::string> m = {"loss",      "logit_lens", "rollout",  "norms",
+                                             "detectors", "ablation",   "patching", "corpus"};
   return m;
+}
+
+std::vector<std::string> read_corpus(const std::string& path) {
+  const std::string text = read_json_text(path, json_kind::text_list);
+  const bool jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  std::vector<std::string> out;
+  std::size_t at = 0, line = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string row = text.substr(at, end - at);
+    at = end + 1;
+    ++line;
+    if (!row.empty() && row.back() == '\r') row.pop_back();
+    if (row.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!jsonl) {
+      out.push_back(row);
+      continue;
+    }
+    const std::string where = path + ": line " + std::to_string(line);
+    nlohmann::json j;
+    try {
+      j = parse_json(row, where, json_kind::text_list);
+    } catch (const Error& e) {
+      fail_input(where + ": not JSON; expected {\"text\": \"...\"} on each line of a .jsonl file");
+    }
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+      fail_input(where + ": expected an object with a \"text\" string, got " +
+                 one_line(j.dump(), kEchoChars));
+    out.push_back(j["text"].get<std::string>());
+  }
+  if (out.empty()) fail_input(path + ": holds no text; expected one text a line (or JSON Lines)");
+  return out;
 }
 
 AnalyzeReport run_analyze(const AnalyzeConfig& config) {
@@ -122,7 +158,15 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     if (!seen.insert(m).second) fail_input("--method " + m + ": given twice");
   }
   const bool patching = wants(config, "patching");
-  const bool others = config.methods.size() > (patching ? 1u : 0u);
+  const bool corpus = wants(config, "corpus");
+  const bool others = config.methods.size() > (patching ? 1u : 0u) + (corpus ? 1u : 0u);
+  if (corpus && !config.texts_file)
+    fail_input("--method corpus: expected --texts FILE (one text a line, or JSON Lines)");
+  if (!corpus && config.texts_file) fail_input("--texts: used by --method corpus only");
+  if (config.batch < 1 || config.batch > 1024)
+    fail_input("--batch: expected 1 to 1024 texts per pass, got " + std::to_string(config.batch));
+  const std::vector<std::string> corpus_texts =
+      corpus ? read_corpus(*config.texts_file) : std::vector<std::string>{};
   if (patching && (!config.clean || !config.corrupt))
     fail_input("--method patching: expected --clean TEXT and --corrupt TEXT");
   if (!patching && (config.clean || config.corrupt))
@@ -359,6 +403,95 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                            {"clean", p.clean},
                            {"corrupt", p.corrupt},
                            {"ms", ms_since(t0)}};
+  }
+  if (corpus) {
+    // Every text's length first (the statistics' maps are as wide as the longest).
+    const std::size_t N = corpus_texts.size(), per = static_cast<std::size_t>(config.batch);
+    std::size_t S = 1, tokens = 0;
+    for (std::size_t i = 0; i < N; i += per) {
+      const std::vector<std::string> part(
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(i),
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(std::min(N, i + per)));
+      const ModelInput b = whole.encode(part);
+      S = std::max(S, b.T);
+      for (std::size_t n : b.lengths) tokens += n;
+    }
+    const std::uint64_t corpus_need =
+        forward_memory(c, model.layer_float32_bytes(), per, S, threads) +
+        bytes_of({per, h, S, S}) * 2 + bytes_of({S, S});
+    if (corpus_need > max_memory)
+      fail_input(*config.texts_file + ": a batch of " + std::to_string(per) + " texts of up to " +
+                 std::to_string(S) + " tokens needs about " + format_bytes(corpus_need) +
+                 ", over max_memory " + format_bytes(max_memory) + "; lower --batch");
+    std::vector<std::unique_ptr<AttentionStats>> stats;
+    for (std::size_t l = 0; l < L; ++l) stats.push_back(std::make_unique<AttentionStats>(h, S, S));
+    const auto& dets = all_detectors();
+    std::vector<double> det_sum(dets.size() * L * h, 0.0);
+    std::vector<float> padded(S * S, 0.0f);
+    std::vector<std::size_t> all_layers(L), all_heads(h);
+    for (std::size_t i = 0; i < L; ++i) all_layers[i] = i;
+    for (std::size_t i = 0; i < h; ++i) all_heads[i] = i;
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < N; i += per) {
+      const std::vector<std::string> part(
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(i),
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(std::min(N, i + per)));
+      const ModelInput b = whole.encode(part);
+      MapAnalysisOptions mo;
+      mo.detectors = true;
+      mo.layers = all_layers;
+      mo.heads = all_heads;
+      mo.threads = threads;
+      mo.maps_sink = [&](std::size_t l, std::size_t row, std::size_t head, const float* A) {
+        const std::size_t n = b.lengths[row];  // its real query rows, keys zero-padded to S
+        for (std::size_t t = 0; t < n; ++t) std::copy_n(A + t * b.T, b.T, padded.data() + t * S);
+        stats[l]->add_rows(head, 0, n, padded.data());
+      };
+      const MapAnalysisResult r = analyze_maps(model, b.ids.data(), b.B, b.T, b.lengths, mo);
+      check_finite_output(r.forward, config.model);
+      for (std::size_t k = 0; k < det_sum.size(); ++k)  // the batch's mean, weighted by its texts
+        det_sum[k] += r.head_scores[k] * double(b.B);
+      if (config.progress) config.progress(std::min(N, i + per), N);
+    }
+    const std::vector<std::string> names = {"entropy",  "distance",       "first_token",
+                                            "diagonal", "previous_token", "duplicate_token",
+                                            "induction"};
+    std::vector<double> heads_out(names.size() * L * h);
+    std::string csv = "layer,head";
+    for (const std::string& n : names) csv += "," + n;
+    csv += "\n";
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t head = 0; head < h; ++head) {
+        const HeadStats st = stats[l]->head(head);
+        const double v[] = {st.entropy,
+                            st.distance,
+                            st.first_key,
+                            st.diagonal,
+                            det_sum[(0 * L + l) * h + head] / double(N),
+                            det_sum[(1 * L + l) * h + head] / double(N),
+                            det_sum[(2 * L + l) * h + head] / double(N)};
+        csv += std::to_string(l) + "," + std::to_string(head);
+        for (std::size_t k = 0; k < names.size(); ++k) {
+          heads_out[(k * L + l) * h + head] = v[k];
+          char cell[32];
+          std::snprintf(cell, sizeof cell, ",%.9g", v[k]);
+          csv += cell;
+        }
+        csv += "\n";
+      }
+    out.stage_npy("corpus_heads.npy", heads_out.data(), {names.size(), L, h});
+    out.stage_bytes("corpus_heads.csv", csv);
+    add("corpus_heads.npy", {names.size(), L, h},
+        "per head over every text's real query rows: mean entropy (nats), mean attended "
+        "distance, mean weight on the first token, on the query's own token; then "
+        "TransformerLens's detector scores, the mean over texts; statistics in the order of "
+        "summary.corpus.statistics");
+    add("corpus_heads.csv", {L * h, names.size() + 2}, "the same, a row per head");
+    summary["corpus"] = {{"file", *config.texts_file}, {"texts", N},
+                         {"tokens", tokens},           {"batch", per},
+                         {"statistics", names},        {"ms", ms_since(t0)}};
+    report.summary.push_back("corpus: " + std::to_string(N) + " texts, " + std::to_string(tokens) +
+                             " tokens, " + std::to_string(ms_since(t0)) + " ms");
   }
   if (others) {
     if (in.tokens.empty()) whole.name_tokens(in);

@@ -59,6 +59,8 @@ struct MapAnalysisOptions {
   // Norms of layer slot `slot`, row b, head slot `head`: (T, T).
   std::function<void(std::size_t slot, std::size_t b, std::size_t head, const float* norms)>
       norms_sink;
+  // Every head's map of layer l, row b: A (T, T), once the layer is done.
+  std::function<void(std::size_t l, std::size_t b, std::size_t head, const float* A)> maps_sink;
   // Layer l's arrays have all been given (l in increasing order).
   std::function<void(std::size_t l)> layer_done;
   // Passed to the forward (forward.hpp).

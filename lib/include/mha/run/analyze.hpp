@@ -10,11 +10,15 @@
 //   detectors   head_scores.npy (detectors, layers, heads)
 //   ablation    ablation.npy (B, layers, heads)
 //   patching    patch_heads.npy (layers, heads), patch_resid.npy (layers, T)
+//   corpus      with --texts FILE: corpus_heads.npy (statistics, layers, heads) and
+//               corpus_heads.csv, per-head statistics averaged over every text, batch
+//               after batch (memory: one batch)
 // tokens.json and run.json (the arrays' shapes and meanings, the summary)
 // come with every method.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +44,16 @@ struct AnalyzeConfig {
                                               // target and foil, else loss
   std::optional<std::string> target, foil;    // single-token texts
   std::optional<std::string> clean, corrupt;  // patching's texts
+  std::optional<std::string> texts_file;      // corpus: one text a line, or .jsonl
+  std::int64_t batch = 8;                     // corpus: texts per pass
+  // corpus: called after each batch with the texts done and their total.
+  std::function<void(std::size_t done, std::size_t total)> progress;
 };
+
+// A corpus file's texts: one per line (empty lines skipped), or, for a
+// .jsonl file, one JSON object with a "text" string per line. Throws
+// mha::Error (invalid_input) naming the file and line, or for no text at all.
+std::vector<std::string> read_corpus(const std::string& path);
 
 // The metric named (loss, logit_diff, kl; "": logit_diff with a target and
 // foil, else loss); throws mha::Error (invalid_input) naming --metric.
