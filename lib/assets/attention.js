@@ -439,12 +439,83 @@
     }
     table.append(tbody);
   }
+  // ---- mha analyze's arrays: tables whose cells are coloured by value ----
+  function heatTable(caption, rows, rowName, colNames, fmt) {
+    const flat = rows.flat().filter((v) => typeof v === 'number');
+    const lo = Math.min(...flat), hi = Math.max(...flat);
+    const table = document.createElement('table');
+    table.className = 'heat';
+    const cap = document.createElement('caption');
+    cap.textContent = caption + (flat.length ? '  (' + lo.toPrecision(4) + ' … ' + hi.toPrecision(4) + ')' : '');
+    table.append(cap);
+    const head = document.createElement('tr');
+    head.append(document.createElement('th'));
+    for (const c of colNames) { const th = document.createElement('th'); th.textContent = c; head.append(th); }
+    table.append(head);
+    rows.forEach((row, r) => {
+      const tr = document.createElement('tr');
+      const th = document.createElement('th');
+      th.textContent = rowName(r);
+      tr.append(th);
+      row.forEach((v, c) => {
+        const td = document.createElement('td');
+        const cell = fmt(v, r, c);
+        td.textContent = cell.text;
+        td.title = cell.title;
+        if (typeof cell.value === 'number' && hi > lo) {
+          const rgb = VIRIDIS[Math.round(255 * (cell.value - lo) / (hi - lo))];
+          td.style.background = 'rgb(' + rgb.join(',') + ')';
+          td.style.color = (cell.value - lo) / (hi - lo) > 0.6 ? '#000' : '#fff';
+        }
+        tr.append(td);
+      });
+      table.append(tr);
+    });
+    return table;
+  }
+  function drawAnalyses() {
+    const a = D.analyses;
+    if (!a) return;
+    $('analyses-section').hidden = false;
+    const box = $('analyses');
+    box.textContent = '';
+    const tokens = (n) => Array.from({ length: n }, (_, i) => D.query_labels[i] !== undefined ? D.query_labels[i] : String(i));
+    const num = (v) => typeof v === 'number' ? v.toFixed(3) : '—';
+    if (a.loss) {
+      box.append(heatTable('Loss of the next token (nats)', [a.loss], () => 'loss', tokens(a.loss.length),
+        (v, r, c) => ({ text: num(v), value: v, title: 'after ' + JSON.stringify(tokens(a.loss.length)[c]) + ': ' + num(v) + ' nats' })));
+    }
+    if (a.logit_lens) {
+      const n = a.logit_lens[0].length, S = a.logit_lens.length;
+      const rows = a.logit_lens.map((state) => state.map((cell) => cell.p[0]));
+      box.append(heatTable('Logit lens: each layer\'s most likely next token (colour: its probability)', rows,
+        (s) => s === 0 ? 'embeddings' : s === S - 1 ? 'output' : 'layer ' + s, tokens(n),
+        (v, s, t) => {
+          const cell = a.logit_lens[s][t];
+          return { text: cell.tokens[0], value: cell.p[0],
+            title: cell.tokens.map((tok, i) => JSON.stringify(tok) + ' ' + num(cell.p[i])).join('\n') };
+        }));
+    }
+    const grid = (key, caption, cols) => {
+      if (!a[key]) return;
+      box.append(heatTable(caption, a[key], (l) => 'layer ' + l, cols(a[key][0].length),
+        (v, l, c) => ({ text: num(v), value: v, title: 'layer ' + l + ', ' + cols(a[key][0].length)[c] + ': ' + (typeof v === 'number' ? v.toPrecision(6) : '—') })));
+    };
+    const heads = (n) => Array.from({ length: n }, (_, i) => 'head ' + i);
+    const metric = D.run && D.run.summary && D.run.summary.ablation ? ' (' + D.run.summary.ablation.metric + ')' : '';
+    grid('ablation', 'Head ablation: the change in the metric' + metric, heads);
+    grid('patch_heads', 'Activation patching, heads (0 = corrupt, 1 = clean)', heads);
+    grid('patch_resid', 'Activation patching, residual stream by position', tokens);
+  }
+
   function drawRun() {
     const run = D.run;
     if (!run) { $('config').textContent = 'no run.json beside ' + D.maps[0].file; return; }
     const shown = run.mode === 'model'
       ? { model: run.model, input: run.input, attention: run.attention, top_k: run.top_k, timings: run.timings, outputs: run.outputs }
-      : { config: run.config, timings_ms: run.timings_ms, threads: run.threads, blas: run.blas, outputs: run.outputs };
+      : run.mode === 'analyze'
+        ? { model: run.model, methods: run.methods, input: run.input, summary: run.summary, arrays: run.arrays }
+        : { config: run.config, timings_ms: run.timings_ms, threads: run.threads, blas: run.blas, outputs: run.outputs };
     $('config').textContent = JSON.stringify(shown, null, 2);
   }
 
@@ -488,16 +559,25 @@
 
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
-    $('subtitle').textContent = D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
+    $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
       'B = ' + m.B + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
       (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
-    W = await Promise.all(D.maps.map(unpack));
-    setupControls();
-    setupDetail();
-    drawRun();
-    render();
+    drawAnalyses();
+    if (!D.maps.length) {  // an analyses-only page
+      for (const id of ['maps-section']) $(id).hidden = true;
+      document.querySelector('.controls').hidden = true;
+      $('stats').hidden = true;
+      $('stats-scope').parentElement.hidden = true;
+      if (D.run) $('config').textContent = JSON.stringify({ model: D.run.model, methods: D.run.methods, summary: D.run.summary }, null, 2);
+    } else {
+      W = await Promise.all(D.maps.map(unpack));
+      setupControls();
+      setupDetail();
+      drawRun();
+      render();
+    }
     state.ready = true;
     document.body.dataset.readyMs = performance.now().toFixed(1);  // since navigation started
     document.body.dataset.ready = '1';

@@ -482,6 +482,99 @@ class SweepReport(BrowserCase):
         self.assert_clean()
 
 
+class AnalysisPage(BrowserCase):
+    """`mha view` of `mha analyze` runs: rollout and the value-weighted norms as map sets beside
+    each other (same selector, token labels), the loss per token, the logit lens's top tokens,
+    the ablation grid and, on a patching run with no maps, the patching grids alone; each
+    cell's colour is viridis of its value on the table's range and its tooltip the value."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+        import checkpoints
+        import tokenizer_files
+        texts = ["the cat sat on the mat", "the dog sat on the mat"]
+        tok, cls.encode, V = tokenizer_files.byte_level_bpe(texts)
+        config, t = checkpoints.make("gpt2", vocab=V)
+        cls.model = os.path.join(cls.dir, "gpt2")
+        checkpoints.write(cls.model, config, t)
+        with open(os.path.join(cls.model, "tokenizer.json"), "w") as f:
+            json.dump(tok, f)
+
+    def analyze(self, out, *args):
+        p = mha("analyze", "--model", self.model, "--out_dir", out, "-q", *args)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = mha("view", out, "-q")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return os.path.join(out, "view.html")
+
+    def cells(self, caption):
+        """[(text, title, rgb)] of the table whose caption starts with `caption`."""
+        return self.browser.evaluate(
+            "(() => { const t = Array.from(document.querySelectorAll('#analyses table'))"
+            ".find((t) => t.caption.textContent.startsWith(%s));"
+            " return t ? Array.from(t.querySelectorAll('td')).map((td) => [td.textContent, td.title,"
+            " getComputedStyle(td).backgroundColor]) : null; })()" % json.dumps(caption))
+
+    def assert_texts(self, cells, values):  # 3 decimals, as toFixed(3) writes them
+        self.assertEqual(len(cells), len(values))
+        for (text, title, rgb), v in zip(cells, values):
+            self.assertAlmostEqual(float(text), v, delta=0.0005001)
+
+    def check_colours(self, cells, values):
+        lo, hi = min(values), max(values)
+        for (text, title, rgb), v in zip(cells, values):
+            want = "rgb(%d, %d, %d)" % VIRIDIS[int(round(255 * (v - lo) / (hi - lo)))]
+            self.assertEqual(rgb, want, (text, v))
+
+    def test_maps_loss_lens_and_ablation(self):
+        out = os.path.join(self.dir, "a")
+        page = self.analyze(out, "--text", "the cat sat on the mat", "--method", "loss", "--method",
+                            "logit_lens", "--method", "rollout", "--method", "norms", "--method", "ablation")
+        b = self.open(page)
+        names = b.evaluate("Array.from(document.getElementById('map').options).map((o) => o.textContent)")
+        self.assertEqual(names, ["rollout", "attention_norms"])
+        tokens = json.load(open(os.path.join(out, "tokens.json")))["tokens"][0]
+        self.assertEqual(b.evaluate("window.mhaView.data.query_labels"), tokens)
+        loss = np.load(os.path.join(out, "loss.npy"))[0]
+        cells = self.cells("Loss of the next token")
+        self.assertEqual(len(cells), len(tokens))
+        real = [v for v in loss if np.isfinite(v)]
+        for (text, title, rgb), v in zip(cells, loss):
+            self.assertEqual(text, "%.3f" % v if np.isfinite(v) else "—")
+        self.check_colours(cells[:len(real)], real)
+        lens = self.cells("Logit lens")
+        top = json.load(open(os.path.join(out, "logit_lens.json")))["top_tokens"]
+        self.assertEqual([c[0] for c in lens], [cell[0] for state in top for cell in state[0]])
+        self.assertIn(json.dumps(top[0][0][0][1], ensure_ascii=False), lens[0][1])  # the top k
+        ablation = np.load(os.path.join(out, "ablation.npy"))[0]
+        cells = self.cells("Head ablation")
+        self.assert_texts(cells, ablation.ravel())
+        self.assertIn("layer 1, head 2: %.6g" % ablation[1, 2], [c[1] for c in cells])
+        self.check_colours(cells, ablation.ravel())
+        # the norms' maps: per-key quantities above 1 are drawn, not refused
+        b.evaluate("(() => { const s = document.getElementById('map'); s.value = 1;"
+                   " s.dispatchEvent(new Event('change')); })()")
+        self.assertEqual(b.evaluate("window.mhaView.state.map"), 1)
+        b.save_screenshot(os.path.join(self.dir, "analysis.png"))
+        self.assert_clean()
+
+    def test_patching_alone(self):
+        out = os.path.join(self.dir, "p")
+        page = self.analyze(out, "--method", "patching", "--clean", "the cat sat on the mat",
+                            "--corrupt", "the dog sat on the mat")
+        b = self.open(page)
+        self.assertTrue(b.evaluate("document.getElementById('maps-section').hidden"))
+        resid = np.load(os.path.join(out, "patch_resid.npy"))
+        cells = self.cells("Activation patching, residual")
+        self.assert_texts(cells, resid.ravel())
+        self.check_colours(cells, resid.ravel())
+        heads = np.load(os.path.join(out, "patch_heads.npy"))
+        self.assertEqual(len(self.cells("Activation patching, heads")), heads.size)
+        self.assert_clean()
+
+
 class BadInputs(unittest.TestCase):
     """Exit 2, one line naming the file and what was expected, nothing written."""
 

@@ -497,8 +497,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     if (in.tokens.empty()) whole.name_tokens(in);
     out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
     report.outputs.insert(report.outputs.begin(), "tokens.json");
+  } else if (patching) {  // the clean and corrupt rows label the page's tables
+    ModelInput both;
+    both.B = 2, both.T = clean_in.T;
+    both.ids = clean_in.ids;
+    both.ids.insert(both.ids.end(), corrupt_in.ids.begin(), corrupt_in.ids.end());
+    both.lengths = {clean_in.T, corrupt_in.T};
+    both.tokens = {clean_in.tokens.at(0), corrupt_in.tokens.at(0)};
+    out.stage_bytes("tokens.json", tokens_json(both).dump() + "\n");
+    report.outputs.insert(report.outputs.begin(), "tokens.json");
   }
-  for (const std::string& line : report.summary) (void)line;
   json run;
   run["mode"] = "analyze";
   run["version"] = MHA_VERSION;
@@ -518,6 +526,12 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   run["summary"] = summary;
   run["threads"] = threads;
   run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
+  json outputs = json::object();  // what a later run in out_dir removes, and readers check
+  for (const std::string& name : report.outputs) {
+    const FileChecksum sum = out.checksum(name);
+    outputs[name] = {{"bytes", sum.bytes}, {"crc32", crc32_hex(sum.crc32)}};
+  }
+  run["outputs"] = outputs;
   run["total_ms"] = ms_since(start);
   report.outputs.push_back("run.json");
   out.stage_bytes("run.json", run.dump(2) + "\n");

@@ -524,10 +524,15 @@ ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
 
 std::optional<ModelRunView> read_model_run_view(const std::string& path) {
   json j = read_json_file(path, json_kind::run_json);
-  if (!j.is_object() || !j.contains("mode") || j["mode"] != "model") return std::nullopt;
+  // `mha run --model` and `mha analyze` write tokens.json beside their run.json.
+  if (!j.is_object() || !j.contains("mode") || (j["mode"] != "model" && j["mode"] != "analyze"))
+    return std::nullopt;
   ModelRunView v;
+  const bool analysis = j["mode"] == "analyze";
   v.run_json = std::move(j);
   const std::string tokens = (std::filesystem::path(path).parent_path() / "tokens.json").string();
+  std::error_code ec;
+  if (analysis && !std::filesystem::exists(tokens, ec)) return v;  // a corpus: no one batch
   const json t = read_json_file(tokens, json_kind::run_json);
   if (!t.is_object() || !t.contains("tokens") || !t["tokens"].is_array())
     fail_input(tokens + ": expected {\"tokens\": [[token strings of each row]]}");

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "mha/base/error.hpp"
 #include "mha/draw/colormap.hpp"
 #include "mha/draw/heatmap.hpp"
 #include "mha/inspect/attention_stats.hpp"
+#include "mha/io/json_file.hpp"
 #include "mha/io/npy_reader.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/stream_input.hpp"
@@ -55,6 +57,7 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
 template <class V>
 void check_weight(const AttentionMapSet& m, std::uint64_t index, V x) {
   const double w = x;
+  if (!m.weights && !std::isinf(w)) return;
   if (std::isnan(w) || (w >= -kSlack && w <= 1 + kSlack)) return;
   std::ostringstream os;
   os << m.file << ": element " << index << " is " << w << "; expected attention weights in [0, 1] "
@@ -123,9 +126,11 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
 }  // namespace
 
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
-                             const ViewOptions& options, const std::vector<std::size_t>& as_shape) {
+                             const ViewOptions& options, const std::vector<std::size_t>& as_shape,
+                             bool weights) {
   AttentionMapSet m;
   m.name = name;
+  m.weights = weights;
   m.file = file;
   // The header first; the data are read a block of rows at a time, only the
   // batch elements kept.
@@ -201,6 +206,75 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
   return m;
 }
 
+namespace {
+
+// A small float array of an analysis (a few MB at most), as doubles.
+std::vector<double> small_array(const std::string& file, std::vector<std::size_t>& shape) {
+  NpyReader r(file);
+  shape = r.header().shape;
+  const std::uint64_t n = r.header().size();
+  if (!is_float(r.header().dtype) || n > (std::uint64_t{1} << 22))
+    fail_input(file +
+               ": expected a float array of at most 4 Mi values (an analysis of mha analyze)");
+  std::vector<double> v(n);
+  r.read(0, n, v.data());
+  return v;
+}
+
+nlohmann::json numbers(const std::vector<double>& v, std::size_t from, std::size_t count) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = from; i < from + count; ++i)
+    out.push_back(std::isfinite(v[i]) ? nlohmann::json(v[i]) : nlohmann::json(nullptr));
+  return out;
+}
+
+// mha analyze's small outputs in `dir` that its run.json lists: batch row
+// `row` of each.
+nlohmann::json read_analyses(const std::string& dir,
+                             const std::map<std::string, ListedOutput>& listed, std::size_t row) {
+  nlohmann::json a = nlohmann::json::object();
+  auto has = [&](const char* name) { return listed.count(name) > 0; };
+  auto file = [&](const char* name) { return (fs::path(dir) / name).string(); };
+  std::vector<std::size_t> shape;
+  if (has("loss.npy")) {  // (B, T)
+    const std::vector<double> v = small_array(file("loss.npy"), shape);
+    if (shape.size() == 2 && row < shape[0]) a["loss"] = numbers(v, row * shape[1], shape[1]);
+  }
+  if (has("logit_lens_top_p.npy") && has("logit_lens.json")) {  // (S, B, T, k)
+    const std::vector<double> p = small_array(file("logit_lens_top_p.npy"), shape);
+    const nlohmann::json top = read_json_file(file("logit_lens.json"), json_kind::run_json);
+    if (shape.size() == 4 && row < shape[1] && top.contains("top_tokens")) {
+      nlohmann::json states = nlohmann::json::array();
+      for (std::size_t s = 0; s < shape[0]; ++s) {
+        nlohmann::json cells = nlohmann::json::array();
+        const nlohmann::json& tokens = top["top_tokens"][s][row];
+        for (std::size_t t = 0; t < tokens.size(); ++t)
+          cells.push_back(
+              {{"tokens", tokens[t]},
+               {"p", numbers(p, ((s * shape[1] + row) * shape[2] + t) * shape[3], shape[3])}});
+        states.push_back(cells);
+      }
+      a["logit_lens"] = states;
+    }
+  }
+  auto grid = [&](const char* name, const char* key, std::size_t skip_rows) {
+    if (!has(name)) return;
+    const std::vector<double> v = small_array(file(name), shape);
+    if (shape.size() != 2 + skip_rows) return;
+    const std::size_t R = shape[skip_rows], C = shape[skip_rows + 1];
+    if (skip_rows && row >= shape[0]) return;
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t r = 0; r < R; ++r) rows.push_back(numbers(v, (row * R + r) * C, C));
+    a[key] = rows;
+  };
+  grid("ablation.npy", "ablation", 1);  // (B, layers, heads)
+  grid("patch_heads.npy", "patch_heads", 0);
+  grid("patch_resid.npy", "patch_resid", 0);
+  return a.empty() ? nlohmann::json(nullptr) : a;
+}
+
+}  // namespace
+
 AttentionView read_attention_view(const std::string& path, const ViewOptions& options,
                                   const RunReader& read_run) {
   AttentionView v;
@@ -218,12 +292,37 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
       check_run_output(file);
       v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
     }
-    if (v.maps.empty() && listed)
+    // mha analyze: rollout (layers, B, T, T) as one map per layer, the norms as
+    // maps of per-key quantities, and the small arrays the page draws.
+    const bool analysis =
+        v.run && v.run->page.is_object() && v.run->page.value("mode", "") == "analyze";
+    if (analysis && listed) {
+      const std::string rollout = (fs::path(path) / "rollout.npy").string();
+      if (listed->count("rollout.npy")) {
+        check_run_output(rollout);
+        const NpyHeaderInfo h = NpyReader(rollout).header();
+        if (h.shape.size() != 4)
+          fail_input(rollout + ": expected (layers, B, T, T), got " + shape_text(h.shape));
+        v.maps.push_back(read_map_set(rollout, "rollout", options,
+                                      {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}));
+      }
+      const std::string norms = (fs::path(path) / "attention_norms.npy").string();
+      if (listed->count("attention_norms.npy")) {
+        check_run_output(norms);
+        v.maps.push_back(read_map_set(norms, "attention_norms", options, {}, false));
+      }
+      v.analyses = read_analyses(path, *listed, options.batch_index.value_or(0));
+      if (v.maps.empty() && v.analyses.is_null())
+        fail_input(path +
+                   "/run.json: an analysis with nothing the page draws (rollout, norms, "
+                   "loss, logit_lens, ablation, patching)");
+    }
+    if (v.maps.empty() && listed && !analysis)
       fail_input(path +
                  "/run.json lists no attention.npy, self_attention.npy or cross_attention.npy; "
                  "expected a run with save_attention (a map file there from an earlier run is "
                  "not shown)");
-    if (v.maps.empty())
+    if (v.maps.empty() && v.analyses.is_null())
       fail_input(path +
                  ": no attention.npy, self_attention.npy or cross_attention.npy in this "
                  "directory; expected a run's out_dir with save_attention, a sweep's out_dir "
@@ -236,6 +335,12 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     v.run = run_beside((file.parent_path() / "run.json").string(), read_run);
     const std::string stem = file.stem().string();
     v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
+  }
+  if (v.maps.empty()) {  // an analyses-only page: the tokens label its tables
+    if (v.run && !v.run->token_labels.empty())
+      v.query_labels = v.run->token_labels[std::min(options.batch_index.value_or(0),
+                                                    v.run->token_labels.size() - 1)];
+    return v;
   }
   const AttentionMapSet& first = v.maps.front();
   if (options.labels.empty() && v.run && !v.run->token_labels.empty() && first.T == first.S) {
@@ -275,6 +380,7 @@ std::string attention_page(const AttentionView& view) {
   nlohmann::json colors = nlohmann::json::array();
   for (const Rgb& c : viridis_table()) colors.push_back({c.r, c.g, c.b});
   data["viridis"] = colors;
+  data["analyses"] = view.analyses;
   data["maps"] = nlohmann::json::array();
   for (const auto& m : view.maps) {
     const std::size_t item = itemsize(m.array.dtype);

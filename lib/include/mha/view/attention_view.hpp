@@ -37,6 +37,9 @@ struct AttentionMapSet {
   NpyArray array;            // float32 or float64, C order (layers, B, h, rows, cols)
   nlohmann::json stats;      // [layer][batch] -> AttentionStats::to_json(), and
   nlohmann::json stats_all;  // [layer] over every batch element
+  // Attention weights, each checked in [0, 1]; false for other per-key
+  // quantities drawn as maps (mha analyze's value-weighted norms).
+  bool weights = true;
 };
 
 // What the viewer takes from the run.json beside the maps. The run layer
@@ -57,8 +60,11 @@ struct ViewedRun {
 using RunReader = std::function<ViewedRun(const std::string& path)>;
 
 struct AttentionView {
-  std::string title;                      // the run directory or file
-  std::vector<AttentionMapSet> maps;      // at least one
+  std::string title;                  // the run directory or file
+  std::vector<AttentionMapSet> maps;  // at least one, but for an analyses-only page
+  // mha analyze's small arrays, as the page draws them (loss per token, the
+  // logit lens's top tokens, ablation and patching grids); null for others.
+  nlohmann::json analyses;
   std::vector<std::string> query_labels;  // T labels, or empty (positions)
   std::vector<std::string> key_labels;    // S labels, or empty (query_labels when S = T)
   std::optional<ViewedRun> run;           // none without a run.json (or a reader)
@@ -90,9 +96,10 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
 // One attention file as a map set; `name` labels it in the page. A non-empty
 // `as_shape` reads the array as that shape (the same number of weights):
 // attention_axes runs' N-D maps as the flattened (B', h, T, S).
+// `weights`: values checked in [0, 1] (false: any finite value, AttentionMapSet::weights).
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
                              const ViewOptions& options,
-                             const std::vector<std::size_t>& as_shape = {});
+                             const std::vector<std::size_t>& as_shape = {}, bool weights = true);
 
 // The page: HTML, CSS, script and data inline.
 std::string attention_page(const AttentionView& view);
