@@ -226,10 +226,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (need > max_memory)
     fail_input(config.model + ": the analysis needs about " + format_bytes(need) +
                ", over max_memory " + format_bytes(max_memory));
-  const std::uint64_t all_layers = model.layer_float32_bytes() * L;
+  const std::uint64_t layers_bytes = model.layer_float32_bytes() * L;
   std::vector<TransformerLayer<float>> resident;
   const bool interventions = wants(config, "ablation") || patching;
-  if (interventions && need + all_layers <= max_memory) {
+  if (interventions && need + layers_bytes <= max_memory) {
     resident = read_layers(model);
     io.layers_read = &resident;
   }
@@ -423,6 +423,9 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       fail_input(*config.texts_file + ": a batch of " + std::to_string(per) + " texts of up to " +
                  std::to_string(S) + " tokens needs about " + format_bytes(corpus_need) +
                  ", over max_memory " + format_bytes(max_memory) + "; lower --batch");
+    // Many passes: every layer's weights read once when they fit beside a batch.
+    std::vector<TransformerLayer<float>> corpus_layers;
+    if (corpus_need + layers_bytes <= max_memory) corpus_layers = read_layers(model);
     std::vector<std::unique_ptr<AttentionStats>> stats;
     for (std::size_t l = 0; l < L; ++l) stats.push_back(std::make_unique<AttentionStats>(h, S, S));
     const auto& dets = all_detectors();
@@ -439,6 +442,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       const ModelInput b = whole.encode(part);
       MapAnalysisOptions mo;
       mo.detectors = true;
+      mo.layers_read = corpus_layers.empty() ? nullptr : &corpus_layers;
       mo.layers = all_layers;
       mo.heads = all_heads;
       mo.threads = threads;

@@ -63,8 +63,10 @@ struct MapAnalysisOptions {
   std::function<void(std::size_t l, std::size_t b, std::size_t head, const float* A)> maps_sink;
   // Layer l's arrays have all been given (l in increasing order).
   std::function<void(std::size_t l)> layer_done;
-  // Passed to the forward (forward.hpp).
+  // Passed to the forward (forward.hpp): the hidden states, and every layer
+  // read once (read_layers; null: read on each pass).
   std::function<void(std::size_t i, const float* hidden)> hidden_sink;
+  std::vector<TransformerLayer<float>>* layers_read = nullptr;
 };
 
 struct MapAnalysisResult {
