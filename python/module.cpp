@@ -872,7 +872,7 @@ class PyModel {
 
   // rollout (layers, B, T, T), norms (layers, B, heads, T, T), head scores.
   py::dict maps_analysis(const py::object& input, bool rollout, bool norms, bool detectors,
-                         const std::optional<std::vector<std::int64_t>>& layers,
+                         bool flow, const std::optional<std::vector<std::int64_t>>& layers,
                          const std::optional<std::vector<std::int64_t>>& heads,
                          std::int64_t threads) const {
     const mha::ModelCall call = selection(layers, heads, threads);
@@ -898,7 +898,11 @@ class PyModel {
     {
       py::gil_scoped_release release;
       mha::MapAnalysisOptions o;
-      o.rollout = rollout, o.norms = norms, o.detectors = detectors;
+      o.rollout = rollout, o.norms = norms, o.detectors = detectors, o.flow = flow;
+      if (flow && T > mha::kMaxFlowTokens)
+        throw mha::Error(mha::ErrorKind::invalid_input, "attention_flow: " + std::to_string(T) +
+                                                            " tokens; it is run up to " +
+                                                            std::to_string(mha::kMaxFlowTokens));
       o.layers = call.map_layers, o.heads = call.map_heads, o.threads = call.threads;
       if (r)
         o.rollout_sink = [&](std::size_t l, std::size_t b, const float* v) {
@@ -913,6 +917,7 @@ class PyModel {
     }
     py::dict out;
     if (rollout) out["rollout"] = R;
+    if (flow) out["flow"] = array(res.flow, {py::ssize_t(B), py::ssize_t(T), py::ssize_t(T)});
     if (norms) out["attention_norms"] = N;
     if (detectors) {
       py::list names;
@@ -1071,18 +1076,29 @@ PYBIND11_MODULE(mha, m) {
       .def(
           "rollout",
           [](const PyModel& m, const py::object& input, std::int64_t threads) {
-            const py::dict d =
-                m.maps_analysis(input, true, false, false, std::nullopt, std::nullopt, threads);
+            const py::dict d = m.maps_analysis(input, true, false, false, false, std::nullopt,
+                                               std::nullopt, threads);
             return py::object(d["rollout"]);
           },
           py::arg("input"), py::kw_only(), py::arg("threads") = 0,
           "rollout(input) -> array (layers, B, T, T): attention rollout (Abnar & Zuidema 2020)")
       .def(
+          "attention_flow",
+          [](const PyModel& m, const py::object& input, std::int64_t threads) {
+            const py::dict d = m.maps_analysis(input, false, false, false, true, std::nullopt,
+                                               std::nullopt, threads);
+            return py::object(d["flow"]);
+          },
+          py::arg("input"), py::kw_only(), py::arg("threads") = 0,
+          "attention_flow(input) -> array (B, T, T): attention flow to the last layer (Abnar & "
+          "Zuidema 2020), up to 128 tokens")
+      .def(
           "attention_norms",
           [](const PyModel& m, const py::object& input,
              const std::optional<std::vector<std::int64_t>>& layers,
              const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
-            const py::dict d = m.maps_analysis(input, false, true, false, layers, heads, threads);
+            const py::dict d =
+                m.maps_analysis(input, false, true, false, false, layers, heads, threads);
             return py::object(d["attention_norms"]);
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
@@ -1094,7 +1110,7 @@ PYBIND11_MODULE(mha, m) {
           [](const PyModel& m, const py::object& input,
              const std::optional<std::vector<std::int64_t>>& layers,
              const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
-            return m.maps_analysis(input, false, false, true, layers, heads, threads);
+            return m.maps_analysis(input, false, false, true, false, layers, heads, threads);
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
           py::arg("head_indices") = py::none(), py::arg("threads") = 0,

@@ -164,6 +164,27 @@ class Maps(AnalyzeTest):
                         np.testing.assert_allclose(norms[layer], A * f[:, :, None, :],
                                                    err_msg=f"layer {layer}", **TOL)
 
+    def test_attention_flow(self):
+        """Attention flow (Abnar & Zuidema 2020) against an Edmonds-Karp max flow written here on
+        the layers' graph of the reference's maps; longer than 128 tokens is refused."""
+        for family in ("gpt2", "llama"):
+            with self.subTest(family=family):
+                d, config, t, sd, ids = self.model(family, T=7)
+                out, _ = self.analyze(d, "--method", "flow", out="flow_" + family)
+                got = self.load(out, "flow.npy")
+                maps = reference.forward(config, sd, ids)["attentions"]
+                for b in range(len(ids)):
+                    caps = []
+                    for A in maps:
+                        a = 0.5 * A[b].mean(0) + 0.5 * np.eye(7)
+                        caps.append(a / a.sum(-1, keepdims=True))
+                    for i in range(7):
+                        for j in range(7):
+                            self.assertAlmostEqual(float(got[b, i, j]), max_flow(caps, j, i), delta=1e-5)
+        d, config, t, sd, ids = self.model("gpt2", T=130, max_positions=160, name="long")
+        out, p = self.analyze(d, "--method", "flow", out="long_out", code=2)
+        self.assertIn("up to 128 tokens", p.stderr)
+
     def test_one_layer_rollout(self):
         d, config, t, sd, ids = self.model("gpt2", layers=1)
         out, _ = self.analyze(d, "--method", "rollout")
@@ -220,6 +241,37 @@ class Maps(AnalyzeTest):
         A = np.load(os.path.join(run, "self_attention.npy"))[0, 0, 0]
         P = induction(ids[0])
         self.assertGreater((A * P)[T // 2:T - 1].sum(-1).min(), 0.95)
+
+
+def max_flow(caps, source, sink):
+    """Edmonds-Karp on the graph of node (l, i): edge (l - 1, j) -> (l, i) of capacity
+    caps[l - 1][i, j]; from input `source` to the last layer's position `sink`."""
+    L, n = len(caps), caps[0].shape[0]
+    N = (L + 1) * n
+    C = np.zeros((N, N))
+    for l, a in enumerate(caps):
+        C[l * n:(l + 1) * n, (l + 1) * n:(l + 2) * n] = a.T  # from (l, j) to (l + 1, i)
+    s, t, total = source, L * n + sink, 0.0
+    while True:
+        parent = [-1] * N
+        parent[s] = s
+        queue = [s]
+        for u in queue:
+            for v in np.nonzero(C[u] > 1e-15)[0]:
+                if parent[v] < 0:
+                    parent[v] = u
+                    queue.append(v)
+        if parent[t] < 0:
+            return total
+        f, v = np.inf, t
+        while v != s:
+            f, v = min(f, C[parent[v], v]), parent[v]
+        v = t
+        while v != s:
+            C[parent[v], v] -= f
+            C[v, parent[v]] += f
+            v = parent[v]
+        total += f
 
 
 def previous_token(tokens):

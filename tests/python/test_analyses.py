@@ -50,7 +50,9 @@ def test_same_arrays_as_the_cli(model, tmp_path):
     np.testing.assert_array_equal(lens["p_next"], load("logit_lens_p_next.npy"))
     np.testing.assert_array_equal(lens["top_ids"], load("logit_lens_top_ids.npy"))
     load = analyze(model, str(tmp_path / "b"), "--text", text, "--method", "rollout", "--method",
-                   "norms", "--method", "detectors", "--method", "ablation", "--head_indices", "0,2")
+                   "norms", "--method", "detectors", "--method", "ablation", "--method", "flow",
+                   "--head_indices", "0,2")
+    np.testing.assert_array_equal(m.attention_flow(text), load("flow.npy"))
     np.testing.assert_array_equal(m.rollout(text), load("rollout.npy"))
     np.testing.assert_array_equal(m.attention_norms(text, head_indices=[0, 2]), load("attention_norms.npy"))
     scores = m.head_scores(text, head_indices=[0, 2])

@@ -33,6 +33,96 @@ void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std:
   }
 }
 
+namespace {
+
+// Dinic's max flow on a graph with double capacities.
+class MaxFlow {
+ public:
+  explicit MaxFlow(std::size_t nodes) : adj_(nodes), level_(nodes), next_(nodes) {}
+  void add(std::size_t from, std::size_t to, double cap) {
+    adj_[from].push_back(edges_.size());
+    edges_.push_back({to, cap});
+    adj_[to].push_back(edges_.size());
+    edges_.push_back({from, 0});
+  }
+  // Restores every capacity (flows from an earlier run undone).
+  void reset() {
+    for (std::size_t e = 0; e < edges_.size(); e += 2) {
+      edges_[e].cap += edges_[e + 1].cap;
+      edges_[e + 1].cap = 0;
+    }
+  }
+  double run(std::size_t s, std::size_t t) {
+    double total = 0;
+    while (levels(s, t)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      while (const double f = push(s, t, std::numeric_limits<double>::infinity())) total += f;
+    }
+    return total;
+  }
+
+ private:
+  struct Edge {
+    std::size_t to;
+    double cap;
+  };
+  static constexpr double kEps = 1e-15;
+  bool levels(std::size_t s, std::size_t t) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::vector<std::size_t> queue = {s};
+    level_[s] = 0;
+    for (std::size_t q = 0; q < queue.size(); ++q)
+      for (std::size_t e : adj_[queue[q]])
+        if (edges_[e].cap > kEps && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[queue[q]] + 1;
+          queue.push_back(edges_[e].to);
+        }
+    return level_[t] >= 0;
+  }
+  double push(std::size_t u, std::size_t t, double f) {
+    if (u == t) return f;
+    for (std::size_t& i = next_[u]; i < adj_[u].size(); ++i) {
+      Edge& e = edges_[adj_[u][i]];
+      if (e.cap <= kEps || level_[e.to] != level_[u] + 1) continue;
+      if (const double got = push(e.to, t, std::min(f, e.cap))) {
+        e.cap -= got;
+        edges_[adj_[u][i] ^ 1].cap += got;
+        return got;
+      }
+    }
+    return 0;
+  }
+  std::vector<Edge> edges_;
+  std::vector<std::vector<std::size_t>> adj_;
+  std::vector<int> level_;
+  std::vector<std::size_t> next_;
+};
+
+}  // namespace
+
+std::vector<double> attention_flow(const std::vector<std::vector<double>>& layers, std::size_t n) {
+  const std::size_t L = layers.size();
+  MaxFlow g((L + 1) * n);
+  for (std::size_t l = 1; l <= L; ++l) {
+    const std::vector<double>& A = layers[l - 1];
+    for (std::size_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (std::size_t j = 0; j < n; ++j) sum += 0.5 * A[i * n + j] + (i == j ? 0.5 : 0.0);
+      for (std::size_t j = 0; j < n; ++j) {
+        const double cap = (0.5 * A[i * n + j] + (i == j ? 0.5 : 0.0)) / sum;
+        if (cap > 0) g.add((l - 1) * n + j, l * n + i, cap);
+      }
+    }
+  }
+  std::vector<double> flow(n * n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      g.reset();
+      flow[i * n + j] = g.run(j, L * n + i);
+    }
+  return flow;
+}
+
 std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
                                 const Weights<float>& w, std::size_t h, std::size_t kv_heads,
                                 std::size_t head_dim, int /*threads: BLAS's own*/) {
@@ -116,7 +206,9 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
                                const MapAnalysisOptions& o) {
   const ModelConfig& c = model.config();
   const std::size_t L = c.num_layers, h = c.h, Ls = o.layers.size(), Hs = o.heads.size();
-  const bool maps = o.rollout || o.norms || o.detectors || o.maps_sink;
+  const bool maps = o.rollout || o.norms || o.detectors || o.flow || o.maps_sink;
+  // flow: every layer's heads' mean over each row's real tokens, (n_b, n_b)
+  std::vector<std::vector<std::vector<double>>> flow_maps(o.flow ? B : 0);
   std::vector<float> layer_maps(maps ? B * h * T * T : 0), row(T * T), mean(B * T * T);
   std::vector<double> R(o.rollout ? B * T * T : 0), vnorms;  // vnorms (B, h, T)
   const auto& dets = all_detectors();
@@ -133,6 +225,16 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
   };
   // Layer l's maps are complete: fold them into each method's arrays.
   auto finish_layer = [&](std::size_t l) {
+    if (o.flow)
+      for (std::size_t b = 0; b < B; ++b) {
+        const std::size_t n = lengths[b];
+        std::vector<double> m(n * n, 0.0);
+        for (std::size_t head = 0; head < h; ++head)
+          for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < n; ++j)
+              m[i * n + j] += layer_maps[((b * h + head) * T + i) * T + j] / double(h);
+        flow_maps[b].push_back(std::move(m));
+      }
     if (o.rollout) {
       std::fill(mean.begin(), mean.end(), 0.0f);
       for (std::size_t b = 0; b < B; ++b)
@@ -192,6 +294,16 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
     };
   result.forward = forward(model, ids, B, T, lengths, fo);
   if (maps && L > 0) finish_layer(L - 1);
+  if (o.flow) {
+    result.flow.assign(B * T * T, 0.0f);
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::size_t n = lengths[b];
+      const std::vector<double> f = attention_flow(flow_maps[b], n);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < n; ++j)
+          result.flow[(b * T + i) * T + j] = static_cast<float>(f[i * n + j]);
+    }
+  }
   return result;
 }
 

@@ -105,8 +105,9 @@ InterventionOptions intervention_options(const Model& model, const ModelCall& ca
 }
 
 const std::vector<std::string>& analysis_methods() {
-  static const std::vector<std::string> m = {"loss",      "logit_lens", "rollout",  "norms",
-                                             "detectors", "ablation",   "patching", "corpus"};
+  static const std::vector<std::string> m = {"loss",     "logit_lens", "rollout",
+                                             "norms",    "detectors",  "ablation",
+                                             "patching", "corpus",     "flow"};
   return m;
 }
 
@@ -147,14 +148,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   // Plan: every check before any weight is read.
   if (config.methods.empty())
     fail_input(
-        "--method: expected one or more of loss, logit_lens, rollout, norms, detectors, "
-        "ablation, patching");
+        "--method: expected one or more of loss, logit_lens, rollout, flow, norms, detectors, "
+        "ablation, patching, corpus");
   std::set<std::string> seen;
   for (const std::string& m : config.methods) {
     const auto& all = analysis_methods();
     if (std::find(all.begin(), all.end(), m) == all.end())
-      fail_input("--method " + echo(m) +
-                 ": expected loss, logit_lens, rollout, norms, detectors, ablation or patching");
+      fail_input(
+          "--method " + echo(m) +
+          ": expected loss, logit_lens, rollout, flow, norms, detectors, ablation, patching or "
+          "corpus");
     if (!seen.insert(m).second) fail_input("--method " + m + ": given twice");
   }
   const bool patching = wants(config, "patching");
@@ -199,6 +202,11 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   ModelInput in;
   if (others) {
     in = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+    if (wants(config, "flow") && in.T > kMaxFlowTokens)
+      fail_input("--method flow: " + std::to_string(in.T) +
+                 " tokens; attention flow takes T^2 "
+                 "max-flow problems on a graph of layers x T^2 edges, so it is run up to " +
+                 std::to_string(kMaxFlowTokens) + " tokens (rollout has no limit)");
   }
   ModelInput clean_in, corrupt_in;
   if (patching) {
@@ -244,8 +252,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   };
 
   // One pass for the methods that read the maps and the residual stream.
-  const bool maps_needed =
-      wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors");
+  const bool maps_needed = wants(config, "rollout") || wants(config, "norms") ||
+                           wants(config, "detectors") || wants(config, "flow");
   if (others && (maps_needed || wants(config, "loss") || wants(config, "logit_lens"))) {
     std::vector<float> hidden(wants(config, "logit_lens") ? (L + 1) * B * T * d : 0);
     const std::size_t Ls = call.map_layers.size(), Hs = call.map_heads.size();
@@ -260,6 +268,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     mo.rollout = wants(config, "rollout");
     mo.norms = wants(config, "norms");
     mo.detectors = wants(config, "detectors");
+    mo.flow = wants(config, "flow");
     mo.layers = call.map_layers;
     mo.heads = call.map_heads;
     mo.threads = threads;
@@ -344,6 +353,13 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         for (std::size_t t = 0; t + 1 < in.lengths[b]; ++t, ++n)
           agree += lens.rank_next[(L * B + b) * T + t] == 0;
       summary["logit_lens"] = {{"top1_accuracy_last_state", n ? agree / double(n) : 0.0}};
+    }
+    if (wants(config, "flow")) {
+      out.stage_npy("flow.npy", ma.flow.data(), {B, T, T});
+      add("flow.npy", {B, T, T},
+          "attention flow to the last layer: the max flow from input token j to position i "
+          "through the layers' graph of 0.5 A + 0.5 I (heads' mean, rows renormalised); 0 "
+          "beyond each row's tokens");
     }
     if (wants(config, "rollout")) {
       add("rollout.npy", {L, B, T, T},

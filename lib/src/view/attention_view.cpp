@@ -306,6 +306,15 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
         v.maps.push_back(read_map_set(rollout, "rollout", options,
                                       {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}));
       }
+      const std::string flow = (fs::path(path) / "flow.npy").string();
+      if (listed->count("flow.npy")) {  // (B, T, T): one map to the last layer
+        check_run_output(flow);
+        const NpyHeaderInfo h = NpyReader(flow).header();
+        if (h.shape.size() != 3)
+          fail_input(flow + ": expected (B, T, T), got " + shape_text(h.shape));
+        v.maps.push_back(
+            read_map_set(flow, "flow", options, {1, h.shape[0], 1, h.shape[1], h.shape[2]}));
+      }
       const std::string norms = (fs::path(path) / "attention_norms.npy").string();
       if (listed->count("attention_norms.npy")) {
         check_run_output(norms);

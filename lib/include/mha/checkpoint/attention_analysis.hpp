@@ -21,6 +21,15 @@ namespace mha {
 void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std::size_t T,
                   bool first);
 
+// Attention flow (Abnar & Zuidema 2020): the layers as a graph, node (l, i)
+// for layer l's output at position i (l = 0: the inputs), an edge from
+// (l - 1, j) to (l, i) of capacity Â_l[i, j] (as rollout's: 0.5 A + 0.5 I,
+// rows renormalised); flow[i, j] = the max flow from input j to the last
+// layer's position i. `layers` holds each layer's heads' mean (n, n) maps of
+// one row's n real tokens. Out (n, n).
+std::vector<double> attention_flow(const std::vector<std::vector<double>>& layers, std::size_t n);
+constexpr std::size_t kMaxFlowTokens = 128;
+
 // ||f_h(x_j)|| for every head and key: out (B, h, T), from the attention's
 // input x (B, T, d_model) and the layer's W_v, b_v (kv_heads groups) and W_o.
 std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
@@ -50,7 +59,7 @@ namespace mha {
 // One forward with the map analyses folded in layer by layer (the maps of
 // every head of every layer pass through, none is kept beyond its layer).
 struct MapAnalysisOptions {
-  bool rollout = false, norms = false, detectors = false;
+  bool rollout = false, norms = false, detectors = false, flow = false;
   // The layers and heads norms and detectors report (ascending, distinct, not empty).
   std::vector<std::size_t> layers, heads;
   int threads = 0;
@@ -71,6 +80,9 @@ struct MapAnalysisOptions {
 
 struct MapAnalysisResult {
   ForwardResult forward;
+  // (B, T, T): attention flow to the last layer over each row's real tokens
+  // (0 beyond them).
+  std::vector<float> flow;
   // (detectors, layers, heads): TransformerLens's scores, the mean over rows.
   std::vector<double> head_scores;
 };
