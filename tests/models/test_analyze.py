@@ -439,6 +439,8 @@ class Corpus(AnalyzeTest):
         with open(self.path("c.jsonl"), "w") as f:
             for t in self.TEXTS:
                 f.write(json.dumps({"text": t, "id": 1}) + "\n")
+        with open(self.path("c.json"), "w") as f:  # as `mha tokenize --texts` takes them
+            json.dump(self.TEXTS, f)
         L, h, E, dh = sizes(self.config)
         rows = {k: np.zeros((L, h)) for k in ("entropy", "distance", "first", "diag")}
         det = np.zeros((3, L, h))
@@ -462,7 +464,7 @@ class Corpus(AnalyzeTest):
         want = np.stack([rows["entropy"] / n_rows, rows["distance"] / n_rows, rows["first"] / n_rows,
                          rows["diag"] / n_rows, det[0], det[1], det[2]])
         outs = []
-        for name, batch in (("c.txt", "2"), ("c.jsonl", "1")):
+        for name, batch in (("c.txt", "2"), ("c.jsonl", "1"), ("c.json", "5")):
             out, _ = self.analyze(self.d, "--method", "corpus", "--texts", self.path(name), "--batch", batch,
                                   out="out_" + name, tokens=False)
             got = self.load(out, "corpus_heads.npy")
@@ -478,6 +480,7 @@ class Corpus(AnalyzeTest):
             self.assertAlmostEqual(float(lines[1].split(",")[2]), float(got[0, 0, 0]), delta=1e-6)
             outs.append(got)
         np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(outs[0], outs[2], rtol=1e-6, atol=1e-7)
 
     def test_bad_corpus_files(self):
         open(self.path("empty.txt"), "w").write("\n  \n")

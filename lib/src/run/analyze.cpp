@@ -115,6 +115,18 @@ std::vector<std::string> read_corpus(const std::string& path) {
   const std::string text = read_json_text(path, json_kind::text_list);
   const bool jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
   std::vector<std::string> out;
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (!jsonl && first != std::string::npos && text[first] == '[') {  // as `mha tokenize --texts`
+    const nlohmann::json j = parse_json(text, path, json_kind::text_list);
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string())
+        fail_input(path + ": element " + std::to_string(i) + " is " + j[i].type_name() +
+                   ", expected a string");
+      out.push_back(j[i].get<std::string>());
+    }
+    if (out.empty()) fail_input(path + ": holds no text; expected at least one");
+    return out;
+  }
   std::size_t at = 0, line = 0;
   while (at < text.size()) {
     const std::size_t end = std::min(text.find('\n', at), text.size());

@@ -50,8 +50,9 @@ struct AnalyzeConfig {
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 
-// A corpus file's texts: one per line (empty lines skipped), or, for a
-// .jsonl file, one JSON object with a "text" string per line. Throws
+// A corpus file's texts: a JSON array of strings (as `mha tokenize --texts`
+// takes), one text per line (empty lines skipped), or, for a .jsonl file,
+// one JSON object with a "text" string per line. Throws
 // mha::Error (invalid_input) naming the file and line, or for no text at all.
 std::vector<std::string> read_corpus(const std::string& path);
 
