@@ -39,6 +39,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 import checkpoints  # noqa: E402
 import safetensors_write as st  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from model_forward import gelu_new  # noqa: E402
+
 SIZES = dict(layers=12, hidden=768, heads=12, vocab=4096, max_positions=1024)
 
 
@@ -54,10 +57,6 @@ def ensure_checkpoint(directory):
     checkpoints.write(directory, config, t, "F32")
     with open(sp, "w") as f:
         json.dump(stamp, f)
-
-
-def gelu_new(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 def torch_loss(w, ids, layers, heads, ablate=None, eps=1e-5):

@@ -193,11 +193,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (config.ablation != "zero" && config.ablation != "mean")
     fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
   const Metric metric = metric_of(config.metric, config.target, config.foil);
-  std::error_code same_ec;
-  if (std::filesystem::equivalent(config.out_dir.empty() ? "." : config.out_dir, config.model,
-                                  same_ec))
-    fail_input("--out_dir " + config.out_dir + ": is the model directory " + config.model +
-               "; expected a directory of the run's own");
+  check_out_dir(config.out_dir, config.model);
   const DirLock lock(config.out_dir, kOutDirLock);
   const Model whole(config.model);
   const Checkpoint& model = whole.checkpoint();

@@ -260,6 +260,15 @@ ModelInput read_token_ids(const Model& model, const std::string& path) {
   return model.ids(ids_of(a, path), B, T, path);
 }
 
+void check_out_dir(const std::string& out_dir, const std::string& model) {
+  // The outputs never go among the checkpoint's files: a run replaces what an
+  // earlier run left in its out_dir, and the model directory is not one.
+  std::error_code same_ec;
+  if (std::filesystem::equivalent(out_dir.empty() ? "." : out_dir, model, same_ec))
+    fail_input("--out_dir " + out_dir + ": is the model directory " + model +
+               "; expected a directory of the run's own");
+}
+
 ModelRunReport run_model(const ModelRunConfig& config) {
   const auto start = Clock::now();
   ModelRunReport report;
@@ -268,13 +277,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input("--tokens and --text: give one of them, not both");
   if (!config.tokens && config.texts.empty())
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
-  // The outputs never go among the checkpoint's files: a run replaces what an
-  // earlier run left in its out_dir, and the model directory is not one.
-  std::error_code same_ec;
-  if (std::filesystem::equivalent(config.out_dir.empty() ? "." : config.out_dir, config.model,
-                                  same_ec))
-    fail_input("--out_dir " + config.out_dir + ": is the model directory " + config.model +
-               "; expected a directory of the run's own");
+  check_out_dir(config.out_dir, config.model);
   // Before anything is read: a second process on this out_dir stops here.
   const DirLock lock(config.out_dir, kOutDirLock);
   const Model whole(config.model);

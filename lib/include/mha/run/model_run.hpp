@@ -130,6 +130,10 @@ class Model {
 // The ids of a .npy file of shape (T) or (B, T) (any integer dtype).
 ModelInput read_token_ids(const Model& model, const std::string& path);
 
+// Throws mha::Error (invalid_input) when `out_dir` is the checkpoint directory
+// `model`: a run replaces what an earlier run left in its out_dir.
+void check_out_dir(const std::string& out_dir, const std::string& model);
+
 ModelRunReport run_model(const ModelRunConfig& config);
 
 }  // namespace mha
