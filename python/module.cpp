@@ -1050,9 +1050,9 @@ PYBIND11_MODULE(mha, m) {
   py::class_<PyModel>(
       m, "Model",
       "Model(dir, max_memory=None)\n\nA whole checkpoint as model hubs publish it (config.json, "
-      "model.safetensors or its index, tokenizer.json): BERT, GPT-2, LLaMA, "
-      "Mistral, Qwen2, Qwen3 (docs/models.md). Opening it checks every file and "
-      "reads no weights; each call reads them layer by layer. A call whose arrays and "
+      "model.safetensors or its index, tokenizer.json) of any family docs/models.md "
+      "lists; the analyses of docs/analyses.md are its methods. Opening it checks every file "
+      "and reads no weights; each call reads them layer by layer. A call whose arrays and "
       "forward would need more than max_memory bytes (default 80% of physical "
       "memory) raises ValueError before computing.")
       .def(py::init<const std::string&, std::optional<std::uint64_t>>(), py::arg("dir"),
