@@ -305,6 +305,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
           fail_input(rollout + ": expected (layers, B, T, T), got " + shape_text(h.shape));
         v.maps.push_back(read_map_set(rollout, "rollout", options,
                                       {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}));
+        v.maps.back().head_axis = false;  // the heads' mean, as the page names it
       }
       const std::string flow = (fs::path(path) / "flow.npy").string();
       if (listed->count("flow.npy")) {  // (B, T, T): one map to the last layer
@@ -314,6 +315,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
           fail_input(flow + ": expected (B, T, T), got " + shape_text(h.shape));
         v.maps.push_back(
             read_map_set(flow, "flow", options, {1, h.shape[0], 1, h.shape[1], h.shape[2]}));
+        v.maps.back().head_axis = false;
       }
       const std::string norms = (fs::path(path) / "attention_norms.npy").string();
       if (listed->count("attention_norms.npy")) {
