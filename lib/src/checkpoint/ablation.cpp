@@ -81,10 +81,8 @@ class Probe {
               out[b] = double(row[o_.target]) - double(row[o_.foil]);
               continue;
             }
-            double top = row[0], sum = 0;
-            for (std::size_t v = 0; v < V; ++v) top = std::max(top, double(row[v]));
-            for (std::size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
-            const double lse = top + std::log(sum);
+            const Softmax sm = softmax_of(row, V);
+            const double lse = sm.top + std::log(sm.sum);
             double kl = 0;
             for (std::size_t v = 0; v < V; ++v) {
               const double lp = double(row[v]) - lse;

@@ -279,6 +279,13 @@ Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
   }
 }
 
+// A norm's weight w as the family scales by it: (1 + w) where norm_plus_one
+// (Gemma), added in float32 as the reference adds it.
+void plus_one(const ModelConfig& c, Tensor<float, 1>& w) {
+  if (c.norm_plus_one)
+    for (float& x : w) x += 1.0f;
+}
+
 // src (count, in) transposed into dst's columns: dst[i * ld + j] = src[j * in + i],
 // in 64 x 64 tiles.
 void transpose_into(const float* src, std::size_t count, std::size_t in, float* dst,
@@ -318,8 +325,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L) const {
             to.b->resize({width});
             for (const Piece& p : pieces(t, s, c))
               std::copy_n(stored.get() + p.from, p.count, to.b->data() + p.to);
-            if (c.norm_plus_one && t.part == Part::weight && !to.W)
-              for (float& w : *to.b) w += 1.0f;  // (1 + w), in float32 as the reference adds it
+            if (t.part == Part::weight && !to.W) plus_one(c, *to.b);
             continue;
           }
           const std::size_t in = t.layout == Layout::conv1d ? R : C;
@@ -351,8 +357,7 @@ Norm<float> Checkpoint::norm_of(Role role) const {
     Tensor<float, 1>& v = part == Part::weight ? nm.gamma : nm.beta;
     v = Tensor<float, 1>({config_.d_model});
     read(stored_name(*t, t->name), v.data());
-    if (config_.norm_plus_one && part == Part::weight)
-      for (float& w : v) w += 1.0f;
+    if (part == Part::weight) plus_one(config_, v);
   }
   return nm;
 }

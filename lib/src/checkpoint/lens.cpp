@@ -45,18 +45,21 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
   }
 }
 
-TokenScore score_token(const float* logits, std::size_t vocab, std::int32_t next) {
-  double top = logits[0];
-  for (std::size_t v = 0; v < vocab; ++v) top = std::max(top, double(logits[v]));
-  double sum = 0;
+Softmax softmax_of(const float* logits, std::size_t vocab) {
+  Softmax s;
+  s.top = logits[0];
+  for (std::size_t v = 0; v < vocab; ++v) s.top = std::max(s.top, double(logits[v]));
+  for (std::size_t v = 0; v < vocab; ++v) s.sum += std::exp(double(logits[v]) - s.top);
+  return s;
+}
+
+TokenScore score_token(const float* logits, std::size_t vocab, std::int32_t next,
+                       const Softmax& s) {
   std::int64_t above = 0;
   const float target = logits[next];
-  for (std::size_t v = 0; v < vocab; ++v) {
-    sum += std::exp(double(logits[v]) - top);
-    // ties broken by id, as the top-k lists order them
+  for (std::size_t v = 0; v < vocab; ++v)  // ties broken by id, as the top-k lists order them
     above += logits[v] > target || (logits[v] == target && v < static_cast<std::size_t>(next));
-  }
-  return {double(target) - top - std::log(sum), above};
+  return {s.log_p(target), above};
 }
 
 TokenLoss token_loss(const Checkpoint& model, const float* output, const std::int32_t* ids,
@@ -72,7 +75,8 @@ TokenLoss token_loss(const Checkpoint& model, const float* output, const std::in
         for (std::size_t i = 0; i < n; ++i) {
           const std::size_t r = r0 + i, b = r / T, t = r % T;
           if (t + 1 >= lengths[b]) continue;
-          const double loss = -score_token(logits + i * V, V, ids[b * T + t + 1]).log_p;
+          const float* z = logits + i * V;
+          const double loss = -score_token(z, V, ids[b * T + t + 1], softmax_of(z, V)).log_p;
           out.loss[r] = loss;
           sum += loss;
           ++out.tokens;
@@ -111,10 +115,7 @@ LogitLens logit_lens(const Checkpoint& model, const float* hidden_states, std::s
             const std::size_t r = r0 + i, b = r / T, t = r % T, at = s * rows + r;
             if (t >= lengths[b]) continue;
             const float* z = logits + i * V;
-            double top = z[0];
-            for (std::size_t v = 0; v < V; ++v) top = std::max(top, double(z[v]));
-            double sum = 0;
-            for (std::size_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - top);
+            const Softmax sm = softmax_of(z, V);
             for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
             std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k),
                               order.end(), [&](std::int32_t x, std::int32_t y) {
@@ -122,10 +123,10 @@ LogitLens logit_lens(const Checkpoint& model, const float* hidden_states, std::s
                               });
             for (std::size_t j = 0; j < k; ++j) {
               out.top_ids[at * k + j] = order[j];
-              out.top_p[at * k + j] = static_cast<float>(std::exp(double(z[order[j]]) - top) / sum);
+              out.top_p[at * k + j] = static_cast<float>(sm.p(z[order[j]]));
             }
             if (t + 1 < lengths[b]) {
-              const TokenScore next = score_token(z, V, ids[b * T + t + 1]);
+              const TokenScore next = score_token(z, V, ids[b * T + t + 1], sm);
               out.p_next[at] = static_cast<float>(std::exp(next.log_p));
               out.rank_next[at] = next.rank;
             }

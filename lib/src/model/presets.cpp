@@ -83,20 +83,41 @@ ModelConfig numerics(const Family& f, const nlohmann::json* file) {
 
 // config.json beside `weights_path`, unless its model_type belongs to
 // another family (one without model_type is taken as the family's).
-std::optional<nlohmann::json> beside(const Family& family, const std::string& weights_path) {
-  const std::filesystem::path file =
-      std::filesystem::path(weights_path).parent_path() / "config.json";
+std::string config_path(const std::string& weights_path) {
+  return (std::filesystem::path(weights_path).parent_path() / "config.json").string();
+}
+
+// The config.json object beside the weights, if there is one.
+std::optional<nlohmann::json> config_beside(const std::string& weights_path) {
+  const std::string file = config_path(weights_path);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
-  nlohmann::json j = read_json_file(file.string(), json_kind::model_config);
+  nlohmann::json j = read_json_file(file, json_kind::model_config);
   if (!j.is_object()) return std::nullopt;
+  return j;
+}
+
+// A whole config.json read as `mha run --model` reads it; none for a partial one.
+std::optional<ModelConfig> complete_config(const nlohmann::json& j,
+                                           const std::string& weights_path) {
+  try {
+    return parse_model_config(j.dump(), config_path(weights_path));
+  } catch (const Error&) {
+    return std::nullopt;  // a partial config.json: apply_preset_settings reads what it gives
+  }
+}
+
+std::optional<nlohmann::json> beside(const Family& family, const std::string& weights_path) {
+  std::optional<nlohmann::json> found = config_beside(weights_path);
+  if (!found) return std::nullopt;
+  nlohmann::json& j = *found;
   if (!j.contains("model_type")) {
     j["model_type"] = family.model_types.front();
     return j;
   }
   if (!j["model_type"].is_string() || find_family(j["model_type"].get<std::string>()) != &family)
     return std::nullopt;
-  return j;
+  return found;
 }
 
 ModelConfig family_defaults(const Family& f) {
@@ -187,13 +208,9 @@ const Family* detect_preset(const Arrays& a) {
 const Family* preset_for(const std::vector<std::string>& names, const std::string& weights_path) {
   const Family* named = detect_preset(names);
   if (!named) return nullptr;
-  const std::filesystem::path file =
-      std::filesystem::path(weights_path).parent_path() / "config.json";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) return named;
-  const nlohmann::json j = read_json_file(file.string(), json_kind::model_config);
-  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return named;
-  const Family* f = find_family(j["model_type"].get<std::string>());
+  const std::optional<nlohmann::json> j = config_beside(weights_path);
+  if (!j || !j->contains("model_type") || !(*j)["model_type"].is_string()) return named;
+  const Family* f = find_family((*j)["model_type"].get<std::string>());
   const TensorSpec* q = f ? query_spec(*f) : nullptr;
   return q && has_name(names, in_layer(*q)) ? f : named;
 }
@@ -259,13 +276,7 @@ Arrays select_layer(const Arrays& a, const Family* preset, std::optional<std::in
 std::optional<ModelConfig> preset_model_config(const Family& family,
                                                const std::string& weights_path) {
   const std::optional<nlohmann::json> j = beside(family, weights_path);
-  if (!j) return std::nullopt;
-  try {
-    return parse_model_config(
-        j->dump(), (std::filesystem::path(weights_path).parent_path() / "config.json").string());
-  } catch (const Error&) {
-    return std::nullopt;  // a partial config.json: apply_preset_settings reads what it gives
-  }
+  return j ? complete_config(*j, weights_path) : std::nullopt;
 }
 
 NativeWeights preset_to_native(const Arrays& a, const Family& preset, const ModelConfig* sizes,
@@ -385,7 +396,7 @@ NativeWeights preset_layer_to_native(const Arrays& a, const Family& preset,
 void apply_preset_settings(Config& c, const Family& preset, const std::string& weights_path) {
   const std::optional<nlohmann::json> file = beside(preset, weights_path);
   const ModelConfig m = numerics(preset, file ? &*file : nullptr);
-  const bool complete = preset_model_config(preset, weights_path).has_value();
+  const bool complete = file && complete_config(*file, weights_path).has_value();
   const std::size_t l =
       static_cast<std::size_t>(std::max<std::int64_t>(0, c.layer_index.value_or(0)));
   auto given = [&](std::initializer_list<const char*> keys) {

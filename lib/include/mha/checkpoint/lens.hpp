@@ -5,6 +5,7 @@
 // docs/analyses.md gives the formulas and conventions.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,13 +23,23 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
                const std::function<void(std::size_t r0, std::size_t n, const float* logits)>& fn,
                int threads);
 
+// softmax(logits)'s normaliser over `vocab` entries, in double: the largest
+// logit and the sum of exp(logit - top). One pass over the vocabulary serves
+// every probability of the row.
+struct Softmax {
+  double top = 0, sum = 0;
+  double p(float z) const { return std::exp(double(z) - top) / sum; }
+  double log_p(float z) const { return double(z) - top - std::log(sum); }
+};
+Softmax softmax_of(const float* logits, std::size_t vocab);
+
 // The next token's log-probability and rank (0 = the most likely) under
-// logits (vocab entries), in double: log_softmax(logits)[next].
+// logits (vocab entries) whose softmax is `s`: log_softmax(logits)[next].
 struct TokenScore {
   double log_p = 0;
   std::int64_t rank = 0;
 };
-TokenScore score_token(const float* logits, std::size_t vocab, std::int32_t next);
+TokenScore score_token(const float* logits, std::size_t vocab, std::int32_t next, const Softmax& s);
 
 // Per-token loss of a batch from the model's final hidden states `output`
 // (B, T, d_model): loss (B, T) = -log p(ids[b, t + 1]) for t < lengths[b] - 1,
