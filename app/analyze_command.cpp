@@ -2,12 +2,16 @@
 
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include "mha/model/memory.hpp"
+#include "mha/base/error.hpp"
+#include "mha/model/config.hpp"
 #include "mha/run/analyze.hpp"
+#include "mha/run/model_job.hpp"
 #include "model_command.hpp"
 #include "progress.hpp"
 
@@ -28,9 +32,12 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       "  mha analyze --model models/gpt2 --method patching --clean \"The Eiffel Tower is in\" "
       "--corrupt \"The Colosseum is in\" --target \" Paris\" --foil \" Rome\"\n"
       "docs/analyses.md gives each method's formula, outputs and conventions.");
+  args.command = a;
   a->add_option("--model", args.model, "a checkpoint directory (docs/models.md)")
-      ->required()
       ->type_name("DIR");
+  a->add_option("--config,-c", args.config_file,
+                "a JSON file of these options, as a sweep's runs are written (docs/sweeps.md)")
+      ->type_name("FILE");
   a->add_option("--method", args.methods,
                 "loss, logit_lens, rollout, norms, detectors, ablation, patching or corpus "
                 "(repeatable)")
@@ -68,8 +75,54 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_flag("--json", args.json, "print run.json on stdout");
 }
 
+namespace {
+
+// The analysis run and logged (summary lines on stdout, run.json with
+// `print_json`), with a progress bar over a corpus.
+int run_analysis(AnalyzeConfig& config, bool print_json);
+
+// --config FILE: the analysis a model job file describes; of the other
+// options only --out_dir, --threads and --max_memory (which do not change
+// results) and --json are taken.
+AnalyzeConfig analysis_of_file(const AnalyzeArgs& args) {
+  std::string flags;
+  const std::set<std::string> taken = {"--config", "--json", "--out_dir", "--threads",
+                                       "--max_memory", "--verbose", "--quiet", "--help"};
+  for (const CLI::Option* opt : args.command->get_options())
+    if (opt->count() && !taken.count(opt->get_name()))
+      flags += (flags.empty() ? "" : ", ") + opt->get_name();
+  if (!flags.empty())
+    throw Error(ErrorKind::invalid_input,
+                "--config " + args.config_file +
+                    ": the file gives the analysis's options; expected no other flag than "
+                    "--out_dir, --threads, --max_memory and --json (got " +
+                    flags + ")");
+  nlohmann::json file = read_config_file(args.config_file);
+  const auto given = [&](const char* name) { return args.command->count(name) > 0; };
+  if (file.is_object()) {
+    if (given("--out_dir")) file["out_dir"] = args.out_dir;
+    if (given("--threads")) file["threads"] = args.threads;
+    if (given("--max_memory")) file["max_memory"] = args.max_memory;
+  }
+  const ModelJob job = model_job_from_json(file, args.config_file);
+  if (!std::holds_alternative<AnalyzeConfig>(job))
+    throw Error(ErrorKind::invalid_input,
+                args.config_file +
+                    ": holds a model run without \"method\"; run it with `mha run --config " +
+                    args.config_file + "`, or give \"method\"");
+  return std::get<AnalyzeConfig>(job);
+}
+
+}  // namespace
+
 int do_analyze(const AnalyzeArgs& args) {
-  std::size_t shown = 0;  // corpus texts the bar has counted
+  if (!args.config_file.empty()) {
+    AnalyzeConfig c = analysis_of_file(args);
+    return run_analysis(c, args.json);
+  }
+  if (args.model.empty())
+    throw Error(ErrorKind::invalid_input,
+                "--model: expected a checkpoint directory (or --config FILE)");
   AnalyzeConfig c;
   c.model = args.model;
   c.texts = args.texts;
@@ -89,6 +142,13 @@ int do_analyze(const AnalyzeArgs& args) {
   c.corrupt = args.corrupt;
   c.texts_file = args.texts_file;
   c.batch = args.batch;
+  return run_analysis(c, args.json);
+}
+
+namespace {
+
+int run_analysis(AnalyzeConfig& c, bool print_json) {
+  std::size_t shown = 0;  // corpus texts the bar has counted
   std::unique_ptr<Progress> bar;
   if (c.texts_file)
     c.progress = [&](std::size_t done, std::size_t total) {
@@ -99,8 +159,10 @@ int do_analyze(const AnalyzeArgs& args) {
   if (bar) bar->done();
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", c.out_dir, f);
   for (const std::string& line : r.summary) std::cout << line << "\n";
-  if (args.json) std::cout << r.run.dump(2) << std::endl;
+  if (print_json) std::cout << r.run.dump(2) << std::endl;
   return 0;
 }
+
+}  // namespace
 
 }  // namespace mha::cli

@@ -14,6 +14,8 @@ class App;
 namespace mha::cli {
 
 struct AnalyzeArgs {
+  CLI::App* command = nullptr;  // to tell which options were given
+  std::string config_file;
   std::string model, tokens, out_dir = "out", max_memory, ablation = "zero", metric;
   std::vector<std::string> texts, methods;
   std::optional<std::string> layers, heads, target, foil, clean, corrupt, texts_file;

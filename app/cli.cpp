@@ -33,6 +33,7 @@
 #include "mha/model/config.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/run/bench.hpp"
+#include "mha/run/model_job.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"
 #include "model_command.hpp"
@@ -455,7 +456,46 @@ void setup_logging(int verbosity) {
   spdlog::set_default_logger(logger);
 }
 
+// `mha run --config FILE` where FILE holds a model job (run/model_job.hpp):
+// the file gives the run; of the flags, only --out_dir, --threads and
+// --max_memory (which do not change results) and --json are taken.
+int do_model_job_run(const RunArgs& args, nlohmann::json file) {
+  std::string flags;
+  Config overrides;
+  for (const auto& [name, opt] : args.keys) {
+    if (!opt->count()) continue;
+    if (name != "out_dir" && name != "threads" && name != "max_memory") {
+      flags += (flags.empty() ? "--" : ", --") + name;
+      continue;
+    }
+    overrides.apply_flag(name, opt->results().empty() ? std::string() : opt->results().front());
+    const nlohmann::json given = overrides.to_json()[name];
+    file[name] = given;
+  }
+  const ModelArgs& m = args.model;
+  if (!m.model.empty() || !m.texts.empty() || !m.tokens.empty() || m.layers || m.heads ||
+      args.html || !flags.empty())
+    throw Error(ErrorKind::invalid_input,
+                args.config_file +
+                    ": holds a model run (\"model\"), which gives its options; expected no other "
+                    "flag than --out_dir, --threads, --max_memory and --json" +
+                    (flags.empty() ? std::string(" (got --model, --text, --tokens or --html)")
+                                   : " (got " + flags + ")"));
+  const ModelJob job = model_job_from_json(file, args.config_file);
+  if (std::holds_alternative<AnalyzeConfig>(job))
+    throw Error(ErrorKind::invalid_input,
+                args.config_file + ": holds an analysis (\"method\"); run it with `mha analyze "
+                                   "--config " +
+                    args.config_file + "`");
+  use_one_run_heap();
+  return run_model_job(std::get<ModelRunConfig>(job), args.print_json);
+}
+
 int do_run(const RunArgs& args) {
+  if (!args.config_file.empty()) {
+    const nlohmann::json file = read_config_file(args.config_file);
+    if (file.is_object() && file.contains("model")) return do_model_job_run(args, file);
+  }
   Config config = build_config(args);
   if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty()) {
     // A model run frees each layer's buffers and allocates the next layer's of the same

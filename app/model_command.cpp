@@ -80,6 +80,10 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.top_k = args.top_k;
   if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
   if (args.heads) mc.heads = index_list(*args.heads, "head_indices");
+  return run_model_job(mc, print_json);
+}
+
+int run_model_job(const ModelRunConfig& mc, bool print_json) {
   const ModelRunReport r = run_model(mc);
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", mc.out_dir, f);
   spdlog::info(

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/model/config.hpp"
+#include "mha/run/model_run.hpp"
 
 namespace mha::cli {
 
@@ -33,5 +34,8 @@ std::vector<std::int64_t> index_list(const std::string& text, const char* option
 // written), 1 anything else.
 int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
                  bool print_json);
+// The run itself, logged as `mha run --model` logs it (also for `mha run
+// --config FILE` with a model job, run/model_job.hpp).
+int run_model_job(const ModelRunConfig& config, bool print_json);
 
 }  // namespace mha::cli

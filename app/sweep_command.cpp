@@ -379,21 +379,24 @@ class Runner {
                   {"shard", shard_.str()}};
     const std::string results = shard_results_path(sweep_, shard_);
     std::string error;
-    std::optional<RunReport> report;
+    std::optional<nlohmann::ordered_json> row;
     if (signal) {
       error = std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) +
               ")";
     } else if (code != 0) {
       error = last_error(child.log);
-    } else if (!(report = complete_run(run))) {
+    } else if (!(row = complete_row(sweep_, run, extra))) {
       code = 1;
       error = run.dir + "/run.json is missing or incomplete after the run exited 0";
     }
     if (error.empty()) {
-      append_row(results, result_row(sweep_, run, *report, extra));
-      progress_.finished(
-          run.name, true,
-          fmt::format("ok in {:.2f} s, {:.1f} GFLOP/s", wall_ms / 1000, report->gflops_per_s));
+      append_row(results, *row);
+      std::string done = fmt::format("ok in {:.2f} s", wall_ms / 1000);
+      if (row->contains("gflops_per_s") && (*row)["gflops_per_s"].is_number())
+        done += fmt::format(", {:.1f} GFLOP/s", (*row)["gflops_per_s"].get<double>());
+      if (row->contains("perplexity") && (*row)["perplexity"].is_number())
+        done += fmt::format(", perplexity {:.3f}", (*row)["perplexity"].get<double>());
+      progress_.finished(run.name, true, done);
       return true;
     }
     append_row(results, failed_row(sweep_, run, code, error, extra));
@@ -422,7 +425,7 @@ void print_dry_run(const Sweep& sweep, const Shard& shard) {
     const bool mine = shard.contains(run.index);
     std::string status = run.invalid            ? "invalid: " + *run.invalid
                          : !mine                ? "valid (another shard)"
-                         : run_is_complete(run) ? "valid, done (--resume skips it)"
+                         : run_is_complete(sweep, run) ? "valid, done (--resume skips it)"
                                                 : "valid";
     std::cout << fmt::format("{:>6}  {:<{}}  {:<5}  {}\n", run.index, run.name, width,
                              mine ? "yes" : "-", status);
@@ -465,7 +468,10 @@ int do_sweep_worker() {
     }
     int code = 1;
     try {
-      code = mha::cli::main({"run", "--config", config});
+      // A model job with "method" is an analysis; any other config, a run.
+      const nlohmann::json job = read_config_file(config);
+      const bool analysis = job.is_object() && job.contains("model") && job.contains("method");
+      code = mha::cli::main({analysis ? "analyze" : "run", "--config", config});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mha: error: %s\n", e.what());
       code = 1;
@@ -622,7 +628,7 @@ ShardRuns shard_runs(const SweepArgs& args, const Sweep& sweep, const Shard& sha
       fail_input(args.file + ": run " + run.name + ": threads = " + t.dump() + " with --jobs " +
                  std::to_string(args.jobs) + " needs more than the " + std::to_string(cores) +
                  " core(s) available; expected jobs x threads <= cores");
-    if (args.resume && run_is_complete(run)) {
+    if (args.resume && run_is_complete(sweep, run)) {
       ++r.skipped;
       continue;
     }

@@ -242,7 +242,7 @@ TEST_CASE("sweep run_is_complete: a finished run.json of the same config") {
   Sweep s = parse_sweep(R"({"base": {"d_model": 8, "seq_len": 3}, "grid": {"h": [2]}})",
                         dir / "s.json", dir / "out");
   const auto& run = s.runs[0];
-  CHECK_FALSE(mha::run_is_complete(run));  // nothing there
+  CHECK_FALSE(mha::run_is_complete(s, run));  // nothing there
   std::filesystem::create_directories(run.dir);
   // The report of that config, run with other threads and out_dir.
   mha::RunReport report;
@@ -257,23 +257,23 @@ TEST_CASE("sweep run_is_complete: a finished run.json of the same config") {
   report.sources["query"] = mha::Source::drawn("uniform[0,1)", 0);
   auto write = [&](const json& j) { write_file(run.dir + "/run.json", j.dump()); };
   write(mha::to_json(report));
-  CHECK(mha::run_is_complete(run));  // threads and out_dir may differ
+  CHECK(mha::run_is_complete(s, run));  // threads and out_dir may differ
   REQUIRE(mha::complete_run(run));
   CHECK(mha::complete_run(run)->threads == 7);
   report.config.seed = 1;
   write(mha::to_json(report));
-  CHECK_FALSE(mha::run_is_complete(run));  // another seed: another result
+  CHECK_FALSE(mha::run_is_complete(s, run));  // another seed: another result
   report.config.seed = 0;
   json running = mha::to_json(report);
   running["status"] = "running";
   write(running);
-  CHECK_FALSE(mha::run_is_complete(run));
+  CHECK_FALSE(mha::run_is_complete(s, run));
   write_file(run.dir + "/run.json", mha::to_json(report).dump().substr(0, 20));  // cut short
-  CHECK_FALSE(mha::run_is_complete(run));
+  CHECK_FALSE(mha::run_is_complete(s, run));
   json partial = mha::to_json(report);
   partial.erase("timings_ms");  // not a run.json mha writes
   write(partial);
-  CHECK_FALSE(mha::run_is_complete(run));
+  CHECK_FALSE(mha::run_is_complete(s, run));
 }
 
 TEST_CASE("sweep result rows and CSV") {

@@ -44,7 +44,11 @@
       const g = group ? group + '=' + (group in r ? text(r[group]) : '?') : '';
       const yv = r[y];
       if (range && range.value in r) add(g || y, xv, r[range.value], r[range.lo], r[range.hi]);
-      else if (Array.isArray(yv)) yv.forEach((v, i) => add((g ? g + ' · ' : '') + 'head ' + i, xv, v));
+      else if (Array.isArray(yv)) {
+        // One line per head, or per layer for a *_per_layer column (as sweep_view.cpp).
+        const per = y.endsWith('_per_layer') ? 'layer ' : 'head ';
+        yv.forEach((v, i) => add((g ? g + ' · ' : '') + per + i, xv, v));
+      }
       else if (typeof yv === 'boolean') add(g || y, xv, yv ? 1 : 0);
       else if (typeof yv === 'number') add(g || y, xv, yv);
     }

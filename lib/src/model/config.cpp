@@ -665,20 +665,26 @@ const std::vector<ConfigKey>& config_keys() {
   return kKeys;
 }
 
-std::string nearest_key(const std::string& name) {
+std::string nearest_key(const std::string& name, const std::vector<std::string>& names) {
   std::string normalized = name;
   std::replace(normalized.begin(), normalized.end(), '-', '_');
   std::string best;
   std::size_t best_distance = std::numeric_limits<std::size_t>::max();
-  for (const auto& k : kKeys) {
-    std::size_t d = edit_distance(normalized, k.name);
+  for (const auto& k : names) {
+    std::size_t d = edit_distance(normalized, k);
     if (d < best_distance) {
       best_distance = d;
-      best = k.name;
+      best = k;
     }
   }
   // Suggest only plausible typos: a third of the name may differ.
   return best_distance <= std::max<std::size_t>(2, best.size() / 3) ? best : "";
+}
+
+std::string nearest_key(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& k : kKeys) names.push_back(k.name);
+  return nearest_key(name, names);
 }
 
 const char* to_string(LayerKind k) {

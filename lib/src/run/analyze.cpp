@@ -21,6 +21,7 @@
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
+#include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 
 namespace mha {
@@ -194,7 +195,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
   const Metric metric = metric_of(config.metric, config.target, config.foil);
   check_out_dir(config.out_dir, config.model);
-  const DirLock lock(config.out_dir, kOutDirLock);
+  std::optional<DirLock> lock;
+  if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
   const Model whole(config.model);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
@@ -242,6 +244,27 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (need > max_memory)
     fail_input(config.model + ": the analysis needs about " + format_bytes(need) +
                ", over max_memory " + format_bytes(max_memory));
+  // The corpus: every text's length first (the statistics' maps are as wide as the longest).
+  const std::size_t N = corpus_texts.size(), per = static_cast<std::size_t>(config.batch);
+  std::size_t corpus_T = 1, corpus_tokens = 0;
+  std::uint64_t corpus_need = 0;
+  if (corpus) {
+    for (std::size_t i = 0; i < N; i += per) {
+      const std::vector<std::string> part(
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(i),
+          corpus_texts.begin() + static_cast<std::ptrdiff_t>(std::min(N, i + per)));
+      const ModelInput b = whole.encode(part);
+      corpus_T = std::max(corpus_T, b.T);
+      for (std::size_t n : b.lengths) corpus_tokens += n;
+    }
+    corpus_need = forward_memory(c, model.layer_float32_bytes(), per, corpus_T, threads) +
+                  bytes_of({per, h, corpus_T, corpus_T}) * 2 + bytes_of({corpus_T, corpus_T});
+    if (corpus_need > max_memory)
+      fail_input(*config.texts_file + ": a batch of " + std::to_string(per) + " texts of up to " +
+                 std::to_string(corpus_T) + " tokens needs about " + format_bytes(corpus_need) +
+                 ", over max_memory " + format_bytes(max_memory) + "; lower --batch");
+  }
+  if (config.check_only) return {};
   const std::uint64_t layers_bytes = model.layer_float32_bytes() * L;
   std::vector<TransformerLayer<float>> resident;
   const bool interventions = wants(config, "ablation") || patching;
@@ -355,12 +378,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       add("logit_lens_top_p.npy", {S, B, T, lens.k}, "the k most likely tokens' probabilities");
       add("logit_lens_top_ids.npy", {S, B, T, lens.k}, "their ids (int32)");
       add("logit_lens.json", {S, B, T, lens.k}, "their token strings, rows cut at each length");
-      double agree = 0;  // the last state's rank of the actual next token 0: how often
+      // How often each state ranks the actual next token first.
+      std::vector<double> agree(S, 0.0);
       std::size_t n = 0;
       for (std::size_t b = 0; b < B; ++b)
         for (std::size_t t = 0; t + 1 < in.lengths[b]; ++t, ++n)
-          agree += lens.rank_next[(L * B + b) * T + t] == 0;
-      summary["logit_lens"] = {{"top1_accuracy_last_state", n ? agree / double(n) : 0.0}};
+          for (std::size_t st = 0; st < S; ++st)
+            agree[st] += lens.rank_next[(st * B + b) * T + t] == 0;
+      for (double& a : agree) a = n ? a / double(n) : 0.0;
+      summary["logit_lens"] = {{"top1_accuracy_last_state", agree[L]},
+                               {"top1_accuracy_per_state", agree}};
     }
     if (wants(config, "flow")) {
       out.stage_npy("flow.npy", ma.flow.data(), {B, T, T});
@@ -429,32 +456,14 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                            {"ms", ms_since(t0)}};
   }
   if (corpus) {
-    // Every text's length first (the statistics' maps are as wide as the longest).
-    const std::size_t N = corpus_texts.size(), per = static_cast<std::size_t>(config.batch);
-    std::size_t S = 1, tokens = 0;
-    for (std::size_t i = 0; i < N; i += per) {
-      const std::vector<std::string> part(
-          corpus_texts.begin() + static_cast<std::ptrdiff_t>(i),
-          corpus_texts.begin() + static_cast<std::ptrdiff_t>(std::min(N, i + per)));
-      const ModelInput b = whole.encode(part);
-      S = std::max(S, b.T);
-      for (std::size_t n : b.lengths) tokens += n;
-    }
-    const std::uint64_t corpus_need =
-        forward_memory(c, model.layer_float32_bytes(), per, S, threads) +
-        bytes_of({per, h, S, S}) * 2 + bytes_of({S, S});
-    if (corpus_need > max_memory)
-      fail_input(*config.texts_file + ": a batch of " + std::to_string(per) + " texts of up to " +
-                 std::to_string(S) + " tokens needs about " + format_bytes(corpus_need) +
-                 ", over max_memory " + format_bytes(max_memory) + "; lower --batch");
     // Many passes: every layer's weights read once when they fit beside a batch.
     std::vector<TransformerLayer<float>> corpus_layers;
     if (corpus_need + layers_bytes <= max_memory) corpus_layers = read_layers(model);
     std::vector<std::unique_ptr<AttentionStats>> stats;
-    for (std::size_t l = 0; l < L; ++l) stats.push_back(std::make_unique<AttentionStats>(h, S, S));
+    for (std::size_t l = 0; l < L; ++l) stats.push_back(std::make_unique<AttentionStats>(h, corpus_T, corpus_T));
     const auto& dets = all_detectors();
     std::vector<double> det_sum(dets.size() * L * h, 0.0);
-    std::vector<float> padded(S * S, 0.0f);
+    std::vector<float> padded(corpus_T * corpus_T, 0.0f);
     std::vector<std::size_t> all_layers(L), all_heads(h);
     for (std::size_t i = 0; i < L; ++i) all_layers[i] = i;
     for (std::size_t i = 0; i < h; ++i) all_heads[i] = i;
@@ -471,8 +480,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       mo.heads = all_heads;
       mo.threads = threads;
       mo.maps_sink = [&](std::size_t l, std::size_t row, std::size_t head, const float* A) {
-        const std::size_t n = b.lengths[row];  // its real query rows, keys zero-padded to S
-        for (std::size_t t = 0; t < n; ++t) std::copy_n(A + t * b.T, b.T, padded.data() + t * S);
+        const std::size_t n = b.lengths[row];  // its real query rows, keys zero-padded to corpus_T
+        for (std::size_t t = 0; t < n; ++t) std::copy_n(A + t * b.T, b.T, padded.data() + t * corpus_T);
         stats[l]->add_rows(head, 0, n, padded.data());
       };
       const MapAnalysisResult r = analyze_maps(model, b.ids.data(), b.B, b.T, b.lengths, mo);
@@ -507,6 +516,15 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         }
         csv += "\n";
       }
+    json per_layer = json::object();  // each statistic's mean over a layer's heads
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      std::vector<double> means(L, 0.0);
+      for (std::size_t l = 0; l < L; ++l) {
+        for (std::size_t head = 0; head < h; ++head) means[l] += heads_out[(k * L + l) * h + head];
+        means[l] /= double(h);
+      }
+      per_layer[names[k]] = means;
+    }
     out.stage_npy("corpus_heads.npy", heads_out.data(), {names.size(), L, h});
     out.stage_bytes("corpus_heads.csv", csv);
     add("corpus_heads.npy", {names.size(), L, h},
@@ -516,9 +534,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         "summary.corpus.statistics");
     add("corpus_heads.csv", {L * h, names.size() + 2}, "the same, a row per head");
     summary["corpus"] = {{"file", *config.texts_file}, {"texts", N},
-                         {"tokens", tokens},           {"batch", per},
-                         {"statistics", names},        {"ms", ms_since(t0)}};
-    report.summary.push_back("corpus: " + std::to_string(N) + " texts, " + std::to_string(tokens) +
+                         {"tokens", corpus_tokens},           {"batch", per},
+                         {"statistics", names},        {"per_layer", per_layer},
+                         {"ms", ms_since(t0)}};
+    report.summary.push_back("corpus: " + std::to_string(N) + " texts, " + std::to_string(corpus_tokens) +
                              " tokens, " + std::to_string(ms_since(t0)) + " ms");
   }
   if (others) {
@@ -546,6 +565,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                   {"head_dim", c.head_dim},
                   {"vocab_size", c.vocab_size}};
   run["methods"] = config.methods;
+  run["config"] = to_json(config);
   run["input"] = {{"batch", B}, {"seq_len", in.T}, {"lengths", in.lengths}};
   if (patching) run["patching"] = {{"clean", clean_in.ids}, {"corrupt", corrupt_in.ids}};
   run["layers"] = call.map_layers;

@@ -279,10 +279,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
   check_out_dir(config.out_dir, config.model);
   // Before anything is read: a second process on this out_dir stops here.
-  const DirLock lock(config.out_dir, kOutDirLock);
+  std::optional<DirLock> lock;
+  if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
   const Model whole(config.model);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
+  report.config = config;
   report.model = c;
   report.dir = config.model;
   report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
@@ -300,6 +302,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
+  if (config.check_only) return report;
   report.files.push_back(file_record(config.model + "/config.json"));
   if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
   for (const std::string& f : model.weight_files())

@@ -1,5 +1,6 @@
 #include "mha/run/run_json.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/run/model_job.hpp"
 
 #include <array>
 #include <cmath>
@@ -507,6 +508,72 @@ ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport
   return row;
 }
 
+ordered_json model_result_row(const Sweep& sweep, const SweepRun& run, const json& run_json,
+                              const json& extra) {
+  ordered_json row;
+  row["schema_version"] = kResultsSchemaVersion;
+  row["index"] = run.index;
+  row["name"] = run.name;
+  row["status"] = "ok";
+  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  const auto copy = [&](const json& from, const char* key, const std::string& as) {
+    if (from.is_object() && from.contains(key) && !from[key].is_null()) row[as] = from[key];
+  };
+  const json none = json::object();
+  const auto object = [&](const json& from, const char* key) -> const json& {
+    return from.is_object() && from.contains(key) && from[key].is_object() ? from[key] : none;
+  };
+  copy(run_json, "mode", "mode");
+  const json& model = object(run_json, "model");
+  for (const char* key : {"model_type", "num_layers", "d_model", "h", "head_dim", "vocab_size"})
+    copy(model, key, key);
+  const json& input = object(run_json, "input");
+  copy(input, "batch", "batch");
+  copy(input, "seq_len", "seq_len");
+  if (input.contains("lengths") && input["lengths"].is_array()) {
+    std::uint64_t tokens = 0;
+    for (const json& n : input["lengths"])
+      if (n.is_number_unsigned()) tokens += n.get<std::uint64_t>();
+    row["tokens"] = tokens;
+  }
+  copy(run_json, "threads", "threads");
+  // A model run's timings, or an analysis's total and each method's.
+  const json& timings = object(run_json, "timings");
+  copy(timings, "read_weights_ms", "read_weights_ms");
+  copy(timings, "forward_ms", "forward_ms");
+  copy(timings, "total_ms", "total_ms");
+  copy(run_json, "total_ms", "total_ms");
+  if (run_json.contains("top_k") && run_json["top_k"].is_array() && !run_json["top_k"].empty() &&
+      run_json["top_k"][0].is_array() && !run_json["top_k"][0].empty()) {
+    const json& top = run_json["top_k"][0][0];  // the first row's most likely next token
+    copy(top, "token", "next_token");
+    copy(top, "p", "next_token_p");
+  }
+  const json& summary = object(run_json, "summary");
+  const json& loss = object(summary, "loss");
+  copy(loss, "mean", "loss");
+  copy(loss, "perplexity", "perplexity");
+  const json& lens = object(summary, "logit_lens");
+  copy(lens, "top1_accuracy_last_state", "logit_lens_top1");
+  copy(lens, "top1_accuracy_per_state", "logit_lens_top1_per_layer");
+  const json& ablation = object(summary, "ablation");
+  copy(ablation, "clean", "ablation_clean");
+  copy(ablation, "ms", "ablation_ms");
+  const json& patching = object(summary, "patching");
+  copy(patching, "clean", "patching_clean");
+  copy(patching, "corrupt", "patching_corrupt");
+  copy(patching, "ms", "patching_ms");
+  const json& corpus = object(summary, "corpus");
+  copy(corpus, "texts", "corpus_texts");
+  copy(corpus, "tokens", "corpus_tokens");
+  copy(corpus, "ms", "corpus_ms");
+  for (const auto& [stat, values] : object(corpus, "per_layer").items())
+    row["corpus_" + stat + "_per_layer"] = values;
+  row["run_dir"] = run.dir;
+  add_extra(row, extra);
+  return row;
+}
+
 ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
                         const std::string& error, const json& extra) {
   ordered_json row;
@@ -577,6 +644,7 @@ json to_json(const ModelRunReport& r) {
   json j;
   j["mode"] = "model";
   j["version"] = MHA_VERSION;
+  j["config"] = to_json(r.config);
   j["model"] = {{"dir", r.dir},
                 {"model_type", c.model_type},
                 {"num_layers", c.num_layers},

@@ -23,6 +23,7 @@
 #include "mha/model/memory.hpp"
 #include "mha/model/weight_formats.hpp"
 #include "mha/model/weights.hpp"
+#include "mha/run/model_job.hpp"
 #include "mha/run/plan.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -45,18 +46,43 @@ bool is_config_key(const std::string& key) {
   return std::any_of(keys.begin(), keys.end(), [&](const ConfigKey& k) { return key == k.name; });
 }
 
-std::string suggestion(const std::string& key) {
-  const std::string hint = nearest_key(key);
+// Whether `key` may be given to a run of the sweep: a model job's keys when
+// it sweeps models, else a run config's.
+bool is_run_key(const std::string& key, bool models) {
+  return models ? is_model_job_key(key) : is_config_key(key);
+}
+
+std::string suggestion(const std::string& key, bool models) {
+  const std::string hint = models ? nearest_key(key, model_job_keys()) : nearest_key(key);
   return hint.empty() ? "" : " (did you mean '" + hint + "'?)";
 }
 
-// A value as it appears in a run name: strings bare, numbers as JSON writes
-// them, lists joined with ','.
-std::string name_part(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
+// An unknown key's message: a key of the other kind of sweep says so.
+std::string unknown_key(const std::string& key, bool models) {
+  if (models && is_config_key(key))
+    return "'" + key + "' is not a key of a model run (the model's config.json sets the layer)";
+  if (!models && is_model_job_key(key))
+    return "'" + key + "' is a key of model runs; give \"model\" in \"base\" or \"grid\"";
+  return std::string(models ? "unknown key of a model run '" : "unknown config key '") + key +
+         "'" + suggestion(key, models);
+}
+
+// Keys whose values are paths: a run name shows the last part.
+const std::set<std::string> kPathKeys = {"model", "tokens", "texts", "input", "weights"};
+
+// A value as it appears in a run name: strings bare (a path by its last
+// part), numbers as JSON writes them, lists joined with ','.
+std::string name_part(const std::string& key, const json& v) {
+  if (v.is_string()) {
+    const std::string text = v.get<std::string>();
+    if (!kPathKeys.count(key)) return text;
+    const fs::path p = fs::path(text).lexically_normal();
+    const std::string last = (p.has_filename() ? p : p.parent_path()).filename().string();
+    return last.empty() ? text : last;
+  }
   if (v.is_array()) {
     std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + name_part(x);
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + name_part(key, x);
     return s;
   }
   return v.dump();
@@ -88,22 +114,22 @@ std::vector<json> list_values(const ordered_json& v, const std::string& where) {
 }
 
 void check_swept_key(const std::string& key, const std::string& where,
-                     const std::set<std::string>& seen) {
+                     const std::set<std::string>& seen, bool models) {
   if (key == "out_dir")
     fail_input(where +
                ": 'out_dir' cannot be swept; every run gets out_dir/NAME (set the "
                "sweep's \"out_dir\" at the top level)");
-  if (!is_config_key(key))
-    fail_input(where + ": unknown config key '" + key + "'" + suggestion(key));
+  if (!is_run_key(key, models)) fail_input(where + ": " + unknown_key(key, models));
   if (seen.count(key)) fail_input(where + ": '" + key + "' is swept more than once");
 }
 
-Axis zip_group(const ordered_json& group, const std::string& where, std::set<std::string>& seen) {
+Axis zip_group(const ordered_json& group, const std::string& where, std::set<std::string>& seen,
+               bool models) {
   if (!group.is_object() || group.empty())
     fail_input(where + ": expected an object of key -> list, all lists of one length");
   Axis axis;
   for (const auto& [key, values] : group.items()) {
-    check_swept_key(key, where, seen);
+    check_swept_key(key, where, seen, models);
     seen.insert(key);
     axis.keys.push_back(key);
     axis.values.push_back(list_values(values, where + ": '" + key + "'"));
@@ -133,9 +159,9 @@ std::string fill_template(const std::string& tmpl, const SweepRun& run, const js
     if (key == "index") {
       out += std::to_string(run.index);
     } else if (run.values.contains(key)) {
-      out += name_part(run.values[key]);
+      out += name_part(key, run.values[key]);
     } else if (base.contains(key)) {
-      out += name_part(base[key]);
+      out += name_part(key, base[key]);
     } else {
       fail_input(where + ": unknown placeholder {" + key +
                  "}; expected {index} or a key of \"grid\", \"zip\" or \"base\"");
@@ -163,8 +189,19 @@ std::string csv_cell(const ordered_json& v) {
   return q + "\"";
 }
 
+// Whether "model" is given in the base, the grid or a zip group.
+bool sweeps_models(const ordered_json& file) {
+  const auto has_model = [](const ordered_json& o) { return o.is_object() && o.contains("model"); };
+  if (file.contains("base") && has_model(file["base"])) return true;
+  if (file.contains("grid") && has_model(file["grid"])) return true;
+  if (!file.contains("zip")) return false;
+  const ordered_json& zip = file["zip"];
+  if (!zip.is_array()) return has_model(zip);
+  return std::any_of(zip.begin(), zip.end(), has_model);
+}
+
 // The product's axes in file order: each grid key, then each zip group.
-std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path) {
+std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path, bool models) {
   std::vector<Axis> axes;
   std::set<std::string> seen;
   if (file.contains("grid")) {
@@ -173,7 +210,7 @@ std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path) 
       fail_input(path + ": \"grid\" must be an object of key -> list of values");
     for (const auto& [key, values] : grid.items()) {
       const std::string where = path + ": grid";
-      check_swept_key(key, where, seen);
+      check_swept_key(key, where, seen, models);
       seen.insert(key);
       axes.push_back({{key}, {list_values(values, where + ": '" + key + "'")}});
     }
@@ -182,9 +219,10 @@ std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path) 
     const auto& zip = file["zip"];
     if (zip.is_array()) {
       for (std::size_t g = 0; g < zip.size(); ++g)
-        axes.push_back(zip_group(zip[g], path + ": zip[" + std::to_string(g) + "]", seen));
+        axes.push_back(
+            zip_group(zip[g], path + ": zip[" + std::to_string(g) + "]", seen, models));
     } else {
-      axes.push_back(zip_group(zip, path + ": zip", seen));
+      axes.push_back(zip_group(zip, path + ": zip", seen, models));
     }
   }
   return axes;
@@ -236,7 +274,7 @@ void add_runs(Sweep& sweep, const std::vector<Axis>& axes, const json& base,
       name = fill_template(tmpl, run, base, path + ": name");
     } else {
       for (const auto& key : sweep.swept_keys)
-        name += (name.empty() ? "" : "_") + key + "=" + name_part(run.values[key]);
+        name += (name.empty() ? "" : "_") + key + "=" + name_part(key, run.values[key]);
       if (name.empty()) name = "run";
     }
     run.name = sanitize(name);
@@ -272,10 +310,16 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
   }
   json base = checked.value("base", json::object());
   if (!base.is_object()) fail_input(path + ": \"base\" must be an object of run config keys");
-  Config probe;  // checks the base keys and values once, up front
-  probe.apply(base, path + ": base");
+  const bool models = sweeps_models(file);
+  if (models) {
+    for (const auto& [key, value] : base.items())
+      if (!is_model_job_key(key)) fail_input(path + ": base: " + unknown_key(key, true));
+  } else {
+    Config probe;  // checks the base keys and values once, up front
+    probe.apply(base, path + ": base");
+  }
 
-  const std::vector<Axis> axes = sweep_axes(file, path);
+  const std::vector<Axis> axes = sweep_axes(file, path, models);
   std::string tmpl;
   if (file.contains("name")) {
     if (!file["name"].is_string() || file["name"].get<std::string>().empty())
@@ -284,6 +328,7 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
   }
   Sweep sweep;
   sweep.path = path;
+  sweep.models = models;
   sweep.out_dir = sweep_out_dir(file, base, path, out_dir_override);
   add_runs(sweep, axes, base, tmpl);
   return sweep;
@@ -298,10 +343,15 @@ std::size_t validate_sweep(Sweep& sweep) {
   std::size_t invalid = 0;
   for (auto& run : sweep.runs) {
     try {
-      Config c;
-      c.apply(run.config, run.name);
-      // Exactly what `mha run` checks before it computes (plan.hpp).
-      check_loadable(plan_run(c, files));
+      if (sweep.models) {
+        // Exactly what `mha run --model` or `mha analyze` checks before it computes.
+        check_model_job(model_job_from_json(run.config, run.name));
+      } else {
+        Config c;
+        c.apply(run.config, run.name);
+        // Exactly what `mha run` checks before it computes (plan.hpp).
+        check_loadable(plan_run(c, files));
+      }
       run.invalid.reset();
     } catch (const Error& e) {
       run.invalid = e.what();
@@ -395,8 +445,50 @@ std::optional<RunReport> complete_run(const SweepRun& run) {
   return report;
 }
 
-bool run_is_complete(const SweepRun& run) {
-  return complete_run(run).has_value();
+namespace {
+
+// A model job's run.json when it is complete and was made from the config
+// the sweep plans for the run; nullopt otherwise.
+std::optional<json> complete_model_run(const SweepRun& run) {
+  const fs::path file = fs::path(run.dir) / "run.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  json got, want;
+  try {
+    got = read_json_file(file.string(), json_kind::run_json);
+    want = to_json(model_job_from_json(run.config, run.name));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  // run.json is written last, so one that names its config is complete.
+  if (!got.is_object() || !got.contains("mode") || !got.contains("config") ||
+      !got["config"].is_object())
+    return std::nullopt;
+  const json& config = got["config"];
+  for (const auto& [key, value] : want.items())
+    if (!kIrrelevantKeys.count(key) && (!config.contains(key) || config[key] != value))
+      return std::nullopt;
+  for (const auto& [key, value] : config.items())
+    if (!kIrrelevantKeys.count(key) && !want.contains(key)) return std::nullopt;
+  return got;
+}
+
+}  // namespace
+
+std::optional<ordered_json> complete_row(const Sweep& sweep, const SweepRun& run,
+                                         const json& extra) {
+  if (sweep.models) {
+    if (const std::optional<json> got = complete_model_run(run))
+      return model_result_row(sweep, run, *got, extra);
+    return std::nullopt;
+  }
+  if (const std::optional<RunReport> report = complete_run(run))
+    return result_row(sweep, run, *report, extra);
+  return std::nullopt;
+}
+
+bool run_is_complete(const Sweep& sweep, const SweepRun& run) {
+  return complete_row(sweep, run, json::object()).has_value();
 }
 
 std::string shard_results_path(const Sweep& sweep, const Shard& shard) {
@@ -487,12 +579,12 @@ CollectSummary collect_results(const Sweep& sweep) {
   std::vector<ordered_json> rows;
   for (const auto& run : sweep.runs) {
     const auto shard_row = newest.find(run.index);
-    if (const std::optional<RunReport> report = complete_run(run)) {
-      json extra = json::object();
-      if (shard_row != newest.end() && shard_row->second.value("status", "") == "ok")
-        for (const char* key : {"wall_ms", "started_at", "finished_at", "shard"})
-          if (shard_row->second.contains(key)) extra[key] = shard_row->second[key];
-      rows.push_back(result_row(sweep, run, *report, extra));
+    json extra = json::object();
+    if (shard_row != newest.end() && shard_row->second.value("status", "") == "ok")
+      for (const char* key : {"wall_ms", "started_at", "finished_at", "shard"})
+        if (shard_row->second.contains(key)) extra[key] = shard_row->second[key];
+    if (std::optional<ordered_json> row = complete_row(sweep, run, extra)) {
+      rows.push_back(std::move(*row));
       ++summary.ok;
     } else if (shard_row != newest.end() && shard_row->second.value("status", "") == "failed") {
       rows.push_back(shard_row->second);

@@ -175,8 +175,16 @@ ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
   const auto has = [](const std::vector<std::string>& list, const std::string& key) {
     return std::find(list.begin(), list.end(), key) != list.end();
   };
-  if (c.y.empty())
-    c.y = has(v.numeric_columns, "compute_ms") ? "compute_ms" : v.numeric_columns.at(0);
+  // Default y: an attention sweep's compute time; a model sweep's perplexity
+  // (analyses with loss), else its time.
+  if (c.y.empty()) {
+    for (const char* key : {"compute_ms", "perplexity", "forward_ms", "total_ms"})
+      if (has(v.numeric_columns, key)) {
+        c.y = key;
+        break;
+      }
+    if (c.y.empty()) c.y = v.numeric_columns.at(0);
+  }
   if (!has(v.numeric_columns, c.y))
     fail_input("--y " + c.y + ": not a numeric column of " + v.dir +
                "/results.jsonl; expected one of " + join(v.numeric_columns));
@@ -257,8 +265,13 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
     if (ranged) {
       add(group.empty() ? c.y : group, x, number(range.value), number(range.lo), number(range.hi));
     } else if (y.is_array()) {
+      // A list column: one line per head, or per layer for a *_per_layer column.
+      const std::string suffix = "_per_layer";
+      const bool layers = c.y.size() > suffix.size() &&
+                          c.y.compare(c.y.size() - suffix.size(), suffix.size(), suffix) == 0;
+      const std::string per = layers ? "layer " : "head ";
       for (std::size_t i = 0; i < y.size(); ++i)
-        add((group.empty() ? "" : group + " · ") + "head " + std::to_string(i), x,
+        add((group.empty() ? "" : group + " · ") + per + std::to_string(i), x,
             y[i].is_number() ? y[i].get<double>() : NAN);
     } else if (y.is_number() || y.is_boolean()) {
       add(group.empty() ? c.y : group, x,

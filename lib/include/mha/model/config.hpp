@@ -125,6 +125,8 @@ const std::vector<ConfigKey>& config_keys();
 
 // The known key nearest to `name` by edit distance, or "" if none is close.
 std::string nearest_key(const std::string& name);
+// The same among `names`.
+std::string nearest_key(const std::string& name, const std::vector<std::string>& names);
 
 const char* to_string(Causal c);
 const char* to_string(MaskedRows m);

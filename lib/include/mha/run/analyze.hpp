@@ -48,6 +48,8 @@ struct AnalyzeConfig {
   std::int64_t batch = 8;                     // corpus: texts per pass
   // corpus: called after each batch with the texts done and their total.
   std::function<void(std::size_t done, std::size_t total)> progress;
+  // Every check of the plan, then return: no weight read, nothing written.
+  bool check_only = false;
 };
 
 // A corpus file's texts: a JSON array of strings (as `mha tokenize --texts`

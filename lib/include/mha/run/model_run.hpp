@@ -36,6 +36,9 @@ struct ModelRunConfig {
   std::int64_t top_k = 5;  // causal LMs; 0: none
   std::int64_t threads = 0;
   std::optional<std::uint64_t> max_memory;  // unset: default_max_memory()
+  // Every check of the plan (inputs, options, memory), then return: nothing
+  // read past the checkpoint's headers and the tokenizer, nothing written.
+  bool check_only = false;
 };
 
 // The per-call options of a model run, as `mha run --model` and mha.Model's
@@ -72,6 +75,7 @@ struct ModelInput {
 };
 
 struct ModelRunReport {
+  ModelRunConfig config;  // as run: run.json's "config" (model_job.hpp)
   ModelConfig model;
   std::string dir;
   struct File {

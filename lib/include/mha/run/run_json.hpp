@@ -60,6 +60,13 @@ RunReport read_run_report(const std::string& path);
 // finished_at, status, exit_code, error).
 nlohmann::ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport& report,
                                   const nlohmann::json& extra);
+// One line of results of a model job (`mha run --model`, `mha analyze`) from
+// its run.json: run identity, swept values, the model's sizes, the input's
+// shape, timings and each method's summary (loss and perplexity, the logit
+// lens's top-1 agreement per layer, the corpus's per-layer head statistics).
+nlohmann::ordered_json model_result_row(const Sweep& sweep, const SweepRun& run,
+                                        const nlohmann::json& run_json,
+                                        const nlohmann::json& extra);
 // A row for a run that failed: identity, swept values, exit code and error.
 nlohmann::ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
                                   const std::string& error, const nlohmann::json& extra);

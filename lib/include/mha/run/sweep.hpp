@@ -15,6 +15,13 @@
 // config.json it was run from. The library plans, validates, shards and
 // collects; executing the runs (child processes, progress) is the
 // application's job.
+//
+// A sweep with "model" in its base, grid or zip sweeps whole models: each run
+// is a model job (run/model_job.hpp), `mha run --model` or, with "method",
+// `mha analyze`, and its keys are those of a model job:
+//
+//   {"base": {"text": "The capital of France is", "method": ["loss", "rollout"]},
+//    "grid": {"model": ["models/gpt2", "models/qwen"], "text": ["a", "b"]}}
 #pragma once
 
 #include <cstddef>
@@ -45,6 +52,7 @@ struct SweepRun {
 
 struct Sweep {
   std::string path;                     // the sweep file
+  bool models = false;                  // runs are model jobs ("model" is given)
   std::string out_dir;                  // where run directories and results go
   std::vector<std::string> swept_keys;  // axis order (grid keys, then zip keys)
   std::vector<std::size_t> axis_sizes;  // one per axis (a zip group is one axis)
@@ -66,8 +74,9 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
 
 // Checks every run before anything runs, as `mha run` would: config keys and
 // values, the input and weights files and their shapes against the sizes,
-// masks, and the memory estimate against max_memory. Sets `invalid` on each
-// run that would fail; returns how many do. Files are read once per path.
+// masks, and the memory estimate against max_memory (a model job: every check
+// of check_model_job). Sets `invalid` on each run that would fail; returns how
+// many do. Files are read once per path.
 std::size_t validate_sweep(Sweep& sweep);
 
 // Run i belongs to shard I of N when i mod N == I.
@@ -90,9 +99,17 @@ std::optional<Shard> shard_from_slurm(const char* (*getenv)(const char*) = nullp
 // they do not change results); nullopt otherwise. A run killed part-way never
 // has a complete run.json.
 std::optional<RunReport> complete_run(const SweepRun& run);
-bool run_is_complete(const SweepRun& run);  // complete_run(run) has a value
 
-// Results rows are made from reports in run/run_json.hpp (result_row, failed_row).
+// The results row of a run that is complete: an attention run as complete_run
+// says, a model job when its run.json (`mha run --model`, `mha analyze`)
+// holds the config the sweep plans for it (threads, out_dir and max_memory
+// aside); nullopt otherwise. `extra` adds fields (wall_ms, ...).
+std::optional<nlohmann::ordered_json> complete_row(const Sweep& sweep, const SweepRun& run,
+                                                   const nlohmann::json& extra);
+bool run_is_complete(const Sweep& sweep, const SweepRun& run);  // complete_row has a value
+
+// Results rows are made from reports in run/run_json.hpp (result_row,
+// model_result_row, failed_row).
 
 // Where shard I of N appends its rows: out_dir/results/shard-I-of-N.jsonl.
 // Each row is one write(2) of one line to a file opened O_APPEND, so shards
