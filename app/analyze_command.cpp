@@ -7,9 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "mha/model/memory.hpp"
 #include "mha/base/error.hpp"
 #include "mha/model/config.hpp"
+#include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
 #include "mha/run/model_job.hpp"
 #include "model_command.hpp"
@@ -33,8 +33,7 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       "--corrupt \"The Colosseum is in\" --target \" Paris\" --foil \" Rome\"\n"
       "docs/analyses.md gives each method's formula, outputs and conventions.");
   args.command = a;
-  a->add_option("--model", args.model, "a checkpoint directory (docs/models.md)")
-      ->type_name("DIR");
+  a->add_option("--model", args.model, "a checkpoint directory (docs/models.md)")->type_name("DIR");
   a->add_option("--config,-c", args.config_file,
                 "a JSON file of these options, as a sweep's runs are written (docs/sweeps.md)")
       ->type_name("FILE");
@@ -86,8 +85,8 @@ int run_analysis(AnalyzeConfig& config, bool print_json);
 // results) and --json are taken.
 AnalyzeConfig analysis_of_file(const AnalyzeArgs& args) {
   std::string flags;
-  const std::set<std::string> taken = {"--config", "--json", "--out_dir", "--threads",
-                                       "--max_memory", "--verbose", "--quiet", "--help"};
+  const std::set<std::string> taken = {"--config",     "--json",    "--out_dir", "--threads",
+                                       "--max_memory", "--verbose", "--quiet",   "--help"};
   for (const CLI::Option* opt : args.command->get_options())
     if (opt->count() && !taken.count(opt->get_name()))
       flags += (flags.empty() ? "" : ", ") + opt->get_name();

@@ -484,8 +484,9 @@ int do_model_job_run(const RunArgs& args, nlohmann::json file) {
   const ModelJob job = model_job_from_json(file, args.config_file);
   if (std::holds_alternative<AnalyzeConfig>(job))
     throw Error(ErrorKind::invalid_input,
-                args.config_file + ": holds an analysis (\"method\"); run it with `mha analyze "
-                                   "--config " +
+                args.config_file +
+                    ": holds an analysis (\"method\"); run it with `mha analyze "
+                    "--config " +
                     args.config_file + "`");
   use_one_run_heap();
   return run_model_job(std::get<ModelRunConfig>(job), args.print_json);

@@ -423,10 +423,10 @@ void print_dry_run(const Sweep& sweep, const Shard& shard) {
   std::cout << fmt::format("{:>6}  {:<{}}  {:<5}  {}\n", "index", "name", width, "shard", "status");
   for (const auto& run : sweep.runs) {
     const bool mine = shard.contains(run.index);
-    std::string status = run.invalid            ? "invalid: " + *run.invalid
-                         : !mine                ? "valid (another shard)"
+    std::string status = run.invalid                   ? "invalid: " + *run.invalid
+                         : !mine                       ? "valid (another shard)"
                          : run_is_complete(sweep, run) ? "valid, done (--resume skips it)"
-                                                : "valid";
+                                                       : "valid";
     std::cout << fmt::format("{:>6}  {:<{}}  {:<5}  {}\n", run.index, run.name, width,
                              mine ? "yes" : "-", status);
   }

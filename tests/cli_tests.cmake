@@ -160,3 +160,11 @@ foreach(group Verdicts Tolerances)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli.compare.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 endforeach()
+# `mha sweep` of whole models (tests/models/test_model_sweep.py): grids of checkpoints x texts x
+# methods run as `mha analyze` and `mha run --model`, resumed, sharded, collected, charted.
+foreach(group Grid ModelRuns Resume Shards Corpus Errors)
+  add_test(NAME models.sweep.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_model_sweep.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.sweep.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()

@@ -15,6 +15,7 @@
 #include "mha/base/error.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/model/config.hpp"
+#include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"
 #include "test_util.hpp"
@@ -341,4 +342,62 @@ TEST_CASE("sweep append_row: one line per row and collect keeps the newest") {
   CHECK_THAT(jsonl, Catch::Contains("second try"));
   CHECK_THAT(jsonl, !Catch::Contains("first try"));
   CHECK(std::count(jsonl.begin(), jsonl.end(), '\n') == 1);
+}
+
+TEST_CASE("sweep of models: model job keys, names by the path's last part") {
+  const Sweep s = parse(R"({"base": {"method": ["loss"], "text": "the cat"},
+                            "grid": {"model": ["ckpt/gpt2/", "/abs/llama"], "top_k": [1, 3]}})");
+  CHECK(s.models);
+  CHECK(names(s) == std::vector<std::string>{"model=gpt2_top_k=1", "model=gpt2_top_k=3",
+                                             "model=llama_top_k=1", "model=llama_top_k=3"});
+  CHECK(s.runs[3].config["model"] == "/abs/llama");
+  CHECK(s.runs[3].config["out_dir"] == "outdir/model=llama_top_k=3");
+  // An attention sweep is not one; keys of the other kind are named as such.
+  CHECK_FALSE(parse(R"({"grid": {"h": [1, 2]}})").models);
+  require_invalid([] { parse(R"({"base": {"h": 2}, "grid": {"model": ["m"]}})"); },
+                  "base: 'h' is not a key of a model run");
+  require_invalid([] { parse(R"({"grid": {"h": [2], "text": ["a"]}})"); },
+                  "grid: 'text' is a key of model runs; give \"model\"");
+  require_invalid([] { parse(R"({"zip": [{"model": ["m"], "metod": ["loss"]}]})"); },
+                  "unknown key of a model run 'metod' (did you mean 'method'?)");
+}
+
+TEST_CASE("model jobs: JSON in, the same JSON out; wrong kinds and types by name") {
+  const json analysis = json::parse(R"({"model": "m", "text": ["a", "b"], "method": ["loss"],
+      "out_dir": "o", "layer_indices": [0, 2], "top_k": 3, "threads": 1, "max_memory": 1024,
+      "ablation": "mean", "metric": "kl", "target": " P", "foil": " R", "batch": 4})");
+  const mha::ModelJob job = mha::model_job_from_json(analysis, "x");
+  REQUIRE(std::holds_alternative<mha::AnalyzeConfig>(job));
+  const auto& a = std::get<mha::AnalyzeConfig>(job);
+  CHECK(a.methods == std::vector<std::string>{"loss"});
+  CHECK(a.layers == std::vector<std::int64_t>{0, 2});
+  CHECK(*a.max_memory == 1024);
+  CHECK(a.batch == 4);
+  CHECK(mha::to_json(mha::model_job_from_json(mha::to_json(job), "y")) == mha::to_json(job));
+  // Single values become lists; a run without "method" is a model run.
+  const mha::ModelJob run = mha::model_job_from_json(
+      json::parse(R"({"model": "m", "text": "a", "head_indices": 1, "save_attention": true,
+                      "max_memory": "1KiB"})"),
+      "x");
+  REQUIRE(std::holds_alternative<mha::ModelRunConfig>(run));
+  CHECK(mha::to_json(run)["text"] == json::array({"a"}));
+  CHECK(mha::to_json(run)["head_indices"] == json::array({1}));
+  CHECK(mha::to_json(run)["max_memory"] == 1024);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"text": "a"})", "x: expected \"model\""},
+      {R"({"model": "m", "save_attention": true, "method": "loss"})",
+       "\"save_attention\": a key of model runs"},
+      {R"({"model": "m", "target": " P"})", "\"target\": a key of analyses; give \"method\""},
+      {R"({"model": "m", "text": []})", "\"text\": expected a string or a non-empty list"},
+      {R"({"model": "m", "layer_indices": [-1]})", "\"layer_indices\": expected an index"},
+      {R"({"model": "m", "top_k": 1.5})", "\"top_k\": expected an integer"},
+      {R"({"model": "m", "save_attention": "yes"})", "\"save_attention\": expected true or false"},
+      {R"({"model": "m", "max_memory": "lots"})", "max_memory"},
+      {R"({"model": "m", "txt": "a"})",
+       "\"txt\" is not a key of a model run or analysis (did you mean \"text\"?)"},
+      {R"([1])", "expected a JSON object"}};
+  for (const auto& [text, fragment] : bad) {
+    INFO(text);
+    require_invalid([&] { mha::model_job_from_json(json::parse(text), "x"); }, fragment);
+  }
 }

@@ -321,6 +321,44 @@ class CancelAndResubmit(SlurmCase):
         self.assert_every_run_once()
 
 
+class ModelSweep(SlurmCase):
+    def test_models_by_texts_over_an_array(self):
+        """A sweep of whole models (random GPT-2 and LLaMA checkpoints x 4 texts, loss) over
+        --array=0-3 and a collect job: every run once, each with its perplexity."""
+        sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+        import checkpoints  # noqa: E402  (tests/models)
+        import tokenizer_files  # noqa: E402
+        texts = ["the cat sat on the mat", "a dog ran", "the mat sat", "the dog and the cat"]
+        tok, _, vocab = tokenizer_files.byte_level_bpe(texts)
+        models = []
+        for family in ("gpt2", "llama"):
+            config, tensors = checkpoints.make(family, vocab=vocab)
+            d = os.path.join(self.tmp, family)
+            checkpoints.write(d, config, tensors)
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                json.dump(tok, f)
+            models.append(d)
+        with open(self.sweep_file, "w") as f:
+            json.dump({"base": {"method": "loss"}, "grid": {"model": models, "text": texts},
+                       "out_dir": self.out}, f)
+        job = self.submit_array("0-3")
+        collect = self.c.sbatch(f"--dependency=afterok:{job}",
+                                f"--output={self.tmp}/slurm-%j-collect.out", COLLECT_SCRIPT,
+                                self.sweep_file, cwd=ROOT)
+        self.c.wait(job, collect)
+        outs = self.task_outputs()
+        collect_out = [t for n, t in outs.items() if n.endswith("-collect.out")]
+        self.assertEqual(len(collect_out), 1, f"the collect job did not run: {outs}")
+        self.assertIn("8 run(s): 8 ok, 0 failed, 0 invalid, 0 without a result yet",
+                      collect_out[0])
+        rows = read_jsonl(os.path.join(self.out, "results.jsonl"))
+        self.assertEqual([r["index"] for r in rows], list(range(8)))
+        self.assertEqual(sorted(r["shard"] for r in rows), sorted(f"{i % 4}/4" for i in range(8)))
+        for r in rows:
+            self.assertEqual((r["status"], r["mode"]), ("ok", "analyze"))
+            self.assertGreater(r["perplexity"], 1)
+
+
 if __name__ == "__main__":
     CLUSTER, reason = start_cluster()
     if reason:

@@ -460,7 +460,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     std::vector<TransformerLayer<float>> corpus_layers;
     if (corpus_need + layers_bytes <= max_memory) corpus_layers = read_layers(model);
     std::vector<std::unique_ptr<AttentionStats>> stats;
-    for (std::size_t l = 0; l < L; ++l) stats.push_back(std::make_unique<AttentionStats>(h, corpus_T, corpus_T));
+    for (std::size_t l = 0; l < L; ++l)
+      stats.push_back(std::make_unique<AttentionStats>(h, corpus_T, corpus_T));
     const auto& dets = all_detectors();
     std::vector<double> det_sum(dets.size() * L * h, 0.0);
     std::vector<float> padded(corpus_T * corpus_T, 0.0f);
@@ -481,7 +482,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       mo.threads = threads;
       mo.maps_sink = [&](std::size_t l, std::size_t row, std::size_t head, const float* A) {
         const std::size_t n = b.lengths[row];  // its real query rows, keys zero-padded to corpus_T
-        for (std::size_t t = 0; t < n; ++t) std::copy_n(A + t * b.T, b.T, padded.data() + t * corpus_T);
+        for (std::size_t t = 0; t < n; ++t)
+          std::copy_n(A + t * b.T, b.T, padded.data() + t * corpus_T);
         stats[l]->add_rows(head, 0, n, padded.data());
       };
       const MapAnalysisResult r = analyze_maps(model, b.ids.data(), b.B, b.T, b.lengths, mo);
@@ -534,11 +536,12 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         "summary.corpus.statistics");
     add("corpus_heads.csv", {L * h, names.size() + 2}, "the same, a row per head");
     summary["corpus"] = {{"file", *config.texts_file}, {"texts", N},
-                         {"tokens", corpus_tokens},           {"batch", per},
+                         {"tokens", corpus_tokens},    {"batch", per},
                          {"statistics", names},        {"per_layer", per_layer},
                          {"ms", ms_since(t0)}};
-    report.summary.push_back("corpus: " + std::to_string(N) + " texts, " + std::to_string(corpus_tokens) +
-                             " tokens, " + std::to_string(ms_since(t0)) + " ms");
+    report.summary.push_back("corpus: " + std::to_string(N) + " texts, " +
+                             std::to_string(corpus_tokens) + " tokens, " +
+                             std::to_string(ms_since(t0)) + " ms");
   }
   if (others) {
     if (in.tokens.empty()) whole.name_tokens(in);

@@ -63,8 +63,8 @@ std::string unknown_key(const std::string& key, bool models) {
     return "'" + key + "' is not a key of a model run (the model's config.json sets the layer)";
   if (!models && is_model_job_key(key))
     return "'" + key + "' is a key of model runs; give \"model\" in \"base\" or \"grid\"";
-  return std::string(models ? "unknown key of a model run '" : "unknown config key '") + key +
-         "'" + suggestion(key, models);
+  return std::string(models ? "unknown key of a model run '" : "unknown config key '") + key + "'" +
+         suggestion(key, models);
 }
 
 // Keys whose values are paths: a run name shows the last part.
@@ -219,8 +219,7 @@ std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path, 
     const auto& zip = file["zip"];
     if (zip.is_array()) {
       for (std::size_t g = 0; g < zip.size(); ++g)
-        axes.push_back(
-            zip_group(zip[g], path + ": zip[" + std::to_string(g) + "]", seen, models));
+        axes.push_back(zip_group(zip[g], path + ": zip[" + std::to_string(g) + "]", seen, models));
     } else {
       axes.push_back(zip_group(zip, path + ": zip", seen, models));
     }
