@@ -9,7 +9,8 @@ random checkpoints of checkpoints.py, and the independent checks each method has
 - rollout: 0.5 A + 0.5 I (heads' mean of the reference's maps, rows renormalised), multiplied from
   layer 0 up; a one-layer model's rollout is that matrix itself.
 - value-weighted norms: the reference's maps times ||(x W_V^h + b_V^h) W_O^h|| computed here from
-  the stored tensors (GPT-2, LLaMA).
+  the stored tensors (GPT-2, LLaMA), and on every model_type from the values the reference's
+  attention takes and the stored output projection.
 - detectors: TransformerLens's previous-token, duplicate-token and induction patterns written
   here, sum(A * P) / sum(A) on the reference's maps; a hand-set induction head scores ~1.
 - zero ablation: equals the reference run of a checkpoint whose W_O rows for that head are zeroed
@@ -164,6 +165,38 @@ class Maps(AnalyzeTest):
                         np.testing.assert_allclose(norms[layer], A * f[:, :, None, :],
                                                    err_msg=f"layer {layer}", **TOL)
 
+    def test_value_norms_every_family(self):
+        """||a_ij f_h(x_j)|| on every model_type: f_h(x_j) = v_h[j] W_O^h, with v_h[j] (bias included)
+        the value the reference's own attention takes (captured from reference.attend) and W_O^h
+        the head's rows of the stored output projection."""
+        captured = []
+        attend = reference.attend
+
+        def capture(q, k, v, *args, **kw):
+            captured.append(v.numpy())
+            return attend(q, k, v, *args, **kw)
+
+        for family in checkpoints.FAMILIES:
+            with self.subTest(family=family):
+                d, config, t, sd, ids = self.model(family, T=9)
+                out, _ = self.analyze(d, "--method", "norms", out="norms_" + family)
+                del captured[:]
+                reference.attend = capture
+                try:
+                    ref = reference.forward(config, sd, ids)
+                finally:
+                    reference.attend = attend
+                L, h, E, dh = sizes(config)
+                norms = self.load(out, "attention_norms.npy")
+                self.assertEqual(norms.shape, (L, 2, h, 9, 9))
+                self.assertEqual(len(captured), L)
+                for layer, (A, v) in enumerate(zip(ref["attentions"], captured)):
+                    Wo = output_projection(sd, layer)  # (h * dh, E)
+                    f = np.stack([np.linalg.norm(v[:, head] @ Wo[head * dh:(head + 1) * dh], axis=-1)
+                                  for head in range(h)], 1)  # (B, h, T)
+                    np.testing.assert_allclose(norms[layer], A * f[:, :, None, :],
+                                               err_msg=f"layer {layer}", **TOL)
+
     def test_attention_flow(self):
         """Attention flow (Abnar & Zuidema 2020) against an Edmonds-Karp max flow written here on
         the layers' graph of the reference's maps; longer than 128 tokens is refused."""
@@ -292,6 +325,19 @@ def induction(tokens):
     shifted = np.roll(dup, 1, axis=1)
     shifted[:, 0] = 0
     return np.tril(shifted)
+
+
+def output_projection(sd, layer):
+    """The stored attention output projection of `layer` as (inputs h * dh, outputs E), whatever
+    the family calls it (GPT-2's Conv1D is stored that way; nn.Linear's weight is transposed)."""
+    conv1d = [k for k in sd if k.endswith(f"h.{layer}.attn.c_proj.weight")]
+    if conv1d:
+        return np.asarray(sd[conv1d[0]], np.float64)
+    suffixes = (f"layers.{layer}.self_attn.o_proj.weight", f"layers.{layer}.attention.dense.weight",
+                f"layers.{layer}.self_attn.out_proj.weight", f"layer.{layer}.attention.output.dense.weight")
+    keys = [k for k in sd if k.endswith(suffixes)]
+    assert len(keys) == 1, (layer, keys)
+    return np.asarray(sd[keys[0]], np.float64).T
 
 
 def value_norms(family, config, sd, x, layer):
