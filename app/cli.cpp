@@ -427,9 +427,10 @@ int do_compare(const CompareArgs& args) {
   return c.close ? 0 : 1;
 }
 
-Config build_config(const RunArgs& args) {
+// `file`: the --config file's JSON, read once (it may be a pipe).
+Config build_config(const RunArgs& args, const nlohmann::json& file) {
   Config config;
-  if (!args.config_file.empty()) config.apply(read_config_file(args.config_file), args.config_file);
+  if (!args.config_file.empty()) config.apply(file, args.config_file);
   for (const auto& [name, opt] : args.keys) {
     if (opt->count() == 0) continue;
     std::string text = opt->results().empty() ? std::string() : opt->results().front();
@@ -493,11 +494,12 @@ int do_model_job_run(const RunArgs& args, nlohmann::json file) {
 }
 
 int do_run(const RunArgs& args) {
+  nlohmann::json file;
   if (!args.config_file.empty()) {
-    const nlohmann::json file = read_config_file(args.config_file);
+    file = read_config_file(args.config_file);  // once: it may be a pipe
     if (file.is_object() && file.contains("model")) return do_model_job_run(args, file);
   }
-  Config config = build_config(args);
+  Config config = build_config(args, file);
   if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty()) {
     // A model run frees each layer's buffers and allocates the next layer's of the same
     // sizes: malloc keeps them, so every layer after the first reuses memory already touched,

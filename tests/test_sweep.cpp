@@ -362,7 +362,7 @@ TEST_CASE("sweep of models: model job keys, names by the path's last part") {
                   "unknown key of a model run 'metod' (did you mean 'method'?)");
 }
 
-TEST_CASE("model jobs: JSON in, the same JSON out; wrong kinds and types by name") {
+TEST_CASE("model jobs: JSON in, the same JSON out, wrong kinds and types by name") {
   const json analysis = json::parse(R"({"model": "m", "text": ["a", "b"], "method": ["loss"],
       "out_dir": "o", "layer_indices": [0, 2], "top_k": 3, "threads": 1, "max_memory": 1024,
       "ablation": "mean", "metric": "kl", "target": " P", "foil": " R", "batch": 4})");
