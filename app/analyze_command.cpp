@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/large_array.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
@@ -147,6 +148,9 @@ int do_analyze(const AnalyzeArgs& args) {
 namespace {
 
 int run_analysis(AnalyzeConfig& c, bool print_json) {
+  // A one-run process, as `mha run --model`: layers' buffers reuse memory
+  // already touched, the first layer's in huge pages (large_array.hpp).
+  use_one_run_heap();
   std::size_t shown = 0;  // corpus texts the bar has counted
   std::unique_ptr<Progress> bar;
   if (c.texts_file)

@@ -10,26 +10,42 @@
 namespace mha {
 
 void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std::size_t T,
-                  bool first) {
-  std::vector<double> A(T * T), next(T * T);
+                  bool first, int threads) {
+  std::vector<double> A(T * T), next(first ? 0 : T * T);
+  // Row blocks of the product, one task each (OpenBLAS runs one thread per call).
+  const std::size_t block = 64, blocks = (T + block - 1) / block;
   for (std::size_t b = 0; b < B; ++b) {
-    // Â = 0.5 A + 0.5 I, rows renormalised (a fully masked row, all zeros, becomes I's)
-    for (std::size_t i = 0; i < T; ++i) {
-      double sum = 0;
-      for (std::size_t j = 0; j < T; ++j) {
-        A[i * T + j] = 0.5 * mean[(b * T + i) * T + j] + (i == j ? 0.5 : 0.0);
-        sum += A[i * T + j];
-      }
-      for (std::size_t j = 0; j < T; ++j) A[i * T + j] /= sum;
-    }
     double* r = R.data() + b * T * T;
-    if (first) {
-      std::copy(A.begin(), A.end(), r);
-      continue;
-    }
-    // next (T, T) = Â (T, T) R (T, T)
-    gemm<double>(false, false, T, T, T, 1.0, A.data(), T, r, T, 0.0, next.data(), T);
-    std::copy(next.begin(), next.end(), r);
+    // Causal maps: Â and every R so far lower triangular, so row block [i0, i1)
+    // of the product needs only columns and inner indices below i1 (a third
+    // of the multiply-adds; the rest is exactly 0).
+    std::vector<unsigned char> upper(blocks, 0);  // a block's Â rows reach above the diagonal
+    parallel_for(blocks, threads, [&](std::size_t k, int) {
+      const std::size_t i0 = k * block, rows = std::min(block, T - i0);
+      // Â = 0.5 A + 0.5 I, rows renormalised (a fully masked row, all zeros, becomes I's)
+      for (std::size_t i = i0; i < i0 + rows; ++i) {
+        double sum = 0;
+        for (std::size_t j = 0; j < T; ++j) {
+          A[i * T + j] = 0.5 * mean[(b * T + i) * T + j] + (i == j ? 0.5 : 0.0);
+          sum += A[i * T + j];
+          if (j > i && A[i * T + j] != 0.0) upper[k] = 1;
+        }
+        for (std::size_t j = 0; j < T; ++j) A[i * T + j] /= sum;
+      }
+    });
+    bool lower = std::none_of(upper.begin(), upper.end(), [](unsigned char u) { return u; });
+    for (std::size_t i = 0; lower && !first && i < T; ++i)
+      for (std::size_t j = i + 1; lower && j < T; ++j) lower = r[i * T + j] == 0.0;
+    if (!first)
+      parallel_for(blocks, threads, [&](std::size_t k, int) {
+        const std::size_t i0 = k * block, rows = std::min(block, T - i0);
+        const std::size_t n = lower ? i0 + rows : T;  // inner size and columns computed
+        double* out = next.data() + i0 * T;
+        // next rows [i0, i0 + rows) (rows, n) = Â (rows, n) R (n, n); columns past n are 0
+        gemm<double>(false, false, rows, n, n, 1.0, A.data() + i0 * T, T, r, T, 0.0, out, T);
+        for (std::size_t i = 0; i < rows; ++i) std::fill(out + i * T + n, out + (i + 1) * T, 0.0);
+      });
+    std::copy(first ? A.begin() : next.begin(), first ? A.end() : next.end(), r);
   }
 }
 
@@ -123,37 +139,28 @@ std::vector<double> attention_flow(const std::vector<std::vector<double>>& layer
   return flow;
 }
 
-std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
+std::vector<double> value_norms(const float* V, std::size_t ld, std::size_t B, std::size_t T,
                                 const Weights<float>& w, std::size_t h, std::size_t kv_heads,
-                                std::size_t head_dim, int /*threads: BLAS's own*/) {
-  const std::size_t d = w.W_v.shape()[0], dv = head_dim, kdv = kv_heads * dv, rows = B * T;
-  const std::size_t d_out = w.W_o.shape()[1];
-  // ||v W_o^h||^2 = v G_h v^T with G_h = W_o^h W_o^h^T (dv, dv), in double
-  std::vector<double> Wo(w.W_o.data(), w.W_o.data() + h * dv * d_out), G(h * dv * dv);
-  for (std::size_t head = 0; head < h; ++head)  // G_h (dv, dv) = Wo_h (dv, d_out) Wo_h^T
-    gemm<double>(false, true, dv, dv, d_out, 1.0, Wo.data() + head * dv * d_out, d_out,
-                 Wo.data() + head * dv * d_out, d_out, 0.0, G.data() + head * dv * dv, dv);
-  // V (rows, kv_heads * dv) = x W_v + b_v
-  std::vector<float> V(rows * kdv);
-  gemm<float>(false, false, rows, kdv, d, 1.0f, x, d, w.W_v.data(), kdv, 0.0f, V.data(), kdv);
-  if (w.b_v.size())
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t i = 0; i < kdv; ++i) V[r * kdv + i] += w.b_v(i);
-  std::vector<double> out(B * h * T);
+                                std::size_t head_dim, int threads) {
+  const std::size_t dv = head_dim, rows = B * T, d_out = w.W_o.shape()[1];
   const std::size_t group = h / kv_heads;
-  // Per head: U (rows, dv) = V_g G_h, then ||f||^2 = the row-wise dot of U and V_g.
-  const std::vector<double> Vd(V.begin(), V.end());
-  std::vector<double> U(rows * dv);
-  for (std::size_t head = 0; head < h; ++head) {
-    const double* Vg = Vd.data() + (head / group) * dv;  // rows of stride kdv
-    gemm<double>(false, false, rows, dv, dv, 1.0, Vg, kdv, G.data() + head * dv * dv, dv, 0.0,
-                 U.data(), dv);
+  std::vector<double> out(B * h * T);
+  // Per head, in double: G_h (dv, dv) = W_o^h W_o^h^T, U (rows, dv) = V_g G_h,
+  // then ||v W_o^h||^2 = v G_h v^T, the row-wise dot of U and V_g.
+  parallel_for(h, threads, [&](std::size_t head, int) {
+    const float* Wo = w.W_o.data() + head * dv * d_out;  // (dv, d_out)
+    std::vector<double> Woh(Wo, Wo + dv * d_out), G(dv * dv), Vg(rows * dv), U(rows * dv);
+    gemm<double>(false, true, dv, dv, d_out, 1.0, Woh.data(), d_out, Woh.data(), d_out, 0.0,
+                 G.data(), dv);
+    const std::size_t col = (head / group) * dv;
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(V + r * ld + col, dv, Vg.data() + r * dv);
+    gemm<double>(false, false, rows, dv, dv, 1.0, Vg.data(), dv, G.data(), dv, 0.0, U.data(), dv);
     for (std::size_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (std::size_t a = 0; a < dv; ++a) s += U[r * dv + a] * Vg[r * kdv + a];
-      out[((r / T) * h + head) * T + r % T] = std::sqrt(std::max(s, 0.0));
+      double sum = 0;
+      for (std::size_t a = 0; a < dv; ++a) sum += U[r * dv + a] * Vg[r * dv + a];
+      out[((r / T) * h + head) * T + r % T] = std::sqrt(std::max(sum, 0.0));
     }
-  }
+  });
   return out;
 }
 
@@ -236,12 +243,17 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
         flow_maps[b].push_back(std::move(m));
       }
     if (o.rollout) {
-      std::fill(mean.begin(), mean.end(), 0.0f);
-      for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t head = 0; head < h; ++head)
-          for (std::size_t i = 0; i < T * T; ++i)
-            mean[b * T * T + i] += layer_maps[(b * h + head) * T * T + i] / float(h);
-      rollout_step(R, mean.data(), B, T, l == 0);
+      // mean (B, T, T): the heads' mean, each query row a task
+      parallel_for(B * T, o.threads, [&](std::size_t bi, int) {
+        const std::size_t b = bi / T, i = bi % T;
+        float* m = mean.data() + (b * T + i) * T;
+        std::fill(m, m + T, 0.0f);
+        for (std::size_t head = 0; head < h; ++head) {
+          const float* a = layer_maps.data() + ((b * h + head) * T + i) * T;
+          for (std::size_t j = 0; j < T; ++j) m[j] += a[j] / float(h);
+        }
+      });
+      rollout_step(R, mean.data(), B, T, l == 0, o.threads);
       for (std::size_t b = 0; b < B; ++b) {
         for (std::size_t i = 0; i < T * T; ++i) row[i] = static_cast<float>(R[b * T * T + i]);
         if (o.rollout_sink) o.rollout_sink(l, b, row.data());
@@ -252,24 +264,27 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
         for (std::size_t head = 0; head < h; ++head)
           o.maps_sink(l, b, head, layer_maps.data() + (b * h + head) * T * T);
     const std::ptrdiff_t ls = slot_of(o.layers, l);
-    if (ls >= 0)
-      for (std::size_t hs = 0; hs < Hs; ++hs) {
+    // Each chosen head a task: its norms rows (to their sink, which takes
+    // concurrent writes) and its detector scores (its own entries).
+    if (ls >= 0 && (o.norms || o.detectors))
+      parallel_for(Hs, o.threads, [&](std::size_t hs, int) {
         const std::size_t head = o.heads[hs];
+        std::vector<float> weighted(o.norms ? T * T : 0);
         for (std::size_t b = 0; b < B; ++b) {
           const float* A = layer_maps.data() + (b * h + head) * T * T;
           if (o.norms) {
             const double* f = vnorms.data() + (b * h + head) * T;
             for (std::size_t i = 0; i < T; ++i)
               for (std::size_t j = 0; j < T; ++j)
-                row[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
-            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, row.data());
+                weighted[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
+            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, weighted.data());
           }
           if (o.detectors)
             for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
               result.head_scores[(k * Ls + std::size_t(ls)) * Hs + hs] +=
                   detector_score(A, T, patterns[k * B + b], lengths[b]) / double(B);
         }
-      }
+      });
     if (o.layer_done) o.layer_done(l);
   };
   ForwardOptions fo;
@@ -288,9 +303,10 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
     };
   }
   if (o.norms)
-    fo.attention_input = [&](std::size_t l, const float* x, const TransformerLayer<float>& layer) {
+    fo.values = [&](std::size_t l, const float* V, std::size_t ld,
+                    const TransformerLayer<float>& layer) {
       if (slot_of(o.layers, l) >= 0)
-        vnorms = value_norms(x, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, o.threads);
+        vnorms = value_norms(V, ld, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, o.threads);
     };
   result.forward = forward(model, ids, B, T, lengths, fo);
   if (maps && L > 0) finish_layer(L - 1);

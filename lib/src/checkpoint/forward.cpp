@@ -213,9 +213,9 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     so.self_attn = attention_options(c, l, threads);
     if (options.context_hook)
       so.self_attn.context_hook = [&, l](float* context) { options.context_hook(l, context); };
-    if (options.attention_input)
-      so.attention_input = [&, l](std::size_t, const float* input) {
-        options.attention_input(l, input, w.layers[0]);
+    if (options.values)
+      so.self_attn.values_hook = [&, l](const float* V, std::size_t ld) {
+        options.values(l, V, ld, w.layers[0]);
       };
     mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
     const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;

@@ -578,7 +578,8 @@ template <class T>
 bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
                        const LayerOptions<T>& opt, std::size_t block_q) {
   return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
-         !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !opt.context_hook;
+         !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !opt.context_hook &&
+         !opt.values_hook;
 }
 
 template <class T>
@@ -869,6 +870,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, blocks.q))
     return pieced_layer(d, X_q, w, mask, opt, blocks.q, blocks.k, threads, output);
   Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
+  if (opt.values_hook) opt.values_hook(p.V, p.ldv);
   if (w.q_norm.size()) normalize_qk(d, p, w, opt.qk_norm_eps, threads);
   if (opt.rope.layout != RopeLayout::none) apply_rope(d, p, opt.rope, threads);
   Buffer<T> context(d.B * d.T * d.h * d.d_v);

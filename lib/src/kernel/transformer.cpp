@@ -158,7 +158,6 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
     if (opt.norm_first && opt.parallel_residual && !decoder) {
       // x + (FFN(norm2(x)) + SA(norm1(x))), summed in that order as GPT-NeoX does
       layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
-      if (opt.attention_input) opt.attention_input(l, y.get());
       attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, p.get());
       layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
       ffn(y.get());
@@ -166,7 +165,6 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
       add_into(x, a.get(), n);
     } else if (opt.norm_first) {
       layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
-      if (opt.attention_input) opt.attention_input(l, y.get());
       attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, a.get());
       post(L.post_attn);
       add_into(x, a.get(), n);
@@ -181,7 +179,6 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
       post(L.post_ffn);
       add_into(x, a.get(), n);
     } else {
-      if (opt.attention_input) opt.attention_input(l, x);
       attention_layer<T>(d, x, x, x, L.self_attn, self_mask, self_opt, a.get());
       add_into(a.get(), x, n);
       layer_norm(a.get(), rows, d.d_model, L.norm1, opt.eps, x, threads);

@@ -17,9 +17,10 @@
 namespace mha {
 
 // One rollout step in place: R (B, T, T) <- Â R, Â from the heads' mean
-// `mean` (B, T, T); `first`: R <- Â.
+// `mean` (B, T, T); `first`: R <- Â. Blocks of rows run on `threads`, the
+// same bits for any number.
 void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std::size_t T,
-                  bool first);
+                  bool first, int threads);
 
 // Attention flow (Abnar & Zuidema 2020): the layers as a graph, node (l, i)
 // for layer l's output at position i (l = 0: the inputs), an edge from
@@ -30,9 +31,10 @@ void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std:
 std::vector<double> attention_flow(const std::vector<std::vector<double>>& layers, std::size_t n);
 constexpr std::size_t kMaxFlowTokens = 128;
 
-// ||f_h(x_j)|| for every head and key: out (B, h, T), from the attention's
-// input x (B, T, d_model) and the layer's W_v, b_v (kv_heads groups) and W_o.
-std::vector<double> value_norms(const float* x, std::size_t B, std::size_t T,
+// ||f_h(x_j)|| = ||v_hj W_o^h|| for every head and key: out (B, h, T), from
+// the layer's value projection V (B*T, kv_heads*head_dim; row stride ld; v =
+// x W_v + b_v, ForwardOptions::values) and its W_o.
+std::vector<double> value_norms(const float* V, std::size_t ld, std::size_t B, std::size_t T,
                                 const Weights<float>& w, std::size_t h, std::size_t kv_heads,
                                 std::size_t head_dim, int threads);
 

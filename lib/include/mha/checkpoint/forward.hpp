@@ -57,9 +57,11 @@ struct ForwardOptions {
   // Called with layer l's heads' outputs before its output projection
   // (context (B*T, h*head_dim), LayerOptions::context_hook).
   std::function<void(std::size_t l, float* context)> context_hook;
-  // Called with layer l's self-attention input (B, T, d_model) and its weights.
-  std::function<void(std::size_t l, const float* input, const TransformerLayer<float>& layer)>
-      attention_input;
+  // Called with layer l's value projection (LayerOptions::values_hook: V
+  // (B*T, kv_heads*head_dim), row stride ld, bias added) and its weights.
+  std::function<void(std::size_t l, const float* V, std::size_t ld,
+                     const TransformerLayer<float>& layer)>
+      values;
 };
 
 struct ForwardResult {

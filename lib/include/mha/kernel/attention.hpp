@@ -87,6 +87,9 @@ struct LayerOptions {
   // (B*T, h*d_v), head i's in columns [i*d_v, (i+1)*d_v); what it leaves
   // there is projected (TransformerLens's hook_z: ablation, patching).
   std::function<void(T* context)> context_hook;
+  // Called with the value projection before attention: V (B*S, kv_heads*d_v)
+  // with row stride ld, bias added; group g in columns [g*d_v, (g+1)*d_v).
+  std::function<void(const T* V, std::size_t ld)> values_hook;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

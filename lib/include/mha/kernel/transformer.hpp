@@ -45,9 +45,6 @@ struct StackOptions {
   // Called before layer l's attentions run, to point their sinks at the
   // layer (attention maps); may be empty.
   std::function<void(std::size_t l, LayerOptions<T>& self, LayerOptions<T>& cross)> before_layer;
-  // Called with layer l's self-attention input (B, T, d_model): norm1's
-  // output (pre-norm) or the layer's input (post-norm); may be empty.
-  std::function<void(std::size_t l, const T* input)> attention_input;
   // Called with each layer's output (B, T, d_model), before final_norm.
   std::function<void(std::size_t l, const T* hidden)> after_layer;
 };
