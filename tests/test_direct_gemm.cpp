@@ -70,9 +70,10 @@ TEST_CASE("direct_gemm matches double loops on every remainder", "[direct_gemm]"
   }
   unsigned seed = 1;
   for (const Impl& impl : impls)
-    for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13, 197})
+    // 7 rows and more: B's slices copied into a panel; 397: over one block of rows (384)
+    for (std::size_t rows : {1, 2, 5, 6, 7, 12, 13, 197, 397})
       for (std::size_t N : {1, 7, 8, 15, 16, 17, 33, 64, 65, 100, 130})
-        for (std::size_t K : {0, 1, 9, 64, 300})  // 300: over one slice of k (256)
+        for (std::size_t K : {0, 1, 9, 64, 300})  // 300: over two slices of k (128)
           for (bool accumulate : {false, true}) {
             Problem p(rows, N, K, ++seed);
             const std::vector<float> C0 = p.C;
@@ -114,7 +115,8 @@ TEST_CASE("direct_gemm: the same bits from every ISA and every cut", "[direct_ge
     std::vector<float> again = p.C;
     impl.fn(rows, N, K, p.A.data(), p.lda, p.B.data(), p.ldb, again.data(), p.ldc, true, nullptr);
     CHECK(again == whole);
-    // Rows 0-4, 5-22 and columns 0-30, 31-76 as four calls.
+    // Rows 0-4, 5-22 and columns 0-30, 31-76 as four calls (a piece of 5 rows reads B in
+    // place, the others through a panel: the same bits).
     std::vector<float> cut = p.C;
     for (std::size_t r0 : {0, 5})
       for (std::size_t c0 : {0, 31}) {
