@@ -53,6 +53,9 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_option("--top_k", args.top_k, "logit_lens: tokens listed per layer and position (5)")
       ->type_name("INT");
   a->add_option("--threads", args.threads, "threads (0 = all cores)")->type_name("INT");
+  a->add_option("--dtype", args.dtype,
+                "float32, or bfloat16: every GEMM on bfloat16 operands (default float32)")
+      ->type_name("DTYPE");
   a->add_option("--max_memory", args.max_memory, "refuse analyses needing more, e.g. 8GiB")
       ->type_name("SIZE");
   a->add_option("--ablation", args.ablation, "ablation: zero or mean (default zero)")
@@ -142,6 +145,7 @@ int do_analyze(const AnalyzeArgs& args) {
   c.corrupt = args.corrupt;
   c.texts_file = args.texts_file;
   c.batch = args.batch;
+  c.dtype = args.dtype;
   return run_analysis(c, args.json);
 }
 

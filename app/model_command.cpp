@@ -55,7 +55,7 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
 int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
                  bool print_json) {
   static const std::set<std::string> apply = {"out_dir", "save_attention", "save_hidden_states",
-                                              "threads", "max_memory"};
+                                              "threads", "max_memory", "dtype"};
   for (const std::string& key : given) {
     if (key == "repeat")
       throw Error(ErrorKind::invalid_input,
@@ -66,7 +66,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
                   "--" + key +
                       ": not used with --model (the model's config.json sets it); "
                       "with --model give out_dir, save_attention, save_hidden_states, threads, "
-                      "max_memory");
+                      "max_memory, dtype");
   }
   ModelRunConfig mc;
   mc.model = args.model;
@@ -77,6 +77,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.save_hidden_states = config.save_hidden_states;
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
+  mc.dtype = config.to_json()["dtype"].get<std::string>();
   mc.top_k = args.top_k;
   if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
   if (args.heads) mc.heads = index_list(*args.heads, "head_indices");

@@ -646,8 +646,8 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
 // mha.Model: a whole checkpoint (mha/run/model_run.hpp) called on text or ids.
 class PyModel {
  public:
-  PyModel(const std::string& dir, std::optional<std::uint64_t> max_memory)
-      : model_(dir), max_memory_(max_memory ? *max_memory : mha::default_max_memory()) {}
+  PyModel(const std::string& dir, std::optional<std::uint64_t> max_memory, const std::string& dtype)
+      : model_(dir, dtype), max_memory_(max_memory ? *max_memory : mha::default_max_memory()) {}
 
   // A Python str as UTF-8; a lone surrogate (which UTF-8 cannot hold) is bad input.
   static std::string utf8_text(const py::handle& t, std::size_t i) {
@@ -994,6 +994,7 @@ class PyModel {
     d["d_ff"] = c.d_ff;
     d["vocab_size"] = c.vocab_size;
     d["max_positions"] = c.max_positions;
+    d["dtype"] = model_.dtype();
     return d;
   }
 
@@ -1049,14 +1050,15 @@ PYBIND11_MODULE(mha, m) {
                   "module's own layout (batch_first or not).");
   py::class_<PyModel>(
       m, "Model",
-      "Model(dir, max_memory=None)\n\nA whole checkpoint as model hubs publish it (config.json, "
-      "model.safetensors or its index, tokenizer.json) of any family docs/models.md "
-      "lists; the analyses of docs/analyses.md are its methods. Opening it checks every file "
-      "and reads no weights; each call reads them layer by layer. A call whose arrays and "
-      "forward would need more than max_memory bytes (default 80% of physical "
-      "memory) raises ValueError before computing.")
-      .def(py::init<const std::string&, std::optional<std::uint64_t>>(), py::arg("dir"),
-           py::arg("max_memory") = py::none())
+      "Model(dir, max_memory=None, dtype=\"float32\")\n\nA whole checkpoint as model hubs "
+      "publish it (config.json, model.safetensors or its index, tokenizer.json) of any family "
+      "docs/models.md lists; the analyses of docs/analyses.md are its methods. Opening it checks "
+      "every file and reads no weights; each call reads them layer by layer. A call whose arrays "
+      "and forward would need more than max_memory bytes (default 80% of physical memory) raises "
+      "ValueError before computing. dtype=\"bfloat16\" runs every GEMM on bfloat16 operands "
+      "summed in float32 (natively with AVX512_BF16), as `mha run --model --dtype bfloat16`.")
+      .def(py::init<const std::string&, std::optional<std::uint64_t>, const std::string&>(),
+           py::arg("dir"), py::arg("max_memory") = py::none(), py::arg("dtype") = "float32")
       .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
            py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,

@@ -181,6 +181,72 @@ for _f in checkpoints.FAMILIES:
         setattr(Families, f"test_{_f}_{_dt.lower()}", _family_test(_f, _dt))
 
 
+class Bfloat16(ModelTest):
+    """--dtype bfloat16: every GEMM on bfloat16 operands summed in float32, on every family, within
+    bfloat16's error of the float64 reference (the errors are printed: docs/models.md's table),
+    through the native kernel and through rounded operands in sgemm (MHA_BF16_GEMM=sgemm)."""
+
+    def test_every_family(self):
+        rows = []
+        for family in checkpoints.FAMILIES:
+            with self.subTest(family=family):
+                d, config, sd = self.checkpoint(family, family)
+                ids, ids_path = self.ids(config)
+                ref = reference.forward(config, sd, ids)
+                f32, _ = self.mha(d, ids_path, "--save_attention", out="f32_" + family)
+                bf16, _ = self.mha(d, ids_path, "--save_attention", "--dtype", "bfloat16", out="bf16_" + family)
+                run = self.read_json(bf16, "run.json")
+                self.assertEqual((run["dtype"], run["config"]["dtype"]), ("bfloat16", "bfloat16"))
+                self.assertIn(run["bf16_gemm"], ("avx512bf16", "sgemm", "sbgemm"))
+                scale = np.abs(ref["output"]).max()
+                err = {}
+                for name, out in (("float32", f32), ("bfloat16", bf16)):
+                    o, m = self.load(out, "output.npy"), self.load(out, "self_attention.npy")
+                    err[name] = (np.abs(o - ref["output"]).max() / scale,
+                                 max(np.abs(m[n] - ref["attentions"][n]).max() for n in range(len(m))))
+                self.assertLess(err["float32"][0], 1e-5)
+                # bfloat16 operands (8 bits of mantissa): about 2^-9 per product, a few layers deep
+                self.assertLess(err["bfloat16"][0], 0.05)
+                self.assertLess(err["bfloat16"][1], 0.05)
+                self.assertGreater(err["bfloat16"][0], 1e-5)  # the GEMMs did run in bfloat16
+                rows.append((family, err["float32"], err["bfloat16"]))
+        print("\nfamily        float32 output  maps      bfloat16 output  maps")
+        for family, a, b in rows:
+            print(f"{family:13s} {a[0]:.1e}         {a[1]:.1e}   {b[0]:.1e}          {b[1]:.1e}")
+
+    def test_native_and_sgemm_agree(self):
+        d, config, sd = self.checkpoint("llama", "llama")
+        ids, ids_path = self.ids(config)
+        native, _ = self.mha(d, ids_path, "--dtype", "bfloat16", out="native")
+        env = dict(os.environ, MHA_BF16_GEMM="sgemm")
+        out = self.path("sgemm")
+        p = subprocess.run([MHA, "run", "--model", d, "--tokens", ids_path, "--dtype", "bfloat16",
+                            "--out_dir", out, "-q"], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.read_json(out, "run.json")["bf16_gemm"], "sgemm")
+        a, b = self.load(native, "output.npy"), self.load(out, "output.npy")
+        # the same rounded products, summed in another order
+        self.assertLess(np.abs(a - b).max() / np.abs(a).max(), 1e-2)
+
+    def test_analyze_and_refusals(self):
+        d, config, sd = self.checkpoint("gpt2", "gpt2")
+        ids, ids_path = self.ids(config)
+        losses = []
+        for dtype in ("float32", "bfloat16"):
+            out = self.path("an_" + dtype)
+            p = subprocess.run([MHA, "analyze", "--model", d, "--tokens", ids_path, "--method", "loss",
+                                "--dtype", dtype, "--out_dir", out, "-q"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            run = self.read_json(out, "run.json")
+            self.assertEqual(run["dtype"], dtype)
+            losses.append(run["summary"]["loss"]["mean"])
+        self.assertLess(abs(losses[1] / losses[0] - 1), 2e-2)
+        self.assertNotEqual(losses[0], losses[1])
+        _, p = self.mha(d, ids_path, "--dtype", "float64", out="bad", code=2)
+        self.assertIn("--dtype \"float64\": expected float32 or bfloat16", p.stderr)
+        self.assertFalse(os.path.exists(self.path("bad")))
+
+
 class Features(ModelTest):
     """Each feature the new families bring, proved to matter: `mha run` matches the reference with
     every feature on (real rows of the hidden states, every layer's maps, the top-k), and does

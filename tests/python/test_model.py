@@ -59,6 +59,24 @@ def test_model_call_equals_the_cli(tmp_path):
         [[(i, tok) for i, tok, _ in row] for row in r["top_k"]]
 
 
+def test_model_in_bfloat16_equals_the_cli(tmp_path):
+    """mha.Model(dir, dtype="bfloat16") gives the bits of `mha run --model --dtype bfloat16`, within
+    bfloat16's error of float32; any other dtype raises the CLI's message."""
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    out = run_cli(d, str(tmp_path / "out"), "--text", TEXTS[0], "--save_attention", "--dtype", "bfloat16")
+    model = mha.Model(d, dtype="bfloat16")
+    assert model.config["dtype"] == "bfloat16"
+    r = model(TEXTS[0])
+    np.testing.assert_array_equal(r["output"], np.load(os.path.join(out, "output.npy")))
+    np.testing.assert_array_equal(r["attention"], np.load(os.path.join(out, "self_attention.npy")))
+    f32 = mha.Model(d)(TEXTS[0])
+    assert np.abs(r["output"] - f32["output"]).max() <= 0.05 * np.abs(f32["output"]).max()
+    assert 0 < np.abs(r["attention"] - f32["attention"]).max() <= 0.05
+    assert json.load(open(os.path.join(out, "run.json")))["dtype"] == "bfloat16"
+    with pytest.raises(ValueError, match="--dtype \"float16\": expected float32 or bfloat16"):
+        mha.Model(d, dtype="float16")
+
+
 def test_model_against_the_reference_with_padding(tmp_path):
     d, config, t, encode = gpt2_with_tokenizer(tmp_path)
     r = mha.Model(d)(TEXTS, hidden_states=True)

@@ -45,8 +45,10 @@ void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std
 }
 
 // Layer l's attention options and mask, from the config's features.
-LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int threads) {
+LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int threads,
+                                      bool bf16) {
   LayerOptions<float> o;
+  o.bf16_gemm = bf16;
   o.scale = static_cast<float>(c.attn_scale);
   o.softcap = static_cast<float>(c.attn_softcap);
   o.threads = threads;
@@ -103,7 +105,7 @@ std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const f
     model.lm_head_rows(v0, n, rows.data());
     // logits[v0:v0+n] (n, B) = rows (n, d) last^T (d, B)
     gemm<float>(false, true, n, B, d, 1.0f, rows.data(), d, last, d, 0.0f, logits.data() + v0 * B,
-                B);
+                B, model.bf16_gemm());
   }
   if (c.final_softcap > 0) {  // logits <- cap tanh(logits / cap)
     const float cap = static_cast<float>(c.final_softcap);
@@ -176,6 +178,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   so.parallel_residual = c.parallel_residual;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
+  so.bf16_gemm = model.bf16_gemm();
   Mask<float> mask = mask_of(c, T, lengths);
 
   std::vector<int> head_slot(c.h, -1);
@@ -210,7 +213,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     else
       model.layer(l, w.layers[0]);
     read += seconds_since(t0);
-    so.self_attn = attention_options(c, l, threads);
+    so.self_attn = attention_options(c, l, threads, model.bf16_gemm());
     if (options.context_hook)
       so.self_attn.context_hook = [&, l](float* context) { options.context_hook(l, context); };
     if (options.values)

@@ -37,7 +37,7 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
       model.lm_head_rows(v0, m, head.data());
       // logits[:, v0:v0+m] (n, m) = hidden[r0:r0+n] (n, d) head^T (d, m)
       gemm<float>(false, true, n, m, d, 1.0f, hidden + r0 * d, d, head.data(), d, 0.0f,
-                  logits.data() + v0, V);
+                  logits.data() + v0, V, model.bf16_gemm());
     }
     if (cap > 0)
       for (std::size_t i = 0; i < n * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -207,6 +207,10 @@ void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_
 // (only the FFN's second GEMM, k = 3072, has more) ran BERT-base's layer in
 // 16.0-16.4 ms against 16.9-17.1 for 128 and 16.7-17.1 for none, bert-s512
 // alike (`mha bench --dtype bfloat16`, 2 threads, three alternating runs).
+// When several row tiles read a slice, it is first copied into contiguous
+// rows, as the float32 direct GEMM does (direct_gemm_simd.inc): Bp's rows lie
+// ldbp apart, and a stride of a multiple of 1 KiB maps them to a few of L1's
+// sets. The same sums: the same bits.
 constexpr std::size_t kRowBlock = 32 * kRows, kPairDepth = 512;
 
 // p + offset, or null for null.
@@ -220,8 +224,11 @@ void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alp
                        const float* bias) {
   constexpr std::size_t W = kRegs * L;
   const std::size_t P = bf16_pairs(K);
+  thread_local std::vector<std::uint32_t> panel;  // a slice of Bp, (pd, W) contiguous
   for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const std::size_t r1 = std::min(rows, r0 + kRowBlock);
+    const bool pack = r1 - r0 > kRows && ldbp != W;
+    if (pack) panel.resize(kPairDepth * W);
     for (std::size_t c0 = 0; c0 < N; c0 += W) {
       const std::size_t n = std::min(W, N - c0);
       for (std::size_t p0 = 0; p0 < P || p0 == 0; p0 += kPairDepth) {
@@ -232,12 +239,18 @@ void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alp
         const std::size_t ld0 = from_c ? ldc : 0;
         const std::uint32_t* a = Ap + p0;
         const std::uint32_t* b = Bp + p0 * ldbp + c0;
+        std::size_t ldb = ldbp;
+        if (pack) {  // only the slice's n columns: a partial strip's tiles mask the rest
+          for (std::size_t p = 0; p < pd; ++p) std::copy_n(b + p * ldbp, n, panel.data() + p * W);
+          b = panel.data();
+          ldb = W;
+        }
         std::size_t r = r0;
         for (; r + kRows <= r1; r += kRows)
-          strip<kRows>(n, pd, a + r * ldap, ldap, b, ldbp, alpha, C + r * ldc + c0, ldc,
+          strip<kRows>(n, pd, a + r * ldap, ldap, b, ldb, alpha, C + r * ldc + c0, ldc,
                        at(init, (r - r0) * ld0), ld0);
         if (r < r1)
-          last_rows<kRows - 1>(r1 - r, n, pd, a + r * ldap, ldap, b, ldbp, alpha, C + r * ldc + c0,
+          last_rows<kRows - 1>(r1 - r, n, pd, a + r * ldap, ldap, b, ldb, alpha, C + r * ldc + c0,
                                ldc, at(init, (r - r0) * ld0), ld0);
       }
     }

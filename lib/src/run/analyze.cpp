@@ -21,6 +21,7 @@
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -197,7 +198,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   check_out_dir(config.out_dir, config.model);
   std::optional<DirLock> lock;
   if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
-  const Model whole(config.model);
+  const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
   const bool lm_methods =
@@ -576,6 +577,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   run["arrays"] = arrays;
   run["summary"] = summary;
   run["threads"] = threads;
+  run["dtype"] = config.dtype;
+  if (config.dtype == "bfloat16") run["bf16_gemm"] = bf16_gemm_backend();
   run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
   json outputs = json::object();  // what a later run in out_dir removes, and readers check
   for (const std::string& name : report.outputs) {

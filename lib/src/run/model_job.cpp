@@ -32,7 +32,8 @@ const std::vector<std::string> kKeys = {"model",
                                         "foil",
                                         "clean",
                                         "corrupt",
-                                        "batch"};
+                                        "batch",
+                                        "dtype"};
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
@@ -109,6 +110,7 @@ class Reader {
 template <class C>
 void read_common(const Reader& r, C& c) {
   c.model = r.string("model");
+  if (r.has("dtype")) c.dtype = r.string("dtype");
   if (r.has("text")) c.texts = r.strings("text");
   c.tokens = r.optional_string("tokens");
   if (r.has("out_dir")) c.out_dir = r.string("out_dir");
@@ -123,6 +125,7 @@ template <class C>
 json common_json(const C& c) {
   json j;
   j["model"] = c.model;
+  j["dtype"] = c.dtype;
   if (!c.texts.empty()) j["text"] = c.texts;
   if (c.tokens) j["tokens"] = *c.tokens;
   j["out_dir"] = c.out_dir;

@@ -145,17 +145,28 @@ std::string tokenizer_file(const std::string& dir) {
   return is_file(path) ? path : std::string();
 }
 
+const std::string& checked_dtype(const std::string& dtype) {
+  if (dtype != "float32" && dtype != "bfloat16")
+    fail_input("--dtype " + echo(dtype) +
+               ": expected float32 or bfloat16 for a model (bfloat16: every GEMM on bfloat16 "
+               "operands, summed in float32)");
+  return dtype;
+}
+
 }  // namespace
 
-Model::Model(const std::string& dir)
-    : tokenizer_path_(tokenizer_file(dir)),
+Model::Model(const std::string& dir, const std::string& dtype)
+    : dtype_(checked_dtype(dtype)),
+      tokenizer_path_(tokenizer_file(dir)),
       loading_(std::async(std::launch::async,
                           [path = tokenizer_path_]() -> std::optional<Tokenizer> {
                             if (path.empty()) return std::nullopt;
                             return Tokenizer::from_file(path);
                           })
                    .share()),
-      checkpoint_(dir) {}
+      checkpoint_(dir) {
+  checkpoint_.set_bf16_gemm(dtype_ == "bfloat16");
+}
 
 const std::optional<Tokenizer>& Model::tokenizer() const {
   return loading_.get();
@@ -281,7 +292,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   // Before anything is read: a second process on this out_dir stops here.
   std::optional<DirLock> lock;
   if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
-  const Model whole(config.model);
+  const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
   report.config = config;

@@ -1,5 +1,6 @@
 #include "mha/run/run_json.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/run/model_job.hpp"
 
 #include <array>
@@ -666,6 +667,8 @@ json to_json(const ModelRunReport& r) {
   if (!r.map_layers.empty()) j["attention"] = {{"layers", r.map_layers}, {"heads", r.map_heads}};
   if (!r.top_k.empty()) j["top_k"] = top;
   j["threads"] = r.threads;
+  j["dtype"] = r.config.dtype;
+  if (r.config.dtype == "bfloat16") j["bf16_gemm"] = bf16_gemm_backend();
   j["memory"] = {{"estimate_bytes", r.memory_estimate}, {"max_memory", r.max_memory}};
   j["timings"] = {
       {"read_weights_ms", r.read_ms}, {"forward_ms", r.forward_ms}, {"total_ms", r.total_ms}};

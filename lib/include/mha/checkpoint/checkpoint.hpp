@@ -35,6 +35,12 @@ class Checkpoint {
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
+  // Whether every GEMM of a pass on this checkpoint (forward.hpp, the LM
+  // head) takes bfloat16 operands and sums in float32: the kernel's
+  // bf16_gemm, natively where the CPU has AVX512_BF16 (blas.hpp). Norms,
+  // softmax and residuals stay float32. Off: float32 throughout.
+  void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
+  bool bf16_gemm() const { return bf16_gemm_; }
   // The weights files, in the order read (shards in name order).
   std::vector<std::string> weight_files() const;
   // The dtypes the weights are stored in ("F32", "BF16", ...), sorted.
@@ -66,6 +72,7 @@ class Checkpoint {
   void open_weights();
   void check_tensors() const;
 
+  bool bf16_gemm_ = false;
   std::string dir_;
   ModelConfig config_;
   std::string prefix_;  // "bert.", "transformer.", ... or "" before the family's names

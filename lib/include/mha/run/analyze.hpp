@@ -32,6 +32,7 @@ namespace mha {
 
 struct AnalyzeConfig {
   std::string model;
+  std::string dtype = "float32";  // or bfloat16 (Model)
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
   std::vector<std::string> methods;

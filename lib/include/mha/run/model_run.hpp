@@ -27,6 +27,7 @@ namespace mha {
 
 struct ModelRunConfig {
   std::string model;                  // the checkpoint directory
+  std::string dtype = "float32";      // float32 or bfloat16 (GEMM operands; Model)
   std::vector<std::string> texts;     // a batch of texts (right-padded), or
   std::optional<std::string> tokens;  // a .npy of int ids, (T) or (B, T)
   std::string out_dir = "out";
@@ -104,7 +105,11 @@ class Model {
   // The tokenizer loads on a thread of its own while the checkpoint is
   // opened (and, for ids, while the forward runs); tokenizer() waits for it
   // and throws its error, if any.
-  explicit Model(const std::string& dir);
+  // `dtype`: "float32", or "bfloat16" for every GEMM of its passes on
+  // bfloat16 operands (Checkpoint::set_bf16_gemm); anything else is refused
+  // naming --dtype.
+  explicit Model(const std::string& dir, const std::string& dtype = "float32");
+  const std::string& dtype() const { return dtype_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const ModelConfig& config() const { return checkpoint_.config(); }
   const std::optional<Tokenizer>& tokenizer() const;
@@ -126,6 +131,7 @@ class Model {
   std::string token_name(std::int32_t id) const;
 
  private:
+  std::string dtype_;
   std::string tokenizer_path_;
   std::shared_future<std::optional<Tokenizer>> loading_;  // declared first: starts first
   Checkpoint checkpoint_;
