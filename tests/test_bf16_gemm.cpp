@@ -6,6 +6,8 @@
 // written outside C; the same bits for any cutting of rows or columns and
 // for A rounded once or per call; the packed layout; subnormals flushed as
 // documented; the run-time choice, on CPUs with and without the instruction.
+// Where the CPU has AMX tiles, every check runs on both kernels, AMX's and
+// VDPBF16PS's (set_bf16_amx_for_tests).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -96,6 +98,19 @@ void check_against_double(const Problem& p, float alpha, bool accumulate) {
   for (std::size_t i = p.rows * p.ldc; i < C.size(); ++i) REQUIRE(C[i] == kSentinel);
 }
 
+// The kernels this CPU can run: VDPBF16PS tiles (0) and, with AMX, AMX's (1).
+std::vector<int> kernels() {
+  std::vector<int> k = {0};
+  if (mha::detail::cpu_has_amx_bf16()) k.push_back(1);
+  return k;
+}
+
+// Runs bf16_gemm_rounded on kernel `amx` while it lives.
+struct UseKernel {
+  explicit UseKernel(int amx) { mha::detail::set_bf16_amx_for_tests(amx); }
+  ~UseKernel() { mha::detail::set_bf16_amx_for_tests(-1); }
+};
+
 }  // namespace
 
 TEST_CASE("bf16_gemm matches double loops over rounded operands", "[bf16_gemm]") {
@@ -105,45 +120,53 @@ TEST_CASE("bf16_gemm matches double loops over rounded operands", "[bf16_gemm]")
     MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16: the native bfloat16 GEMM cannot run");
   }
   unsigned seed = 1;
-  for (const bool ta : {false, true})
-    for (const bool tb : {false, true})
-      for (const std::size_t rows : {1, 5, 6, 7, 12, 13, 197})
-        for (const std::size_t N : {1, 15, 16, 17, 48, 63, 64, 65, 130})
-          for (const std::size_t K : {0, 1, 2, 3, 31, 64, 65, 1025, 2113}) {
-            // The long ones (past a block of rows; over several slices of k) on a
-            // few shapes.
-            const bool long_rows = rows == 197, deep = K > 1024;
-            if ((long_rows || deep) && !(N % 16 == 1 && (deep ? rows == 7 : K == 65))) continue;
-            CAPTURE(ta, tb, rows, N, K);
-            const Problem p(rows, N, K, ta, tb, seed++);
-            check_against_double(p, 1.0f, false);
-            check_against_double(p, 0.125f, true);
-          }
+  for (const int amx : kernels())
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const std::size_t rows : {1, 5, 6, 7, 12, 13, 33, 197})
+          for (const std::size_t N : {1, 15, 16, 17, 48, 63, 64, 65, 130})
+            for (const std::size_t K : {0, 1, 2, 3, 31, 64, 65, 1025, 2113}) {
+              // The long ones (past a block of rows; over several slices of k) on a
+              // few shapes.
+              const bool long_rows = rows == 197, deep = K > 1024;
+              if ((long_rows || deep) && !(N % 16 == 1 && (deep ? rows == 7 : K == 65))) continue;
+              const UseKernel use(amx);
+              CAPTURE(amx, ta, tb, rows, N, K);
+              const Problem p(rows, N, K, ta, tb, seed++);
+              check_against_double(p, 1.0f, false);
+              check_against_double(p, 0.125f, true);
+            }
 }
 
 TEST_CASE("bf16_gemm: the same bits for every cut and for A rounded once", "[bf16_gemm]") {
   if (!mha::detail::cpu_has_avx512_bf16())
     MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");
-  const Problem p(45, 150, 77, false, false, 7);
-  const std::vector<float> whole = run(p, 0.5f, true);
-  const auto Bp = p.packed();
-  const std::size_t P = bf16_pairs(p.K);
-  std::vector<std::uint32_t> Ap(p.rows * P);
-  bf16_round_rows(p.rows, p.K, p.A.data(), p.lda, Ap.data(), P);
-  for (const std::size_t cut_r : {1, 6, 17, 44})
-    for (const std::size_t cut_c : {1, 16, 33, 64, 149}) {
-      CAPTURE(cut_r, cut_c);
-      std::vector<float> C = p.C0, D = p.C0;
-      for (const auto& [r0, r1] : {std::pair<std::size_t, std::size_t>{0, cut_r}, {cut_r, p.rows}})
-        for (const auto& [c0, c1] : {std::pair<std::size_t, std::size_t>{0, cut_c}, {cut_c, p.N}}) {
-          bf16_gemm(r1 - r0, c1 - c0, p.K, 0.5f, false, p.A.data() + r0 * p.lda, p.lda,
-                    Bp.data() + c0, p.N, C.data() + r0 * p.ldc + c0, p.ldc, true);
-          bf16_gemm_rounded(r1 - r0, c1 - c0, p.K, 0.5f, Ap.data() + r0 * P, P, Bp.data() + c0, p.N,
-                            D.data() + r0 * p.ldc + c0, p.ldc, true);
-        }
-      REQUIRE(C == whole);
-      REQUIRE(D == whole);
-    }
+  for (const int amx : kernels()) {
+    const UseKernel use(amx);
+    CAPTURE(amx);
+    const Problem p(45, 150, 77, false, false, 7);
+    const std::vector<float> whole = run(p, 0.5f, true);
+    const auto Bp = p.packed();
+    const std::size_t P = bf16_pairs(p.K);
+    std::vector<std::uint32_t> Ap(p.rows * P);
+    bf16_round_rows(p.rows, p.K, p.A.data(), p.lda, Ap.data(), P);
+    for (const std::size_t cut_r : {1, 6, 17, 44})
+      for (const std::size_t cut_c : {1, 16, 33, 64, 149}) {
+        CAPTURE(cut_r, cut_c);
+        std::vector<float> C = p.C0, D = p.C0;
+        for (const auto& [r0, r1] :
+             {std::pair<std::size_t, std::size_t>{0, cut_r}, {cut_r, p.rows}})
+          for (const auto& [c0, c1] :
+               {std::pair<std::size_t, std::size_t>{0, cut_c}, {cut_c, p.N}}) {
+            bf16_gemm(r1 - r0, c1 - c0, p.K, 0.5f, false, p.A.data() + r0 * p.lda, p.lda,
+                      Bp.data() + c0, p.N, C.data() + r0 * p.ldc + c0, p.ldc, true);
+            bf16_gemm_rounded(r1 - r0, c1 - c0, p.K, 0.5f, Ap.data() + r0 * P, P, Bp.data() + c0,
+                              p.N, D.data() + r0 * p.ldc + c0, p.ldc, true);
+          }
+        REQUIRE(C == whole);
+        REQUIRE(D == whole);
+      }
+  }
 }
 
 TEST_CASE("bf16_pack_b: pairs of k, low half first, zero past K", "[bf16_gemm]") {
@@ -170,9 +193,12 @@ TEST_CASE("bf16_gemm flushes subnormal operands to zero", "[bf16_gemm]") {
   const float a[2] = {1e-39f, 2.0f}, b[2] = {1e30f, 3.0f};
   std::uint32_t packed[1];
   bf16_pack_b(false, 2, 1, b, 1, packed, 1);
-  float c = -1;
-  bf16_gemm(1, 1, 2, 1.0f, false, a, 2, packed, 1, &c, 1, false);
-  CHECK(c == mha::round_to_bfloat16(2.0f) * mha::round_to_bfloat16(3.0f));
+  for (const int amx : kernels()) {
+    const UseKernel use(amx);
+    float c = -1;
+    bf16_gemm(1, 1, 2, 1.0f, false, a, 2, packed, 1, &c, 1, false);
+    CHECK(c == mha::round_to_bfloat16(2.0f) * mha::round_to_bfloat16(3.0f));
+  }
 }
 
 TEST_CASE("MHA_BF16_GEMM and the CPU choose the bfloat16 backend", "[bf16_gemm]") {
@@ -181,29 +207,34 @@ TEST_CASE("MHA_BF16_GEMM and the CPU choose the bfloat16 backend", "[bf16_gemm]"
   const std::string want = env ? env : "";
   if (!want.empty())
     CHECK(backend == want);
+  else if (mha::detail::cpu_has_amx_bf16())
+    CHECK(backend == "amx");
   else if (mha::detail::cpu_has_avx512_bf16())
     CHECK(backend == "avx512bf16");
   else
     CHECK((backend == "sbgemm" || backend == "sgemm"));
-  CHECK(mha::detail::bf16_native() == (backend == "avx512bf16"));
+  CHECK(mha::detail::bf16_native() == (backend == "amx" || backend == "avx512bf16"));
+  CHECK(mha::detail::bf16_amx() == (backend == "amx"));
 }
 
 TEST_CASE("bf16_gemm: a bias gives the bits of the bias copied into C and accumulated",
           "[bf16_gemm]") {
   if (!mha::detail::cpu_has_avx512_bf16())
     MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");
-  for (const std::size_t K : {0, 9, 2113}) {  // 2113: several slices of k
-    CAPTURE(K);
-    const Problem p(13, 70, K, false, false, 23);
-    const auto Bp = p.packed();
-    const std::vector<float> bias = random_floats(p.N, 4);
-    std::vector<float> copied = p.C0, with_bias = p.C0;
-    for (std::size_t r = 0; r < p.rows; ++r)
-      std::copy(bias.begin(), bias.end(), copied.begin() + r * p.ldc);
-    bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, copied.data(), p.ldc,
-              true);
-    bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, with_bias.data(),
-              p.ldc, true, bias.data());  // accumulate is ignored with a bias
-    CHECK(with_bias == copied);
-  }
+  for (const int amx : kernels())
+    for (const std::size_t K : {0, 9, 2113}) {  // 2113: several slices of k
+      const UseKernel use(amx);
+      CAPTURE(amx, K);
+      const Problem p(13, 70, K, false, false, 23);
+      const auto Bp = p.packed();
+      const std::vector<float> bias = random_floats(p.N, 4);
+      std::vector<float> copied = p.C0, with_bias = p.C0;
+      for (std::size_t r = 0; r < p.rows; ++r)
+        std::copy(bias.begin(), bias.end(), copied.begin() + r * p.ldc);
+      bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, copied.data(),
+                p.ldc, true);
+      bf16_gemm(p.rows, p.N, K, 1.0f, false, p.A.data(), p.lda, Bp.data(), p.N, with_bias.data(),
+                p.ldc, true, bias.data());  // accumulate is ignored with a bias
+      CHECK(with_bias == copied);
+    }
 }

@@ -134,7 +134,7 @@ class Bfloat16(Case):
         bf16 = self.layer("bf16", "--dtype", "bfloat16")
         report = load_json(os.path.join(bf16, "run.json"))
         self.assertEqual(report["config"]["dtype"], "bfloat16")
-        self.assertIn(report["bf16_gemm"], ("avx512bf16", "sgemm", "sbgemm"))
+        self.assertIn(report["bf16_gemm"], ("amx", "avx512bf16", "sgemm", "sbgemm"))
         for name in ("output.npy", "attention.npy"):
             x, ref = np.load(os.path.join(bf16, name)), np.load(os.path.join(f32, name))
             self.assertEqual(x.dtype, np.dtype("<f4"), name)
@@ -159,7 +159,7 @@ class Bfloat16(Case):
         rc, _, err = run(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--dtype",
                           "bfloat16", "--out_dir", self.path("a")], env)
         self.assertEqual(rc, 2, err)
-        self.assertIn("MHA_BF16_GEMM: expected 'avx512bf16', 'sbgemm' or 'sgemm', got 'fast'", err)
+        self.assertIn("MHA_BF16_GEMM: expected 'amx', 'avx512bf16', 'sbgemm' or 'sgemm', got 'fast'", err)
         env["MHA_BF16_GEMM"] = "sgemm"
         self.ok(["run", "-q", "--h", "2", "--d_model", "8", "--seq_len", "3", "--dtype",
                  "bfloat16", "--out_dir", self.path("b")], env)
@@ -167,14 +167,16 @@ class Bfloat16(Case):
 
 
     def test_every_backend_this_cpu_has(self):
-        """The native kernel (where the CPU has AVX512_BF16) and sgemm on rounded
-        operands: each within bfloat16's error of float32, both as fused output
-        and with the maps, and close to each other (same products, other sums)."""
+        """The native kernels (VDPBF16PS where the CPU has AVX512_BF16, AMX tiles where it has
+        AMX-BF16) and sgemm on rounded operands: each within bfloat16's error of float32, both as
+        fused output and with the maps, and close to each other (same products, other sums)."""
         f32 = self.layer("f32")
         f32_fused = self.path("f32_fused")
         self.ok(["run", "-q"] + LAYER[:-1] + ["--out_dir", f32_fused])
-        native = "avx512_bf16" in read_bytes("/proc/cpuinfo").decode()
-        backends = ["sgemm"] + (["avx512bf16"] if native else [])
+        cpuinfo = read_bytes("/proc/cpuinfo").decode()
+        native = "avx512_bf16" in cpuinfo
+        backends = ["sgemm"] + (["avx512bf16"] if native else []) + \
+            (["amx"] if native and "amx_bf16" in cpuinfo else [])
         outs = {}
         for backend in backends:
             env = dict(os.environ, MHA_BF16_GEMM=backend)
@@ -193,7 +195,8 @@ class Bfloat16(Case):
                             BF16_RMS_REL, backend)
             outs[backend] = x
         if native:
-            self.assertLess(rms_rel(outs["avx512bf16"], outs["sgemm"]), BF16_RMS_REL)
+            for backend in backends[1:]:
+                self.assertLess(rms_rel(outs[backend], outs["sgemm"]), BF16_RMS_REL, backend)
         else:
             env = dict(os.environ, MHA_BF16_GEMM="avx512bf16")
             rc, _, err = run(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--dtype",
@@ -248,7 +251,7 @@ class PrecisionBench(Case):
                          [("tutorial", "plain", "float32"), ("tutorial", "plain", "bfloat16"),
                           ("bert-s128", "causal", "float32"), ("bert-s128", "causal", "bfloat16")])
         self.assertGreater(r["bf16_gemm_gflops"], 0)
-        self.assertIn(r["bf16_gemm_backend"], ("avx512bf16", "sgemm", "sbgemm"))
+        self.assertIn(r["bf16_gemm_backend"], ("amx", "avx512bf16", "sgemm", "sbgemm"))
         self.assertTrue(all(x["ms_median"] > 0 for x in r["results"]))
 
     def test_bench_table_and_bad_dtype(self):

@@ -507,7 +507,7 @@ class Refusals(Hostile):
     def test_attention_options_with_model(self):
         d, _ = self.model()
         for option in (["--h", "4"], ["--causal", "true"], ["--d_model", "64"], ["--window", "4"],
-                       ["--dtype", "bfloat16"], ["--weights", "w.npz"], ["--repeat", "3"]):
+                       ["--dtype", "float64"], ["--weights", "w.npz"], ["--repeat", "3"]):
             with self.subTest(option=option):
                 self.refused(self.run_model(d, *option), option[0])
 

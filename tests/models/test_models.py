@@ -197,7 +197,7 @@ class Bfloat16(ModelTest):
                 bf16, _ = self.mha(d, ids_path, "--save_attention", "--dtype", "bfloat16", out="bf16_" + family)
                 run = self.read_json(bf16, "run.json")
                 self.assertEqual((run["dtype"], run["config"]["dtype"]), ("bfloat16", "bfloat16"))
-                self.assertIn(run["bf16_gemm"], ("avx512bf16", "sgemm", "sbgemm"))
+                self.assertIn(run["bf16_gemm"], ("amx", "avx512bf16", "sgemm", "sbgemm"))
                 scale = np.abs(ref["output"]).max()
                 err = {}
                 for name, out in (("float32", f32), ("bfloat16", bf16)):

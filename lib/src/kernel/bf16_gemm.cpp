@@ -7,7 +7,12 @@
 
 #include <cpuid.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "intrinsics.hpp"
@@ -27,6 +32,36 @@ bool cpu_has_avx512_bf16() {
     return ((a >> 5) & 1u) != 0;
   }();
   return has;
+}
+
+bool cpu_has_amx_bf16() {
+  static const bool has = [] {
+    if (!cpu_has_avx512_bf16()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    // EDX bit 22: AMX-BF16, bit 24: AMX-TILE.
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;
+    // Linux gives a process the tiles' state only when it asks
+    // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18).
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return ::syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return has;
+}
+
+namespace {
+// -1: as the CPU and MHA_BF16_GEMM choose; 0 or 1: set by a test.
+std::atomic<int> g_amx_for_tests{-1};
+}  // namespace
+
+bool bf16_amx() {
+  const int forced = g_amx_for_tests.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1 && cpu_has_amx_bf16();
+  return bf16_amx_chosen();
+}
+
+void set_bf16_amx_for_tests(int on) {
+  g_amx_for_tests.store(on, std::memory_order_relaxed);
 }
 
 #pragma GCC push_options
@@ -218,10 +253,11 @@ const float* at(const float* p, std::size_t offset) {
   return p ? p + offset : nullptr;
 }
 
-void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
-                       const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
-                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
-                       const float* bias) {
+// The VDPBF16PS tiles; bf16_gemm_rounded (after the AMX section) picks it or AMX's.
+void avx512_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
+                         const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
+                         std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
+                         const float* bias) {
   constexpr std::size_t W = kRegs * L;
   const std::size_t P = bf16_pairs(K);
   thread_local std::vector<std::uint32_t> panel;  // a slice of Bp, (pd, W) contiguous
@@ -283,3 +319,140 @@ void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool
 
 }  // namespace mha::detail
 #pragma GCC pop_options
+
+// AMX (Sapphire Rapids and later): TDPBF16PS multiplies a 16 x 32 bfloat16
+// tile of A by a 32 x 16 tile of B (pairs of k per row, the layout
+// bf16_pack_b writes) into a 16 x 16 float32 tile: 16 x 16 x 32 multiply-adds
+// per instruction, where VDPBF16PS does 16 x 2. C is computed in blocks of
+// 32 x 32 (four accumulator tiles, two of A, two of B), k in steps of 16
+// pairs, slices of kPairDepth pairs as the AVX-512 path. Edges (rows, columns
+// and pairs past the operands) are zero-padded copies, so every element of C
+// takes the same steps wherever it lies: the bits do not depend on how a
+// caller cuts rows or columns.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")
+namespace mha::detail {
+namespace {
+
+constexpr std::size_t kTile = 16;  // rows of a tile; pairs (A) or columns (B) in its 64 bytes
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C (2 x 2 blocks of 16 x 16 float32); 4, 5: A; 6, 7: B.
+void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = kTile;
+  }
+  _tile_loadconfig(&config);
+}
+
+}  // namespace
+
+void amx_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
+                      const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
+                      std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
+                      const float* bias) {
+  constexpr std::size_t S = 2 * kTile;  // a block of C: S x S
+  const std::size_t P = bf16_pairs(K);
+  configure_tiles();
+  alignas(64) std::uint32_t a_pad[2][kTile * kTile], b_pad[2][kTile * kTile];
+  alignas(64) float acc[S * S];
+  for (std::size_t c0 = 0; c0 < N; c0 += S) {
+    const std::size_t nc = std::min(S, N - c0);
+    for (std::size_t r0 = 0; r0 < rows; r0 += S) {
+      const std::size_t nr = std::min(S, rows - r0);
+      for (std::size_t p0 = 0; p0 < P || p0 == 0; p0 += kPairDepth) {
+        const std::size_t pd = std::min(kPairDepth, P - p0);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (std::size_t q = p0; q < p0 + pd; q += kTile) {
+          const std::size_t nq = std::min(kTile, p0 + pd - q);
+          // A: rows [r0 + 16 i, +16), pairs [q, q + 16): in place when whole
+          for (std::size_t i = 0; i < 2; ++i) {
+            const std::size_t ri = r0 + i * kTile;
+            const std::size_t live = ri < rows ? std::min(kTile, rows - ri) : 0;
+            const std::uint32_t* src = Ap + ri * ldap + q;
+            if (live == kTile && nq == kTile) {
+              if (i == 0)
+                _tile_loadd(4, src, ldap * 4);
+              else
+                _tile_loadd(5, src, ldap * 4);
+              continue;
+            }
+            std::fill(a_pad[i], a_pad[i] + kTile * kTile, 0u);
+            for (std::size_t r = 0; r < live; ++r)
+              std::copy_n(src + r * ldap, nq, a_pad[i] + r * kTile);
+            if (i == 0)
+              _tile_loadd(4, a_pad[0], 64);
+            else
+              _tile_loadd(5, a_pad[1], 64);
+          }
+          // B: pairs [q, q + 16), columns [c0 + 16 j, +16)
+          for (std::size_t j = 0; j < 2; ++j) {
+            const std::size_t cj = c0 + j * kTile;
+            const std::size_t live = cj < N ? std::min(kTile, N - cj) : 0;
+            const std::uint32_t* src = Bp + q * ldbp + cj;
+            if (live == kTile && nq == kTile) {
+              if (j == 0)
+                _tile_loadd(6, src, ldbp * 4);
+              else
+                _tile_loadd(7, src, ldbp * 4);
+              continue;
+            }
+            std::fill(b_pad[j], b_pad[j] + kTile * kTile, 0u);
+            for (std::size_t p = 0; p < nq; ++p)
+              std::copy_n(src + p * ldbp, live, b_pad[j] + p * kTile);
+            if (j == 0)
+              _tile_loadd(6, b_pad[0], 64);
+            else
+              _tile_loadd(7, b_pad[1], 64);
+          }
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, acc, S * 4);
+        _tile_stored(1, acc + kTile, S * 4);
+        _tile_stored(2, acc + kTile * S, S * 4);
+        _tile_stored(3, acc + kTile * S + kTile, S * 4);
+        // C = init + alpha * the slice's sums: the first slice from the bias, C or 0, later
+        // ones from C (one rounding, as the AVX-512 path's fmadd).
+        const bool from_c = p0 > 0 || (accumulate && !bias);
+        for (std::size_t r = 0; r < nr; ++r) {
+          float* c = C + (r0 + r) * ldc + c0;
+          for (std::size_t j = 0; j < nc; ++j) {
+            const float old = from_c ? c[j] : bias ? bias[c0 + j] : 0.0f;
+            c[j] = std::fma(alpha, acc[r * S + j], old);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace mha::detail
+#pragma GCC pop_options
+
+namespace mha::detail {
+
+void bf16_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alpha,
+                       const std::uint32_t* Ap, std::size_t ldap, const std::uint32_t* Bp,
+                       std::size_t ldbp, float* C, std::size_t ldc, bool accumulate,
+                       const float* bias) {
+  if (bf16_amx())
+    amx_gemm_rounded(rows, N, K, alpha, Ap, ldap, Bp, ldbp, C, ldc, accumulate, bias);
+  else
+    avx512_gemm_rounded(rows, N, K, alpha, Ap, ldap, Bp, ldbp, C, ldc, accumulate, bias);
+}
+
+}  // namespace mha::detail

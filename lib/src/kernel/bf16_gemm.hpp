@@ -67,7 +67,18 @@ void bf16_gemm(std::size_t rows, std::size_t N, std::size_t K, float alpha, bool
                std::size_t ldc, bool accumulate, const float* bias = nullptr);
 
 // Whether gemm(..., bf16) runs bf16_gemm in this process (blas.hpp's
-// bf16_gemm_backend() is "avx512bf16"), so callers may pack B themselves.
+// bf16_gemm_backend() is "amx" or "avx512bf16"), so callers may pack B themselves.
 bool bf16_native();
+
+// The CPU has AMX-TILE and AMX-BF16 and the OS gave this process the tiles'
+// state (arch_prctl ARCH_REQ_XCOMP_PERM).
+bool cpu_has_amx_bf16();
+// Whether bf16_gemm_rounded runs on AMX tiles: where cpu_has_amx_bf16(),
+// unless MHA_BF16_GEMM=avx512bf16 asks for VDPBF16PS (blas.cpp decides:
+// bf16_amx_chosen); a test may force either (set_bf16_amx_for_tests: 1 on
+// where the CPU has it, 0 off, -1 back to the process's choice).
+bool bf16_amx();
+bool bf16_amx_chosen();
+void set_bf16_amx_for_tests(int on);
 
 }  // namespace mha::detail

@@ -206,7 +206,7 @@ SbgemmFn openblas_sbgemm() {
 
 std::atomic<SbgemmFn> g_test_sbgemm{nullptr};
 
-enum class Bf16Backend { native, sbgemm, sgemm };
+enum class Bf16Backend { amx, native, sbgemm, sgemm };
 
 // The routine bf16 GEMMs use: the native kernel (bf16_gemm.hpp) where the CPU
 // has AVX512_BF16, else sbgemm when OpenBLAS has it, else sgemm on rounded
@@ -231,8 +231,17 @@ Bf16Backend bf16_backend() {
         fail_input("MHA_BF16_GEMM=avx512bf16: this CPU has no AVX512_BF16; unset it, or use sgemm");
       return Bf16Backend::native;
     }
+    if (want == "amx") {
+      if (!detail::cpu_has_amx_bf16())
+        fail_input(
+            "MHA_BF16_GEMM=amx: this CPU (or this OS for this process) has no AMX-BF16 tiles; "
+            "unset it, or use avx512bf16 or sgemm");
+      return Bf16Backend::amx;
+    }
     if (!want.empty())
-      fail_input("MHA_BF16_GEMM: expected 'avx512bf16', 'sbgemm' or 'sgemm', got '" + want + "'");
+      fail_input("MHA_BF16_GEMM: expected 'amx', 'avx512bf16', 'sbgemm' or 'sgemm', got '" + want +
+                 "'");
+    if (detail::cpu_has_amx_bf16()) return Bf16Backend::amx;
     if (native) return Bf16Backend::native;
     return openblas_sbgemm() ? Bf16Backend::sbgemm : Bf16Backend::sgemm;
   }();
@@ -335,6 +344,8 @@ void gemm<double>(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
 
 const char* bf16_gemm_backend() {
   switch (bf16_backend()) {
+    case Bf16Backend::amx:
+      return "amx";
     case Bf16Backend::native:
       return "avx512bf16";
     case Bf16Backend::sbgemm:
@@ -346,7 +357,11 @@ const char* bf16_gemm_backend() {
 
 namespace detail {
 bool bf16_native() {
-  return bf16_backend() == Bf16Backend::native;
+  const Bf16Backend b = bf16_backend();
+  return b == Bf16Backend::native || b == Bf16Backend::amx;
+}
+bool bf16_amx_chosen() {
+  return bf16_backend() == Bf16Backend::amx;
 }
 }  // namespace detail
 
