@@ -11,7 +11,13 @@ namespace mha {
 
 void rollout_step(std::vector<double>& R, const float* mean, std::size_t B, std::size_t T,
                   bool first, int threads) {
-  std::vector<double> A(T * T), next(first ? 0 : T * T);
+  // Scratch kept from call to call (a pass calls once per layer, at one size);
+  // the tasks below use this thread's, through these references.
+  thread_local std::vector<double> kept_A, kept_next;
+  std::vector<double>& A = kept_A;
+  std::vector<double>& next = kept_next;
+  A.resize(T * T);
+  next.resize(first ? 0 : T * T);
   // Row blocks of the product, one task each (OpenBLAS runs one thread per call).
   const std::size_t block = 64, blocks = (T + block - 1) / block;
   for (std::size_t b = 0; b < B; ++b) {
@@ -219,6 +225,10 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
   std::vector<float> layer_maps(maps ? B * h * T * T : 0), row(T * T), mean(B * T * T);
   std::vector<double> R(o.rollout ? B * T * T : 0), vnorms;  // vnorms (B, h, T)
   const auto& dets = all_detectors();
+  // Each thread's (T, T) rows of norms, kept for every layer.
+  std::vector<std::vector<float>> scratch(
+      o.norms ? static_cast<std::size_t>(resolve_threads(o.threads)) : 0,
+      std::vector<float>(T * T));
   MapAnalysisResult result;
   result.head_scores.assign(o.detectors ? dets.size() * Ls * Hs : 0, 0.0);
   std::vector<std::vector<unsigned char>> patterns;  // [detector * B + b]: (n_b, n_b)
@@ -267,9 +277,9 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
     // Each chosen head a task: its norms rows (to their sink, which takes
     // concurrent writes) and its detector scores (its own entries).
     if (ls >= 0 && (o.norms || o.detectors))
-      parallel_for(Hs, o.threads, [&](std::size_t hs, int) {
+      parallel_for(Hs, o.threads, [&](std::size_t hs, int thread) {
         const std::size_t head = o.heads[hs];
-        std::vector<float> weighted(o.norms ? T * T : 0);
+        float* weighted = o.norms ? scratch[std::size_t(thread)].data() : nullptr;
         for (std::size_t b = 0; b < B; ++b) {
           const float* A = layer_maps.data() + (b * h + head) * T * T;
           if (o.norms) {
@@ -277,7 +287,7 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
             for (std::size_t i = 0; i < T; ++i)
               for (std::size_t j = 0; j < T; ++j)
                 weighted[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
-            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, weighted.data());
+            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, weighted);
           }
           if (o.detectors)
             for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows

@@ -20,8 +20,8 @@
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/model/memory.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/model/memory.hpp"
 #include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -436,8 +436,9 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                            {"layer_passes", a.layer_passes},
                            {"ms", ms_since(t0)},
                            {"weights_held", io.layers_read != nullptr}};
-    report.summary.push_back("ablation: " + std::to_string(a.passes) + " heads, " +
-                             std::to_string(a.layer_passes) + " layer passes, " +
+    report.summary.push_back("ablation: " + std::to_string(a.layers.size() * a.heads.size()) +
+                             " heads in " + std::to_string(a.passes) + " partial forwards of " +
+                             std::to_string(a.layer_passes) + " head-layer passes, " +
                              std::to_string(ms_since(t0)) + " ms");
   }
   if (patching) {
