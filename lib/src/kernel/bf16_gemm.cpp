@@ -342,6 +342,21 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
+// Tile `Tile` <- the 16 x 16 words at src (ld words apart): in place when all
+// of them lie inside the operand, else the first rows x cols of them copied
+// into `pad` with zeros around them.
+template <int Tile>
+void load_tile(const std::uint32_t* src, std::size_t ld, std::size_t rows, std::size_t cols,
+               std::uint32_t* pad) {
+  if (rows == kTile && cols == kTile) {
+    _tile_loadd(Tile, src, ld * 4);
+    return;
+  }
+  std::fill(pad, pad + kTile * kTile, 0u);
+  for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, cols, pad + r * kTile);
+  _tile_loadd(Tile, pad, 64);
+}
+
 // Tiles 0-3: C (2 x 2 blocks of 16 x 16 float32); 4, 5: A; 6, 7: B.
 void configure_tiles() {
   TileConfig config;
@@ -375,46 +390,15 @@ void amx_gemm_rounded(std::size_t rows, std::size_t N, std::size_t K, float alph
         _tile_zero(3);
         for (std::size_t q = p0; q < p0 + pd; q += kTile) {
           const std::size_t nq = std::min(kTile, p0 + pd - q);
-          // A: rows [r0 + 16 i, +16), pairs [q, q + 16): in place when whole
-          for (std::size_t i = 0; i < 2; ++i) {
-            const std::size_t ri = r0 + i * kTile;
-            const std::size_t live = ri < rows ? std::min(kTile, rows - ri) : 0;
-            const std::uint32_t* src = Ap + ri * ldap + q;
-            if (live == kTile && nq == kTile) {
-              if (i == 0)
-                _tile_loadd(4, src, ldap * 4);
-              else
-                _tile_loadd(5, src, ldap * 4);
-              continue;
-            }
-            std::fill(a_pad[i], a_pad[i] + kTile * kTile, 0u);
-            for (std::size_t r = 0; r < live; ++r)
-              std::copy_n(src + r * ldap, nq, a_pad[i] + r * kTile);
-            if (i == 0)
-              _tile_loadd(4, a_pad[0], 64);
-            else
-              _tile_loadd(5, a_pad[1], 64);
-          }
-          // B: pairs [q, q + 16), columns [c0 + 16 j, +16)
-          for (std::size_t j = 0; j < 2; ++j) {
-            const std::size_t cj = c0 + j * kTile;
-            const std::size_t live = cj < N ? std::min(kTile, N - cj) : 0;
-            const std::uint32_t* src = Bp + q * ldbp + cj;
-            if (live == kTile && nq == kTile) {
-              if (j == 0)
-                _tile_loadd(6, src, ldbp * 4);
-              else
-                _tile_loadd(7, src, ldbp * 4);
-              continue;
-            }
-            std::fill(b_pad[j], b_pad[j] + kTile * kTile, 0u);
-            for (std::size_t p = 0; p < nq; ++p)
-              std::copy_n(src + p * ldbp, live, b_pad[j] + p * kTile);
-            if (j == 0)
-              _tile_loadd(6, b_pad[0], 64);
-            else
-              _tile_loadd(7, b_pad[1], 64);
-          }
+          // A: rows [r0 + 16 i, +16), pairs [q, q + 16); B: pairs [q, q + 16), columns
+          // [c0 + 16 j, +16)
+          const auto live = [](std::size_t at, std::size_t end) {
+            return at < end ? std::min(kTile, end - at) : std::size_t{0};
+          };
+          load_tile<4>(Ap + r0 * ldap + q, ldap, live(r0, rows), nq, a_pad[0]);
+          load_tile<5>(Ap + (r0 + kTile) * ldap + q, ldap, live(r0 + kTile, rows), nq, a_pad[1]);
+          load_tile<6>(Bp + q * ldbp + c0, ldbp, nq, live(c0, N), b_pad[0]);
+          load_tile<7>(Bp + q * ldbp + c0 + kTile, ldbp, nq, live(c0 + kTile, N), b_pad[1]);
           _tile_dpbf16ps(0, 4, 6);
           _tile_dpbf16ps(1, 4, 7);
           _tile_dpbf16ps(2, 5, 6);

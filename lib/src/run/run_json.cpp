@@ -458,14 +458,24 @@ RunReport read_run_report(const std::string& path) {
   return run_report_from_json(j, path);
 }
 
-ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport& report,
-                        const json& extra) {
+namespace {
+
+// A results row's first columns: the layout version, the run, its status and swept values.
+ordered_json row_head(const Sweep& sweep, const SweepRun& run, const char* status) {
   ordered_json row;
   row["schema_version"] = kResultsSchemaVersion;
   row["index"] = run.index;
   row["name"] = run.name;
-  row["status"] = "ok";
+  row["status"] = status;
   for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  return row;
+}
+
+}  // namespace
+
+ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport& report,
+                        const json& extra) {
+  ordered_json row = row_head(sweep, run, "ok");
   // run.json's spelling of each config value (causal false or "top-left", ...).
   const json config = report.resolved_config().to_json();
   for (const char* key :
@@ -511,12 +521,7 @@ ordered_json result_row(const Sweep& sweep, const SweepRun& run, const RunReport
 
 ordered_json model_result_row(const Sweep& sweep, const SweepRun& run, const json& run_json,
                               const json& extra) {
-  ordered_json row;
-  row["schema_version"] = kResultsSchemaVersion;
-  row["index"] = run.index;
-  row["name"] = run.name;
-  row["status"] = "ok";
-  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  ordered_json row = row_head(sweep, run, "ok");
   const auto copy = [&](const json& from, const char* key, const std::string& as) {
     if (from.is_object() && from.contains(key) && !from[key].is_null()) row[as] = from[key];
   };
@@ -550,24 +555,24 @@ ordered_json model_result_row(const Sweep& sweep, const SweepRun& run, const jso
     copy(top, "token", "next_token");
     copy(top, "p", "next_token_p");
   }
+  // Each method's numbers in its summary, and their columns.
+  static const struct {
+    const char *method, *key, *column;
+  } kSummaryColumns[] = {{"loss", "mean", "loss"},
+                         {"loss", "perplexity", "perplexity"},
+                         {"logit_lens", "top1_accuracy_last_state", "logit_lens_top1"},
+                         {"logit_lens", "top1_accuracy_per_state", "logit_lens_top1_per_layer"},
+                         {"ablation", "clean", "ablation_clean"},
+                         {"ablation", "ms", "ablation_ms"},
+                         {"patching", "clean", "patching_clean"},
+                         {"patching", "corrupt", "patching_corrupt"},
+                         {"patching", "ms", "patching_ms"},
+                         {"corpus", "texts", "corpus_texts"},
+                         {"corpus", "tokens", "corpus_tokens"},
+                         {"corpus", "ms", "corpus_ms"}};
   const json& summary = object(run_json, "summary");
-  const json& loss = object(summary, "loss");
-  copy(loss, "mean", "loss");
-  copy(loss, "perplexity", "perplexity");
-  const json& lens = object(summary, "logit_lens");
-  copy(lens, "top1_accuracy_last_state", "logit_lens_top1");
-  copy(lens, "top1_accuracy_per_state", "logit_lens_top1_per_layer");
-  const json& ablation = object(summary, "ablation");
-  copy(ablation, "clean", "ablation_clean");
-  copy(ablation, "ms", "ablation_ms");
-  const json& patching = object(summary, "patching");
-  copy(patching, "clean", "patching_clean");
-  copy(patching, "corrupt", "patching_corrupt");
-  copy(patching, "ms", "patching_ms");
+  for (const auto& c : kSummaryColumns) copy(object(summary, c.method), c.key, c.column);
   const json& corpus = object(summary, "corpus");
-  copy(corpus, "texts", "corpus_texts");
-  copy(corpus, "tokens", "corpus_tokens");
-  copy(corpus, "ms", "corpus_ms");
   for (const auto& [stat, values] : object(corpus, "per_layer").items())
     row["corpus_" + stat + "_per_layer"] = values;
   row["run_dir"] = run.dir;
@@ -577,12 +582,7 @@ ordered_json model_result_row(const Sweep& sweep, const SweepRun& run, const jso
 
 ordered_json failed_row(const Sweep& sweep, const SweepRun& run, int exit_code,
                         const std::string& error, const json& extra) {
-  ordered_json row;
-  row["schema_version"] = kResultsSchemaVersion;
-  row["index"] = run.index;
-  row["name"] = run.name;
-  row["status"] = "failed";
-  for (const auto& key : sweep.swept_keys) row[key] = run.values[key];
+  ordered_json row = row_head(sweep, run, "failed");
   row["run_dir"] = run.dir;
   row["exit_code"] = exit_code;
   row["error"] = error;
