@@ -342,6 +342,26 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
+// _tile_loadd names its tile in the instruction's text: one function per tile.
+template <int Tile>
+void tile_load(const void* p, std::size_t stride);
+template <>
+void tile_load<4>(const void* p, std::size_t stride) {
+  _tile_loadd(4, p, stride);
+}
+template <>
+void tile_load<5>(const void* p, std::size_t stride) {
+  _tile_loadd(5, p, stride);
+}
+template <>
+void tile_load<6>(const void* p, std::size_t stride) {
+  _tile_loadd(6, p, stride);
+}
+template <>
+void tile_load<7>(const void* p, std::size_t stride) {
+  _tile_loadd(7, p, stride);
+}
+
 // Tile `Tile` <- the 16 x 16 words at src (ld words apart): in place when all
 // of them lie inside the operand, else the first rows x cols of them copied
 // into `pad` with zeros around them.
@@ -349,12 +369,12 @@ template <int Tile>
 void load_tile(const std::uint32_t* src, std::size_t ld, std::size_t rows, std::size_t cols,
                std::uint32_t* pad) {
   if (rows == kTile && cols == kTile) {
-    _tile_loadd(Tile, src, ld * 4);
+    tile_load<Tile>(src, ld * 4);
     return;
   }
   std::fill(pad, pad + kTile * kTile, 0u);
   for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, cols, pad + r * kTile);
-  _tile_loadd(Tile, pad, 64);
+  tile_load<Tile>(pad, 64);
 }
 
 // Tiles 0-3: C (2 x 2 blocks of 16 x 16 float32); 4, 5: A; 6, 7: B.
