@@ -294,7 +294,7 @@ void gemm_bf16(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, fl
     return std::pair<const Out*, const Out*>(a.data(), b.data());
   };
   const Bf16Backend backend = bf16_backend();
-  if (backend == Bf16Backend::native) {
+  if (backend == Bf16Backend::native || backend == Bf16Backend::amx) {
     // op(B) packed once into per-thread pairs, op(A) rounded as it goes.
     thread_local std::vector<std::uint32_t> packed;
     packed.resize(detail::bf16_pairs(k) * n);
