@@ -13,6 +13,7 @@
 //   layer_indices, head_indices          an index or a list of indices
 //   top_k, threads, batch                integers
 //   max_memory                           a size ("8GiB") or a number of bytes
+//   dtype                                "float32" or "bfloat16" (Model)
 //   save_attention, save_hidden_states   booleans (model runs only)
 #pragma once
 
