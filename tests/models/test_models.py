@@ -198,6 +198,10 @@ class Bfloat16(ModelTest):
                 run = self.read_json(bf16, "run.json")
                 self.assertEqual((run["dtype"], run["config"]["dtype"]), ("bfloat16", "bfloat16"))
                 self.assertIn(run["bf16_gemm"], ("amx", "avx512bf16", "sgemm", "sbgemm"))
+                # which kernels ran, as an attention run's run.json says
+                self.assertIn(run["kernels"]["direct_gemm"], ("avx512", "avx2", "blas"))
+                self.assertIn("core", run["blas"])
+                self.assertNotIn("bf16_gemm", self.read_json(f32, "run.json"))
                 scale = np.abs(ref["output"]).max()
                 err = {}
                 for name, out in (("float32", f32), ("bfloat16", bf16)):

@@ -579,7 +579,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   run["summary"] = summary;
   run["threads"] = threads;
   run["dtype"] = config.dtype;
-  if (config.dtype == "bfloat16") run["bf16_gemm"] = bf16_gemm_backend();
+  run.update(compute_json(config.dtype));
   run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
   json outputs = json::object();  // what a later run in out_dir removes, and readers check
   for (const std::string& name : report.outputs) {

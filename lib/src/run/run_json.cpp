@@ -1,6 +1,7 @@
 #include "mha/run/run_json.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/vexp.hpp"
 #include "mha/run/model_job.hpp"
 
 #include <array>
@@ -627,6 +628,13 @@ json tokens_json(const ModelInput& in) {
   return {{"ids", ids}, {"lengths", in.lengths}, {"tokens", tokens}, {"padded_length", in.T}};
 }
 
+json compute_json(const std::string& dtype) {
+  json j = {{"blas", to_json(blas_load())},
+            {"kernels", to_json(KernelReport{direct_gemm_isa(), vexp_isa()})}};
+  if (dtype == "bfloat16") j["bf16_gemm"] = bf16_gemm_backend();
+  return j;
+}
+
 json to_json(const ModelRunReport& r) {
   const ModelConfig& c = r.model;
   json files = json::array();
@@ -668,7 +676,7 @@ json to_json(const ModelRunReport& r) {
   if (!r.top_k.empty()) j["top_k"] = top;
   j["threads"] = r.threads;
   j["dtype"] = r.config.dtype;
-  if (r.config.dtype == "bfloat16") j["bf16_gemm"] = bf16_gemm_backend();
+  j.update(compute_json(r.config.dtype));
   j["memory"] = {{"estimate_bytes", r.memory_estimate}, {"max_memory", r.max_memory}};
   j["timings"] = {
       {"read_weights_ms", r.read_ms}, {"forward_ms", r.forward_ms}, {"total_ms", r.total_ms}};
