@@ -17,6 +17,10 @@ namespace {
 // least 256), so that the LM head is read once for most calls.
 constexpr std::size_t kLogitBytes = std::size_t{64} << 20;
 constexpr std::size_t kHeadRows = 4096;  // LM head rows read at a time
+// A piece's GEMM is cut into this many blocks of rows, run side by side:
+// blocks that follow the shape alone, never the threads, give the same bits
+// for any thread count.
+constexpr std::size_t kRowBlocks = 8;
 
 }  // namespace
 
@@ -29,15 +33,18 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
   const std::size_t kRows = std::max<std::size_t>(256, kLogitBytes / (4 * V));
   std::vector<float> logits(std::min(rows, kRows) * V), head(std::min(V, kHeadRows) * d);
   const float cap = static_cast<float>(c.final_softcap);
-  (void)threads;
   for (std::size_t r0 = 0; r0 < rows; r0 += kRows) {
     const std::size_t n = std::min(kRows, rows - r0);
+    const std::size_t per = (n + kRowBlocks - 1) / kRowBlocks, blocks = (n + per - 1) / per;
     for (std::size_t v0 = 0; v0 < V; v0 += kHeadRows) {
       const std::size_t m = std::min(kHeadRows, V - v0);
       model.lm_head_rows(v0, m, head.data());
-      // logits[:, v0:v0+m] (n, m) = hidden[r0:r0+n] (n, d) head^T (d, m)
-      gemm<float>(false, true, n, m, d, 1.0f, hidden + r0 * d, d, head.data(), d, 0.0f,
-                  logits.data() + v0, V, model.bf16_gemm());
+      // logits[:, v0:v0+m] (n, m) = hidden[r0:r0+n] (n, d) head^T (d, m), in blocks of rows
+      parallel_for(blocks, threads, [&](std::size_t k, int) {
+        const std::size_t i0 = k * per, rows_k = std::min(per, n - i0);
+        gemm<float>(false, true, rows_k, m, d, 1.0f, hidden + (r0 + i0) * d, d, head.data(), d,
+                    0.0f, logits.data() + i0 * V + v0, V, model.bf16_gemm());
+      });
     }
     if (cap > 0)
       for (std::size_t i = 0; i < n * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

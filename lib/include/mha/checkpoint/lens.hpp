@@ -18,7 +18,8 @@ namespace mha {
 // Calls fn(r0, n, logits) for pieces of rows [r0, r0 + n) of hidden (rows,
 // d_model), logits (n, vocab_size): the LM head (soft-capped where the family
 // caps its final logits) on rows that are already final-normed. Memory: one
-// piece of rows and one piece of the head's rows.
+// piece of rows and one piece of the head's rows. The GEMMs run in blocks of
+// rows fixed by the shape, on `threads`: the same bits for any count.
 void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
                const std::function<void(std::size_t r0, std::size_t n, const float* logits)>& fn,
                int threads);
