@@ -17,7 +17,7 @@ struct AnalyzeArgs {
   CLI::App* command = nullptr;  // to tell which options were given
   std::string config_file;
   std::string model, tokens, out_dir = "out", max_memory, ablation = "zero", metric,
-      dtype = "float32";
+                             dtype = "float32";
   std::vector<std::string> texts, methods;
   std::optional<std::string> layers, heads, target, foil, clean, corrupt, texts_file;
   std::int64_t top_k = 5, threads = 0, batch = 8;

@@ -55,7 +55,7 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
 int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
                  bool print_json) {
   static const std::set<std::string> apply = {"out_dir", "save_attention", "save_hidden_states",
-                                              "threads", "max_memory", "dtype"};
+                                              "threads", "max_memory",     "dtype"};
   for (const std::string& key : given) {
     if (key == "repeat")
       throw Error(ErrorKind::invalid_input,

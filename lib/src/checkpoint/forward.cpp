@@ -45,8 +45,7 @@ void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std
 }
 
 // Layer l's attention options and mask, from the config's features.
-LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int threads,
-                                      bool bf16) {
+LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int threads, bool bf16) {
   LayerOptions<float> o;
   o.bf16_gemm = bf16;
   o.scale = static_cast<float>(c.attn_scale);
