@@ -77,7 +77,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.save_hidden_states = config.save_hidden_states;
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
-  mc.dtype = config.to_json()["dtype"].get<std::string>();
+  mc.dtype = to_string(config.dtype);
   mc.top_k = args.top_k;
   if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
   if (args.heads) mc.heads = index_list(*args.heads, "head_indices");

@@ -195,9 +195,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (config.ablation != "zero" && config.ablation != "mean")
     fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
   const Metric metric = metric_of(config.metric, config.target, config.foil);
-  check_out_dir(config.out_dir, config.model);
-  std::optional<DirLock> lock;
-  if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
+  const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
   const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();

@@ -280,6 +280,13 @@ void check_out_dir(const std::string& out_dir, const std::string& model) {
                "; expected a directory of the run's own");
 }
 
+std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::string& model,
+                                    bool check_only) {
+  check_out_dir(out_dir, model);
+  if (check_only) return std::nullopt;
+  return std::optional<DirLock>(std::in_place, out_dir, kOutDirLock);  // elided: no move
+}
+
 ModelRunReport run_model(const ModelRunConfig& config) {
   const auto start = Clock::now();
   ModelRunReport report;
@@ -288,10 +295,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input("--tokens and --text: give one of them, not both");
   if (!config.tokens && config.texts.empty())
     fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
-  check_out_dir(config.out_dir, config.model);
-  // Before anything is read: a second process on this out_dir stops here.
-  std::optional<DirLock> lock;
-  if (!config.check_only) lock.emplace(config.out_dir, kOutDirLock);
+  const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
   const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();

@@ -21,6 +21,7 @@
 
 #include "mha/checkpoint/forward.hpp"
 #include "mha/io/checksum.hpp"
+#include "mha/io/dir_lock.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha {
@@ -143,6 +144,11 @@ ModelInput read_token_ids(const Model& model, const std::string& path);
 // Throws mha::Error (invalid_input) when `out_dir` is the checkpoint directory
 // `model`: a run replaces what an earlier run left in its out_dir.
 void check_out_dir(const std::string& out_dir, const std::string& model);
+
+// check_out_dir, then out_dir's lock taken before anything is read (a second
+// process on it stops here), unless `check_only` (a plan that writes nothing).
+std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::string& model,
+                                    bool check_only);
 
 ModelRunReport run_model(const ModelRunConfig& config);
 
