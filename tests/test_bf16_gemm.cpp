@@ -185,6 +185,29 @@ TEST_CASE("bf16_pack_b: pairs of k, low half first, zero past K", "[bf16_gemm]")
   }
 }
 
+TEST_CASE("bf16_pack_b: B^T packs as B, for every remainder of 16 rows and pairs", "[bf16_gemm]") {
+  if (!mha::detail::cpu_has_avx512_bf16())
+    MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");
+  for (const auto& [K, N] : {std::pair<std::size_t, std::size_t>{1, 1},
+                             {2, 16},
+                             {31, 17},
+                             {32, 33},
+                             {65, 40},
+                             {200, 64},
+                             {771, 50}}) {
+    CAPTURE(K, N);
+    const auto B = random_floats(K * N, static_cast<unsigned>(K * 1000 + N));
+    std::vector<float> Bt(N * (K + 3));  // B^T (N, K; ld K + 3)
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t j = 0; j < N; ++j) Bt[j * (K + 3) + k] = B[k * N + j];
+    const std::size_t ld = N + 5, words = bf16_pairs(K) * ld;
+    std::vector<std::uint32_t> a(words, 0xdeadbeefu), b(words, 0xdeadbeefu);
+    bf16_pack_b(false, K, N, B.data(), N, a.data(), ld);
+    bf16_pack_b(true, K, N, Bt.data(), K + 3, b.data(), ld);
+    CHECK(a == b);  // the padding past N untouched in both
+  }
+}
+
 TEST_CASE("bf16_gemm flushes subnormal operands to zero", "[bf16_gemm]") {
   if (!mha::detail::cpu_has_avx512_bf16())
     MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");

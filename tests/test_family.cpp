@@ -21,6 +21,7 @@
 #include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/model_config.hpp"
 #include "mha/io/safetensors.hpp"
+#include "mha/kernel/packed_weights.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -33,7 +34,8 @@ using Shape = std::vector<std::size_t>;
 
 // A stored tensor: shape and values (element i of the n-th tensor is
 // n + i / 4096: distinct within and across tensors of under 4096 elements,
-// and exact in float32).
+// and exact in float32; or, for bfloat16 passes, distinct values exact in
+// bfloat16).
 struct Stored {
   Shape shape;
   std::vector<float> v;
@@ -49,17 +51,28 @@ mha::NpyArray npy(const Stored& s) {
   return a;
 }
 
-// Every tensor the config has, by name as stored, each with distinct values.
-std::map<std::string, Stored> all_tensors(const ModelConfig& c) {
+// Every tensor the config has, by name as stored, each with distinct values:
+// exact in float32, or with `bfloat16` exact in bfloat16 (every element of
+// the checkpoint another one of bfloat16's 17,152 values from 2^-7 up).
+std::map<std::string, Stored> all_tensors(const ModelConfig& c, bool bfloat16 = false) {
   std::map<std::string, Stored> out;
   float n = 0;
+  std::uint32_t next = 0x3c00;  // bfloat16 bits of the next value
+  auto exact = [&] {
+    const std::uint32_t bits = next++ << 16;
+    REQUIRE(next < 0x7f80);  // finite
+    float x;
+    std::memcpy(&x, &bits, 4);
+    return x;
+  };
   auto add = [&](const mha::TensorSpec& t, std::size_t l) {
     Stored s;
     s.shape = mha::tensor_shape(t, c);
     std::size_t size = 1;
     for (std::size_t d : s.shape) size *= d;
     n += 1;
-    for (std::size_t i = 0; i < size; ++i) s.v.push_back(n + static_cast<float>(i) / 4096.0f);
+    for (std::size_t i = 0; i < size; ++i)
+      s.v.push_back(bfloat16 ? exact() : n + static_cast<float>(i) / 4096.0f);
     out[mha::tensor_name(t, l)] = s;
   };
   for (const mha::TensorSpec& t : c.family->tensors) {
@@ -111,11 +124,28 @@ bool stores(const ModelConfig& c, Role role, mha::Part part) {
 }
 
 // Layer 1's tensors where the kernel expects them, each role by the
-// reference's layout of its stored tensor.
+// reference's layout of its stored tensor. A bfloat16 checkpoint whose GEMMs
+// run natively lays its matrices out packed (Checkpoint::layer), with no
+// float32 W: checked through unpack_bf16.
 void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>& stored) {
   const ModelConfig& c = ck.config();
   mha::TransformerLayer<float> L;
-  ck.layer(1, L);
+  ck.layer(1, L, 2);
+  const bool packed = ck.bf16_gemm() && mha::bf16_packing();
+  std::size_t matrices = 0;
+  auto unpack = [&](mha::Tensor<float, 2>& W, const mha::PackedBf16& p) {
+    if (p.empty()) return;  // a role this family lacks, or float32
+    INFO("packed matrix " << matrices);
+    CHECK(packed);
+    CHECK(W.size() == 0);  // no float32 copy
+    W = mha::unpack_bf16(p);
+    ++matrices;
+  };
+  mha::Weights<float>& sa = L.self_attn;
+  unpack(sa.W_q, sa.packed_q), unpack(sa.W_k, sa.packed_k), unpack(sa.W_v, sa.packed_v);
+  unpack(sa.W_o, sa.packed_o), unpack(L.ffn.W_1, L.ffn.packed_1);
+  unpack(L.ffn.W_2, L.ffn.packed_2), unpack(L.ffn.W_gate, L.ffn.packed_gate);
+  CHECK(matrices == (packed ? (L.ffn.gated() ? 7u : 6u) : 0u));
   const std::size_t d = c.d_model, q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim,
                     hd = c.head_dim, f = c.d_ff;
   const float one = c.norm_plus_one ? 1.0f : 0.0f;
@@ -252,6 +282,16 @@ void check_model_type(const char* family, json config,
     for (const auto& [name, s] : tensors) bytes += 4 * s.v.size();
     CHECK(ck.float32_bytes() == bytes);
     check_layer(ck, tensors);
+  }
+  {
+    // The same for a bfloat16 pass: the packed layout where the GEMM runs
+    // natively (else float32 as above), from values exact in bfloat16.
+    const std::string dir = tmp / "bfloat16";
+    const auto exact = all_tensors(c, true);
+    write_checkpoint(dir, config, exact);
+    mha::Checkpoint ck(dir);
+    ck.set_bf16_gemm(true);
+    check_layer(ck, exact);
   }
   // Layer 1's last tensor missing, then one of the wrong shape: refused by
   // name when the directory is opened (headers only).

@@ -6,6 +6,7 @@
 
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/kernel/packed_weights.hpp"
 
 namespace mha {
 
@@ -148,13 +149,17 @@ std::vector<double> attention_flow(const std::vector<std::vector<double>>& layer
 std::vector<double> value_norms(const float* V, std::size_t ld, std::size_t B, std::size_t T,
                                 const Weights<float>& w, std::size_t h, std::size_t kv_heads,
                                 std::size_t head_dim, int threads) {
-  const std::size_t dv = head_dim, rows = B * T, d_out = w.W_o.shape()[1];
+  // A bfloat16 pass's layer read packed (Checkpoint::layer) holds W_o as the
+  // bfloat16 values its GEMM multiplies by: those, exactly.
+  const Tensor<float, 2> unpacked = w.W_o.size() ? Tensor<float, 2>() : unpack_bf16(w.packed_o);
+  const Tensor<float, 2>& W_o = w.W_o.size() ? w.W_o : unpacked;
+  const std::size_t dv = head_dim, rows = B * T, d_out = W_o.shape()[1];
   const std::size_t group = h / kv_heads;
   std::vector<double> out(B * h * T);
   // Per head, in double: G_h (dv, dv) = W_o^h W_o^h^T, U (rows, dv) = V_g G_h,
   // then ||v W_o^h||^2 = v G_h v^T, the row-wise dot of U and V_g.
   parallel_for(h, threads, [&](std::size_t head, int) {
-    const float* Wo = w.W_o.data() + head * dv * d_out;  // (dv, d_out)
+    const float* Wo = W_o.data() + head * dv * d_out;  // (dv, d_out)
     std::vector<double> Woh(Wo, Wo + dv * d_out), G(dv * dv), Vg(rows * dv), U(rows * dv);
     gemm<double>(false, true, dv, dv, d_out, 1.0, Woh.data(), d_out, Woh.data(), d_out, 0.0,
                  G.data(), dv);

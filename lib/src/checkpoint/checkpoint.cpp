@@ -17,6 +17,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/safetensors.hpp"
+#include "mha/kernel/packed_weights.hpp"
 
 namespace mha {
 
@@ -234,6 +235,7 @@ namespace {
 struct Target {
   Tensor<float, 2>* W = nullptr;
   Tensor<float, 1>* b = nullptr;  // also a norm's gamma (weight) and beta (bias)
+  PackedBf16* packed = nullptr;   // W's packed words, for bfloat16 passes
 };
 
 Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
@@ -242,7 +244,9 @@ Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
   auto norm = [&](Norm<float>& n) {
     return Target{nullptr, part == Part::weight ? &n.gamma : &n.beta};
   };
-  auto lin = [&](Tensor<float, 2>& W, Tensor<float, 1>& b) { return Target{&W, &b}; };
+  auto lin = [&](Tensor<float, 2>& W, Tensor<float, 1>& b, PackedBf16& p) {
+    return Target{&W, &b, &p};
+  };
   switch (r) {
     case Role::attn_norm:
       return norm(L.norm1);
@@ -257,23 +261,25 @@ Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
     case Role::k_norm:
       return {nullptr, &a.k_norm};
     case Role::q:
-      return lin(a.W_q, a.b_q);
+      return lin(a.W_q, a.b_q, a.packed_q);
     case Role::k:
-      return lin(a.W_k, a.b_k);
+      return lin(a.W_k, a.b_k, a.packed_k);
     case Role::v:
-      return lin(a.W_v, a.b_v);
+      return lin(a.W_v, a.b_v, a.packed_v);
     case Role::qkv:
-      return slot == 0 ? lin(a.W_q, a.b_q) : slot == 1 ? lin(a.W_k, a.b_k) : lin(a.W_v, a.b_v);
+      return slot == 0   ? lin(a.W_q, a.b_q, a.packed_q)
+             : slot == 1 ? lin(a.W_k, a.b_k, a.packed_k)
+                         : lin(a.W_v, a.b_v, a.packed_v);
     case Role::o:
-      return lin(a.W_o, a.b_o);
+      return lin(a.W_o, a.b_o, a.packed_o);
     case Role::up:
-      return lin(f.W_1, f.b_1);
+      return lin(f.W_1, f.b_1, f.packed_1);
     case Role::gate:
-      return lin(f.W_gate, f.b_gate);
+      return lin(f.W_gate, f.b_gate, f.packed_gate);
     case Role::gate_up:
-      return slot == 0 ? lin(f.W_gate, f.b_gate) : lin(f.W_1, f.b_1);
+      return slot == 0 ? lin(f.W_gate, f.b_gate, f.packed_gate) : lin(f.W_1, f.b_1, f.packed_1);
     case Role::down:
-      return lin(f.W_2, f.b_2);
+      return lin(f.W_2, f.b_2, f.packed_2);
     default:
       return {};
   }
@@ -300,8 +306,11 @@ void transpose_into(const float* src, std::size_t count, std::size_t in, float* 
 
 }  // namespace
 
-void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L) const {
+void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) const {
   const ModelConfig& c = config_;
+  // bfloat16 passes with the native GEMM read matrices straight into its
+  // packed layout: no float32 W is laid out.
+  const bool packed = bf16_gemm_ && bf16_packing();
   // Norms, QK-norms and biases that a layer lacks stay empty; every layer has the same.
   for (Norm<float>* n : {&L.norm1, &L.norm2, &L.post_attn, &L.post_ffn}) n->rms = c.rms_norm;
   std::unique_ptr<float[]> stored;  // one scratch buffer for every tensor (read() fills it)
@@ -329,6 +338,18 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L) const {
             continue;
           }
           const std::size_t in = t.layout == Layout::conv1d ? R : C;
+          if (packed) {
+            if (to.W->size()) *to.W = Tensor<float, 2>();
+            reserve_bf16(*to.packed, in, width);
+            for (const Piece& p : pieces(t, s, c)) {
+              const bool rows = t.layout != Layout::conv1d;  // nn.Linear: (out, in)
+              pack_bf16_columns(*to.packed, p.to, p.count,
+                                stored.get() + (rows ? p.from * in : p.from), rows ? in : C, rows,
+                                threads);
+            }
+            continue;
+          }
+          *to.packed = PackedBf16();
           to.W->resize({in, width});
           float* w = to.W->data();
           for (const Piece& p : pieces(t, s, c)) {

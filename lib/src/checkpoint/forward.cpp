@@ -210,7 +210,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     if (options.layers)
       std::swap(w.layers[0], (*options.layers)[l]);
     else
-      model.layer(l, w.layers[0]);
+      model.layer(l, w.layers[0], threads);
     read += seconds_since(t0);
     so.self_attn = attention_options(c, l, threads, model.bf16_gemm());
     if (options.context_hook)
@@ -253,9 +253,9 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   return result;
 }
 
-std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model) {
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads) {
   std::vector<TransformerLayer<float>> layers(model.config().num_layers);
-  for (std::size_t l = 0; l < layers.size(); ++l) model.layer(l, layers[l]);
+  for (std::size_t l = 0; l < layers.size(); ++l) model.layer(l, layers[l], threads);
   return layers;
 }
 

@@ -79,8 +79,9 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
   const std::size_t hdk = d.h * d.d_k, BT = d.B * d.T, BS = d.B * d.S;
   const std::size_t kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const bool bias = w.has_bias();
-  auto proj = [&](const Tensor<T, 2>& W, const Tensor<T, 1>& b, std::size_t col) {
-    return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
+  auto proj = [&](const Tensor<T, 2>& W, const PackedBf16& packed, const Tensor<T, 1>& b,
+                  std::size_t col) {
+    return detail::projection_of(W, packed, bias ? b.data() : nullptr, col, bf16);
   };
   Projections<T> p;
   // Sharing is read off the pointers, so a caller passing one tensor three
@@ -90,28 +91,33 @@ Projections<T> project_inputs(const Dims& d, const T* X_q, const T* X_k, const T
     const std::size_t width = hdk + kdk + kdv;
     p.qkv = Buffer<T>(BT * width);
     project(X_q, d.d_model, BT, d.d_model,
-            {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk), proj(w.W_v, w.b_v, hdk + kdk)},
+            {proj(w.W_q, w.packed_q, w.b_q, 0), proj(w.W_k, w.packed_k, w.b_k, hdk),
+             proj(w.W_v, w.packed_v, w.b_v, hdk + kdk)},
             p.qkv.get(), width, threads, bf16);
     p.Q = p.qkv.get(), p.K = p.Q + hdk, p.V = p.K + kdk;
     p.ldq = p.ldk = p.ldv = width;
     return p;
   }
   p.qkv = Buffer<T>(BT * hdk);
-  project(X_q, d.d_model, BT, d.d_model, {proj(w.W_q, w.b_q, 0)}, p.qkv.get(), hdk, threads, bf16);
+  project(X_q, d.d_model, BT, d.d_model, {proj(w.W_q, w.packed_q, w.b_q, 0)}, p.qkv.get(), hdk,
+          threads, bf16);
   p.Q = p.qkv.get(), p.ldq = hdk;
   if (X_v == X_k) {
     // Key = value input: rows [K | V].
     const std::size_t width = kdk + kdv;
     p.kv = Buffer<T>(BS * width);
-    project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0), proj(w.W_v, w.b_v, kdk)}, p.kv.get(),
+    project(X_k, d.kdim, BS, d.kdim,
+            {proj(w.W_k, w.packed_k, w.b_k, 0), proj(w.W_v, w.packed_v, w.b_v, kdk)}, p.kv.get(),
             width, threads, bf16);
     p.K = p.kv.get(), p.V = p.K + kdk, p.ldk = p.ldv = width;
     return p;
   }
   p.k = Buffer<T>(BS * kdk);
   p.v = Buffer<T>(BS * kdv);
-  project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.b_k, 0)}, p.k.get(), kdk, threads, bf16);
-  project(X_v, d.vdim, BS, d.vdim, {proj(w.W_v, w.b_v, 0)}, p.v.get(), kdv, threads, bf16);
+  project(X_k, d.kdim, BS, d.kdim, {proj(w.W_k, w.packed_k, w.b_k, 0)}, p.k.get(), kdk, threads,
+          bf16);
+  project(X_v, d.vdim, BS, d.vdim, {proj(w.W_v, w.packed_v, w.b_v, 0)}, p.v.get(), kdv, threads,
+          bf16);
   p.K = p.k.get(), p.V = p.v.get(), p.ldk = kdk, p.ldv = kdv;
   return p;
 }
@@ -589,17 +595,18 @@ void pieced_layer(const Dims& d, const T* X, const Weights<T>& w, const Mask<T>&
   const std::size_t hdk = d.h * d.d_k, kdk = d.kv() * d.d_k, kdv = d.kv() * d.d_v;
   const std::size_t width = hdk + kdk + kdv, hdv = d.h * d.d_v, T_ = d.T;
   const bool bias = w.has_bias();
-  auto proj = [&](const Tensor<T, 2>& W, const Tensor<T, 1>& b, std::size_t col) {
-    return Projection<T>{W.data(), W.shape()[1], bias ? b.data() : nullptr, col};
+  auto proj = [&](const Tensor<T, 2>& W, const PackedBf16& packed, const Tensor<T, 1>& b,
+                  std::size_t col) {
+    return detail::projection_of(W, packed, bias ? b.data() : nullptr, col, opt.bf16_gemm);
   };
   // Weights packed once for every piece when bfloat16 GEMMs run natively.
   Buffer<std::uint32_t> packed_qkv, packed_out;
   const std::vector<Projection<T>> qkv = detail::pack_weights<T>(
-      {proj(w.W_q, w.b_q, 0), proj(w.W_k, w.b_k, hdk), proj(w.W_v, w.b_v, hdk + kdk)}, d.d_model,
-      opt.bf16_gemm, threads, packed_qkv);
-  const Projection<T> out =
-      detail::pack_weights<T>({{w.W_o.data(), d.d_out, bias ? w.b_o.data() : nullptr, 0}}, hdv,
-                              opt.bf16_gemm, threads, packed_out)[0];
+      {proj(w.W_q, w.packed_q, w.b_q, 0), proj(w.W_k, w.packed_k, w.b_k, hdk),
+       proj(w.W_v, w.packed_v, w.b_v, hdk + kdk)},
+      d.d_model, opt.bf16_gemm, threads, packed_qkv);
+  const Projection<T> out = detail::pack_weights<T>({proj(w.W_o, w.packed_o, w.b_o, 0)}, hdv,
+                                                    opt.bf16_gemm, threads, packed_out)[0];
   const bool fused = opt.attention == AttentionOutput::none;
   const bool mean = opt.attention == AttentionOutput::mean_over_heads;
   const T inv_h = T(1) / static_cast<T>(d.h);
@@ -886,7 +893,8 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   if (opt.context_hook) opt.context_hook(context.get());
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
-  const Projection<T> out{w.W_o.data(), d.d_out, w.has_bias() ? w.b_o.data() : nullptr, 0};
+  const Projection<T> out = detail::projection_of(
+      w.W_o, w.packed_o, w.has_bias() ? w.b_o.data() : nullptr, 0, opt.bf16_gemm);
   project(context.get(), hdv, d.B * d.T, hdv, {out}, output, d.d_out, threads, opt.bf16_gemm);
 }
 

@@ -91,6 +91,27 @@ void round_row(const float* x, std::size_t n, std::uint32_t* out) {
                            reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
 }
 
+// r (16 x 16 words, a row a register) transposed in place: for each bit s of
+// an index, the words (i, j) with i's bit s clear and j's set trade places
+// with (i + s, j - s); the four exchanges together move (i, j) to (j, i).
+void transpose16(__m512i r[16]) {
+  for (int s = 8; s >= 1; s /= 2) {
+    alignas(64) int keep[16],
+        take[16];  // the new rows i and i + s, from rows i (0-15), i + s (16-31)
+    for (int j = 0; j < 16; ++j) {
+      keep[j] = j & s ? 16 + j - s : j;
+      take[j] = j & s ? 16 + j : j + s;
+    }
+    const __m512i vk = _mm512_load_si512(keep), vt = _mm512_load_si512(take);
+    for (int i = 0; i < 16; ++i)
+      if (!(i & s)) {
+        const __m512i a = r[i], b = r[i + s];
+        r[i] = _mm512_permutex2var_epi32(a, vk, b);
+        r[i + s] = _mm512_permutex2var_epi32(a, vt, b);
+      }
+  }
+}
+
 // C[0:R, 0:J*L] (the last register limited by `last` when Tail) = C0 +
 // alpha * A[0:R] (pairs; lda words) Bp[0:P, 0:J*L], where C0 (ld ldc0; 0
 // repeats one row, a bias) is C itself to accumulate, or null for 0.
@@ -189,22 +210,24 @@ void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::
   const std::size_t P = bf16_pairs(K);
   if (trans) {
     // Row j of B is column j of op(B): its pairs are already adjacent. Sixteen
-    // rows are rounded at a time, then written out a pair-row at a time
-    // (16 adjacent words).
+    // rows are rounded at a time (16 x P words), then transposed 16 x 16
+    // words at a time into 16 pair-rows of 16 adjacent words.
     thread_local std::vector<std::uint32_t> rows;
     rows.resize(L * P);
-    const __m512i stride =
-        _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int>(P)),
-                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (std::size_t j0 = 0; j0 < N; j0 += L) {
       const std::size_t cols = std::min(L, N - j0);
       for (std::size_t jj = 0; jj < cols; ++jj)
         round_row(B + (j0 + jj) * ldb, K, rows.data() + jj * P);
       const __mmask16 m = first(cols);
-      for (std::size_t p = 0; p < P; ++p) {
-        const __m512i v =
-            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, stride, rows.data() + p, 4);
-        _mm512_mask_storeu_epi32(out + p * ldp + j0, m, v);
+      for (std::size_t p0 = 0; p0 < P; p0 += L) {
+        const std::size_t pairs = std::min(L, P - p0);
+        __m512i r[L];
+        for (std::size_t jj = 0; jj < L; ++jj)
+          r[jj] = jj < cols ? _mm512_maskz_loadu_epi32(first(pairs), rows.data() + jj * P + p0)
+                            : _mm512_setzero_si512();
+        transpose16(r);
+        for (std::size_t p = 0; p < pairs; ++p)
+          _mm512_mask_storeu_epi32(out + (p0 + p) * ldp + j0, m, r[p]);
       }
     }
     return;

@@ -16,6 +16,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
+#include "mha/kernel/weights.hpp"
 
 namespace mha::detail {
 
@@ -116,35 +117,55 @@ void project_rows(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
   project_block(X, ldx, rows, k, pr, 0, pr.n, Y, ldy, bf16);
 }
 
-// The projections (W_j: k x n_j) with their weights packed for the native
-// bfloat16 GEMM into `storage` when bf16 GEMMs run natively, so that every
-// piece of a projection reads one packed copy; unchanged otherwise. The
-// packing is spread over the pool by pairs of W's rows.
+// The projection of W (k, n) with bias b (n, or null) into columns [col, col
+// + n): with W's words packed at load (packed_weights.hpp) when bfloat16
+// GEMMs run natively and `packed` was packed from this W (or stands alone,
+// W empty).
+template <class T>
+Projection<T> projection_of(const Tensor<T, 2>& W, const PackedBf16& packed, const T* b,
+                            std::size_t col, bool bf16) {
+  const bool has_w = W.size() > 0;
+  Projection<T> pr{has_w ? W.data() : nullptr, has_w ? W.shape()[1] : packed.n, b, col};
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16 && !packed.empty() && packed.of == pr.W && bf16_native()) pr.Wp = packed.words.get();
+  return pr;
+}
+
+// The projections (W_j: k x n_j) with the weights not packed at load packed
+// for the native bfloat16 GEMM into `storage` when bf16 GEMMs run natively, so
+// that every piece of a projection reads one packed copy; unchanged
+// otherwise. The packing is spread over the pool by pairs of W's rows.
 template <class T>
 std::vector<Projection<T>> pack_weights(std::vector<Projection<T>> projections, std::size_t k,
                                         bool bf16, int threads, Buffer<std::uint32_t>& storage) {
   if constexpr (std::is_same_v<T, float>) {
     if (!bf16 || !bf16_native() || k == 0) return projections;
     const std::size_t P = bf16_pairs(k);
+    std::vector<std::size_t> unpacked;  // the projections to pack now
     std::size_t words = 0;
-    for (const auto& pr : projections) words += P * pr.n;
+    for (std::size_t j = 0; j < projections.size(); ++j)
+      if (!projections[j].Wp) {
+        unpacked.push_back(j);
+        words += P * projections[j].n;
+      }
+    if (unpacked.empty()) return projections;
     storage = Buffer<std::uint32_t>(words);
-    std::vector<std::uint32_t*> to;  // projection j's packed W: P x n_j words, one after another
+    std::vector<std::uint32_t*> to;  // unpacked[i]'s words: P x n, one after another
     std::uint32_t* next = storage.get();
-    for (auto& pr : projections) {
+    for (std::size_t j : unpacked) {
       to.push_back(next);
-      pr.Wp = next;
-      next += P * pr.n;
+      projections[j].Wp = next;
+      next += P * projections[j].n;
     }
     constexpr std::size_t kPairsPerTask = 64;
     const std::size_t chunks = (P + kPairsPerTask - 1) / kPairsPerTask;
-    parallel_for(projections.size() * chunks, threads, [&](std::size_t task, int) {
-      const std::size_t j = task / chunks;
-      const Projection<T>& pr = projections[j];
+    parallel_for(unpacked.size() * chunks, threads, [&](std::size_t task, int) {
+      const std::size_t i = task / chunks;
+      const Projection<T>& pr = projections[unpacked[i]];
       const std::size_t p0 = task % chunks * kPairsPerTask;
       const std::size_t p1 = std::min(P, p0 + kPairsPerTask);
       bf16_pack_b(false, std::min(k, 2 * p1) - 2 * p0, pr.n, pr.W + 2 * p0 * pr.n, pr.n,
-                  to[j] + p0 * pr.n, pr.n);
+                  to[i] + p0 * pr.n, pr.n);
     });
   }
   return projections;
@@ -165,7 +186,7 @@ void project(const T* X, std::size_t ldx, std::size_t rows, std::size_t k,
   Buffer<std::uint32_t> packed, rounded;
   const std::vector<Projection<T>> projections = pack_weights(unpacked, k, bf16, threads, packed);
   // Natively, X is rounded once for every piece of every projection.
-  const bool native = !projections.empty() && projections[0].Wp;
+  const bool native = bf16 && !projections.empty() && projections[0].Wp;
   if constexpr (std::is_same_v<T, float>)
     if (native) {
       const std::size_t P = bf16_pairs(k), chunk = 64, chunks = (rows + chunk - 1) / chunk;

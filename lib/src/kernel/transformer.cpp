@@ -23,12 +23,14 @@ using detail::Buffer;
 // Y (rows, n) = act(X (rows, k) W (k, n) + b), in pieces over the pool
 // (linear.hpp: column pieces when Y is wider than tall, as the FFN's first
 // GEMM is: BERT-base layer 0.81 -> 0.85-0.88 of the sgemm rate).
+// `packed`: W's words packed at load (packed_weights.hpp), or empty.
 template <class T>
 void linear(const T* X, std::size_t rows, std::size_t k, const Tensor<T, 2>& W,
-            const Tensor<T, 1>& b, T* Y, const Activation* act, int threads, bool bf16) {
-  const std::size_t n = W.shape()[1];
-  detail::project<T>(X, k, rows, k, {{W.data(), n, b.size() ? b.data() : nullptr, 0}}, Y, n,
-                     threads, bf16, act);
+            const PackedBf16& packed, const Tensor<T, 1>& b, T* Y, const Activation* act,
+            int threads, bool bf16) {
+  const detail::Projection<T> pr =
+      detail::projection_of(W, packed, b.size() ? b.data() : nullptr, 0, bf16);
+  detail::project<T>(X, k, rows, k, {pr}, Y, pr.n, threads, bf16, act);
 }
 
 // x += y over n values.
@@ -139,15 +141,17 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
     const Norm<T>& ffn_norm = decoder ? L.norm3 : L.norm2;
     auto ffn = [&](const T* in) {
       if (L.ffn.gated()) {  // f = act(in W_gate + b_gate) * (in W_1 + b_1)
-        linear(in, rows, d.d_model, L.ffn.W_gate, L.ffn.b_gate, f.get(), &opt.activation, threads,
+        linear(in, rows, d.d_model, L.ffn.W_gate, L.ffn.packed_gate, L.ffn.b_gate, f.get(),
+               &opt.activation, threads, opt.bf16_gemm);
+        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.packed_1, L.ffn.b_1, g.get(), nullptr, threads,
                opt.bf16_gemm);
-        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, g.get(), nullptr, threads, opt.bf16_gemm);
         multiply_into(f.get(), g.get(), rows * s.d_ff);
       } else {
-        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.b_1, f.get(), &opt.activation, threads,
-               opt.bf16_gemm);
+        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.packed_1, L.ffn.b_1, f.get(), &opt.activation,
+               threads, opt.bf16_gemm);
       }
-      linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.b_2, a.get(), nullptr, threads, opt.bf16_gemm);
+      linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.packed_2, L.ffn.b_2, a.get(), nullptr, threads,
+             opt.bf16_gemm);
     };
     // a = post(a) when the layer has that sandwich norm (y as scratch).
     auto post = [&](const Norm<T>& norm) {

@@ -268,7 +268,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   std::vector<TransformerLayer<float>> resident;
   const bool interventions = wants(config, "ablation") || patching;
   if (interventions && need + layers_bytes <= max_memory) {
-    resident = read_layers(model);
+    resident = read_layers(model, threads);
     io.layers_read = &resident;
   }
 
@@ -458,7 +458,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (corpus) {
     // Many passes: every layer's weights read once when they fit beside a batch.
     std::vector<TransformerLayer<float>> corpus_layers;
-    if (corpus_need + layers_bytes <= max_memory) corpus_layers = read_layers(model);
+    if (corpus_need + layers_bytes <= max_memory) corpus_layers = read_layers(model, threads);
     std::vector<std::unique_ptr<AttentionStats>> stats;
     for (std::size_t l = 0; l < L; ++l)
       stats.push_back(std::make_unique<AttentionStats>(h, corpus_T, corpus_T));

@@ -21,6 +21,7 @@
 #include "mha/base/error.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/mask.hpp"
+#include "mha/kernel/packed_weights.hpp"
 #include "mha/kernel/transformer.hpp"
 #include "mha/model/layer_weights.hpp"
 #include "mha/model/mask_file.hpp"
@@ -123,6 +124,12 @@ class TypedLayer {
       weights_ = random_weights<T>(dims_, plan.use_bias, c.seed, plan.threads);
     }
     if (planned_mask) mask_ = std::make_shared<Mask<T>>(load_mask<T>(c, dims_, warn));
+    // bfloat16 GEMMs read the weights packed once, here, rather than in each call.
+    if constexpr (std::is_same_v<T, float>)
+      if (c.dtype == ComputeType::bfloat16) {
+        pack_bf16(weights_, plan.threads);
+        for (TransformerLayer<T>& L : stack_weights_.layers) pack_bf16(L, plan.threads);
+      }
   }
 
   const Config& config() const { return config_; }

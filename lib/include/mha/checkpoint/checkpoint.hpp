@@ -51,8 +51,12 @@ class Checkpoint {
 
   // Layer l's weights, read and converted now, into `L` (its tensors are
   // reused when their sizes match, as every layer's do: one layer's memory
-  // serves the whole pass).
-  void layer(std::size_t l, TransformerLayer<float>& L) const;
+  // serves the whole pass). With bf16_gemm() where the GEMM runs natively
+  // (packed_weights.hpp's bf16_packing()), each matrix goes straight into the
+  // kernel's packed bfloat16 layout (W's packed_*; W itself left empty), a
+  // tensor at a time through one float32 scratch: no float32 copy of the
+  // layer. `threads` pack it.
+  void layer(std::size_t l, TransformerLayer<float>& L, int threads = 1) const;
   Norm<float> final_norm() const;      // empty when the family has none (BERT)
   Norm<float> embedding_norm() const;  // BERT's embeddings.LayerNorm; else empty
   // Embedding rows: out (count, d_model) = the embedding of token ids[i]

@@ -79,8 +79,9 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
                       const ForwardOptions& options);
 
 // Every layer's weights, read and laid out for the kernel (float32 bytes:
-// Checkpoint::float32_bytes() less the embeddings and head).
-std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model);
+// Checkpoint::float32_bytes() less the embeddings and head; half that when
+// packed for bfloat16, Checkpoint::layer), `threads` packing them.
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads = 1);
 
 // The bytes forward() holds at its peak for (B, T) with `threads` threads:
 // one layer's weights in float32 (and the stored copy being converted), the

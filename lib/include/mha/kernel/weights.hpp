@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mha/base/tensor.hpp"
@@ -20,6 +22,20 @@
 
 namespace mha {
 
+// A weight matrix W (k, n) in the layout the native bfloat16 GEMM reads:
+// ceil(k / 2) x n words, word (p, j) holding the bfloat16 bits of W[2p][j]
+// in its low half and of W[2p + 1][j] (0 past k) in its high half. Made once
+// when a layer is built (packed_weights.hpp), so that no call packs it again;
+// empty: each bfloat16 call packs W itself. A packed matrix serves the W it
+// was packed from (`of`: that W's data, checked by the kernel), or stands
+// alone for an empty W (a checkpoint's layer read straight into this layout).
+struct PackedBf16 {
+  std::shared_ptr<std::uint32_t> words;
+  std::size_t k = 0, n = 0;
+  const void* of = nullptr;
+  bool empty() const { return !words; }
+};
+
 template <class T>
 struct Weights {
   Tensor<T, 2> W_q, W_k, W_v, W_o;
@@ -27,6 +43,8 @@ struct Weights {
   // QK-norm (Qwen3, Gemma 3, OLMo 2): RMSNorm weights (d_k) of each head's q
   // and k, applied before RoPE; empty when the layer has none.
   Tensor<T, 1> q_norm, k_norm;
+  // W_q ... W_o packed for bfloat16 GEMMs (float32 layers), or empty.
+  PackedBf16 packed_q, packed_k, packed_v, packed_o;
   bool has_bias() const { return b_q.size() > 0; }
 };
 
@@ -48,7 +66,8 @@ template <class T>
 struct FeedForward {
   Tensor<T, 2> W_1, W_2, W_gate;
   Tensor<T, 1> b_1, b_2, b_gate;
-  bool gated() const { return W_gate.size() > 0; }
+  PackedBf16 packed_1, packed_2, packed_gate;  // as Weights' packed_q
+  bool gated() const { return W_gate.size() > 0 || !packed_gate.empty(); }
 };
 
 template <class T>
