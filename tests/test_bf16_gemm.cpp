@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -205,6 +207,40 @@ TEST_CASE("bf16_pack_b: B^T packs as B, for every remainder of 16 rows and pairs
     bf16_pack_b(false, K, N, B.data(), N, a.data(), ld);
     bf16_pack_b(true, K, N, Bt.data(), K + 3, b.data(), ld);
     CHECK(a == b);  // the padding past N untouched in both
+  }
+}
+
+TEST_CASE("bf16_pack_b_bits: bfloat16 bits pack as their float32 values", "[bf16_gemm]") {
+  if (!mha::detail::cpu_has_avx512_bf16())
+    MHA_SKIP("isa.avx512_bf16", "the CPU has no AVX512_BF16");
+  // Every bit pattern's class: zeros, subnormals, normals, infinities, NaNs.
+  const std::uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x0080, 0x3f80, 0xbf80,
+                                   0x7f7f, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff, 0x0040};
+  for (const auto& [K, N] : {std::pair<std::size_t, std::size_t>{1, 1},
+                             {3, 17},
+                             {31, 16},
+                             {32, 33},
+                             {65, 40},
+                             {200, 64}}) {
+    for (const bool trans : {false, true}) {
+      CAPTURE(K, N, trans);
+      const std::size_t rows = trans ? N : K, cols = trans ? K : N, ld = cols + 3;
+      std::vector<std::uint16_t> bits(rows * ld);
+      std::mt19937 rng(static_cast<unsigned>(K * 7 + N));
+      for (std::size_t i = 0; i < bits.size(); ++i)
+        bits[i] =
+            i % 5 == 0 ? special[rng() % std::size(special)] : static_cast<std::uint16_t>(rng());
+      std::vector<float> values(bits.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        const std::uint32_t b = std::uint32_t{bits[i]} << 16;
+        std::memcpy(&values[i], &b, 4);
+      }
+      const std::size_t ldp = N + 5, words = bf16_pairs(K) * ldp;
+      std::vector<std::uint32_t> want(words, 0xdeadbeefu), got(words, 0xdeadbeefu);
+      bf16_pack_b(trans, K, N, values.data(), ld, want.data(), ldp);
+      mha::detail::bf16_pack_b_bits(trans, K, N, bits.data(), ld, got.data(), ldp);
+      CHECK(got == want);
+    }
   }
 }
 

@@ -85,13 +85,37 @@ std::map<std::string, Stored> all_tensors(const ModelConfig& c, bool bfloat16 = 
   return out;
 }
 
+// model.safetensors with every tensor in F32, or in BF16 (`bfloat16`: the
+// values' upper halves, which must be exact; written here as the format
+// lays it out: an 8-byte header size, the JSON header, the data).
 void write_checkpoint(const std::string& dir, const json& config,
-                      const std::map<std::string, Stored>& tensors) {
+                      const std::map<std::string, Stored>& tensors, bool bfloat16 = false) {
   std::filesystem::create_directories(dir);
   mha::test::write_file(dir + "/config.json", config.dump());
-  std::vector<std::pair<std::string, mha::NpyArray>> list;
-  for (const auto& [name, s] : tensors) list.push_back({name, npy(s)});
-  mha::test::write_file(dir + "/model.safetensors", mha::encode_safetensors(list));
+  if (!bfloat16) {
+    std::vector<std::pair<std::string, mha::NpyArray>> list;
+    for (const auto& [name, s] : tensors) list.push_back({name, npy(s)});
+    mha::test::write_file(dir + "/model.safetensors", mha::encode_safetensors(list));
+    return;
+  }
+  json header = json::object();
+  std::string data;
+  for (const auto& [name, s] : tensors) {
+    const std::size_t begin = data.size();
+    for (const float x : s.v) {
+      std::uint32_t u;
+      std::memcpy(&u, &x, 4);
+      REQUIRE((u & 0xffffu) == 0);
+      data.push_back(static_cast<char>(u >> 16));
+      data.push_back(static_cast<char>(u >> 24));
+    }
+    header[name] = {{"dtype", "BF16"}, {"shape", s.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  mha::test::write_file(dir + "/model.safetensors", file + text + data);
 }
 
 // W (in, out) == what the reference computes x @ W with: for each (i, o),
@@ -285,13 +309,18 @@ void check_model_type(const char* family, json config,
   }
   {
     // The same for a bfloat16 pass: the packed layout where the GEMM runs
-    // natively (else float32 as above), from values exact in bfloat16.
-    const std::string dir = tmp / "bfloat16";
+    // natively (else float32 as above), from values exact in bfloat16, in
+    // F32 and BF16 files (whose bits are packed as stored).
     const auto exact = all_tensors(c, true);
-    write_checkpoint(dir, config, exact);
-    mha::Checkpoint ck(dir);
-    ck.set_bf16_gemm(true);
-    check_layer(ck, exact);
+    for (const bool bf16_file : {false, true}) {
+      INFO((bf16_file ? "BF16 file" : "F32 file"));
+      const std::string dir = tmp / (bf16_file ? "bf16_file" : "f32_file");
+      write_checkpoint(dir, config, exact, bf16_file);
+      mha::Checkpoint ck(dir);
+      CHECK(ck.stored_dtypes() == std::vector<std::string>{bf16_file ? "BF16" : "F32"});
+      ck.set_bf16_gemm(true);
+      check_layer(ck, exact);
+    }
   }
   // Layer 1's last tensor missing, then one of the wrong shape: refused by
   // name when the directory is opened (headers only).

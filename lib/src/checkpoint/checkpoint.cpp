@@ -313,15 +313,26 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
   const bool packed = bf16_gemm_ && bf16_packing();
   // Norms, QK-norms and biases that a layer lacks stay empty; every layer has the same.
   for (Norm<float>* n : {&L.norm1, &L.norm2, &L.post_attn, &L.post_ffn}) n->rms = c.rms_norm;
-  std::unique_ptr<float[]> stored;  // one scratch buffer for every tensor (read() fills it)
-  std::size_t stored_size = 0;
+  // One scratch buffer for every tensor: float32 (read() fills it), or a BF16
+  // matrix's bits as stored when it is packed.
+  std::unique_ptr<float[]> stored;
+  std::unique_ptr<std::uint16_t[]> bits;
+  std::size_t stored_size = 0, bits_size = 0;
   for_each_tensor(
       c, l, l + 1, false, [&](const TensorSpec& t, const std::string& name, const Shape& shape) {
         std::size_t n = 1;
         for (std::size_t v : shape) n *= v;
-        if (stored_size < n) stored.reset(new float[stored_size = n]);
-        read(stored_name(t, name), stored.get());
         const bool matrix = shape.size() == 2;
+        const std::string as_stored = stored_name(t, name);
+        const SafetensorsFile& file = *files_[where_.at(as_stored)];
+        const bool raw = packed && matrix && file.find(as_stored)->dtype == "BF16";
+        if (raw) {
+          if (bits_size < n) bits.reset(new std::uint16_t[bits_size = n]);
+          file.read_bfloat16(as_stored, bits.get());
+        } else {
+          if (stored_size < n) stored.reset(new float[stored_size = n]);
+          file.read(as_stored, stored.get());
+        }
         const std::size_t R = shape[0], C = matrix ? shape[1] : 1;
         for (std::size_t s = 0; s < slots(t.role); ++s) {
           const Target to = target(L, t.role, s, t.part);
@@ -343,9 +354,12 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
             reserve_bf16(*to.packed, in, width);
             for (const Piece& p : pieces(t, s, c)) {
               const bool rows = t.layout != Layout::conv1d;  // nn.Linear: (out, in)
-              pack_bf16_columns(*to.packed, p.to, p.count,
-                                stored.get() + (rows ? p.from * in : p.from), rows ? in : C, rows,
-                                threads);
+              const std::size_t from = rows ? p.from * in : p.from, ld = rows ? in : C;
+              if (raw)
+                pack_bf16_columns(*to.packed, p.to, p.count, bits.get() + from, ld, rows, threads);
+              else
+                pack_bf16_columns(*to.packed, p.to, p.count, stored.get() + from, ld, rows,
+                                  threads);
             }
             continue;
           }

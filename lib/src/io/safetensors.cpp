@@ -254,6 +254,31 @@ void SafetensorsFile::read(const std::string& name, float* out) const {
   read_rows(name, 0, t->shape.empty() ? 1 : t->shape[0], out);
 }
 
+namespace {
+
+// bytes from `at` of fd into `into`, or one line naming the file and tensor.
+void read_bytes(int fd, const std::string& path, const std::string& name, void* into,
+                std::size_t bytes, std::uint64_t at) {
+  auto* p = static_cast<unsigned char*>(into);
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t r = ::pread(fd, p + got, bytes - got, static_cast<off_t>(at + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail_input(path + ": cannot read tensor '" + name + "' (was the file truncated?)");
+    got += static_cast<std::size_t>(r);
+  }
+}
+
+}  // namespace
+
+void SafetensorsFile::read_bfloat16(const std::string& name, std::uint16_t* out) const {
+  const Tensor* t = find(name);
+  if (!t) fail_input(path_ + ": has no tensor '" + name + "'");
+  if (t->dtype != "BF16")
+    fail_input(path_ + ": tensor '" + name + "' is " + t->dtype + ", not BF16");
+  read_bytes(fd_, path_, name, out, 2 * t->size(), data_start_ + t->begin);
+}
+
 void SafetensorsFile::read_rows(const std::string& name, std::size_t row0, std::size_t rows,
                                 float* out) const {
   const Tensor* t = find(name);
@@ -265,15 +290,7 @@ void SafetensorsFile::read_rows(const std::string& name, std::size_t row0, std::
   const std::size_t row = first ? t->size() / first : 0, n = rows * row;
   const std::size_t item = dtype_size(t->dtype);
   auto read_bytes = [&](void* into, std::size_t bytes, std::uint64_t at) {
-    auto* p = static_cast<unsigned char*>(into);
-    std::size_t got = 0;
-    while (got < bytes) {
-      const ssize_t r = ::pread(fd_, p + got, bytes - got, static_cast<off_t>(at + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        fail_input(path_ + ": cannot read tensor '" + name + "' (was the file truncated?)");
-      got += static_cast<std::size_t>(r);
-    }
+    mha::read_bytes(fd_, path_, name, into, bytes, at);
   };
   const std::uint64_t start = data_start_ + t->begin + row0 * row * item;
   if (t->dtype == "F32") {  // straight into place: no copy, no buffer

@@ -252,6 +252,58 @@ void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::
   }
 }
 
+// The bfloat16 words w (16-bit lanes) as rounding their float32 values would
+// give them: subnormals to a zero of their sign, NaNs quiet.
+static __m512i as_rounded(__m512i w) {
+  const __m512i exponent = _mm512_set1_epi16(0x7f80), magnitude = _mm512_set1_epi16(0x7fff);
+  const __mmask32 tiny =
+      _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, exponent), _mm512_setzero_si512());
+  w = _mm512_mask_mov_epi16(w, tiny, _mm512_and_si512(w, _mm512_set1_epi16(-0x8000)));
+  const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(w, magnitude), exponent);
+  return _mm512_mask_mov_epi16(w, nan, _mm512_or_si512(w, _mm512_set1_epi16(0x0040)));
+}
+
+void bf16_pack_b_bits(bool trans, std::size_t K, std::size_t N, const std::uint16_t* B,
+                      std::size_t ldb, std::uint32_t* out, std::size_t ldp) {
+  const std::size_t P = bf16_pairs(K);
+  if (trans) {
+    // Row j of B is column j of op(B), its pairs adjacent: 16 rows of 16 pairs
+    // (32 values, the last pair's high half 0 past K) transposed at a time.
+    for (std::size_t j0 = 0; j0 < N; j0 += L) {
+      const std::size_t cols = std::min(L, N - j0);
+      const __mmask16 m = first(cols);
+      for (std::size_t p0 = 0; p0 < P; p0 += L) {
+        const std::size_t pairs = std::min(L, P - p0), values = std::min(2 * L, K - 2 * p0);
+        const __mmask32 in = values >= 32 ? ~__mmask32{0} : (__mmask32{1} << values) - 1;
+        __m512i r[L];
+        for (std::size_t jj = 0; jj < L; ++jj)
+          r[jj] = jj < cols ? _mm512_maskz_loadu_epi16(in, B + (j0 + jj) * ldb + 2 * p0)
+                            : _mm512_setzero_si512();
+        transpose16(r);
+        for (std::size_t p = 0; p < pairs; ++p)
+          _mm512_mask_storeu_epi32(out + (p0 + p) * ldp + j0, m, as_rounded(r[p]));
+      }
+    }
+    return;
+  }
+  // Rows 2p and 2p + 1, 16 columns at a time: each value widened to 32 bits,
+  // row 2p + 1's shifted into the high half.
+  for (std::size_t p = 0; p < P; ++p) {
+    const std::uint16_t* lo = B + 2 * p * ldb;
+    const std::uint16_t* hi = 2 * p + 1 < K ? lo + ldb : nullptr;
+    std::uint32_t* o = out + p * ldp;
+    for (std::size_t j = 0; j < N; j += L) {
+      const __mmask16 m = first(N - j);
+      const __m512i l =
+          _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, lo + j)));
+      const __m512i h =
+          hi ? _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, hi + j)))
+             : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(o + j, m, as_rounded(_mm512_or_si512(l, _mm512_slli_epi32(h, 16))));
+    }
+  }
+}
+
 void bf16_round_rows(std::size_t rows, std::size_t K, const float* A, std::size_t lda,
                      std::uint32_t* out, std::size_t ldo) {
   for (std::size_t r = 0; r < rows; ++r) round_row(A + r * lda, K, out + r * ldo);

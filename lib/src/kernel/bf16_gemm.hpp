@@ -41,6 +41,12 @@ inline std::size_t bf16_pairs(std::size_t K) {
 void bf16_pack_b(bool trans, std::size_t K, std::size_t N, const float* B, std::size_t ldb,
                  std::uint32_t* out, std::size_t ldp);
 
+// The same from bfloat16 values (bits, as a BF16 file stores them): the
+// words bf16_pack_b packs from their float32 values (subnormals become a zero
+// of their sign, NaNs quiet), with no float32 copy.
+void bf16_pack_b_bits(bool trans, std::size_t K, std::size_t N, const std::uint16_t* B,
+                      std::size_t ldb, std::uint32_t* out, std::size_t ldp);
+
 // out[r * ldo + p] (r < rows, p < bf16_pairs(K)) = the bfloat16 bits of
 // A[r][2p] in its low half and of A[r][2p + 1] (0 past K) in its high half,
 // for A (rows, K; lda): an A operand rounded once for several products.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "bf16_gemm.hpp"
 #include "linear.hpp"
@@ -51,18 +52,37 @@ void reserve_bf16(PackedBf16& packed, std::size_t k, std::size_t n) {
   packed.of = nullptr;
 }
 
-void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count, const float* src,
-                       std::size_t ld, bool rows, int threads) {
+namespace {
+
+// Columns [col, col + count) of `packed` from src (float or bfloat16 bits),
+// in tasks of kColumns columns.
+template <class Src>
+void pack_columns(PackedBf16& packed, std::size_t col, std::size_t count, const Src* src,
+                  std::size_t ld, bool rows, int threads) {
   const std::size_t k = packed.k, n = packed.n;
   std::uint32_t* words = packed.words.get();
-  // Tasks of kColumns columns.
   constexpr std::size_t kColumns = 64;
   const std::size_t chunks = (count + kColumns - 1) / kColumns;
   parallel_for(chunks, threads, [&](std::size_t c, int) {
     const std::size_t j0 = c * kColumns, cols = std::min(kColumns, count - j0);
-    const float* from = rows ? src + j0 * ld : src + j0;
-    detail::bf16_pack_b(rows, k, cols, from, ld, words + col + j0, n);
+    const Src* from = rows ? src + j0 * ld : src + j0;
+    if constexpr (std::is_same_v<Src, float>)
+      detail::bf16_pack_b(rows, k, cols, from, ld, words + col + j0, n);
+    else
+      detail::bf16_pack_b_bits(rows, k, cols, from, ld, words + col + j0, n);
   });
+}
+
+}  // namespace
+
+void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count, const float* src,
+                       std::size_t ld, bool rows, int threads) {
+  pack_columns(packed, col, count, src, ld, rows, threads);
+}
+
+void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count,
+                       const std::uint16_t* src, std::size_t ld, bool rows, int threads) {
+  pack_columns(packed, col, count, src, ld, rows, threads);
 }
 
 Tensor<float, 2> unpack_bf16(const PackedBf16& packed) {

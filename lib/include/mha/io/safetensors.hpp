@@ -64,6 +64,9 @@ class SafetensorsFile {
   // elements), into out (rows * row_size floats).
   void read_rows(const std::string& name, std::size_t row0, std::size_t rows, float* out) const;
   void read(const std::string& name, float* out) const;  // the whole tensor
+  // A BF16 tensor's values as stored (bfloat16 bits), into out (size()
+  // values): for readers that keep them in bfloat16.
+  void read_bfloat16(const std::string& name, std::uint16_t* out) const;
 
  private:
   std::string path_;

@@ -37,6 +37,11 @@ void reserve_bf16(PackedBf16& packed, std::size_t k, std::size_t n);
 void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count, const float* src,
                        std::size_t ld, bool rows, int threads);
 
+// The same from bfloat16 values (a BF16 file's bits), with no float32 copy:
+// the words their float32 values would pack to.
+void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count,
+                       const std::uint16_t* src, std::size_t ld, bool rows, int threads);
+
 // W (k, n) back in float32: the bfloat16 values a packed W holds, exactly.
 Tensor<float, 2> unpack_bf16(const PackedBf16& packed);
 
