@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/io/safetensors.hpp"
 #include "mha/kernel/packed_weights.hpp"
+#include "tensor_source.hpp"
 
 namespace mha {
 
@@ -140,7 +140,7 @@ void Checkpoint::open_weights() {
                ": has no model.safetensors or model.safetensors.index.json; expected the "
                "weights in safetensors files");
   for (const std::string& p : paths) {
-    files_.push_back(std::make_unique<SafetensorsFile>(p));
+    files_.push_back(open_safetensors(p));
     for (const auto& [name, t] : files_.back()->tensors()) {
       const auto [it, fresh] = where_.emplace(name, files_.size() - 1);
       if (!fresh)
@@ -188,7 +188,7 @@ void Checkpoint::check_tensors() const {
                       fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
                                  "; expected one of shape " + shape_text(shape) + " for a " +
                                  config_.model_type + " of this config.json");
-                    const SafetensorsFile::Tensor* t = files_[it->second]->find(stored);
+                    const StoredTensor* t = files_[it->second]->find(stored);
                     if (t->shape != shape)
                       fail_input(files_[it->second]->path() + ": tensor " + echo(stored) +
                                  " has shape " + shape_text(t->shape) + "; config.json implies " +
@@ -324,7 +324,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
         for (std::size_t v : shape) n *= v;
         const bool matrix = shape.size() == 2;
         const std::string as_stored = stored_name(t, name);
-        const SafetensorsFile& file = *files_[where_.at(as_stored)];
+        const TensorSource& file = *files_[where_.at(as_stored)];
         const bool raw = packed && matrix && file.find(as_stored)->dtype == "BF16";
         if (raw) {
           if (bits_size < n) bits.reset(new std::uint16_t[bits_size = n]);
@@ -409,7 +409,7 @@ void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, st
                        float* out) const {
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model;
-  auto table = [&](Role role) -> std::pair<const SafetensorsFile*, std::string> {
+  auto table = [&](Role role) -> std::pair<const TensorSource*, std::string> {
     const TensorSpec* t = find_role(c, role, Part::weight);
     if (!t) return {nullptr, ""};
     const std::string stored = stored_name(*t, t->name);

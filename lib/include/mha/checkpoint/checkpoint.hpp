@@ -19,7 +19,7 @@
 
 namespace mha {
 
-class SafetensorsFile;
+class TensorSource;
 struct TensorSpec;
 enum class Role;
 
@@ -80,7 +80,7 @@ class Checkpoint {
   std::string dir_;
   ModelConfig config_;
   std::string prefix_;  // "bert.", "transformer.", ... or "" before the family's names
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::unique_ptr<TensorSource>> files_;
   std::map<std::string, std::size_t> where_;  // tensor name (as stored) -> files_ index
 };
 
