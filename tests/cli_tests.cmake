@@ -133,6 +133,15 @@ foreach(group DeepJson Bounded NpzShapes Messages Outputs Valid Nonsense Refusal
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.hostile.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# GGUF files (tests/models/test_gguf.py), written as llama.cpp's converter writes them from the
+# random checkpoints, against the safetensors runs: F32 of every architecture, every quantized
+# type mha reads, and the refusals.
+foreach(group Float32 Quantized Errors)
+  add_test(NAME models.gguf.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_gguf.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.gguf.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
 # The references themselves against torch.nn.functional, nn.TransformerEncoderLayer and the
 # NumPy LLaMA attention of tests/cli/test_rope.py (no binary involved).
 add_test(NAME models.reference

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gguf_source.hpp"
 #include "mha/base/error.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "tensor_source.hpp"
@@ -96,16 +97,28 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
 }  // namespace
 
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail_input(dir +
-               ": not a directory; expected a checkpoint directory (config.json, "
-               "model.safetensors or model.safetensors.index.json, tokenizer.json)");
-  const std::string config = dir + "/config.json";
-  if (!is_file(config))
-    fail_input(dir + ": has no config.json; expected a checkpoint directory as model hubs publish");
-  config_ = read_model_config(config);
-  open_weights();
+  std::string config = dir + "/config.json";
+  if (is_gguf_file(dir)) {
+    // A GGUF file: the checkpoint it was converted from (gguf_source.hpp).
+    GgufView view = open_gguf(dir);
+    gguf_ = true;
+    config = dir + " (its metadata as config.json)";
+    config_ = parse_model_config(view.config.dump(), config);
+    files_.push_back(std::move(view.tensors));
+    index_weights({});
+  } else {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      fail_input(dir +
+                 ": not a directory or GGUF file; expected a checkpoint directory (config.json, "
+                 "model.safetensors or model.safetensors.index.json, tokenizer.json) or a .gguf "
+                 "file");
+    if (!is_file(config))
+      fail_input(dir +
+                 ": has no config.json; expected a checkpoint directory as model hubs publish");
+    config_ = read_model_config(config);
+    open_weights();
+  }
   // A base model saved without its task head (config.json's architectures
   // GPTNeoXModel, OPTModel): an untied LM head that no file holds leaves the
   // model without next-token scores. A causal LM's missing head is refused
@@ -139,10 +152,16 @@ void Checkpoint::open_weights() {
     fail_input(dir_ +
                ": has no model.safetensors or model.safetensors.index.json; expected the "
                "weights in safetensors files");
-  for (const std::string& p : paths) {
-    files_.push_back(open_safetensors(p));
-    for (const auto& [name, t] : files_.back()->tensors()) {
-      const auto [it, fresh] = where_.emplace(name, files_.size() - 1);
+  for (const std::string& p : paths) files_.push_back(open_safetensors(p));
+  index_weights(weight_map, index);
+}
+
+void Checkpoint::index_weights(const std::map<std::string, std::string>& weight_map,
+                               const std::string& index) {
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    const std::string& p = files_[i]->path();
+    for (const auto& [name, t] : files_[i]->tensors()) {
+      const auto [it, fresh] = where_.emplace(name, i);
       if (!fresh)
         fail_input(p + ": tensor " + echo(name) + " is also in " + files_[it->second]->path() +
                    "; expected each tensor in one shard");
@@ -199,6 +218,12 @@ void Checkpoint::check_tensors() const {
 std::vector<std::string> Checkpoint::weight_files() const {
   std::vector<std::string> out;
   for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
+std::vector<std::uint64_t> Checkpoint::weight_header_bytes() const {
+  std::vector<std::uint64_t> out;
+  for (const auto& f : files_) out.push_back(f->header_bytes());
   return out;
 }
 

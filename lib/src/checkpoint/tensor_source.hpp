@@ -23,6 +23,8 @@ class TensorSource {
  public:
   virtual ~TensorSource() = default;
   virtual const std::string& path() const = 0;
+  // The bytes before the tensors' data (a run's record checksums them).
+  virtual std::uint64_t header_bytes() const = 0;
   virtual const std::map<std::string, StoredTensor>& tensors() const = 0;
   const StoredTensor* find(const std::string& name) const {
     const auto it = tensors().find(name);

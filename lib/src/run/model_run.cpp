@@ -49,16 +49,6 @@ ModelRunReport::File file_record(const std::string& path, std::uint64_t limit = 
   return f;
 }
 
-// A safetensors file's header length (its first 8 bytes, little-endian) plus 8.
-std::uint64_t safetensors_header_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char b[8] = {};
-  in.read(reinterpret_cast<char*>(b), 8);
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
-  return n + 8;
-}
-
 // The ids as stored (Model::ids checks them against the vocabulary).
 std::vector<std::int64_t> ids_of(const NpyArray& a, const std::string& path) {
   std::vector<std::int64_t> ids(a.size());
@@ -318,10 +308,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
   if (config.check_only) return report;
-  report.files.push_back(file_record(config.model + "/config.json"));
+  if (!model.gguf()) report.files.push_back(file_record(config.model + "/config.json"));
   if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
-  for (const std::string& f : model.weight_files())
-    report.files.push_back(file_record(f, safetensors_header_bytes(f)));
+  const std::vector<std::string> weights = model.weight_files();
+  const std::vector<std::uint64_t> headers = model.weight_header_bytes();
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    report.files.push_back(file_record(weights[i], headers[i]));
   report.stored_dtypes = model.stored_dtypes();
 
   OutputSet out(config.out_dir);

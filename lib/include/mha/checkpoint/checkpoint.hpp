@@ -41,8 +41,12 @@ class Checkpoint {
   // softmax and residuals stay float32. Off: float32 throughout.
   void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
   bool bf16_gemm() const { return bf16_gemm_; }
-  // The weights files, in the order read (shards in name order).
+  // The weights files, in the order read (shards in name order), and the
+  // bytes of each before its tensors' data.
   std::vector<std::string> weight_files() const;
+  std::vector<std::uint64_t> weight_header_bytes() const;
+  // Whether the checkpoint is a GGUF file (its metadata stands for config.json).
+  bool gguf() const { return gguf_; }
   // The dtypes the weights are stored in ("F32", "BF16", ...), sorted.
   std::vector<std::string> stored_dtypes() const;
   // The model in float32, and its largest layer in float32 (bytes).
@@ -74,9 +78,14 @@ class Checkpoint {
   std::string stored_name(const TensorSpec& t, const std::string& name) const;
   Norm<float> norm_of(Role role) const;
   void open_weights();
+  // where_ and prefix_ from files_ (a sharded checkpoint's weight_map, from
+  // `index`, checked against them).
+  void index_weights(const std::map<std::string, std::string>& weight_map,
+                     const std::string& index = "");
   void check_tensors() const;
 
   bool bf16_gemm_ = false;
+  bool gguf_ = false;
   std::string dir_;
   ModelConfig config_;
   std::string prefix_;  // "bert.", "transformer.", ... or "" before the family's names

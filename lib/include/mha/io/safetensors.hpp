@@ -58,6 +58,7 @@ class SafetensorsFile {
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
+  std::uint64_t data_start() const { return data_start_; }  // 8 + the header's length
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;  // null when absent
   // Rows [row0, row0 + rows) of the tensor's first axis (a 1-D tensor's

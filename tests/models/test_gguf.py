@@ -1,0 +1,357 @@
+#!/usr/bin/python3
+"""GGUF files as `mha run --model FILE.gguf` reads them (lib/src/checkpoint/gguf_source.cpp),
+against the safetensors checkpoints they were made from.
+
+Each GGUF file is written here the way llama.cpp's convert_hf_to_gguf.py writes one (its
+LlamaModel.permute of q_proj and k_proj rows, Gemma's 1 + w norms, GPT-2's Conv1D weights
+transposed, gguf-py's tensor names, metadata keys and reversed dims), from the random
+checkpoints of tests/models/checkpoints.py, with tests/gguf/gguf_writer.py (written from ggml's
+docs/gguf.md). The inverse mha applies is not used here: the test only converts forward.
+
+  Float32    F32 GGUF files of llama, qwen2, qwen3, gemma, gemma2, gemma3 and gpt2: the output
+             and every attention map equal the safetensors run's (bit for bit where nothing is
+             undone in float32 arithmetic; Gemma's norms, w = (1 + w) - 1, to 1e-6).
+  Quantized  every quantized type mha reads (Q4_0 ... Q8_0, Q2_K ... Q6_K): random blocks with
+             scales that give the weights their usual size, for llama (permuted rows) and gpt2
+             (transposed); the maps equal those of a safetensors checkpoint holding the blocks'
+             values dequantized by tests/gguf/ggml_reference.py, to 1e-5.
+  Errors     an architecture mha has no family for, a tensor missing, Llama 3's rope_freqs, a
+             truncated file: exit 2, one line naming the file, nothing written.
+
+    MHA_BIN=build/bin/mha /usr/bin/python3 tests/models/test_gguf.py [TestCase ...]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "gguf"))
+import checkpoints  # noqa: E402
+import ggml_reference  # noqa: E402
+import gguf_writer  # noqa: E402
+
+MHA = os.environ.get("MHA_BIN", os.path.join(HERE, "..", "..", "build", "bin", "mha"))
+ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
+        "gemma2": "gemma2", "gemma3_text": "gemma3", "gpt2": "gpt2"}
+# Configs a GGUF file can hold: llama.cpp keeps no query_pre_attn_scalar (head_dim here) nor a
+# sliding-window pattern (Gemma 3's is 6), so the checkpoints use what its loader assumes.
+SIZES = {"gemma2": dict(query_pre_attn_scalar=16),
+         "gemma3_text": dict(layers=7, query_pre_attn_scalar=16, sliding_window_pattern=6)}
+
+LAYER_NAMES = {  # gguf-py tensor_mapping.py: (GGUF name after blk.N., HF name after the prefix)
+    "llama": [("attn_norm", "input_layernorm"), ("attn_q", "self_attn.q_proj"),
+              ("attn_k", "self_attn.k_proj"), ("attn_v", "self_attn.v_proj"),
+              ("attn_output", "self_attn.o_proj"), ("attn_q_norm", "self_attn.q_norm"),
+              ("attn_k_norm", "self_attn.k_norm"), ("ffn_norm", "post_attention_layernorm"),
+              ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
+              ("ffn_down", "mlp.down_proj")],
+    "gemma2": [("attn_norm", "input_layernorm"), ("attn_q", "self_attn.q_proj"),
+               ("attn_k", "self_attn.k_proj"), ("attn_v", "self_attn.v_proj"),
+               ("attn_output", "self_attn.o_proj"), ("attn_q_norm", "self_attn.q_norm"),
+               ("attn_k_norm", "self_attn.k_norm"),
+               ("post_attention_norm", "post_attention_layernorm"),
+               ("ffn_norm", "pre_feedforward_layernorm"),
+               ("post_ffw_norm", "post_feedforward_layernorm"), ("ffn_gate", "mlp.gate_proj"),
+               ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")],
+    "gpt2": [("attn_norm", "ln_1"), ("attn_qkv", "attn.c_attn"), ("attn_output", "attn.c_proj"),
+             ("ffn_norm", "ln_2"), ("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c_proj")],
+}
+
+
+def permute(w, n_head):
+    """convert_hf_to_gguf.py's LlamaModel.permute, as written there (numpy for torch)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_names(family, config, tensors):
+    """{GGUF name: HF name} of the checkpoint's tensors (gguf-py's tensor_mapping.py)."""
+    c = config
+    if family == "gpt2":
+        top = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
+               "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias"}
+        names, prefix, L = LAYER_NAMES["gpt2"], "h.{}.", c["n_layer"]
+    else:
+        top = {"model.embed_tokens.weight": "token_embd.weight",
+               "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+        names = LAYER_NAMES["gemma2" if family in ("gemma2", "gemma3_text") else "llama"]
+        prefix, L = "model.layers.{}.", c["num_hidden_layers"]
+    out = {g: hf for hf, g in top.items() if hf in tensors}
+    for n in range(L):
+        for g, hf in names:
+            for part in (".weight", ".bias"):
+                if prefix.format(n) + hf + part in tensors:
+                    out[f"blk.{n}.{g}{part}"] = prefix.format(n) + hf + part
+    if family in ("gemma", "gemma2"):
+        out.pop("output.weight", None)  # GemmaModel skips lm_head
+    return out
+
+
+def permuted_heads(family, config, g):
+    """The head count LlamaModel.permute uses on GGUF tensor g, or None (not permuted)."""
+    if family != "llama" or not (".attn_q." in g or ".attn_k." in g):
+        return None
+    return config["num_attention_heads"] if ".attn_q." in g else config["num_key_value_heads"]
+
+
+def gemma_norm(family, g):
+    return family.startswith("gemma") and g.endswith("norm.weight")
+
+
+def transposed(family, g):
+    return family == "gpt2" and g.endswith(".weight") and any(
+        s in g for s in (".attn_qkv.", ".attn_output.", ".ffn_up.", ".ffn_down."))
+
+
+def convert(family, config, tensors):
+    """(metadata, {GGUF name: float32 array in the converter's layout}) of a checkpoint, as
+    convert_hf_to_gguf.py writes them for its architecture."""
+    arch = ARCH[family]
+    c = config
+    out = {}
+    for g, hf in gguf_names(family, config, tensors).items():
+        w = tensors[hf].astype(np.float32)
+        if permuted_heads(family, c, g):
+            w = permute(w, permuted_heads(family, c, g))
+        if gemma_norm(family, g):
+            w = w + np.float32(1)  # GemmaModel / Gemma2Model / Gemma3Model: data_torch + 1
+        if transposed(family, g):
+            w = w.T  # GPT2Model: c_attn, c_proj, c_fc weights transposed
+        out[g] = np.ascontiguousarray(w, dtype=np.float32)
+    k = arch + "."
+    meta = [("general.architecture", "string", arch)]
+    if family == "gpt2":
+        meta += [(k + "block_count", "uint32", c["n_layer"]),
+                 (k + "context_length", "uint32", c["n_ctx"]),
+                 (k + "embedding_length", "uint32", c["n_embd"]),
+                 (k + "feed_forward_length", "uint32", 4 * c["n_embd"]),
+                 (k + "attention.head_count", "uint32", c["n_head"]),
+                 (k + "attention.layer_norm_epsilon", "float32", c["layer_norm_epsilon"])]
+        return meta, out
+    meta += [(k + "block_count", "uint32", c["num_hidden_layers"]),
+             (k + "context_length", "uint32", c["max_position_embeddings"]),
+             (k + "embedding_length", "uint32", c["hidden_size"]),
+             (k + "feed_forward_length", "uint32", c["intermediate_size"]),
+             (k + "attention.head_count", "uint32", c["num_attention_heads"]),
+             (k + "attention.head_count_kv", "uint32", c["num_key_value_heads"]),
+             (k + "attention.layer_norm_rms_epsilon", "float32", c["rms_norm_eps"]),
+             (k + "rope.freq_base", "float32", c.get("rope_theta", 10000.0))]
+    if "head_dim" in c:
+        meta += [(k + "attention.key_length", "uint32", c["head_dim"]),
+                 (k + "attention.value_length", "uint32", c["head_dim"])]
+    if family in ("gemma2", "gemma3_text"):
+        meta.append((k + "attention.sliding_window", "uint32", c["sliding_window"]))
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if c.get(key):
+                meta.append((k + key, "float32", c[key]))
+    if family == "gemma3_text":
+        meta.append((k + "rope.freq_base_swa", "float32", c["rope_local_base_freq"]))
+    return meta, out
+
+
+def write_gguf(path, meta, arrays, qtype="F32", rng=None):
+    """The GGUF file of `arrays` (name: float32 array), 2-d weights in `qtype` (random blocks
+    scaled to each array's size), the rest F32 as the converter keeps norms and biases.
+    Returns {name: the float32 values the file holds} (the blocks dequantized)."""
+    tensors, held = [], {}
+    for name, a in arrays.items():
+        quantize = qtype != "F32" and a.ndim == 2 and name != "position_embd.weight"
+        if quantize:
+            raw = scaled_blocks(qtype, a.size, rng, float(np.std(a)))
+            held[name] = ggml_reference.dequantize(qtype, raw).reshape(a.shape)
+            tensors.append((name, gguf_writer.TYPES[qtype], list(a.shape[::-1]), raw))
+        else:
+            held[name] = a
+            tensors.append((name, gguf_writer.TYPES["F32"], list(a.shape[::-1]),
+                            a.astype("<f4").tobytes()))
+    gguf_writer.write(path, meta, tensors)
+    return held
+
+
+def scaled_blocks(qtype, n, rng, std):
+    """Random blocks of `qtype` whose values have about `std` as their standard deviation: every
+    scale field set to one value c (the values are linear in the scales together)."""
+    raw = np.frombuffer(ggml_reference.random_blocks(qtype, n, rng), np.uint8).copy()
+    size = ggml_reference.BLOCKS[qtype][1]
+    b = raw.reshape(-1, size)
+
+    def set_scales(c):
+        for at in ggml_reference.HALF_FIELDS[qtype]:
+            b[:, at:at + 2] = np.full(b.shape[0], c, "<f2").view(np.uint8).reshape(-1, 2)
+
+    set_scales(1.0)
+    unit = float(np.std(ggml_reference.dequantize(qtype, b.tobytes())))
+    set_scales(std / unit)
+    return b.tobytes()
+
+
+def unconvert(family, config, held, tensors):
+    """The safetensors tensors whose GGUF file holds `held`: convert() undone on each tensor
+    (permute's row order found by permuting the row numbers with the converter's own code), so
+    that both runs compute with the same numbers."""
+    out = dict(tensors)
+    for g, hf in gguf_names(family, config, tensors).items():
+        v = held[g].astype(np.float32)
+        if transposed(family, g):
+            v = v.T
+        if gemma_norm(family, g):
+            v = v - np.float32(1)
+        heads = permuted_heads(family, config, g)
+        if heads:
+            rows = permute(np.arange(v.shape[0]), heads)  # GGUF row i holds HF row rows[i]
+            w = np.empty_like(v)
+            w[rows] = v
+            v = w
+        out[hf] = np.ascontiguousarray(v)
+    return out
+
+
+def mha(args):
+    p = subprocess.run([MHA] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Runs:
+    """Runs of `mha run --model` on one set of token ids, results by directory."""
+
+    def __init__(self, tmp, T=16):
+        self.tmp = tmp
+        self.ids = os.path.join(tmp, "ids.npy")
+        self.T = T
+
+    def run(self, model, name, vocab):
+        np.save(self.ids, (np.arange(self.T, dtype=np.int64) * 7 + 3)[None] % vocab)
+        out = os.path.join(self.tmp, name)
+        code, _, err = mha(["run", "--model", model, "--tokens", self.ids, "--save_attention",
+                            "--top_k", "0", "--out_dir", out, "-q"])
+        if code != 0:
+            raise AssertionError(f"mha run --model {model}: exit {code}: {err}")
+        return (np.load(os.path.join(out, "output.npy")),
+                np.load(os.path.join(out, "self_attention.npy")), out)
+
+
+def make(family, **sizes):
+    s = dict(SIZES.get(family, {}))
+    s.update(sizes)
+    return checkpoints.make(family, seed=3, **s)
+
+
+def vocab_of(config):
+    return config["vocab_size"]
+
+
+class Float32(unittest.TestCase):
+    def test_families(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = Runs(tmp)
+            for family in ARCH:
+                with self.subTest(family=family):
+                    config, tensors = make(family)
+                    d = os.path.join(tmp, family)
+                    checkpoints.write(d, config, tensors)
+                    meta, arrays = convert(family, config, tensors)
+                    path = os.path.join(tmp, family + ".gguf")
+                    write_gguf(path, meta, arrays)
+                    out_st, att_st, _ = runs.run(d, family + "_st", vocab_of(config))
+                    out_g, att_g, run_dir = runs.run(path, family + "_gguf", vocab_of(config))
+                    self.assertEqual(out_g.shape, out_st.shape)
+                    self.assertEqual(att_g.shape, att_st.shape)
+                    if family.startswith("gemma"):
+                        np.testing.assert_allclose(att_g, att_st, rtol=0, atol=1e-6)
+                        scale = np.max(np.abs(out_st))
+                        np.testing.assert_allclose(out_g, out_st, rtol=0, atol=1e-6 * scale)
+                    else:  # nothing recomputed: the same float32 values, the same bits
+                        np.testing.assert_array_equal(att_g, att_st)
+                        np.testing.assert_array_equal(out_g, out_st)
+                    with open(os.path.join(run_dir, "run.json")) as f:
+                        r = json.load(f)
+                    self.assertIn(path, json.dumps(r))
+
+
+class Quantized(unittest.TestCase):
+    TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+    # rows of 256 for the k-quants' super-blocks (ggml quantizes along a row)
+    SIZES = {"llama": dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=512,
+                           vocab=96),
+             "gpt2": dict(hidden=256, heads=4, vocab=96, layers=2)}
+
+    def test_types(self):
+        rng = np.random.default_rng(7)
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = Runs(tmp)
+            for family, sizes in self.SIZES.items():
+                config, tensors = make(family, **sizes)
+                meta, arrays = convert(family, config, tensors)
+                for qtype in self.TYPES:
+                    with self.subTest(family=family, type=qtype):
+                        path = os.path.join(tmp, f"{family}-{qtype}.gguf")
+                        held = write_gguf(path, meta, arrays, qtype, rng)
+                        st = unconvert(family, config, held, tensors)
+                        d = os.path.join(tmp, f"{family}-{qtype}")
+                        checkpoints.write(d, config, st)
+                        out_st, att_st, _ = runs.run(d, f"{family}-{qtype}-st", vocab_of(config))
+                        out_g, att_g, _ = runs.run(path, f"{family}-{qtype}-g", vocab_of(config))
+                        self.assertGreater(np.std(att_st), 1e-3)  # maps that show something
+                        np.testing.assert_allclose(att_g, att_st, rtol=0, atol=1e-5)
+                        scale = np.max(np.abs(out_st))
+                        np.testing.assert_allclose(out_g, out_st, rtol=0, atol=1e-5 * scale)
+                        shutil.rmtree(d)
+
+    def test_unconvert_inverts_convert(self):
+        """The test's own inverse: convert(unconvert(convert(x))) == convert(x)."""
+        for family in ("llama", "gemma2", "gpt2"):
+            config, tensors = make(family)
+            _, arrays = convert(family, config, tensors)
+            back = unconvert(family, config, arrays, tensors)
+            for name, v in tensors.items():
+                if name in back and ".attn.bias" not in name:
+                    np.testing.assert_allclose(back[name], v, rtol=0, atol=1e-6, err_msg=name)
+
+
+class Errors(unittest.TestCase):
+    def refused(self, path, expect, tmp):
+        out = os.path.join(tmp, "out")
+        ids = os.path.join(tmp, "ids.npy")
+        np.save(ids, np.zeros((1, 4), np.int64))
+        code, _, err = mha(["run", "--model", path, "--tokens", ids, "--out_dir", out, "-q"])
+        self.assertEqual(code, 2, err)
+        lines = err.strip().splitlines()
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn(path, lines[0])
+        self.assertIn(expect, lines[0])
+        self.assertFalse(os.path.exists(out))
+
+    def test_refusals(self):
+        config, tensors = make("llama")
+        meta, arrays = convert("llama", config, tensors)
+        with tempfile.TemporaryDirectory() as tmp:
+            p = os.path.join(tmp, "arch.gguf")
+            write_gguf(p, [("general.architecture", "string", "mamba")] + meta[1:], arrays)
+            self.refused(p, '"mamba"', tmp)
+            p = os.path.join(tmp, "missing.gguf")
+            write_gguf(p, meta, {k: v for k, v in arrays.items() if k != "blk.1.ffn_down.weight"})
+            self.refused(p, "model.layers.1.mlp.down_proj.weight", tmp)
+            p = os.path.join(tmp, "rope_freqs.gguf")
+            write_gguf(p, meta, {**arrays, "rope_freqs.weight": np.ones(8, np.float32)})
+            self.refused(p, "rope_freqs.weight", tmp)
+            p = os.path.join(tmp, "truncated.gguf")
+            write_gguf(p, meta, arrays)
+            with open(p, "rb") as f:
+                data = f.read()
+            with open(p, "wb") as f:
+                f.write(data[:len(data) // 2])
+            self.refused(p, "truncated.gguf", tmp)
+            p = os.path.join(tmp, "no_blocks.gguf")
+            write_gguf(p, [m for m in meta if not m[0].endswith("block_count")], arrays)
+            self.refused(p, "llama.block_count", tmp)
+
+
+if __name__ == "__main__":
+    unittest.main()
