@@ -271,8 +271,41 @@ class Float32(unittest.TestCase):
                         np.testing.assert_array_equal(att_g, att_st)
                         np.testing.assert_array_equal(out_g, out_st)
                     with open(os.path.join(run_dir, "run.json")) as f:
-                        r = json.load(f)
-                    self.assertIn(path, json.dumps(r))
+                        m = json.load(f)["model"]
+                    self.assertEqual([f["path"] for f in m["files"]], [path])
+                    self.assertEqual(m["gguf_architecture"], ARCH[family])
+                    self.assertEqual(m["stored_dtypes"], ["F32"])
+
+    def test_analyze_and_python(self):
+        """`mha analyze` and mha.Model on a GGUF file give what they give on its checkpoint."""
+        family = "qwen2"
+        config, tensors = make(family)
+        with tempfile.TemporaryDirectory() as tmp:
+            d = os.path.join(tmp, "st")
+            checkpoints.write(d, config, tensors)
+            meta, arrays = convert(family, config, tensors)
+            path = os.path.join(tmp, "m.gguf")
+            write_gguf(path, meta, arrays)
+            ids = os.path.join(tmp, "ids.npy")
+            np.save(ids, (np.arange(12, dtype=np.int64) * 5 + 1)[None] % config["vocab_size"])
+            got = {}
+            for name, model in (("st", d), ("gguf", path)):
+                out = os.path.join(tmp, "an_" + name)
+                code, _, err = mha(["analyze", "--model", model, "--tokens", ids, "--method",
+                                    "loss", "--method", "rollout", "--out_dir", out, "-q"])
+                self.assertEqual(code, 0, err)
+                got[name] = [np.load(os.path.join(out, f)) for f in ("loss.npy", "rollout.npy")]
+            for a, b in zip(got["gguf"], got["st"]):
+                np.testing.assert_array_equal(a, b)
+            build_python = os.path.join(os.path.dirname(MHA), "..", "python")
+            if os.path.isdir(build_python):  # the module, when built (docs/python.md)
+                code = ("import sys, numpy as np; sys.path.insert(0, sys.argv[1]); import mha; "
+                        "ids = np.load(sys.argv[4]); "
+                        "a = mha.Model(sys.argv[2])(ids); b = mha.Model(sys.argv[3])(ids); "
+                        "assert np.array_equal(a['output'], b['output']), 'outputs differ'")
+                p = subprocess.run([sys.executable, "-c", code, build_python, path, d, ids],
+                                   capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, p.stderr)
 
 
 class Quantized(unittest.TestCase):
@@ -302,7 +335,14 @@ class Quantized(unittest.TestCase):
                         np.testing.assert_allclose(att_g, att_st, rtol=0, atol=1e-5)
                         scale = np.max(np.abs(out_st))
                         np.testing.assert_allclose(out_g, out_st, rtol=0, atol=1e-5 * scale)
+                        with open(os.path.join(self.tmp_run(runs, family, qtype), "run.json")) as f:
+                            stored = json.load(f)["model"]["stored_dtypes"]
+                        self.assertEqual(stored, sorted({"F32", qtype}))
                         shutil.rmtree(d)
+
+    @staticmethod
+    def tmp_run(runs, family, qtype):
+        return os.path.join(runs.tmp, f"{family}-{qtype}-g")
 
     def test_unconvert_inverts_convert(self):
         """The test's own inverse: convert(unconvert(convert(x))) == convert(x)."""

@@ -102,6 +102,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     // A GGUF file: the checkpoint it was converted from (gguf_source.hpp).
     GgufView view = open_gguf(dir);
     gguf_ = true;
+    gguf_architecture_ = view.architecture;
     config = dir + " (its metadata as config.json)";
     config_ = parse_model_config(view.config.dump(), config);
     files_.push_back(std::move(view.tensors));

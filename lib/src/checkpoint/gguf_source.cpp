@@ -337,6 +337,7 @@ GgufView open_gguf(const std::string& path) {
                    " rows; expected a multiple of 2 x " + std::to_string(m.heads) + " heads");
     }
   GgufView view;
+  view.architecture = arch;
   view.config = std::move(c);
   view.tensors = std::make_unique<GgufTensors>(std::move(file), std::move(map));
   return view;

@@ -15,6 +15,7 @@
 namespace mha {
 
 struct GgufView {
+  std::string architecture;               // general.architecture
   nlohmann::json config;                  // config.json as transformers would write it
   std::unique_ptr<TensorSource> tensors;  // dtype: the GGUF type's name ("F32", "Q4_K")
 };

@@ -21,6 +21,7 @@
 #include "mha/io/safetensors.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/run_json.hpp"
+#include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha {
@@ -130,9 +131,17 @@ ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o) {
 
 namespace {
 
+// DIR/tokenizer.json, or the GGUF file itself: its metadata holds the tokenizer.
 std::string tokenizer_file(const std::string& dir) {
+  if (is_gguf_path(dir)) return dir;
   const std::string path = dir + "/tokenizer.json";
   return is_file(path) ? path : std::string();
+}
+
+std::optional<Tokenizer> load_tokenizer(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  if (is_gguf_path(path)) return gguf_tokenizer(path);  // nullopt without tokenizer.ggml.model
+  return Tokenizer::from_file(path);
 }
 
 const std::string& checked_dtype(const std::string& dtype) {
@@ -148,12 +157,9 @@ const std::string& checked_dtype(const std::string& dtype) {
 Model::Model(const std::string& dir, const std::string& dtype)
     : dtype_(checked_dtype(dtype)),
       tokenizer_path_(tokenizer_file(dir)),
-      loading_(std::async(std::launch::async,
-                          [path = tokenizer_path_]() -> std::optional<Tokenizer> {
-                            if (path.empty()) return std::nullopt;
-                            return Tokenizer::from_file(path);
-                          })
-                   .share()),
+      loading_(
+          std::async(std::launch::async, [path = tokenizer_path_] { return load_tokenizer(path); })
+              .share()),
       checkpoint_(dir) {
   checkpoint_.set_bf16_gemm(dtype_ == "bfloat16");
 }
@@ -179,7 +185,10 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
   const std::string& dir = checkpoint_.dir();
   const std::optional<Tokenizer>& tokenizer_ = tokenizer();
   if (!tokenizer_)
-    fail_input(dir + ": has no tokenizer.json; expected one to tokenize text, or give token ids");
+    fail_input(dir +
+               (checkpoint_.gguf() ? ": has no tokenizer metadata (tokenizer.ggml.model)"
+                                   : ": has no tokenizer.json") +
+               "; expected one to tokenize text, or give token ids");
   if (texts.empty()) fail_input("expected at least one text");
   ModelInput in;
   in.tokenizer = tokenizer_path_;
@@ -309,12 +318,15 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " tokens), over max_memory " + format_bytes(report.max_memory));
   if (config.check_only) return report;
   if (!model.gguf()) report.files.push_back(file_record(config.model + "/config.json"));
-  if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
+  // A GGUF file's tokenizer is in its metadata: the file is listed once, with the weights.
+  if (!whole.tokenizer_path().empty() && !model.gguf())
+    report.files.push_back(file_record(whole.tokenizer_path()));
   const std::vector<std::string> weights = model.weight_files();
   const std::vector<std::uint64_t> headers = model.weight_header_bytes();
   for (std::size_t i = 0; i < weights.size(); ++i)
     report.files.push_back(file_record(weights[i], headers[i]));
   report.stored_dtypes = model.stored_dtypes();
+  report.gguf_architecture = model.gguf_architecture();
 
   OutputSet out(config.out_dir);
   const std::size_t B = in.B, T = in.T, d = c.d_model;

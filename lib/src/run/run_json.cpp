@@ -668,6 +668,7 @@ json to_json(const ModelRunReport& r) {
                 {"sliding_window", c.sliding_window},
                 {"stored_dtypes", r.stored_dtypes},
                 {"files", files}};
+  if (!r.gguf_architecture.empty()) j["model"]["gguf_architecture"] = r.gguf_architecture;
   j["input"] = {{"batch", r.input.B},
                 {"seq_len", r.input.T},
                 {"lengths", r.input.lengths},

@@ -45,8 +45,10 @@ class Checkpoint {
   // bytes of each before its tensors' data.
   std::vector<std::string> weight_files() const;
   std::vector<std::uint64_t> weight_header_bytes() const;
-  // Whether the checkpoint is a GGUF file (its metadata stands for config.json).
+  // Whether the checkpoint is a GGUF file (its metadata stands for config.json),
+  // and its general.architecture ("llama", "gemma3", ...; else empty).
   bool gguf() const { return gguf_; }
+  const std::string& gguf_architecture() const { return gguf_architecture_; }
   // The dtypes the weights are stored in ("F32", "BF16", ...), sorted.
   std::vector<std::string> stored_dtypes() const;
   // The model in float32, and its largest layer in float32 (bytes).
@@ -86,6 +88,7 @@ class Checkpoint {
 
   bool bf16_gemm_ = false;
   bool gguf_ = false;
+  std::string gguf_architecture_;
   std::string dir_;
   ModelConfig config_;
   std::string prefix_;  // "bert.", "transformer.", ... or "" before the family's names

@@ -87,6 +87,7 @@ struct ModelRunReport {
   };
   std::vector<File> files;
   std::vector<std::string> stored_dtypes;
+  std::string gguf_architecture;  // a GGUF file's general.architecture, else empty
   ModelInput input;
   std::vector<std::size_t> map_layers, map_heads;
   std::vector<std::vector<NextToken>> top_k;
