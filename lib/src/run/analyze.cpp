@@ -45,8 +45,9 @@ bool wants(const AnalyzeConfig& c, const char* method) {
 std::int32_t one_token(const Model& model, const std::string& text, const char* flag) {
   const std::optional<Tokenizer>& tok = model.tokenizer();
   if (!tok)
-    fail_input(std::string("--") + flag + ": " + model.checkpoint().dir() +
-               " has no tokenizer.json to tokenize " + echo(text));
+    fail_input(std::string("--") + flag + ": " + model.checkpoint().dir() + " has no " +
+               (model.checkpoint().gguf() ? "tokenizer metadata" : "tokenizer.json") +
+               " to tokenize " + echo(text));
   const Encoding e = tok->encode(text, false);
   if (e.ids.size() != 1)
     fail_input(std::string("--") + flag + " " + echo(text) + ": is " +
