@@ -11,10 +11,10 @@ docs/gguf.md). The inverse mha applies is not used here: the test only converts 
   Float32    F32 GGUF files of llama, qwen2, qwen3, gemma, gemma2, gemma3 and gpt2: the output
              and every attention map equal the safetensors run's (bit for bit where nothing is
              undone in float32 arithmetic; Gemma's norms, w = (1 + w) - 1, to 1e-6).
-  Quantized  every quantized type mha reads (Q4_0 ... Q8_0, Q2_K ... Q6_K): random blocks with
-             scales that give the weights their usual size, for llama (permuted rows) and gpt2
-             (transposed); the maps equal those of a safetensors checkpoint holding the blocks'
-             values dequantized by tests/gguf/ggml_reference.py, to 1e-5.
+  Quantized  F16, BF16 and every quantized type mha reads (Q4_0 ... Q8_0, Q2_K ... Q6_K) in every
+             architecture: random blocks with scales that give the weights their usual size;
+             the maps equal those of a safetensors checkpoint holding the blocks' values
+             dequantized by tests/gguf/ggml_reference.py, to 1e-5.
   Errors     an architecture mha has no family for, a tensor missing, Llama 3's rope_freqs, a
              truncated file: exit 2, one line naming the file, nothing written.
 
@@ -164,7 +164,12 @@ def write_gguf(path, meta, arrays, qtype="F32", rng=None):
     for name, a in arrays.items():
         quantize = qtype != "F32" and a.ndim == 2 and name != "position_embd.weight"
         if quantize:
-            raw = scaled_blocks(qtype, a.size, rng, float(np.std(a)))
+            if qtype == "F16":
+                raw = a.astype("<f2").tobytes()
+            elif qtype == "BF16":  # the upper halves (truncated: any bits are a valid file)
+                raw = (a.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+            else:
+                raw = scaled_blocks(qtype, a.size, rng, float(np.std(a)))
             held[name] = ggml_reference.dequantize(qtype, raw).reshape(a.shape)
             tensors.append((name, gguf_writer.TYPES[qtype], list(a.shape[::-1]), raw))
         else:
@@ -226,11 +231,11 @@ class Runs:
         self.ids = os.path.join(tmp, "ids.npy")
         self.T = T
 
-    def run(self, model, name, vocab):
+    def run(self, model, name, vocab, dtype="float32"):
         np.save(self.ids, (np.arange(self.T, dtype=np.int64) * 7 + 3)[None] % vocab)
         out = os.path.join(self.tmp, name)
         code, _, err = mha(["run", "--model", model, "--tokens", self.ids, "--save_attention",
-                            "--top_k", "0", "--out_dir", out, "-q"])
+                            "--top_k", "0", "--dtype", dtype, "--out_dir", out, "-q"])
         if code != 0:
             raise AssertionError(f"mha run --model {model}: exit {code}: {err}")
         return (np.load(os.path.join(out, "output.npy")),
@@ -309,10 +314,13 @@ class Float32(unittest.TestCase):
 
 
 class Quantized(unittest.TestCase):
-    TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+    TYPES = ("F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
+             "Q5_K", "Q6_K")
     # rows of 256 for the k-quants' super-blocks (ggml quantizes along a row)
-    SIZES = {"llama": dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=512,
-                           vocab=96),
+    WIDE = dict(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=512, vocab=96)
+    SIZES = {"llama": WIDE, "qwen2": WIDE, "qwen3": WIDE, "gemma": dict(WIDE, kv_heads=1),
+             "gemma2": dict(WIDE, query_pre_attn_scalar=64),
+             "gemma3_text": dict(WIDE, query_pre_attn_scalar=64),
              "gpt2": dict(hidden=256, heads=4, vocab=96, layers=2)}
 
     def test_types(self):
@@ -338,6 +346,11 @@ class Quantized(unittest.TestCase):
                         with open(os.path.join(self.tmp_run(runs, family, qtype), "run.json")) as f:
                             stored = json.load(f)["model"]["stored_dtypes"]
                         self.assertEqual(stored, sorted({"F32", qtype}))
+                        if qtype in ("BF16", "Q4_K"):  # bfloat16 GEMMs: the same packed weights
+                            v = vocab_of(config)
+                            _, att_st, _ = runs.run(d, f"{family}-{qtype}-st16", v, "bfloat16")
+                            _, att_g, _ = runs.run(path, f"{family}-{qtype}-g16", v, "bfloat16")
+                            np.testing.assert_array_equal(att_g, att_st)
                         shutil.rmtree(d)
 
     @staticmethod
