@@ -357,7 +357,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
           file.read_bfloat16(as_stored, bits.get());
         } else {
           if (stored_size < n) stored.reset(new float[stored_size = n]);
-          file.read(as_stored, stored.get());
+          file.read(as_stored, stored.get(), threads);
         }
         const std::size_t R = shape[0], C = matrix ? shape[1] : 1;
         for (std::size_t s = 0; s < slots(t.role); ++s) {

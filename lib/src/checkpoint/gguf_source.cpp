@@ -12,6 +12,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
+#include "mha/base/thread_pool.hpp"
 #include "mha/io/gguf.hpp"
 
 namespace mha {
@@ -96,17 +97,17 @@ class GgufTensors final : public TensorSource {
   std::uint64_t header_bytes() const override { return file_->data_offset(); }
   const std::map<std::string, StoredTensor>& tensors() const override { return tensors_; }
 
-  void read(const std::string& name, float* out) const override {
+  void read(const std::string& name, float* out, int threads) const override {
     const Mapped& m = mapped(name);
     const GgufTensor& t = *file_->find_tensor(m.gguf);
-    if (m.undo == Undo::nothing) return file_->read(m.gguf, out);
+    if (m.undo == Undo::nothing) return dequantize(t, out, threads);
     if (m.undo == Undo::minus_one) {
-      file_->read(m.gguf, out);
+      dequantize(t, out, threads);
       for (std::size_t i = 0, n = t.size(); i < n; ++i) out[i] -= 1.0f;
       return;
     }
     std::vector<float> stored(t.size());
-    file_->read(m.gguf, stored.data());
+    dequantize(t, stored.data(), threads);
     // A bias (1-d) is a column: its elements are the rows.
     const bool column = t.dims.size() == 1;
     const std::size_t rows = column ? t.size() : t.rows(), cols = column ? 1 : t.row_size();
@@ -136,7 +137,7 @@ class GgufTensors final : public TensorSource {
     std::size_t n = 1;
     for (std::size_t v : s.shape) n *= v;
     std::vector<float> all(n);
-    read(name, all.data());
+    read(name, all.data(), 1);
     const std::size_t row = first ? n / first : 0;
     std::copy_n(all.data() + row0 * row, rows * row, out);
   }
@@ -148,7 +149,7 @@ class GgufTensors final : public TensorSource {
     std::size_t n = 1;
     for (std::size_t v : s.shape) n *= v;
     std::vector<float> values(n);
-    read(name, values.data());  // BF16 widened exactly
+    read(name, values.data(), 1);  // BF16 widened exactly
     for (std::size_t i = 0; i < n; ++i) {
       std::uint32_t bits;
       std::memcpy(&bits, &values[i], 4);
@@ -157,6 +158,18 @@ class GgufTensors final : public TensorSource {
   }
 
  private:
+  // The tensor as stored, dequantized: its rows in pieces of kRows over the
+  // pool (each piece its own reads; the values do not depend on the cut).
+  void dequantize(const GgufTensor& t, float* out, int threads) const {
+    constexpr std::size_t kRows = 64;
+    const std::size_t rows = t.rows(), row = t.row_size();
+    if (threads <= 1 || rows <= kRows) return file_->read(t.name, out);
+    parallel_for((rows + kRows - 1) / kRows, threads, [&](std::size_t piece, int) {
+      const std::size_t r0 = piece * kRows;
+      file_->read_rows(t.name, r0, std::min(kRows, rows - r0), out + r0 * row);
+    });
+  }
+
   const Mapped& mapped(const std::string& name) const {
     const auto it = map_.find(name);
     if (it == map_.end()) fail_input(path() + ": has no tensor for " + echo(name));

@@ -14,7 +14,7 @@ class Safetensors final : public TensorSource {
   const std::string& path() const override { return file_.path(); }
   std::uint64_t header_bytes() const override { return file_.data_start(); }
   const std::map<std::string, StoredTensor>& tensors() const override { return tensors_; }
-  void read(const std::string& name, float* out) const override { file_.read(name, out); }
+  void read(const std::string& name, float* out, int) const override { file_.read(name, out); }
   void read_rows(const std::string& name, std::size_t row0, std::size_t rows,
                  float* out) const override {
     file_.read_rows(name, row0, rows, out);

@@ -31,8 +31,8 @@ class TensorSource {
     return it == tensors().end() ? nullptr : &it->second;
   }
   // The whole tensor, or rows [row0, row0 + rows) of its first axis, in
-  // float32 (C order).
-  virtual void read(const std::string& name, float* out) const = 0;
+  // float32 (C order). `threads` may convert (dequantize) it in pieces.
+  virtual void read(const std::string& name, float* out, int threads = 1) const = 0;
   virtual void read_rows(const std::string& name, std::size_t row0, std::size_t rows,
                          float* out) const = 0;
   // A tensor stored as BF16: its bits as stored (dtype "BF16" only).
