@@ -351,14 +351,25 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
         const bool matrix = shape.size() == 2;
         const std::string as_stored = stored_name(t, name);
         const TensorSource& file = *files_[where_.at(as_stored)];
-        const bool raw = packed && matrix && file.find(as_stored)->dtype == "BF16";
+        const StoredTensor& held = *file.find(as_stored);
+        const bool raw = packed && matrix && held.dtype == "BF16";
+        // A Conv1D weight the source holds transposed is packed for bfloat16 from
+        // the data as held, as nn.Linear's (out, in) is: no transposing pass.
+        // (float32's layout wants (in, out); the source's transpose runs on the
+        // pass's threads, faster than transposing here.)
+        const bool flipped = packed && matrix && held.transposed && !raw;
         if (raw) {
           if (bits_size < n) bits.reset(new std::uint16_t[bits_size = n]);
           file.read_bfloat16(as_stored, bits.get());
         } else {
           if (stored_size < n) stored.reset(new float[stored_size = n]);
-          file.read(as_stored, stored.get(), threads);
+          if (flipped)
+            file.read_transposed(as_stored, stored.get(), threads);
+          else
+            file.read(as_stored, stored.get(), threads);
         }
+        // Whether the data read is (in, out) with columns as the kernel's (Conv1D as stored).
+        const bool columns = t.layout == Layout::conv1d && !flipped;
         const std::size_t R = shape[0], C = matrix ? shape[1] : 1;
         for (std::size_t s = 0; s < slots(t.role); ++s) {
           const Target to = target(L, t.role, s, t.part);
@@ -379,7 +390,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
             if (to.W->size()) *to.W = Tensor<float, 2>();
             reserve_bf16(*to.packed, in, width);
             for (const Piece& p : pieces(t, s, c)) {
-              const bool rows = t.layout != Layout::conv1d;  // nn.Linear: (out, in)
+              const bool rows = !columns;  // nn.Linear: (out, in)
               const std::size_t from = rows ? p.from * in : p.from, ld = rows ? in : C;
               if (raw)
                 pack_bf16_columns(*to.packed, p.to, p.count, bits.get() + from, ld, rows, threads);
@@ -393,7 +404,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
           to.W->resize({in, width});
           float* w = to.W->data();
           for (const Piece& p : pieces(t, s, c)) {
-            if (t.layout == Layout::conv1d) {  // (in, out) as is: columns [from, from + count)
+            if (columns) {  // (in, out) as is: columns [from, from + count)
               for (std::size_t i = 0; i < in; ++i)
                 std::copy_n(stored.get() + i * C + p.from, p.count, w + i * width + p.to);
             } else {  // nn.Linear (out, in): rows [from, from + count), transposed

@@ -90,7 +90,7 @@ class GgufTensors final : public TensorSource {
       const GgufTensor& t = *file_->find_tensor(m.gguf);
       std::vector<std::size_t> shape = t.shape();
       if (m.undo == Undo::transpose) std::reverse(shape.begin(), shape.end());
-      tensors_[hf] = {ggml_type_info(t.type).name, shape};
+      tensors_[hf] = {ggml_type_info(t.type).name, shape, m.undo == Undo::transpose};
     }
   }
   const std::string& path() const override { return file_->path(); }
@@ -111,9 +111,16 @@ class GgufTensors final : public TensorSource {
     // A bias (1-d) is a column: its elements are the rows.
     const bool column = t.dims.size() == 1;
     const std::size_t rows = column ? t.size() : t.rows(), cols = column ? 1 : t.row_size();
-    if (m.undo == Undo::transpose) {  // stored (rows, cols) -> (cols, rows)
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) out[c * rows + r] = stored[r * cols + c];
+    if (m.undo == Undo::transpose) {  // stored (rows, cols) -> (cols, rows), in 64 x 64 tiles
+      constexpr std::size_t kTile = 64;
+      const std::size_t tiles = (cols + kTile - 1) / kTile;
+      parallel_for(tiles, threads, [&](std::size_t tile, int) {
+        const std::size_t c0 = tile * kTile, c1 = std::min(cols, c0 + kTile);
+        for (std::size_t r0 = 0; r0 < rows; r0 += kTile)
+          for (std::size_t c = c0; c < c1; ++c)
+            for (std::size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+              out[c * rows + r] = stored[r * cols + c];
+      });
       return;
     }
     // LlamaModel.permute: reference row h*d + j*(d/2) + i is stored at h*d + 2*i + j.
@@ -123,6 +130,13 @@ class GgufTensors final : public TensorSource {
         for (std::size_t i = 0; i < half; ++i)
           std::copy_n(stored.data() + (h * d + 2 * i + j) * cols, cols,
                       out + (h * d + j * half + i) * cols);
+  }
+
+  void read_transposed(const std::string& name, float* out, int threads) const override {
+    const Mapped& m = mapped(name);
+    if (m.undo != Undo::transpose)
+      fail_input(path() + ": tensor " + echo(m.gguf) + " is not held transposed");
+    dequantize(*file_->find_tensor(m.gguf), out, threads);
   }
 
   void read_rows(const std::string& name, std::size_t row0, std::size_t rows,

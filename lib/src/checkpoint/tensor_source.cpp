@@ -1,5 +1,6 @@
 #include "tensor_source.hpp"
 
+#include "mha/base/error.hpp"
 #include "mha/io/safetensors.hpp"
 
 namespace mha {
@@ -18,6 +19,9 @@ class Safetensors final : public TensorSource {
   void read_rows(const std::string& name, std::size_t row0, std::size_t rows,
                  float* out) const override {
     file_.read_rows(name, row0, rows, out);
+  }
+  void read_transposed(const std::string& name, float*, int) const override {
+    fail_input(file_.path() + ": tensor '" + name + "' is not held transposed");
   }
   void read_bfloat16(const std::string& name, std::uint16_t* out) const override {
     file_.read_bfloat16(name, out);

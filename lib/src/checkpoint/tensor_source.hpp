@@ -17,6 +17,10 @@ namespace mha {
 struct StoredTensor {
   std::string dtype;
   std::vector<std::size_t> shape;
+  // A matrix the source holds transposed (a GGUF file's GPT-2 Conv1D
+  // weights): read() transposes it; read_transposed() gives it as held,
+  // (shape[1], shape[0]), for readers that can take it so.
+  bool transposed = false;
 };
 
 class TensorSource {
@@ -35,6 +39,8 @@ class TensorSource {
   virtual void read(const std::string& name, float* out, int threads = 1) const = 0;
   virtual void read_rows(const std::string& name, std::size_t row0, std::size_t rows,
                          float* out) const = 0;
+  // A `transposed` matrix as the source holds it (shape[1], shape[0]).
+  virtual void read_transposed(const std::string& name, float* out, int threads) const = 0;
   // A tensor stored as BF16: its bits as stored (dtype "BF16" only).
   virtual void read_bfloat16(const std::string& name, std::uint16_t* out) const = 0;
 };
