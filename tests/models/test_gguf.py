@@ -10,7 +10,9 @@ docs/gguf.md). The inverse mha applies is not used here: the test only converts 
 
   Float32    F32 GGUF files of llama, qwen2, qwen3, gemma, gemma2, gemma3 and gpt2: the output
              and every attention map equal the safetensors run's (bit for bit where nothing is
-             undone in float32 arithmetic; Gemma's norms, w = (1 + w) - 1, to 1e-6).
+             undone in float32 arithmetic; Gemma's norms, w = (1 + w) - 1, to 1e-6), from token
+             ids and from text (the file's own tokenizer metadata against tokenizer.json); run
+             through `mha analyze` and mha.Model too.
   Quantized  F16, BF16 and every quantized type mha reads (Q4_0 ... Q8_0, Q2_K ... Q6_K) in every
              architecture: random blocks with scales that give the weights their usual size;
              the maps equal those of a safetensors checkpoint holding the blocks' values
@@ -280,6 +282,45 @@ class Float32(unittest.TestCase):
                     self.assertEqual([f["path"] for f in m["files"]], [path])
                     self.assertEqual(m["gguf_architecture"], ARCH[family])
                     self.assertEqual(m["stored_dtypes"], ["F32"])
+
+    def test_text(self):
+        """Every architecture from text: a byte-level BPE vocabulary as tokenizer.json beside the
+        checkpoint and as tokenizer.ggml.* in its GGUF file (written as _set_vocab_gpt2 writes
+        it, tests/models/test_gguf_tokenizer.py); the same ids, output and maps."""
+        import test_gguf_tokenizer  # noqa: E402  (it imports this module)
+        import tokenizer_files  # noqa: E402
+        text = "the quick brown fox jumps over the lazy dog, then the fox naps"
+        tok, _, n_vocab = tokenizer_files.byte_level_bpe([text] * 3, merges=20)
+        meta_tok = test_gguf_tokenizer.gpt2_metadata("gpt2", tok, {})
+        with tempfile.TemporaryDirectory() as tmp:
+            for family in ARCH:
+                with self.subTest(family=family):
+                    config, tensors = make(family, vocab=n_vocab)
+                    d = os.path.join(tmp, family)
+                    checkpoints.write(d, config, tensors)
+                    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                        json.dump(tok, f)
+                    meta, arrays = convert(family, config, tensors)
+                    path = os.path.join(tmp, family + ".gguf")
+                    write_gguf(path, meta + meta_tok, arrays)
+                    got = {}
+                    for name, model in (("st", d), ("gguf", path)):
+                        out = os.path.join(tmp, f"{family}_{name}_text")
+                        code, _, err = mha(["run", "--model", model, "--text", text,
+                                            "--save_attention", "--top_k", "0", "--out_dir", out,
+                                            "-q"])
+                        self.assertEqual(code, 0, err)
+                        with open(os.path.join(out, "tokens.json")) as f:
+                            ids = json.load(f)
+                        got[name] = (ids, np.load(os.path.join(out, "output.npy")),
+                                     np.load(os.path.join(out, "self_attention.npy")))
+                    self.assertEqual(got["gguf"][0]["ids"], got["st"][0]["ids"])
+                    self.assertGreater(len(got["st"][0]["ids"][0]), 8)
+                    tol = 1e-6 if family.startswith("gemma") else 0
+                    np.testing.assert_allclose(got["gguf"][2], got["st"][2], rtol=0, atol=tol)
+                    scale = np.max(np.abs(got["st"][1]))
+                    np.testing.assert_allclose(got["gguf"][1], got["st"][1], rtol=0,
+                                               atol=tol * scale)
 
     def test_analyze_and_python(self):
         """`mha analyze` and mha.Model on a GGUF file give what they give on its checkpoint."""
