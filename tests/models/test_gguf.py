@@ -18,7 +18,9 @@ docs/gguf.md). The inverse mha applies is not used here: the test only converts 
              the maps equal those of a safetensors checkpoint holding the blocks' values
              dequantized by tests/gguf/ggml_reference.py, to 1e-5.
   Errors     an architecture mha has no family for, a tensor missing, Llama 3's rope_freqs, a
-             truncated file: exit 2, one line naming the file, nothing written.
+             truncated file, sizes declared past the file (a string of 2^63 bytes, an array of
+             2^40 elements, 2^60 tensors, a tensor of 2^40 floats): exit 2, one line naming the
+             file, nothing written, peak RSS under 200 MB.
 
     MHA_BIN=build/bin/mha /usr/bin/python3 tests/models/test_gguf.py [TestCase ...]
 """
@@ -421,6 +423,43 @@ class Errors(unittest.TestCase):
         self.assertIn(path, lines[0])
         self.assertIn(expect, lines[0])
         self.assertFalse(os.path.exists(out))
+
+    def test_bounded(self):
+        """Sizes a file declares but cannot hold: refused before anything of that size is
+        allocated (the process's peak RSS stays under 200 MB)."""
+        import struct
+        w = gguf_writer
+        head = lambda n_tensors, n_kv: b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv)
+        arch = w.kv("general.architecture", "string", "llama")
+        cases = {
+            "string length 2^63": head(0, 2) + arch + w.gguf_string("k") +
+            struct.pack("<I", w.VALUE_TYPES["string"]) + struct.pack("<Q", 1 << 63),
+            "array of 2^40": head(0, 2) + arch + w.gguf_string("k") +
+            struct.pack("<IIQ", w.VALUE_TYPES["array"], w.VALUE_TYPES["uint8"], 1 << 40),
+            "2^60 tensors": head(1 << 60, 1) + arch,
+            "a tensor of 2^40 floats": head(1, 1) + arch + w.gguf_string("token_embd.weight") +
+            struct.pack("<IQQIQ", 2, 1 << 20, 1 << 20, 0, 0) + b"\0" * 64,
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            ids = os.path.join(tmp, "ids.npy")
+            np.save(ids, np.zeros((1, 4), np.int64))
+            for what, data in cases.items():
+                with self.subTest(what):
+                    path = os.path.join(tmp, "hostile.gguf")
+                    with open(path, "wb") as f:
+                        f.write(data)
+                    p = subprocess.Popen([MHA, "run", "--model", path, "--tokens", ids, "--out_dir",
+                                          os.path.join(tmp, "out"), "-q"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    p.stdout.close()
+                    err = p.stderr.read().decode()
+                    p.stderr.close()
+                    _, status, usage = os.wait4(p.pid, 0)
+                    p.returncode = 0  # reaped by wait4
+                    self.assertEqual(os.waitstatus_to_exitcode(status), 2, err)
+                    self.assertEqual(len(err.strip().splitlines()), 1, err)
+                    self.assertIn(path, err)
+                    self.assertLess(usage.ru_maxrss / 1024, 200, err)
 
     def test_refusals(self):
         config, tensors = make("llama")
