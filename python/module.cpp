@@ -1052,7 +1052,8 @@ PYBIND11_MODULE(mha, m) {
       m, "Model",
       "Model(dir, max_memory=None, dtype=\"float32\")\n\nA whole checkpoint as model hubs "
       "publish it (config.json, model.safetensors or its index, tokenizer.json), or a GGUF file, "
-      "of any family docs/models.md lists; the analyses of docs/analyses.md are its methods. Opening it checks "
+      "of any family docs/models.md lists; the analyses of docs/analyses.md are its methods. "
+      "Opening it checks "
       "every file and reads no weights; each call reads them layer by layer. A call whose arrays "
       "and forward would need more than max_memory bytes (default 80% of physical memory) raises "
       "ValueError before computing. dtype=\"bfloat16\" runs every GEMM on bfloat16 operands "
