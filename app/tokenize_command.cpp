@@ -11,6 +11,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/io/gguf.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
@@ -75,7 +76,7 @@ int do_tokenize(const TokenizeArgs& args) {
   use_one_run_heap();  // the vocabulary's and merges' tables: ~10^5 small allocations
   // A GGUF file: the tokenizer its metadata describes (tokenizer.ggml.*).
   std::optional<Tokenizer> loaded;
-  if (is_gguf_path(path)) {
+  if (is_gguf_file(path)) {
     loaded = gguf_tokenizer(path);
     if (!loaded) fail_input(path + ": has no tokenizer metadata (tokenizer.ggml.model)");
   } else {

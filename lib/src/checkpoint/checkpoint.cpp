@@ -1,6 +1,7 @@
 #include "mha/checkpoint/checkpoint.hpp"
 #include "mha/base/message.hpp"
 #include "mha/checkpoint/family.hpp"
+#include "mha/io/gguf.hpp"
 #include "mha/io/json_file.hpp"
 
 #include <sys/stat.h>

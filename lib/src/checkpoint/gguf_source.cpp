@@ -1,11 +1,8 @@
 #include "gguf_source.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <vector>
@@ -215,14 +212,6 @@ double number_key(const GgufFile& f, const std::string& key, double fallback) {
 }
 
 }  // namespace
-
-bool is_gguf_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
-}
 
 GgufView open_gguf(const std::string& path) {
   auto file = std::make_unique<GgufFile>(path);

@@ -24,7 +24,4 @@ struct GgufView {
 // malformed file, an architecture mha has no family for, a tensor missing.
 GgufView open_gguf(const std::string& path);
 
-// Whether `path` is a regular file that starts with GGUF's magic.
-bool is_gguf_file(const std::string& path);
-
 }  // namespace mha

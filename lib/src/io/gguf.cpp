@@ -604,4 +604,15 @@ void GgufFile::read_rows(const std::string& name, std::size_t row0, std::size_t 
   }
 }
 
+bool is_gguf_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char magic[4] = {};
+  const bool gguf = pread_all(fd, magic, 4, 0) && std::memcmp(magic, "GGUF", 4) == 0;
+  ::close(fd);
+  return gguf;
+}
+
 }  // namespace mha

@@ -15,6 +15,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
+#include "mha/io/gguf.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
@@ -133,14 +134,14 @@ namespace {
 
 // DIR/tokenizer.json, or the GGUF file itself: its metadata holds the tokenizer.
 std::string tokenizer_file(const std::string& dir) {
-  if (is_gguf_path(dir)) return dir;
+  if (is_gguf_file(dir)) return dir;
   const std::string path = dir + "/tokenizer.json";
   return is_file(path) ? path : std::string();
 }
 
 std::optional<Tokenizer> load_tokenizer(const std::string& path) {
   if (path.empty()) return std::nullopt;
-  if (is_gguf_path(path)) return gguf_tokenizer(path);  // nullopt without tokenizer.ggml.model
+  if (is_gguf_file(path)) return gguf_tokenizer(path);  // nullopt without tokenizer.ggml.model
   return Tokenizer::from_file(path);
 }
 

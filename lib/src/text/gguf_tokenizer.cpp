@@ -14,12 +14,9 @@
 //            Prepend("▁") + Replace(" ", "▁") for add_space_prefix.
 #include "mha/text/gguf_tokenizer.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <unordered_map>
 
@@ -322,14 +319,6 @@ json spm_json(const GgufFile& f, const Vocab& v) {
 }
 
 }  // namespace
-
-bool is_gguf_path(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
-}
 
 bool gguf_has_tokenizer(const GgufFile& f) {
   return f.find(kModel) && f.get_string(kModel) != "none";

@@ -86,6 +86,9 @@ struct GgufTensor {
   std::size_t rows() const;                // the product of dims[1..]
 };
 
+// Whether `path` is a regular file that starts with GGUF's magic ("GGUF").
+bool is_gguf_file(const std::string& path);
+
 class GgufFile {
  public:
   // Reads and checks the header, the metadata and the tensor infos; throws

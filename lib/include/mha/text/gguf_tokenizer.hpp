@@ -29,9 +29,6 @@ namespace mha {
 
 class GgufFile;
 
-// Whether `path` is a regular file that starts with the GGUF magic.
-bool is_gguf_path(const std::string& path);
-
 // Whether the file names a tokenizer (tokenizer.ggml.model present and not "none").
 bool gguf_has_tokenizer(const GgufFile& f);
 
