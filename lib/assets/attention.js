@@ -14,9 +14,13 @@
   const DETAIL_PX = 640;   // the enlarged head's map side
   const THUMB_PX = 56;     // layer x head overview
   const TOKEN_MAX = 64;    // token view for T and S up to this
-  const state = { map: 0, layer: 0, batch: 0, scale: 'shared', detail: null, region: null,
-                  sort: { key: 'head', dir: 1 }, tokenHeads: null, ready: false };
+  const LOG_DECADES = 4;   // the log scale's floor: 1e-4 of the maximum
+  // scale: the colour scale in force; scaleChosen once the user picks one in the selector,
+  // which then wins over each map set's default (defaultScale).
+  const state = { map: 0, layer: 0, batch: 0, scale: 'shared', scaleChosen: false, detail: null,
+                  region: null, sort: { key: 'head', dir: 1 }, tokenHeads: null, ready: false };
   let W = [];              // per map set: Float32Array or Float64Array
+  let CAUSAL = [];         // per map set: isCausal(mi)
 
   // ---- data ----
   async function unpack(m) {
@@ -76,21 +80,55 @@
     if (!(hi > lo)) hi = lo + 1;
     return [lo, hi];
   }
-  function colorOf(v, range) {
-    if (Number.isNaN(v)) return NAN_RGB;
-    let x = (v - range[0]) / (range[1] - range[0]);
-    x = x < 0 ? 0 : x > 1 ? 1 : x;
-    return VIRIDIS[Math.round(x * 255)];
+  // Causal: every map of the set (all layers, batch elements, heads) has no weight on a key
+  // s > t, as run.json's `causal` statistic says; detected from the weights, so a bare .npy
+  // and a model's maps are judged alike. A shrunk map's blocks above the diagonal hold only
+  // such keys. NaN (fully masked rows) does not count against it.
+  function isCausal(mi) {
+    const m = D.maps[mi], w = W[mi];
+    if (m.T < 2 || m.S < 2) return false;
+    for (let o = 0; o < w.length; o += m.T * m.S) {
+      for (let t = 0; t < m.T; t++) {
+        for (let s = t + 1; s < m.S; s++) if (w[o + t * m.S + s] > 0 || w[o + t * m.S + s] < 0) return false;
+      }
+    }
+    return true;
   }
-  function headRange(head) {
-    const heads = state.scale === 'shared' ? [...Array(M().h).keys()] : [head];
-    return rangeOf(state.map, state.layer, state.batch, heads);
+  // Causal maps open on per_row: on a shared scale row 0's weight of 1 darkens the rest.
+  function defaultScale(mi) { return CAUSAL[mi] ? 'per_row' : 'shared'; }
+
+  // The colour scale in force for head `head` of (mi, l, b): x(v, t) is the position in
+  // [0, 1] of weight v of query row t (NaN stays NaN). `shared` is rangeOf all heads of
+  // (mi, l, b), computed once by the caller.
+  function scaleOf(mi, l, b, head, shared) {
+    const clamp = (x) => (x < 0 ? 0 : x > 1 ? 1 : x);
+    if (state.scale === 'per_row') {
+      const m = D.maps[mi], w = W[mi], o = mapOffset(m, l, b, head);
+      const rowMax = new Float64Array(m.T);
+      for (let t = 0; t < m.T; t++) {
+        let hi = 0;
+        for (let s = 0; s < m.S; s++) { const v = w[o + t * m.S + s]; if (v > hi) hi = v; }
+        rowMax[t] = hi;
+      }
+      // A row of zeros stays at the bottom of the scale.
+      return { x: (v, t) => (Number.isNaN(v) ? NaN : rowMax[t] > 0 ? clamp(v / rowMax[t]) : 0) };
+    }
+    if (state.scale === 'log') {
+      const hi = shared[1];
+      return { range: shared,
+               x: (v) => (Number.isNaN(v) ? NaN : v > 0 ? clamp(1 + Math.log10(v / hi) / LOG_DECADES) : 0) };
+    }
+    const range = state.scale === 'shared' ? shared : rangeOf(mi, l, b, [head]);
+    return { range, x: (v) => (Number.isNaN(v) ? NaN : clamp((v - range[0]) / (range[1] - range[0]))) };
   }
+  function colorAt(x) { return Number.isNaN(x) ? NAN_RGB : VIRIDIS[Math.round(x * 255)]; }
+  function sharedRange(mi, l, b) { return rangeOf(mi, l, b, [...Array(D.maps[mi].h).keys()]); }
 
   // Draws region {t0, t1, s0, s1} of a head's map into `canvas`, at most `px`
   // cells per side: f map cells per drawn cell (block max, NaN if any NaN),
-  // cell = pixels per drawn cell. Returns the geometry hover needs.
-  function drawMap(canvas, mi, l, b, head, region, px, range, margin) {
+  // cell = pixels per drawn cell; a block shows the largest position on `scale` of its
+  // weights (for per_row each against its own row). Returns the geometry hover needs.
+  function drawMap(canvas, mi, l, b, head, region, px, scale, margin) {
     const m = D.maps[mi], w = W[mi];
     const R = region.t1 - region.t0, C = region.s1 - region.s0;
     const f = Math.max(1, Math.ceil(Math.max(R, C) / px));
@@ -108,12 +146,12 @@
         const sa = region.s0 + j * f, sb = Math.min(region.s1, sa + f);
         for (let t = ta; t < tb && !Number.isNaN(v); t++) {
           for (let s = sa; s < sb; s++) {
-            const x = w[o + t * m.S + s];
+            const x = scale.x(w[o + t * m.S + s], t);
             if (Number.isNaN(x)) { v = NaN; break; }
             if (x > v) v = x;
           }
         }
-        const c = colorOf(v, range), p = 4 * (i * cols + j);
+        const c = colorAt(v), p = 4 * (i * cols + j);
         img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2]; img.data[p + 3] = 255;
       }
     }
@@ -195,32 +233,36 @@
       ctx.fillStyle = 'rgb(' + c.join(',') + ')';
       ctx.fillRect(x, 0, 1, bar.height);
     }
-    if (state.scale === 'shared') {
-      $('legend-lo').textContent = short(range[0]);
-      $('legend-hi').textContent = short(range[1]);
-      $('legend-note').textContent = 'linear, shared by the heads of this view';
-    } else {
-      $('legend-lo').textContent = 'min(0, head min)';
-      $('legend-hi').textContent = 'head max';
-      $('legend-note').textContent = 'linear, each head its own range (in its title)';
-    }
+    const [lo, hi, note] = state.scale === 'shared'
+      ? [short(range[0]), short(range[1]), 'linear, shared by the heads of this view']
+      : state.scale === 'per_head'
+        ? ['min(0, head min)', 'head max', 'linear, each head its own range (in its title)']
+        : state.scale === 'per_row'
+          ? ['0', 'row max', 'linear, each query row its own maximum']
+          : ['1e-4·max = ' + short(range[1] * Math.pow(10, -LOG_DECADES)), 'max = ' + short(range[1]),
+             'log10, ' + LOG_DECADES + ' decades, shared by the heads of this view; 0 at the bottom'];
+    $('legend-lo').textContent = lo;
+    $('legend-hi').textContent = hi;
+    $('legend-note').textContent = note + (state.scale === defaultScale(state.map) && CAUSAL[state.map]
+      ? ' (the default for causal maps)' : '');
+    $('legend').dataset.scale = state.scale;
   }
 
   // ---- the grid of heads ----
   function drawGrid() {
     const m = M(), grid = $('grid');
     grid.textContent = '';
-    const shared = rangeOf(state.map, state.layer, state.batch, [...Array(m.h).keys()]);
+    const shared = sharedRange(state.map, state.layer, state.batch);
     drawLegend(shared);
     for (let head = 0; head < m.h; head++) {
       const fig = document.createElement('figure');
       fig.className = 'panel' + (state.detail === head ? ' selected' : '');
       const cap = document.createElement('figcaption');
-      const range = state.scale === 'shared' ? shared : rangeOf(state.map, state.layer, state.batch, [head]);
-      cap.textContent = headName(m, head) + (state.scale === 'per_head' ? ' · ' + short(range[0]) + '–' + short(range[1]) : '');
+      const scale = scaleOf(state.map, state.layer, state.batch, head, shared);
+      cap.textContent = headName(m, head) + (state.scale === 'per_head' ? ' · ' + short(scale.range[0]) + '–' + short(scale.range[1]) : '');
       const canvas = document.createElement('canvas');
       canvas.dataset.head = head;
-      drawMap(canvas, state.map, state.layer, state.batch, head, { t0: 0, t1: m.T, s0: 0, s1: m.S }, GRID_PX, range);
+      drawMap(canvas, state.map, state.layer, state.batch, head, { t0: 0, t1: m.T, s0: 0, s1: m.S }, GRID_PX, scale);
       hoverable(canvas);
       canvas.addEventListener('click', () => openDetail(head));
       fig.append(cap, canvas);
@@ -248,12 +290,12 @@
   function drawDetail() {
     if (state.detail === null) return;
     const m = M(), r = state.region, canvas = $('detail');
-    const range = headRange(state.detail);
+    const scale = scaleOf(state.map, state.layer, state.batch, state.detail, sharedRange(state.map, state.layer, state.batch));
     const R = r.t1 - r.t0, C = r.s1 - r.s0;
     // Axis labels name single positions; a shrunk map's cells are blocks.
     const labels = !(m.factor > 1) && Math.max(R, C) <= 64 && DETAIL_PX / Math.max(R, C) >= 12;
     const margin = labels ? { left: 90, top: 90 } : { left: 0, top: 0 };
-    const g = drawMap(canvas, state.map, state.layer, state.batch, state.detail, r, DETAIL_PX, range, margin);
+    const g = drawMap(canvas, state.map, state.layer, state.batch, state.detail, r, DETAIL_PX, scale, margin);
     if (labels) {
       const ctx = canvas.getContext('2d');
       ctx.fillStyle = '#1f2328';
@@ -328,12 +370,12 @@
     for (let l = 0; l < m.layers; l++) {
       const tr = document.createElement('tr');
       const th = document.createElement('th'); th.textContent = 'layer ' + l; tr.append(th);
-      const range = rangeOf(state.map, l, state.batch, [...Array(m.h).keys()]);
+      const shared = sharedRange(state.map, l, state.batch);
       for (let i = 0; i < m.h; i++) {
         const td = document.createElement('td'), canvas = document.createElement('canvas');
         canvas.dataset.layer = l; canvas.dataset.head = i;
         drawMap(canvas, state.map, l, state.batch, i, { t0: 0, t1: m.T, s0: 0, s1: m.S }, THUMB_PX,
-                state.scale === 'shared' ? range : rangeOf(state.map, l, state.batch, [i]));
+                scaleOf(state.map, l, state.batch, i, shared));
         hoverable(canvas);
         canvas.addEventListener('click', () => { state.layer = l; $('layer').value = l; render(); openDetail(i); });
         td.append(canvas); tr.append(td);
@@ -540,13 +582,15 @@
       state.layer = Math.min(state.layer, m.layers - 1);
       state.batch = Math.min(state.batch, m.B - 1);
       $('layer').value = state.layer; $('batch').value = state.batch;
+      if (!state.scaleChosen) state.scale = defaultScale(state.map);
+      $('scale').value = state.scale;
     };
     refill();
     $('map').addEventListener('change', () => { state.map = +$('map').value; state.detail = null; $('detail-section').hidden = true; refill(); render(); });
     $('layer').addEventListener('change', () => { state.layer = +$('layer').value; render(); });
     $('batch').addEventListener('change', () => { state.batch = +$('batch').value; render(); });
     $('head').addEventListener('change', () => { if ($('head').value === '') closeDetail(); else openDetail(+$('head').value); });
-    $('scale').addEventListener('change', () => { state.scale = $('scale').value; render(); });
+    $('scale').addEventListener('change', () => { state.scale = $('scale').value; state.scaleChosen = true; render(); });
     $('stats-scope').addEventListener('change', drawStats);
   }
   function render() {
@@ -573,6 +617,7 @@
       if (D.run) $('config').textContent = JSON.stringify({ model: D.run.model, methods: D.run.methods, summary: D.run.summary }, null, 2);
     } else {
       W = await Promise.all(D.maps.map(unpack));
+      CAUSAL = D.maps.map((m, mi) => isCausal(mi));
       setupControls();
       setupDetail();
       drawRun();
@@ -582,7 +627,7 @@
     document.body.dataset.readyMs = performance.now().toFixed(1);  // since navigation started
     document.body.dataset.ready = '1';
   }
-  window.mhaView = { state, data: D, weights: () => W, exact, render, openDetail };
+  window.mhaView = { state, data: D, weights: () => W, causal: () => CAUSAL, exact, render, openDetail };
   main().catch((e) => {
     const el = $('error');
     el.hidden = false;

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """The viewer's pages in a real browser (headless Chromium over the DevTools protocol,
 tests/view/browser.py): `mha view` of a known attention.npy (pixels of chosen cells against
-viridis of their weights (the table held to matplotlib by draw.viridis_matplotlib), shared and per-head scales, a synthetic hover's exact weight and
-tokens, batch switching, the enlarged head and its zoom, the sortable statistics, the token
-view), `mha run --html` of the default config and of a Transformer stack, a 12 x 512 x 512 page,
+viridis of their weights (the table held to matplotlib by draw.viridis_matplotlib), shared,
+per-head, per-row and log scales, a synthetic hover's exact weight and tokens, batch switching,
+the enlarged head and its zoom, the sortable statistics, the token view), `mha run --html` of
+the default config, of a causal run (it opens on per_row; the legend of each scale) and of a
+Transformer stack, a 12 x 512 x 512 page,
 and `mha sweep --report` (one series per group with the runs' points, and the PNG). Bad inputs
 exit 2 with one line and write nothing (these run without a browser too).
 
@@ -46,6 +48,24 @@ VIRIDIS = viridis()
 def color(v, lo, hi):
     x = min(1.0, max(0.0, (v - lo) / (hi - lo)))
     return VIRIDIS[int(np.floor(x * 255 + 0.5))]
+
+
+def set_scale(b, scale):
+    """Picks `scale` in the colour scale selector, as a user does."""
+    b.evaluate("(() => { const s = document.getElementById('scale'); s.value = %s;"
+               " s.dispatchEvent(new Event('change')); })()" % json.dumps(scale))
+    assert b.evaluate("mhaView.state.scale") == scale
+
+
+def js_exponential(v):
+    """v as JavaScript's toExponential(2) writes it: 9.03e-5, not 9.03e-05."""
+    return re.sub(r"e([+-])0*(\d)", r"e\1\2", "%.2e" % v)
+
+
+def legend(b):
+    """The legend's low end, high end and note."""
+    return b.evaluate("['legend-lo', 'legend-hi', 'legend-note']"
+                      ".map(id => document.getElementById(id).textContent)")
 
 
 def mha(*args, cwd=None):
@@ -121,15 +141,16 @@ class AttentionPage(BrowserCase):
     def setUp(self):
         self.open(self.page)
 
-    def check_pixels(self, b, ranges):
-        """Cells of every head of batch b have viridis of (w - lo) / (hi - lo)."""
+    def check_pixels(self, b, ranges=None, position=None):
+        """Cells of every head of batch b have viridis of (w - lo) / (hi - lo), or of
+        position(head, t, s) in [0, 1] when given."""
         _, _, rows = self.browser.screenshot()
         for head in range(self.w.shape[1]):
-            lo, hi = ranges[head]
             for t, s in ((0, 0), (1, 4), (3, 5), (2, 2)):
                 x, y = self.cell_center('#grid canvas[data-head="%d"]' % head, t, s)
                 got = rows[int(y)][int(x)]
-                want = color(float(self.w[b, head, t, s]), lo, hi)
+                want = (color(position(head, t, s), 0.0, 1.0) if position else
+                        color(float(self.w[b, head, t, s]), *ranges[head]))
                 self.assertEqual(got, want, "batch %d head %d cell (%d, %d) weight %r" %
                                  (b, head, t, s, self.w[b, head, t, s]))
 
@@ -147,6 +168,20 @@ class AttentionPage(BrowserCase):
         caption = b.evaluate("document.querySelectorAll('#grid figcaption')[2].textContent")
         self.assertIn("head 2", caption)
         self.assertIn("%.3f" % self.w[0, 2].max(), caption)
+        self.assert_clean()
+
+    def test_per_row_and_log_scales(self):
+        b = self.browser
+        # Not causal (weight above the diagonal): the page opens on the shared scale.
+        self.assertEqual(b.evaluate("[mhaView.causal()[0], document.getElementById('scale').value]"),
+                         [False, "shared"])
+        w = self.w[0].astype(np.float64)
+        set_scale(b, "per_row")
+        self.check_pixels(0, position=lambda i, t, s: w[i, t, s] / w[i, t].max())
+        hi = float(w.max())
+        set_scale(b, "log")
+        self.check_pixels(0, position=lambda i, t, s: max(0.0, 1 + np.log10(w[i, t, s] / hi) / 4))
+        self.assertEqual(legend(b)[:2], ["1e-4·max = " + js_exponential(hi * 1e-4), "max = %.3f" % hi])
         self.assert_clean()
 
     def test_batch_switch(self):
@@ -271,6 +306,64 @@ class RunHtml(BrowserCase):
         self.assertIn('"seq_len": 5', b.evaluate("document.getElementById('config').textContent"))
         self.assert_clean()
         self.browser.save_screenshot(os.path.join(self.dir, "default.png"))
+
+    def test_causal_map_default_scale(self):
+        # A causal run: row 0's weight of 1 would set a shared linear scale and leave the rest
+        # near its bottom, so a causal map (no weight on a key s > t, seen in the weights)
+        # opens on per_row; forcing shared darkens the panels, which the measure must notice.
+        out = os.path.join(self.dir, "causal")
+        r = mha("run", "--h", "4", "--d_model", "64", "--seq_len", "32", "--batch", "1",
+                "--causal", "true", "--html", "--out_dir", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "view.html"))
+        w = np.load(os.path.join(out, "attention.npy"))[0].astype(np.float64)  # (h, T, S)
+        self.assertEqual(b.evaluate("[mhaView.causal()[0], document.getElementById('scale').value]"),
+                         [True, "per_row"])
+        index = {rgb: i for i, rgb in enumerate(VIRIDIS)}
+
+        def lit_fractions():
+            """Per head panel: the fraction of its on-screen pixels (screenshot) that are lit:
+            a viridis colour at least a quarter up the map (entry >= 64 of 256), clearly
+            brighter than its darkest colour, not a shade off it. Nearly every pixel of a
+            panel must be a viridis colour, so the measure counts what is drawn."""
+            _, _, rows = b.screenshot()
+            rects = b.evaluate("[...document.querySelectorAll('#grid canvas')].map(c => {"
+                               " const r = c.getBoundingClientRect();"
+                               " return [r.left, r.top, r.right, r.bottom]; })")
+            out = []
+            for x0, y0, x1, y1 in rects:
+                px = [rows[y][x] for y in range(int(np.ceil(y0)), int(y1))
+                      for x in range(int(np.ceil(x0)), int(x1))]
+                known = [index[p] for p in px if p in index]
+                self.assertGreater(len(known), 0.99 * len(px))
+                out.append(sum(1 for i in known if i >= 64) / len(px))
+            return out
+
+        lit = lit_fractions()
+        self.assertEqual(len(lit), 4)
+        self.assertTrue(all(f >= 0.05 for f in lit), "per_row: %r" % lit)
+        self.assertEqual(legend(b), ["0", "row max", "linear, each query row its own maximum"
+                                     " (the default for causal maps)"])
+        b.save_screenshot(os.path.join(self.dir, "causal_per_row.png"))
+        set_scale(b, "shared")
+        lit = lit_fractions()
+        self.assertTrue(any(f < 0.05 for f in lit), "shared: %r" % lit)
+        hi = float(w.max())
+        self.assertEqual(legend(b), ["0.000", "%.3f" % hi, "linear, shared by the heads of this view"])
+        set_scale(b, "per_head")
+        self.assertEqual(legend(b), ["min(0, head min)", "head max",
+                                     "linear, each head its own range (in its title)"])
+        set_scale(b, "log")
+        self.assertEqual(legend(b), ["1e-4·max = " + js_exponential(hi * 1e-4), "max = %.3f" % hi,
+                                     "log10, 4 decades, shared by the heads of this view;"
+                                     " 0 at the bottom"])
+        # The user's pick wins over the default, and the hover still gives the exact weight.
+        self.assertEqual(b.evaluate("document.getElementById('scale').value"), "log")
+        x, y = self.cell_center('#grid canvas[data-head="1"]', 20, 3)
+        b.mouse_move(x, y)
+        self.assertEqual(np.float32(re.search(r"weight (\S+)", self.tooltip()).group(1)),
+                         np.float32(w[1, 20, 3]))
+        self.assert_clean()
 
     def test_layers_overview(self):
         out = os.path.join(self.dir, "encoder")
