@@ -56,6 +56,8 @@ void add_tokenize_command(CLI::App& app, TokenizeArgs& args) {
   tokenize->add_option("--texts", args.texts_file, "a JSON file holding an array of texts");
   tokenize->add_flag("--no_special_tokens", args.no_special_tokens,
                      "leave out the post-processor's special tokens ([CLS], <s>, ...)");
+  tokenize->add_flag("--vocab", args.vocab,
+                     "print every id instead: {\"id\", \"token\", \"piece\"}, one a line");
 }
 
 int do_tokenize(const TokenizeArgs& args) {
@@ -66,8 +68,8 @@ int do_tokenize(const TokenizeArgs& args) {
     if (!std::filesystem::exists(path, ec))
       fail_input(args.tokenizer + ": directory has no tokenizer.json");
   }
-  if (args.texts.empty() && args.texts_file.empty())
-    fail_input("mha tokenize: no texts (expected --text or --texts)");
+  if (args.texts.empty() && args.texts_file.empty() && !args.vocab)
+    fail_input("mha tokenize: no texts (expected --text, --texts or --vocab)");
   std::vector<std::string> texts = args.texts;
   if (!args.texts_file.empty()) {
     const std::vector<std::string> more = read_texts(args.texts_file);
@@ -85,13 +87,24 @@ int do_tokenize(const TokenizeArgs& args) {
   const Tokenizer& tokenizer = *loaded;
   spdlog::debug("{}: {}, {} ids", path, tokenizer.kind(), tokenizer.vocab_size());
   // Everything is encoded before anything is printed: a failure leaves stdout empty.
+  // "tokens": each id's display text (docs/tokenizers.md); "pieces": tokenizer.json's spelling.
   std::string out;
-  for (const auto& text : texts) {
-    const Encoding e = tokenizer.encode(text, !args.no_special_tokens);
-    nlohmann::json line = {{"ids", e.ids}, {"tokens", e.tokens}};
+  const auto add = [&](const nlohmann::json& line) {
     out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out += '\n';
+  };
+  for (const auto& text : texts) {
+    const Encoding e = tokenizer.encode(text, !args.no_special_tokens);
+    std::vector<std::string> shown;
+    for (const std::int32_t id : e.ids) shown.push_back(tokenizer.display_token(id));
+    add({{"ids", e.ids}, {"tokens", shown}, {"pieces", e.tokens}});
   }
+  if (args.vocab)
+    for (std::size_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      const auto i = static_cast<std::int32_t>(id);
+      if (tokenizer.has_token(i))
+        add({{"id", i}, {"token", tokenizer.display_token(i)}, {"piece", tokenizer.token(i)}});
+    }
   std::cout << out << std::flush;
   return 0;
 }

@@ -16,6 +16,7 @@ struct TokenizeArgs {
   std::vector<std::string> texts;  // --text, in order
   std::string texts_file;          // --texts: a JSON array of strings
   bool no_special_tokens = false;
+  bool vocab = false;  // --vocab: every id's token and piece
 };
 
 void add_tokenize_command(CLI::App& app, TokenizeArgs& args);

@@ -36,6 +36,7 @@ ViewedRun viewed_run(const std::string& path) {
   if (std::optional<ModelRunView> model = read_model_run_view(path)) {
     v.page = std::move(model->run_json);
     v.token_labels = std::move(model->tokens);
+    v.token_pieces = std::move(model->pieces);
     return v;
   }
   const RunReport r = read_run_report(path);

@@ -759,11 +759,14 @@ class PyModel {
     py::dict out;
     out["ids"] = ids;
     out["lengths"] = in.lengths;
-    py::list tokens;
-    for (std::size_t b = 0; b < B; ++b)
-      tokens.append(std::vector<std::string>(
-          in.tokens[b].begin(), in.tokens[b].begin() + static_cast<std::ptrdiff_t>(in.lengths[b])));
+    py::list tokens, pieces;  // display texts and tokenizer.json's pieces, padding excluded
+    for (std::size_t b = 0; b < B; ++b) {
+      const auto end = static_cast<std::ptrdiff_t>(in.lengths[b]);
+      tokens.append(std::vector<std::string>(in.tokens[b].begin(), in.tokens[b].begin() + end));
+      pieces.append(std::vector<std::string>(in.pieces[b].begin(), in.pieces[b].begin() + end));
+    }
     out["tokens"] = tokens;
+    out["pieces"] = pieces;
     out["output"] = output;
     out["attention"] = attention ? py::object(maps) : py::none();
     out["hidden_states"] = hidden_states ? py::object(hidden) : py::none();

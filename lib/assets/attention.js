@@ -57,6 +57,8 @@
   }
   function short(v) { return Number.isNaN(v) ? 'NaN' : (Math.abs(v) >= 0.001 || v === 0 ? v.toFixed(3) : v.toExponential(2)); }
   function queryLabel(t) { return D.query_labels.length ? D.query_labels[t] : null; }
+  // A model run's token as tokenizer.json spells it (the label is its decoded text), or null.
+  function tokenPiece(i) { return D.query_pieces && D.query_pieces.length ? D.query_pieces[i] : null; }
   function keyLabel(s) {
     if (D.key_labels.length) return D.key_labels[s];
     if (D.query_labels.length && M().S === M().T) return D.query_labels[s];
@@ -432,6 +434,12 @@
       el.setAttribute('x', x); el.setAttribute('y', y); el.setAttribute('text-anchor', anchor);
       el.setAttribute('dominant-baseline', 'middle');
       el.textContent = str; el.dataset[attr] = idx;
+      const piece = attr === 'query' || (!D.key_labels.length && m.S === m.T) ? tokenPiece(idx) : null;
+      if (piece !== null && piece !== undefined) {  // SVG's tooltip: a <title> child
+        const tip = document.createElementNS(NS, 'title');
+        tip.textContent = 'piece ' + JSON.stringify(piece);
+        el.append(tip);
+      }
       el.addEventListener('mouseenter', () => focus(attr, idx, el));
       el.addEventListener('mouseleave', () => focus(attr, null, null));
       svg.append(el);

@@ -10,6 +10,7 @@ packages pinned in tests/tokenizer/package-lock.json (docs/tokenizers.md), which
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,9 +83,9 @@ def compare(workdir, name, texts_file, extra):
         pytest.fail(f"{name}{' ' + ' '.join(extra) if extra else ''}: {len(mismatches)} of "
                     f"{len(texts)} strings differ (indices {mismatches[:20]}); first, string {i}: "
                     f"{texts[i]!r}\n  from token {k}: reference {w[k:k + 8]} {want[i]['tokens'][k:k + 8]}"
-                    f"\n                mha       {g[k:k + 8]} {got[i]['tokens'][k:k + 8]}")
+                    f"\n                mha       {g[k:k + 8]} {got[i]['pieces'][k:k + 8]}")
     for i in range(len(texts)):
-        assert got[i]["tokens"] == want[i]["tokens"], f"{name}: string {i}: tokens differ"
+        assert got[i]["pieces"] == want[i]["tokens"], f"{name}: string {i}: tokens differ"
     return seconds
 
 
@@ -111,7 +112,67 @@ def test_text_flags_in_order(workdir):
     d = tokenizer_dir(workdir, "gpt2")
     got = lines([MHA, "tokenize", d, "--text", "Hello world", "--text", " Hello"])
     assert [g["ids"] for g in got] == [[15496, 995], [18435]]
-    assert got[0]["tokens"] == ["Hello", "\u0120world"]
+    assert got[0]["pieces"] == ["Hello", "\u0120world"]
+    assert got[0]["tokens"] == ["Hello", "\u2423world"]
+
+
+VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}
+
+
+def visible(text):
+    """docs/tokenizers.md's display text of decoded text that is whole characters."""
+    return "".join(VISIBLE.get(c, f"\\x{ord(c):02x}" if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f else c)
+                   for c in text)
+
+
+def decoded_bytes(shown):
+    """The bytes a display text stands for: ‹e2 9c› groups and \\xNN escapes undone."""
+    out = bytearray()
+    for m in re.finditer(r"\u2039([0-9a-f]{2}(?: [0-9a-f]{2})*)\u203a|\\x([0-9a-f]{2})|(.)", shown, re.S):
+        if m.group(1):
+            out += bytes.fromhex(m.group(1))
+        elif m.group(2):
+            out += chr(int(m.group(2), 16)).encode()
+        else:
+            c = m.group(3)
+            out += {v: k for k, v in VISIBLE.items()}.get(c, c).encode()
+    return bytes(out)
+
+
+@pytest.mark.parametrize("name", sorted(VOCABULARIES))
+def test_display_text_is_the_reference_decode_of_each_id(workdir, name):
+    """Every id: mha's display text is the reference's decode([id]) made visible; where that is
+    part of a UTF-8 character (the reference shows U+FFFD), mha shows the bytes instead."""
+    d = tokenizer_dir(workdir, name)
+    vocab = lines([MHA, "tokenize", d, "--vocab"])
+    ids_file = os.path.join(workdir, f"{name}_ids.json")
+    with open(ids_file, "w") as f:
+        json.dump([v["id"] for v in vocab], f)
+    want = lines(["node", os.path.join(HERE, "decode.mjs"), os.path.join(d, "tokenizer.json"), ids_file],
+                 cwd=HERE)[0]
+    assert len(want) == len(vocab)
+    bad, partial = [], 0
+    for v, ref in zip(vocab, want):
+        shown = v["token"]
+        if ref == "":
+            ok = shown == v["piece"]  # nothing left to show: the piece
+        elif "\ufffd" in ref and shown != visible(ref):  # else a real U+FFFD (GPT-2 has some)
+            partial += 1
+            ok = "\ufffd" not in shown and decoded_bytes(shown).decode("utf-8", "replace") == ref
+        else:
+            ok = shown == visible(ref)
+        if not ok:
+            bad.append((v["id"], v["piece"], ref, shown))
+    assert not bad, f"{name}: {len(bad)} of {len(vocab)} ids differ, first {bad[:5]}"
+    if name in ("gpt2", "llama2", "llama3", "qwen3"):
+        assert partial > 0  # the byte tokens were among them
+
+
+def test_display_substitutions(workdir):
+    d = tokenizer_dir(workdir, "gpt2")
+    got = lines([MHA, "tokenize", d, "--text", "a b\n\tc\r\u271c"])[0]
+    assert got["pieces"] == ["a", "\u0120b", "\u010a", "\u0109", "c", "\u010d", "\u00e2\u013e", "\u013e"]
+    assert got["tokens"] == ["a", "\u2423b", "\u21b5", "\u21e5", "c", "\\x0d", "\u2039e2 9c\u203a", "\u2039" "9c\u203a"]
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class ModelTest(unittest.TestCase):
             self.assertEqual([e["id"] for e in g], [i for i, _ in w], f"batch {b}: {g}")
             np.testing.assert_allclose([e["p"] for e in g], [p for _, p in w], err_msg=f"batch {b}", **TOL)
             for e in g:  # "token": the token's string, at least when there is a tokenizer.json
-                self.assertTrue({"id", "p"} <= set(e) <= {"id", "token", "p"}, e)
+                self.assertTrue({"id", "p"} <= set(e) <= {"id", "token", "piece", "p"}, e)
                 if with_tokens:
                     self.assertIsInstance(e.get("token"), str, e)
 
@@ -540,9 +540,11 @@ class Text(ModelTest):
         self.assertEqual(tokens["lengths"], lengths)
         for b, (ids, strings) in enumerate(want):
             self.assertEqual(tokens["ids"][b][:lengths[b]], ids, texts[b])
-            # each token's string: the vocabulary's (Ġcat, ##ning) or its decoded text ( cat)
+            # each token's piece as the vocabulary spells it (Ġcat, ##ning), and its display
+            # text: the decoded text with spaces made visible (␣cat; docs/tokenizers.md)
+            self.assertEqual(tokens["pieces"][b][:lengths[b]], strings, texts[b])
             got = tokens["tokens"][b][:lengths[b]]
-            self.assertIn(got, (strings, [self.decoded(tok, s) for s in strings]), texts[b])
+            self.assertEqual(got, [self.visible(self.decoded(tok, s)) for s in strings], texts[b])
         B, T = len(texts), max(lengths)
         padded = np.zeros((B, T), np.int64)
         for b, (ids, _) in enumerate(want):
@@ -568,13 +570,35 @@ class Text(ModelTest):
                     if e["id"] not in inverse:  # config.json's vocabulary past the tokenizer's
                         self.assertEqual(e["token"], "<id %d>" % e["id"])
                         continue
-                    self.assertIn(e["token"], (inverse[e["id"]], self.decoded(tok, inverse[e["id"]])), e)
+                    self.assertEqual(e["piece"], inverse[e["id"]], e)
+                    self.assertEqual(e["token"], self.visible(self.decoded(tok, inverse[e["id"]])), e)
+
+    @staticmethod
+    def visible(text):
+        """docs/tokenizers.md's display text of a decoded token: spaces, newlines and tabs made
+        visible, other control characters as \\xNN; bytes that are not whole UTF-8 characters (surrogate-escaped by decoded())
+        shown as their hex, each run between single guillemets."""
+        out, run = [], []
+        for ch in text + "\0":
+            if 0xDC80 <= ord(ch) <= 0xDCFF:
+                run.append("%02x" % (ord(ch) - 0xDC00))
+                continue
+            if run:
+                out.append("\u2039" + " ".join(run) + "\u203a")
+                run = []
+            if ch in " \n\t":
+                out.append({" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}[ch])
+            elif ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:  # other control characters
+                out.append("\\x%02x" % ord(ch))
+            else:
+                out.append(ch)
+        return "".join(out[:-1])
 
     @staticmethod
     def decoded(tok, s):
         if tok["model"]["type"] == "BPE":  # byte-level: the characters back to their bytes
             u2b = {u: b for b, u in tokenizer_files.bytes_to_unicode().items()}
-            return bytes(u2b[ch] for ch in s).decode("utf-8", "replace")
+            return bytes(u2b[ch] for ch in s).decode("utf-8", "surrogateescape")
         return s
 
     def test_gpt2_byte_level_bpe(self):

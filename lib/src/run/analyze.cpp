@@ -555,6 +555,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     both.ids.insert(both.ids.end(), corrupt_in.ids.begin(), corrupt_in.ids.end());
     both.lengths = {clean_in.T, corrupt_in.T};
     both.tokens = {clean_in.tokens.at(0), corrupt_in.tokens.at(0)};
+    both.pieces = {clean_in.pieces.at(0), corrupt_in.pieces.at(0)};
     out.stage_bytes("tokens.json", tokens_json(both).dump() + "\n");
     report.outputs.insert(report.outputs.begin(), "tokens.json");
   }

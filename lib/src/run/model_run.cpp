@@ -219,7 +219,10 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
                    " in config.json)");
       in.ids[b * in.T + t] = e.ids[t];
     }
-    in.tokens.push_back(e.tokens);
+    in.pieces.push_back(e.tokens);
+    in.pieces.back().resize(in.T, "<pad>");
+    in.tokens.emplace_back();
+    for (const std::int32_t id : e.ids) in.tokens.back().push_back(tokenizer_->display_token(id));
     in.tokens.back().resize(in.T, "<pad>");
   }
   return in;
@@ -246,6 +249,12 @@ ModelInput Model::ids(const std::vector<std::int64_t>& ids, std::size_t B, std::
 
 std::string Model::token_name(std::int32_t id) const {
   const std::optional<Tokenizer>& tok = tokenizer();
+  if (tok && tok->has_token(id)) return tok->display_token(id);
+  return "<id " + std::to_string(id) + ">";
+}
+
+std::string Model::token_piece(std::int32_t id) const {
+  const std::optional<Tokenizer>& tok = tokenizer();
   if (tok && tok->has_token(id)) return tok->token(id);
   return "<id " + std::to_string(id) + ">";
 }
@@ -253,13 +262,16 @@ std::string Model::token_name(std::int32_t id) const {
 void Model::name_tokens(ModelInput& in) const {
   const std::optional<Tokenizer>& tok = tokenizer();
   in.tokens.clear();
+  in.pieces.clear();
   for (std::size_t b = 0; b < in.B; ++b) {
-    std::vector<std::string> row;
+    std::vector<std::string> row, pieces;
     for (std::size_t t = 0; t < in.T; ++t) {
       const std::int32_t id = in.ids[b * in.T + t];
       row.push_back(tok ? token_name(id) : std::to_string(id));
+      pieces.push_back(tok ? token_piece(id) : std::to_string(id));
     }
     in.tokens.push_back(std::move(row));
+    in.pieces.push_back(std::move(pieces));
   }
 }
 
@@ -374,7 +386,11 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (whole.tokenizer())
     for (const auto& row : report.top_k) {
       report.top_k_tokens.emplace_back();
-      for (const NextToken& t : row) report.top_k_tokens.back().push_back(whole.token_name(t.id));
+      report.top_k_pieces.emplace_back();
+      for (const NextToken& t : row) {
+        report.top_k_tokens.back().push_back(whole.token_name(t.id));
+        report.top_k_pieces.back().push_back(whole.token_piece(t.id));
+      }
     }
   check_finite_output(r, config.model);
   out.stage_npy("output.npy", r.output.data(), {B, T, d});

@@ -613,19 +613,35 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
       v.tokens.back().push_back(s.get<std::string>());
     }
   }
+  // "pieces" (the raw tokens): the page shows them on hover; older tokens.json lack them.
+  if (t.contains("pieces") && t["pieces"].is_array() && t["pieces"].size() == v.tokens.size()) {
+    for (const json& row : t["pieces"]) {
+      v.pieces.emplace_back();
+      for (const json& s : row)
+        v.pieces.back().push_back(s.is_string() ? s.get<std::string>() : "");
+    }
+  }
   return v;
 }
 
 json tokens_json(const ModelInput& in) {
-  json ids = json::array(), tokens = json::array();
+  json ids = json::array(), tokens = json::array(), pieces = json::array();
+  const auto row = [&](const std::vector<std::string>& r, std::size_t b) {
+    return std::vector<std::string>(r.begin(),
+                                    r.begin() + static_cast<std::ptrdiff_t>(in.lengths[b]));
+  };
   for (std::size_t b = 0; b < in.B; ++b) {
     const auto first = in.ids.begin() + static_cast<std::ptrdiff_t>(b * in.T);
     ids.push_back(
         std::vector<std::int32_t>(first, first + static_cast<std::ptrdiff_t>(in.lengths[b])));
-    tokens.push_back(std::vector<std::string>(
-        in.tokens[b].begin(), in.tokens[b].begin() + static_cast<std::ptrdiff_t>(in.lengths[b])));
+    tokens.push_back(row(in.tokens[b], b));
+    pieces.push_back(row(b < in.pieces.size() ? in.pieces[b] : in.tokens[b], b));
   }
-  return {{"ids", ids}, {"lengths", in.lengths}, {"tokens", tokens}, {"padded_length", in.T}};
+  return {{"ids", ids},
+          {"lengths", in.lengths},
+          {"tokens", tokens},
+          {"pieces", pieces},
+          {"padded_length", in.T}};
 }
 
 json compute_json(const std::string& dtype) {
@@ -646,6 +662,7 @@ json to_json(const ModelRunReport& r) {
     for (std::size_t i = 0; i < r.top_k[b].size(); ++i) {
       json e = {{"id", r.top_k[b][i].id}, {"p", r.top_k[b][i].p}};
       e["token"] = b < r.top_k_tokens.size() ? json(r.top_k_tokens[b][i]) : json(nullptr);
+      e["piece"] = b < r.top_k_pieces.size() ? json(r.top_k_pieces[b][i]) : json(nullptr);
       row.push_back(e);
     }
     top.push_back(row);

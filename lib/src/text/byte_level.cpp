@@ -1,6 +1,7 @@
 #include "byte_level.hpp"
 
 #include <array>
+#include <unordered_map>
 
 #include "unicode.hpp"
 
@@ -30,6 +31,24 @@ std::string byte_level_encode(std::string_view bytes) {
   out.reserve(bytes.size() * 2);
   for (const char c : bytes) out += table[static_cast<unsigned char>(c)];
   return out;
+}
+
+bool byte_level_decode(std::string_view text, std::string& bytes) {
+  static const std::unordered_map<std::string, char> inverse = [] {
+    std::unordered_map<std::string, char> m;
+    for (int b = 0; b < 256; ++b) m[byte_table()[b]] = static_cast<char>(b);
+    return m;
+  }();
+  bytes.clear();
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t n = 1;  // the code point's length: the table holds U+0021 to U+0143
+    while (i + n < text.size() && (static_cast<unsigned char>(text[i + n]) & 0xC0) == 0x80) ++n;
+    const auto it = inverse.find(std::string(text.substr(i, n)));
+    if (it == inverse.end()) return false;
+    bytes += it->second;
+    i += n;
+  }
+  return true;
 }
 
 std::string gpt2_pattern() {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "added_tokens.hpp"
+#include "decoder.hpp"
 #include "json_fields.hpp"
 #include "model.hpp"
 #include "normalizer.hpp"
@@ -33,6 +34,7 @@ struct TokenizerImpl {
   std::unique_ptr<const PreTokenizer> pre_tokenizer;
   std::unique_ptr<const Model> model;
   SingleTemplate post;
+  Decoder decoder;
   AddedTokenSplitter raw_splitter, normalized_splitter;
   std::optional<std::int32_t> pad_id;
 
@@ -153,6 +155,8 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
   t->post =
       make_post_processor(field_or_null(root, "post_processor"), t->ids, name + ": post_processor");
 
+  t->decoder = Decoder(field_or_null(root, "decoder"), name + ": decoder");
+
   if (const json* padding = optional_field(root, "padding")) {
     if (padding->is_object() && padding->contains("pad_id"))
       t->pad_id = id_value((*padding)["pad_id"], name + ": padding.pad_id");
@@ -250,6 +254,16 @@ const std::string& Tokenizer::token(std::int32_t id) const {
     fail_input("token id " + std::to_string(id) + " is not in the vocabulary (of " +
                std::to_string(impl_->id_to_token.size()) + " ids)");
   return impl_->id_to_token[id];
+}
+
+std::string Tokenizer::decode_token(std::int32_t id) const {
+  const std::string& piece = token(id);
+  return impl_->decoder.decode(piece, impl_->added.count(piece) > 0);
+}
+
+std::string Tokenizer::display_token(std::int32_t id) const {
+  const std::string bytes = decode_token(id);
+  return bytes.empty() ? token(id) : visible_text(bytes);
 }
 
 std::optional<std::int32_t> Tokenizer::pad_id() const {

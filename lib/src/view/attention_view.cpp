@@ -348,9 +348,12 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
   }
   if (v.maps.empty()) {  // an analyses-only page: the tokens label its tables
-    if (v.run && !v.run->token_labels.empty())
-      v.query_labels = v.run->token_labels[std::min(options.batch_index.value_or(0),
-                                                    v.run->token_labels.size() - 1)];
+    if (v.run && !v.run->token_labels.empty()) {
+      const std::size_t row =
+          std::min(options.batch_index.value_or(0), v.run->token_labels.size() - 1);
+      v.query_labels = v.run->token_labels[row];
+      if (row < v.run->token_pieces.size()) v.query_pieces = v.run->token_pieces[row];
+    }
     return v;
   }
   const AttentionMapSet& first = v.maps.front();
@@ -359,11 +362,17 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     if (first.B == 1 && row < v.run->token_labels.size()) {
       v.query_labels = v.run->token_labels[row];
       v.query_labels.resize(first.T, "<pad>");
+      if (row < v.run->token_pieces.size()) {
+        v.query_pieces = v.run->token_pieces[row];
+        v.query_pieces.resize(first.T, "<pad>");
+      }
     }
   }
-  if (!options.labels.empty())
+  if (!options.labels.empty()) {
     v.query_labels =
         read_labels(options.labels, first.T, "T = " + std::to_string(first.T) + " query positions");
+    v.query_pieces.clear();
+  }
   if (!options.key_labels.empty()) {
     for (const auto& m : v.maps)
       if (m.S != first.S)
@@ -387,6 +396,7 @@ std::string attention_page(const AttentionView& view) {
   for (const auto& m : view.maps) shrunk = shrunk || m.factor > 1;
   data["query_labels"] = shrunk ? std::vector<std::string>{} : view.query_labels;
   data["key_labels"] = shrunk ? std::vector<std::string>{} : view.key_labels;
+  data["query_pieces"] = shrunk ? std::vector<std::string>{} : view.query_pieces;
   data["run"] = view.run ? view.run->page : nlohmann::json(nullptr);
   nlohmann::json colors = nlohmann::json::array();
   for (const Rgb& c : viridis_table()) colors.push_back({c.r, c.g, c.b});

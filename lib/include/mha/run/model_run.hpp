@@ -72,7 +72,8 @@ struct ModelInput {
   std::size_t B = 0, T = 0;
   std::vector<std::int32_t> ids;                 // (B, T), padded with the pad id (or 0)
   std::vector<std::size_t> lengths;              // B
-  std::vector<std::vector<std::string>> tokens;  // each row's token strings (lengths[b] each)
+  std::vector<std::vector<std::string>> tokens;  // each row's tokens as shown (display_token)
+  std::vector<std::vector<std::string>> pieces;  // as tokenizer.json spells them (same shape)
   std::string tokenizer;  // the tokenizer.json that made the ids ("" for --tokens)
 };
 
@@ -91,7 +92,8 @@ struct ModelRunReport {
   ModelInput input;
   std::vector<std::size_t> map_layers, map_heads;
   std::vector<std::vector<NextToken>> top_k;
-  std::vector<std::vector<std::string>> top_k_tokens;  // their token strings (with a tokenizer)
+  std::vector<std::vector<std::string>> top_k_tokens;  // their display texts (with a tokenizer)
+  std::vector<std::vector<std::string>> top_k_pieces;  // and their pieces
   std::uint64_t memory_estimate = 0, max_memory = 0;
   int threads = 1;
   double read_ms = 0, forward_ms = 0, total_ms = 0;
@@ -127,10 +129,12 @@ class Model {
   ModelInput ids(const std::vector<std::int64_t>& ids, std::size_t B, std::size_t T,
                  const std::string& what) const;
   void name_tokens(ModelInput& input) const;
-  // The tokenizer's token for `id`, or "<id N>" for an id it lacks: config.json's
-  // vocab_size is often padded past the tokenizer's vocabulary (to a multiple of
-  // 64 or 128), and those ids are valid inputs and outputs all the same.
+  // The tokenizer's display text for `id` (Tokenizer::display_token), or "<id N>"
+  // for an id it lacks: config.json's vocab_size is often padded past the
+  // tokenizer's vocabulary (to a multiple of 64 or 128), and those ids are valid
+  // inputs and outputs all the same. token_piece: the same with the raw piece.
   std::string token_name(std::int32_t id) const;
+  std::string token_piece(std::int32_t id) const;
 
  private:
   std::string dtype_;

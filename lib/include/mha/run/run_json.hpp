@@ -40,7 +40,8 @@ nlohmann::json tokens_json(const ModelInput& input);
 // the tokens.json beside it; nullopt when `path` is not a model run's.
 struct ModelRunView {
   nlohmann::json run_json;
-  std::vector<std::vector<std::string>> tokens;
+  std::vector<std::vector<std::string>> tokens;  // display texts
+  std::vector<std::vector<std::string>> pieces;  // tokenizer.json's pieces (empty if absent)
 };
 std::optional<ModelRunView> read_model_run_view(const std::string& path);
 

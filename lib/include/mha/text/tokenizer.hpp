@@ -24,6 +24,11 @@ struct Encoding {
   std::vector<std::string> tokens;  // the vocabulary's token strings, as tokenizer.json spells them
 };
 
+// Decoded bytes made readable: a space as ␣, a newline as ↵, a tab as ⇥, another control
+// character (U+0000-U+001F, U+007F-U+009F) as \xNN, and each run of bytes that are no whole
+// UTF-8 character as their hex in ‹›, e.g. ‹e2 9c›; everything else as it is.
+std::string visible_text(std::string_view bytes);
+
 namespace text {
 struct TokenizerImpl;
 }
@@ -43,7 +48,14 @@ class Tokenizer {
   std::size_t vocab_size() const;                   // largest id + 1, added tokens included
   const std::string& token(std::int32_t id) const;  // throws for an id out of range
   bool has_token(std::int32_t id) const;            // whether token(id) has a token
-  std::optional<std::int32_t> pad_id() const;       // the padding token if the tokenizer has one
+  // The tokenizer.json decoder's bytes for `id` alone, as the reference's decode([id]) gives
+  // them ("Ġcat" → " cat", "<0x0A>" → "\n"); part of a UTF-8 character for some byte-level
+  // or byte-fallback pieces. An added token is itself; without a (supported) decoder, the piece.
+  std::string decode_token(std::int32_t id) const;
+  // What outputs show for `id`: visible_text(decode_token(id)), or the piece when the decoder
+  // leaves nothing (LLaMA-2's "▁", whose one space Strip removes). docs/tokenizers.md.
+  std::string display_token(std::int32_t id) const;
+  std::optional<std::int32_t> pad_id() const;  // the padding token if the tokenizer has one
   std::string kind() const;  // "byte-level BPE", "BPE with byte fallback", "BPE", "WordPiece"
 
  private:

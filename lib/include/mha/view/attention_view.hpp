@@ -55,6 +55,7 @@ struct ViewedRun {
   // labels when no label files are given and the page holds one row (B = 1,
   // or batch_index chooses it).
   std::vector<std::vector<std::string>> token_labels;
+  std::vector<std::vector<std::string>> token_pieces;  // the same as tokenizer.json spells them
 };
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
@@ -66,6 +67,7 @@ struct AttentionView {
   // logit lens's top tokens, ablation and patching grids); null for others.
   nlohmann::json analyses;
   std::vector<std::string> query_labels;  // T labels, or empty (positions)
+  std::vector<std::string> query_pieces;  // their tokenizer pieces (a model run's), or empty
   std::vector<std::string> key_labels;    // S labels, or empty (query_labels when S = T)
   std::optional<ViewedRun> run;           // none without a run.json (or a reader)
 };
