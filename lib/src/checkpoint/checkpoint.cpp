@@ -20,6 +20,7 @@
 #include "mha/base/error.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "tensor_source.hpp"
+#include "transpose.hpp"
 
 namespace mha {
 
@@ -317,18 +318,6 @@ Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
 void plus_one(const ModelConfig& c, Tensor<float, 1>& w) {
   if (c.norm_plus_one)
     for (float& x : w) x += 1.0f;
-}
-
-// src (count, in) transposed into dst's columns: dst[i * ld + j] = src[j * in + i],
-// in 64 x 64 tiles.
-void transpose_into(const float* src, std::size_t count, std::size_t in, float* dst,
-                    std::size_t ld) {
-  constexpr std::size_t kTile = 64;
-  for (std::size_t o0 = 0; o0 < count; o0 += kTile)
-    for (std::size_t i0 = 0; i0 < in; i0 += kTile)
-      for (std::size_t o = o0; o < std::min(count, o0 + kTile); ++o)
-        for (std::size_t i = i0; i < std::min(in, i0 + kTile); ++i)
-          dst[i * ld + o] = src[o * in + i];
 }
 
 }  // namespace

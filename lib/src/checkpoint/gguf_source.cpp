@@ -11,6 +11,7 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/gguf.hpp"
+#include "transpose.hpp"
 
 namespace mha {
 
@@ -108,15 +109,11 @@ class GgufTensors final : public TensorSource {
     // A bias (1-d) is a column: its elements are the rows.
     const bool column = t.dims.size() == 1;
     const std::size_t rows = column ? t.size() : t.rows(), cols = column ? 1 : t.row_size();
-    if (m.undo == Undo::transpose) {  // stored (rows, cols) -> (cols, rows), in 64 x 64 tiles
-      constexpr std::size_t kTile = 64;
-      const std::size_t tiles = (cols + kTile - 1) / kTile;
-      parallel_for(tiles, threads, [&](std::size_t tile, int) {
-        const std::size_t c0 = tile * kTile, c1 = std::min(cols, c0 + kTile);
-        for (std::size_t r0 = 0; r0 < rows; r0 += kTile)
-          for (std::size_t c = c0; c < c1; ++c)
-            for (std::size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-              out[c * rows + r] = stored[r * cols + c];
+    if (m.undo == Undo::transpose) {  // stored (rows, cols) -> (cols, rows), 64 rows a task
+      constexpr std::size_t kRows = 64;
+      parallel_for((rows + kRows - 1) / kRows, threads, [&](std::size_t piece, int) {
+        const std::size_t r0 = piece * kRows;
+        transpose_into(stored.data() + r0 * cols, std::min(kRows, rows - r0), cols, out + r0, rows);
       });
       return;
     }

@@ -31,19 +31,6 @@ bool bf16_packing() {
   return detail::bf16_native();
 }
 
-PackedBf16 pack_bf16(const float* W, std::size_t k, std::size_t n, int threads) {
-  std::shared_ptr<std::uint32_t> words = words_for(k, n);
-  // Tasks of kPairs pairs of W's rows.
-  constexpr std::size_t kPairs = 64;
-  const std::size_t P = detail::bf16_pairs(k), chunks = (P + kPairs - 1) / kPairs;
-  parallel_for(chunks, threads, [&](std::size_t c, int) {
-    const std::size_t p0 = c * kPairs, p1 = std::min(P, p0 + kPairs);
-    detail::bf16_pack_b(false, std::min(k, 2 * p1) - 2 * p0, n, W + 2 * p0 * n, n,
-                        words.get() + p0 * n, n);
-  });
-  return PackedBf16{std::move(words), k, n, W};
-}
-
 void reserve_bf16(PackedBf16& packed, std::size_t k, std::size_t n) {
   if (!(packed.words && packed.words.use_count() == 1 && packed.k == k && packed.n == n))
     packed.words = words_for(k, n);
@@ -83,6 +70,14 @@ void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count, c
 void pack_bf16_columns(PackedBf16& packed, std::size_t col, std::size_t count,
                        const std::uint16_t* src, std::size_t ld, bool rows, int threads) {
   pack_columns(packed, col, count, src, ld, rows, threads);
+}
+
+PackedBf16 pack_bf16(const float* W, std::size_t k, std::size_t n, int threads) {
+  PackedBf16 packed;
+  reserve_bf16(packed, k, n);
+  pack_bf16_columns(packed, 0, n, W, n, false, threads);
+  packed.of = W;
+  return packed;
 }
 
 Tensor<float, 2> unpack_bf16(const PackedBf16& packed) {

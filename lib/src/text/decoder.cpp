@@ -2,6 +2,7 @@
 
 #include "byte_level.hpp"
 #include "mha/text/tokenizer.hpp"
+#include "unicode.hpp"
 
 #include <cctype>
 #include <cstdio>
@@ -111,43 +112,16 @@ std::string Decoder::decode(const std::string& piece, bool added) const {
 }  // namespace mha::text
 
 namespace mha {
-namespace {
-
-// The length of the well-formed UTF-8 character at s[i] (Unicode's table 3-7: no overlong
-// forms, surrogates or code points past U+10FFFF) and its code point, or 0.
-std::size_t utf8_at(std::string_view s, std::size_t i, char32_t& c) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned b = byte(0);
-  std::size_t n;
-  unsigned lo = 0x80, hi = 0xBF;  // the second byte's range
-  if (b < 0x80) return c = b, 1;
-  if (b >= 0xC2 && b <= 0xDF)
-    n = 2, c = b & 0x1F;
-  else if (b >= 0xE0 && b <= 0xEF)
-    n = 3, c = b & 0x0F, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
-  else if (b >= 0xF0 && b <= 0xF4)
-    n = 4, c = b & 0x07, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
-  else
-    return 0;
-  if (i + n > s.size() || byte(1) < lo || byte(1) > hi) return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    if ((byte(k) & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (byte(k) & 0x3F);
-  }
-  return n;
-}
-
-}  // namespace
 
 std::string visible_text(std::string_view bytes) {
   std::string out;
   char hex[8];
   for (std::size_t i = 0; i < bytes.size();) {
-    char32_t c = 0;
-    std::size_t n = utf8_at(bytes, i, c);
+    std::size_t n = text::utf8_sequence_length(bytes, i);
     if (n == 0) {  // a run of bytes that are no whole character: ‹e2 9c›
       out += "\u2039";
-      for (bool first = true; i < bytes.size() && utf8_at(bytes, i, c) == 0; ++i, first = false) {
+      for (bool first = true; i < bytes.size() && text::utf8_sequence_length(bytes, i) == 0;
+           ++i, first = false) {
         std::snprintf(hex, sizeof hex, first ? "%02x" : " %02x",
                       static_cast<unsigned char>(bytes[i]));
         out += hex;
@@ -155,6 +129,7 @@ std::string visible_text(std::string_view bytes) {
       out += "\u203a";
       continue;
     }
+    const char32_t c = text::decode_utf8(bytes, i, &n);
     if (c == ' ')
       out += "\u2423";  // ␣
     else if (c == '\n')

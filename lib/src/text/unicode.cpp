@@ -13,10 +13,7 @@ std::string to_utf8(const icu::UnicodeString& s) {
   return out;
 }
 
-namespace {
-// Bytes in a well-formed sequence starting at s[i] (RFC 3629: no overlongs, no surrogates,
-// nothing above U+10FFFF), or 0.
-std::size_t valid_sequence(std::string_view s, std::size_t i) {
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
   const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
   const std::size_t left = s.size() - i;
   const unsigned char c = b(0);
@@ -37,11 +34,10 @@ std::size_t valid_sequence(std::string_view s, std::size_t i) {
   }
   return 0;
 }
-}  // namespace
 
 std::string valid_utf8(std::string_view utf8) {
   for (std::size_t i = 0; i < utf8.size();) {
-    const std::size_t n = valid_sequence(utf8, i);
+    const std::size_t n = utf8_sequence_length(utf8, i);
     if (n == 0) return to_utf8(to_utf16(utf8));
     i += n;
   }

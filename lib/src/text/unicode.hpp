@@ -16,6 +16,9 @@ std::string to_utf8(const icu::UnicodeString& s);
 // The text itself when it is valid UTF-8, else with each invalid sequence as U+FFFD.
 std::string valid_utf8(std::string_view utf8);
 
+// The bytes of the well-formed UTF-8 sequence starting at s[i] (RFC 3629: no
+// overlongs, no surrogates, nothing above U+10FFFF), or 0 when none starts there.
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
 // The code point at byte `i` of valid UTF-8 and its length in bytes.
 char32_t decode_utf8(std::string_view s, std::size_t i, std::size_t* length);
 void append_utf8(std::string& out, char32_t c);
