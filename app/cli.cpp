@@ -516,6 +516,10 @@ int do_run(const RunArgs& args) {
       if (opt->count()) given.push_back(name);
     return do_model_run(args.model, config, given, args.print_json);
   }
+  if (args.model.layers || args.model.heads || args.model.save_qk)
+    throw Error(ErrorKind::invalid_input,
+                "--layer_indices, --head_indices and --save_qk choose what a whole model's run "
+                "writes: give --model DIR");
   // One run per process: its memory is all touched for the first time, so
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);

@@ -48,6 +48,9 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
       ->type_name("LIST");
   run.add_option("--head_indices", args.heads, "--model: heads whose maps are written, e.g. 0,2")
       ->type_name("LIST");
+  run.add_flag("--save_qk", args.save_qk,
+               "--model: also write q.npy and k.npy, the queries and keys of the maps written "
+               "(the view's neuron view)");
   run.add_option("--top_k", args.top_k, "--model: next tokens reported for causal LMs (default 5)")
       ->type_name("INT");
 }
@@ -75,6 +78,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.out_dir = config.out_dir;
   mc.save_attention = config.save_attention;
   mc.save_hidden_states = config.save_hidden_states;
+  mc.save_qk = args.save_qk;
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
   mc.dtype = to_string(config.dtype);

@@ -22,6 +22,7 @@ struct ModelArgs {
   std::optional<std::string> layers, heads;  // given but empty is refused, not "all"
   std::vector<std::string> texts;
   std::int64_t top_k = 5;  // checked by check_model_call, with mha.Model's
+  bool save_qk = false;
 };
 
 void add_model_options(CLI::App& run, ModelArgs& args);

@@ -9,7 +9,7 @@
 #include "mha/base/error.hpp"
 #include "mha/draw/png.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/run/run_json.hpp"
+#include "mha/run/view_run.hpp"
 #include "mha/view/attention_view.hpp"
 #include "mha/view/sweep_view.hpp"
 #include "option_names.hpp"
@@ -27,26 +27,6 @@ void write_file(const std::string& path, const std::string& bytes) {
   OutputSet out(p.parent_path().empty() ? "." : p.parent_path().string());
   out.stage_bytes(p.filename().string(), bytes);
   out.commit();
-}
-
-// The page's view of a run.json: its contents, and for an attention_axes run
-// the flattened shape its N-D attention.npy is read as.
-ViewedRun viewed_run(const std::string& path) {
-  ViewedRun v;
-  if (std::optional<ModelRunView> model = read_model_run_view(path)) {
-    v.page = std::move(model->run_json);
-    v.token_labels = std::move(model->tokens);
-    v.token_pieces = std::move(model->pieces);
-    return v;
-  }
-  const RunReport r = read_run_report(path);
-  v.page = to_json(r);
-  if (r.attention_axes) {
-    const Dims& d = r.dims;  // of the flattened run: B' = batch
-    v.attention_shape = r.config.average_heads ? std::vector<std::size_t>{d.B, d.T, d.S}
-                                               : std::vector<std::size_t>{d.B, d.h, d.T, d.S};
-  }
-  return v;
 }
 
 bool is_sweep_dir(const std::string& path) {
@@ -90,8 +70,7 @@ void write_attention_view(const ViewArgs& args, const std::string& html) {
   options.labels = args.labels;
   options.key_labels = args.key_labels;
   options.batch_index = args.batch_index;
-  const AttentionView view = read_attention_view(args.path, options, viewed_run);
-  const std::string page = attention_page(view);
+  const std::string page = run_attention_page(args.path, options);
   write_file(html, page);
   spdlog::info("wrote {} ({:.1f} MB)", html, static_cast<double>(page.size()) / 1e6);
 }

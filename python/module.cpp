@@ -45,15 +45,12 @@
 #include "mha/run/model_run.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"
+#include "module.hpp"
 
 namespace py = pybind11;
 using nlohmann::json;
 
-namespace {
-
-// A NumPy array as an NpyArray (C order, native byte order; float16/32/64,
-// bool and integer arrays as the CLI reads them from files).
-mha::NpyArray to_npy(const py::array& in, const std::string& what) {
+mha::NpyArray mha_python::to_npy(const py::array& in, const std::string& what) {
   const py::array a = py::array::ensure(in, py::array::c_style);
   if (!a) throw mha::Error(mha::ErrorKind::invalid_input, what + ": expected a NumPy array");
   mha::NpyArray out;
@@ -85,6 +82,10 @@ mha::NpyArray to_npy(const py::array& in, const std::string& what) {
   out.data.assign(p, p + static_cast<std::size_t>(a.nbytes()));
   return out;
 }
+
+namespace {
+
+using mha_python::to_npy;
 
 py::array to_numpy(const mha::NpyArray& a) {
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
@@ -697,11 +698,15 @@ class PyModel {
   py::dict call(const py::object& input, bool attention, bool hidden_states,
                 const std::optional<std::vector<std::int64_t>>& layers,
                 const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
-                std::int64_t threads) const {
+                std::int64_t threads, bool qk) const {
     const mha::ModelConfig& c = model_.config();
     // The options first, checked as the CLI checks them (mha::check_model_call).
     const mha::ModelCall options =
         mha::check_model_call(c, {attention, layers, heads, top_k, threads});
+    if (qk && !attention)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "qk=True returns the queries and keys of the maps returned: give "
+                       "attention=True too");
     mha::ModelInput in = input_of(input);
     const std::size_t B = in.B, T = in.T, d = c.d_model;
     mha::ForwardOptions fo;
@@ -718,6 +723,8 @@ class PyModel {
       bytes += std::uint64_t{4} * Ls * B * Hs * T * T;
     }
     if (hidden_states) bytes += std::uint64_t{4} * (c.num_layers + 1) * B * T * d;
+    if (qk)
+      bytes += std::uint64_t{8} * fo.map_layers.size() * B * fo.map_heads.size() * T * c.head_dim;
     if (bytes > max_memory_)
       throw mha::Error(mha::ErrorKind::invalid_input,
                        "the call needs about " + mha::format_bytes(double(bytes)) +
@@ -734,6 +741,25 @@ class PyModel {
                                         std::size_t t0, std::size_t rows, const float* block) {
         std::memcpy(m + (((slot * B + b) * Hs + head) * T + t0) * T, block,
                     rows * T * sizeof(float));
+      };
+    }
+    py::array_t<float> q, k;
+    if (qk) {  // (layers, B, heads, T, head_dim) each, as q.npy and k.npy
+      const std::vector<py::ssize_t> shape{py::ssize_t(fo.map_layers.size()), py::ssize_t(B),
+                                           py::ssize_t(fo.map_heads.size()), py::ssize_t(T),
+                                           py::ssize_t(c.head_dim)};
+      q = py::array_t<float>(shape);
+      k = py::array_t<float>(shape);
+      float* qd = q.mutable_data();
+      float* kd = k.mutable_data();
+      const std::size_t block = T * c.head_dim;
+      fo.qk_sink = [this, qd, kd, B, T, block, &fo](std::size_t slot, const float* Q,
+                                                    std::size_t ldq, const float* K,
+                                                    std::size_t ldk) {
+        mha::qk_blocks(model_.config(), fo.map_heads, B, T, slot, Q, ldq, K, ldk,
+                       [&](bool key, std::uint64_t first, const float* values) {
+                         std::copy_n(values, block, (key ? kd : qd) + first);
+                       });
       };
     }
     if (hidden_states) {
@@ -769,6 +795,13 @@ class PyModel {
     out["pieces"] = pieces;
     out["output"] = output;
     out["attention"] = attention ? py::object(maps) : py::none();
+    if (attention) {  // which layers and heads the maps' axes hold, and how q and k give them
+      out["layer_indices"] = fo.map_layers;
+      out["head_indices"] = fo.map_heads;
+      out["attention_info"] = json_to_py(mha::attention_json(c, fo.map_layers, fo.map_heads));
+    }
+    out["q"] = qk ? py::object(q) : py::none();
+    out["k"] = qk ? py::object(k) : py::none();
     out["hidden_states"] = hidden_states ? py::object(hidden) : py::none();
     if (!r.top_k.empty()) {
       py::list top;
@@ -1066,12 +1099,17 @@ PYBIND11_MODULE(mha, m) {
       .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
            py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
+           py::arg("qk") = false,
            "model(input, *, attention=True, hidden_states=False, layer_indices=None, "
-           "head_indices=None, top_k=5, threads=0) -> dict\n\ninput: a text, a list of texts "
+           "head_indices=None, top_k=5, threads=0, qk=False) -> dict\n\ninput: a text, a list "
+           "of texts "
            "(right-padded) or "
            "token ids (T) or (B, T). Returns ids, lengths, tokens, output (B, T, d_model), "
-           "attention (layers, B, heads, T, T) or None, hidden_states (num_layers + 1, B, T, "
-           "d_model) or None, and top_k (per row, (id, token, p)) for causal LMs or None.")
+           "attention (layers, B, heads, T, T) or None with layer_indices, head_indices and "
+           "attention_info (how the weights follow from q and k), hidden_states (num_layers + 1, "
+           "B, T, d_model) or None, q and k (layers, B, heads, T, head_dim) with qk=True (the "
+           "queries and keys the scores use, after QK-norm and RoPE) or None, and top_k (per "
+           "row, (id, token, p)) for causal LMs or None.")
       .def("loss", &PyModel::loss, py::arg("input"), py::kw_only(), py::arg("threads") = 0,
            "loss(input) -> dict: loss (B, T), each next token's cross-entropy (NaN where there "
            "is none), mean, perplexity, tokens (docs/analyses.md)")
@@ -1149,6 +1187,7 @@ PYBIND11_MODULE(mha, m) {
         "run(config: dict) -> dict\n\nExactly `mha run`: writes output.npy, run.json and the "
         "rest into config['out_dir'] (default 'out') and returns run.json as a dict. Arrays "
         "may stand for file keys.");
+  mha_python::add_show(m);
   m.def("convert_weights", &convert_weights, py::arg("weights"), py::arg("to"),
         py::arg("from_") = "auto", py::arg("h") = py::none(),
         "convert_weights(weights, to, from_='auto', h=None) -> dict\n\nThe weights (a dict of "

@@ -21,7 +21,8 @@ if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   werror=ON  # what CI runs: a warning fails the build
   packages+=(nodejs catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
-            chromium parallel slurmctld slurmd slurm-client munge strace)
+            chromium parallel slurmctld slurmd slurm-client munge strace
+            python3-nbclient python3-nbconvert python3-ipykernel)
 fi
 
 # npm comes with NodeSource's nodejs, or as Debian's own package beside Debian's nodejs.

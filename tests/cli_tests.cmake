@@ -97,6 +97,15 @@ add_test(NAME cli.safetensors COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.safetensors PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 
+# Keras' own weight files (.weights.h5, .keras, tf.keras .h5) written with h5py in Keras'
+# layouts, against the .npz keras route; weights convert to and from them; hostile HDF5 files.
+foreach(group Attention Choice Encoder Convert Hostile)
+  add_test(NAME cli.keras.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_keras_files.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli.keras.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
+endforeach()
+
 # Rotary position embeddings against NumPy transcriptions of LLaMA's and GPT-J's.
 add_test(NAME cli.rope COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_rope.py
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
@@ -123,6 +132,14 @@ foreach(group Lens Maps Interventions Corpus Errors)
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_analyze.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.analyze.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
+# --save_qk's q.npy and k.npy against the references' queries and keys, and run.json's rule for
+# the weights applied to them (tests/models/test_qk.py).
+foreach(group Families Errors)
+  add_test(NAME models.qk.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_qk.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.qk.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
 # Model directories as untrusted input: hostile config.json, safetensors headers, indexes,
 # tokenizer files, out_dirs and options, each refused in one line and bounded memory

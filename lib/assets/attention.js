@@ -18,7 +18,7 @@
   // scale: the colour scale in force; scaleChosen once the user picks one in the selector,
   // which then wins over each map set's default (defaultScale).
   const state = { map: 0, layer: 0, batch: 0, scale: 'shared', scaleChosen: false, detail: null,
-                  region: null, sort: { key: 'head', dir: 1 }, tokenHeads: null, ready: false };
+                  region: null, sort: { key: 'head', dir: 1 }, tokenHeads: null, neuron: null, ready: false };
   let W = [];              // per map set: Float32Array or Float64Array
   let CAUSAL = [];         // per map set: isCausal(mi)
 
@@ -64,7 +64,19 @@
     if (D.query_labels.length && M().S === M().T) return D.query_labels[s];
     return null;
   }
-  function headName(m, i) { return m.head_axis ? 'head ' + i : 'mean over heads'; }
+  // A model run's maps of chosen layers and heads (run.json's attention.layers and .heads)
+  // are named by the model's indices; other maps by their position.
+  function chosen(m, key, n) {
+    const a = D.run && D.run.attention;
+    const ours = m.name === 'attention' || m.name === 'self_attention';
+    return ours && a && Array.isArray(a[key]) && a[key].length === n ? a[key] : null;
+  }
+  function layerName(m, l) { const c = chosen(m, 'layers', m.layers); return String(c ? c[l] : l); }
+  function headName(m, i) {
+    if (!m.head_axis) return 'mean over heads';
+    const c = chosen(m, 'heads', m.h);
+    return 'head ' + (c ? c[i] : i);
+  }
 
   // ---- colours ----
   // The range [lo, hi] of a set of maps: lo = min(0, smallest), hi = largest.
@@ -196,7 +208,7 @@
   function fileS(m) { return m.factor > 1 ? m.S_file : m.S; }
   function describe(c) {
     const m = D.maps[c.g.mi], f = m.factor || 1;
-    const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + c.g.l : '') + ' · batch ' + c.g.b];
+    const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + layerName(m, c.g.l) : '') + ' · batch ' + c.g.b];
     if (f > 1) {
       let v = -Infinity;
       for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
@@ -319,7 +331,7 @@
       }
     }
     const F = m.factor || 1;
-    $('detail-title').textContent = headName(m, state.detail) + (m.layer_axis ? ' · layer ' + state.layer : '') +
+    $('detail-title').textContent = headName(m, state.detail) + (m.layer_axis ? ' · layer ' + layerName(m, state.layer) : '') +
       ' · queries ' + r.t0 * F + '–' + (Math.min(r.t1 * F, fileT(m)) - 1) + ', keys ' + r.s0 * F + '–' +
       (Math.min(r.s1 * F, fileS(m)) - 1) +
       (g.f * F > 1 ? ' · ' + g.f * F + '×' + g.f * F + ' weights per pixel block (max)' : ' · full resolution');
@@ -367,11 +379,11 @@
     table.textContent = '';
     const head = document.createElement('tr');
     head.append(document.createElement('th'));
-    for (let i = 0; i < m.h; i++) { const th = document.createElement('th'); th.textContent = 'head ' + i; head.append(th); }
+    for (let i = 0; i < m.h; i++) { const th = document.createElement('th'); th.textContent = headName(m, i); head.append(th); }
     table.append(head);
     for (let l = 0; l < m.layers; l++) {
       const tr = document.createElement('tr');
-      const th = document.createElement('th'); th.textContent = 'layer ' + l; tr.append(th);
+      const th = document.createElement('th'); th.textContent = 'layer ' + layerName(m, l); tr.append(th);
       const shared = sharedRange(state.map, l, state.batch);
       for (let i = 0; i < m.h; i++) {
         const td = document.createElement('td'), canvas = document.createElement('canvas');
@@ -448,6 +460,146 @@
     for (let s = 0; s < m.S; s++) { const k = keyLabel(s); text(xk, 10 + (s + 0.5) * row, 'start', (k !== null ? k : 'k' + s), 'key', s); }
   }
 
+  // ---- the neuron view (bertviz's): how one query's weights come from q and k ----
+  const NEURON_KEYS = 64;  // keys listed: every key up to this many, else the largest weights
+  const FEATURE_PX = 5;    // a feature's width in the q, k and q × k strips
+  let QK = null;           // D.qk's arrays: { q, k } Float32Array (layers, B, h, T, d)
+  // The maps q and k belong to: a model run's self-attention of the same layers, heads and rows,
+  // with run.json's rule (scale, soft-cap, mask) for the logits.
+  function neuronFits(m) {
+    const a = D.run && D.run.attention, qk = D.qk;
+    return !!(QK && a && typeof a.scale === 'number' && (m.name === 'attention' || m.name === 'self_attention') &&
+      !(m.factor > 1) && qk.layers === m.layers && qk.B === m.B && qk.h === m.h && qk.T === m.T && m.S === m.T);
+  }
+  function qkRow(which, l, b, head, t) {
+    const qk = D.qk, o = (((l * qk.B + b) * qk.h + head) * qk.T + t) * qk.d;
+    return QK[which].subarray(o, o + qk.d);
+  }
+  // Query t of head `head` (layer slot l, batch row b): for every key s, q . k in double, the
+  // logit scale * q . k (soft-capped), whether the mask keeps the key (causal, key padding, the
+  // layer's window), the softmax over the kept keys and the weight the run stored.
+  function neuron(l, b, head, t) {
+    const a = D.run.attention, qk = D.qk, T = qk.T;
+    const window = (a.windows && a.windows[l]) || 0, cap = a.softcap || 0, len = qk.lengths[b];
+    const q = qkRow('q', l, b, head, t), keys = [];
+    let top = -Infinity;
+    for (let s = 0; s < T; s++) {
+      const k = qkRow('k', l, b, head, s);
+      let dot = 0;
+      for (let i = 0; i < qk.d; i++) dot += q[i] * k[i];
+      let logit = a.scale * dot;
+      if (cap > 0) logit = cap * Math.tanh(logit / cap);
+      const kept = s < len && (!a.causal || s <= t) &&
+        (!window || (a.causal ? t - s < window : Math.abs(t - s) < window));
+      if (kept && logit > top) top = logit;
+      keys.push({ s, k, dot, logit, kept });
+    }
+    let sum = 0;
+    for (const key of keys) if (key.kept) sum += Math.exp(key.logit - top);
+    for (const key of keys) {
+      key.p = key.kept ? Math.exp(key.logit - top) / sum : 0;
+      key.stored = weight(state.map, l, b, head, t, key.s);
+    }
+    return { q, keys, window, cap, len };
+  }
+  // Blue (negative) to white (0) to red (positive), |v| / most at full colour.
+  function diverging(v, most) {
+    const x = most > 0 ? Math.max(-1, Math.min(1, v / most)) : 0;
+    const c = x >= 0 ? [214, 39, 40] : [31, 119, 180], f = Math.abs(x);
+    return 'rgb(' + c.map((ch) => Math.round(255 + (ch - 255) * f)).join(',') + ')';
+  }
+  function strip(values, most, describe) {
+    const c = document.createElement('canvas');
+    c.width = values.length * FEATURE_PX; c.height = 12;
+    const ctx = c.getContext('2d');
+    values.forEach((v, i) => { ctx.fillStyle = diverging(v, most); ctx.fillRect(i * FEATURE_PX, 0, FEATURE_PX, 12); });
+    c.addEventListener('mousemove', (e) => {
+      const r = c.getBoundingClientRect(), i = Math.floor((e.clientX - r.left) * c.width / r.width / FEATURE_PX);
+      tip(e, i >= 0 && i < values.length ? describe(i) : null);
+    });
+    c.addEventListener('mouseleave', (e) => tip(e, null));
+    return c;
+  }
+  function drawNeuron() {
+    const m = M(), section = $('neuron-section');
+    section.hidden = !neuronFits(m);
+    if (section.hidden) return;
+    const qk = D.qk, l = state.layer, b = state.batch;
+    if (state.neuron === null) {
+      state.neuron = { head: state.detail !== null ? state.detail : 0, query: Math.max(0, qk.lengths[b] - 1) };
+      fillSelect($('neuron-head'), m.h, (i) => headName(m, i));
+      fillSelect($('neuron-query'), qk.T, (t) => { const q = queryLabel(t); return t + (q !== null ? ' ' + q : ''); });
+    }
+    const head = state.neuron.head, t = Math.min(state.neuron.query, qk.T - 1);
+    $('neuron-head').value = head; $('neuron-query').value = t;
+    const n = neuron(l, b, head, t), a = D.run.attention;
+    $('neuron-rule').textContent = 'logit = ' + a.scale.toPrecision(6) + ' · q · k' +
+      (n.cap > 0 ? ', then ' + n.cap + ' · tanh(logit / ' + n.cap + ')' : '') + '; softmax over the keys ' +
+      (a.causal ? 's ≤ ' + t : 'of the row') + (n.window ? ' within ' + n.window + ' of the query' : '') +
+      (n.len < qk.T ? ' before the padding (' + n.len + ' tokens)' : '');
+    let shown = n.keys;
+    if (shown.length > NEURON_KEYS)
+      shown = shown.slice().sort((x, y) => y.p - x.p || x.s - y.s).slice(0, NEURON_KEYS).sort((x, y) => x.s - y.s);
+    let mostQK = 0, mostProduct = 0;
+    for (const v of n.q) mostQK = Math.max(mostQK, Math.abs(v));
+    for (const key of shown) for (let i = 0; i < qk.d; i++) {
+      mostQK = Math.max(mostQK, Math.abs(key.k[i]));
+      mostProduct = Math.max(mostProduct, Math.abs(n.q[i] * key.k[i]));
+    }
+    const table = $('neuron');
+    table.textContent = '';
+    const head_row = document.createElement('tr');
+    for (const label of ['key', 'k', 'q × k', 'q · k', 'logit', 'softmax', 'stored weight']) {
+      const th = document.createElement('th'); th.textContent = label; head_row.append(th);
+    }
+    const qrow = document.createElement('tr');
+    const qlabel = document.createElement('th'), qcell = document.createElement('td'), qrest = document.createElement('td');
+    const ql = queryLabel(t);
+    qlabel.textContent = 'query ' + t + (ql !== null ? ' ' + ql : '') + ': q';
+    qcell.append(strip(n.q, mostQK, (i) => 'q[' + i + '] = ' + exact(n.q[i], 'float32')));
+    qrest.colSpan = 5;
+    qrow.append(qlabel, qcell, qrest);
+    const thead = document.createElement('thead');
+    thead.append(head_row, qrow);
+    table.append(thead);
+    const tbody = document.createElement('tbody');
+    for (const key of shown) {
+      const tr = document.createElement('tr');
+      tr.className = key.kept ? '' : 'masked';
+      tr.dataset.key = key.s;
+      tr.dataset.dot = key.dot; tr.dataset.logit = key.logit; tr.dataset.p = key.p; tr.dataset.stored = key.stored;
+      const cells = Array.from({ length: 7 }, () => document.createElement('td'));
+      const kl = keyLabel(key.s);
+      cells[0].className = 'token';
+      cells[0].textContent = key.s + (kl !== null ? ' ' + kl : '');
+      cells[1].append(strip(key.k, mostQK, (i) => 'k[' + i + '] = ' + exact(key.k[i], 'float32')));
+      const product = Array.from(key.k, (v, i) => n.q[i] * v);
+      cells[2].append(strip(product, mostProduct, (i) => 'q[' + i + '] × k[' + i + '] = ' +
+        exact(n.q[i], 'float32') + ' × ' + exact(key.k[i], 'float32') + ' = ' + product[i].toPrecision(6)));
+      cells[3].textContent = key.dot.toPrecision(5);
+      cells[4].textContent = key.kept ? key.logit.toPrecision(5) : 'masked';
+      const bar = document.createElement('span');
+      bar.className = 'bar'; bar.style.width = Math.round(60 * key.p) + 'px';
+      cells[5].append(bar, document.createTextNode(short(key.p)));
+      cells[6].textContent = short(key.stored);
+      cells[6].title = exact(key.stored, M().dtype);
+      tr.append(...cells);
+      tbody.append(tr);
+    }
+    table.append(tbody);
+    if (shown.length < n.keys.length) {
+      const tr = document.createElement('tr'), td = document.createElement('td');
+      td.colSpan = 7; td.className = 'hint';
+      td.textContent = 'the ' + NEURON_KEYS + ' keys of largest weight of ' + n.keys.length;
+      tr.append(td); tbody.append(tr);
+    }
+  }
+  function setupNeuron() {
+    $('neuron-head').addEventListener('change', () => { state.neuron.head = +$('neuron-head').value; drawNeuron(); });
+    $('neuron-query').addEventListener('change', () => { state.neuron.query = +$('neuron-query').value; drawNeuron(); });
+    if (D.qk_note) { $('neuron-note').textContent = D.qk_note; $('neuron-note').hidden = false; }
+  }
+
   // ---- statistics and the run ----
   const STAT_COLUMNS = [['head', 'head'], ['entropy', 'entropy'], ['entropy_fraction', 'entropy / log S'],
     ['max_weight', 'max weight'], ['distance', 'distance'], ['diagonal', 'diagonal'],
@@ -481,7 +633,7 @@
       row.dataset.head = r.head;
       for (const [k] of STAT_COLUMNS) {
         const td = document.createElement('td'), v = r[k];
-        td.textContent = k === 'head' ? (m.head_axis ? String(v) : 'mean') : typeof v === 'number' ? v.toFixed(4) : v === null || v === undefined ? '—' : String(v);
+        td.textContent = k === 'head' ? (m.head_axis ? headName(m, v).slice(5) : 'mean') : typeof v === 'number' ? v.toFixed(4) : v === null || v === undefined ? '—' : String(v);
         row.append(td);
       }
       row.addEventListener('click', () => openDetail(r.head));
@@ -561,7 +713,7 @@
   function drawRun() {
     const run = D.run;
     if (!run) { $('config').textContent = 'no run.json beside ' + D.maps[0].file; return; }
-    const shown = run.mode === 'model'
+    const shown = run.mode === 'python' ? run : run.mode === 'model'
       ? { model: run.model, input: run.input, attention: run.attention, top_k: run.top_k, timings: run.timings, outputs: run.outputs }
       : run.mode === 'analyze'
         ? { model: run.model, methods: run.methods, input: run.input, summary: run.summary, arrays: run.arrays }
@@ -579,7 +731,7 @@
     $('map-pick').hidden = D.maps.length < 2;
     const refill = () => {
       const m = M();
-      fillSelect($('layer'), m.layers, String);
+      fillSelect($('layer'), m.layers, (l) => layerName(m, l));
       $('layer-pick').hidden = !m.layer_axis;
       fillSelect($('batch'), m.B, String);
       fillSelect($('head'), m.h, (i) => headName(m, i));
@@ -605,6 +757,7 @@
     drawGrid();
     if (state.detail !== null) drawDetail();
     drawOverview();
+    drawNeuron();
     drawTokens();
     drawStats();
   }
@@ -625,9 +778,15 @@
       if (D.run) $('config').textContent = JSON.stringify({ model: D.run.model, methods: D.run.methods, summary: D.run.summary }, null, 2);
     } else {
       W = await Promise.all(D.maps.map(unpack));
+      if (D.qk) {
+        const [q, k] = await Promise.all(['q', 'k'].map((key) => unpack({ name: key, data: D.qk[key], dtype: 'float32',
+          layers: D.qk.layers, B: D.qk.B, h: D.qk.h, T: D.qk.T, S: D.qk.d })));
+        QK = { q, k };
+      }
       CAUSAL = D.maps.map((m, mi) => isCausal(mi));
       setupControls();
       setupDetail();
+      setupNeuron();
       drawRun();
       render();
     }
@@ -635,7 +794,7 @@
     document.body.dataset.readyMs = performance.now().toFixed(1);  // since navigation started
     document.body.dataset.ready = '1';
   }
-  window.mhaView = { state, data: D, weights: () => W, causal: () => CAUSAL, exact, render, openDetail };
+  window.mhaView = { state, data: D, weights: () => W, causal: () => CAUSAL, exact, render, openDetail, neuron };
   main().catch((e) => {
     const el = $('error');
     el.hidden = false;

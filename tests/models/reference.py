@@ -196,9 +196,14 @@ def key_mask(lengths, T, causal, window=None):
     return m
 
 
+_QK = None  # forward(record_qk=True): each layer's (q, k) as attend takes them
+
+
 def attend(q, k, v, mask, scale, softcap=None):
     """q (B, h, T, d), k/v (B, h, S, d), mask (B, 1, T, S) bool: HF's eager attention (with
     Gemma 2's soft-capping of the scaled scores when softcap is given)."""
+    if _QK is not None:
+        _QK.append((q.numpy().copy(), k.numpy().copy()))
     scores = (q @ k.transpose(-1, -2)) * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
@@ -303,7 +308,8 @@ def lm_head(config, sd, embed, head_name):
     return sd.get(head_name)
 
 
-def forward(config, state_dict, ids, lengths=None, off=()):
+def forward(config, state_dict, ids, lengths=None, off=(), record_qk=False):
+    global _QK
     mt = config["model_type"]
     if mt not in FAMILIES:
         raise ValueError(f"model_type {mt!r}: one of {', '.join(FAMILIES)}")
@@ -327,9 +333,17 @@ def forward(config, state_dict, ids, lengths=None, off=()):
             fn = _opt
         else:
             fn = _llama
-        hs, maps, logits = fn(config, sd, ids, lengths, off)
-    return {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
-            "output": hs[-1].numpy(), "logits": None if logits is None else logits.numpy()}
+        _QK = [] if record_qk else None
+        try:
+            hs, maps, logits = fn(config, sd, ids, lengths, off)
+            qk = _QK
+        finally:
+            _QK = None
+    out = {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
+           "output": hs[-1].numpy(), "logits": None if logits is None else logits.numpy()}
+    if record_qk:  # per layer, (B, h, T, d) each, k repeated over each key group's heads
+        out["q"], out["k"] = [q for q, _ in qk], [k for _, k in qk]
+    return out
 
 
 def _bert(c, sd, ids, lengths, off):

@@ -231,6 +231,11 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
                                  block);
       };
     }
+    if (maps && options.qk_sink) {
+      const std::size_t slot = next_slot;
+      so.self_attn.qk_hook = [&, slot](const float* Q, std::size_t ldq, const float* K,
+                                       std::size_t ldk) { options.qk_sink(slot, Q, ldq, K, ldk); };
+    }
     if (maps) ++next_slot;
     transformer_stack<float>(shape, x.data(), nullptr, w, mask, Mask<float>{}, so, y.data());
     std::swap(x, y);

@@ -41,6 +41,8 @@ const std::vector<std::string>& run_output_names() {
                                                  "self_attention.npy",
                                                  "cross_attention.npy",
                                                  "hidden_states.npy",
+                                                 "q.npy",
+                                                 "k.npy",
                                                  "memory.npy",
                                                  "attention.png",
                                                  "weights.npz",

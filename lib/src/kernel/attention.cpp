@@ -585,7 +585,7 @@ bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, 
                        const LayerOptions<T>& opt, std::size_t block_q) {
   return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
          !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !opt.context_hook &&
-         !opt.values_hook;
+         !opt.values_hook && !opt.qk_hook;
 }
 
 template <class T>
@@ -880,6 +880,7 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   if (opt.values_hook) opt.values_hook(p.V, p.ldv);
   if (w.q_norm.size()) normalize_qk(d, p, w, opt.qk_norm_eps, threads);
   if (opt.rope.layout != RopeLayout::none) apply_rope(d, p, opt.rope, threads);
+  if (opt.qk_hook) opt.qk_hook(p.Q, p.ldq, p.K, p.ldk);
   Buffer<T> context(d.B * d.T * d.h * d.d_v);
   std::atomic<bool> overflow{false};
   Job<T> job{d, mask, opt, p, blocks.q, blocks.k, context.get(), &overflow};

@@ -26,6 +26,7 @@ const std::vector<std::string> kKeys = {"model",
                                         "max_memory",
                                         "save_attention",
                                         "save_hidden_states",
+                                        "save_qk",
                                         "ablation",
                                         "metric",
                                         "target",
@@ -37,7 +38,7 @@ const std::vector<std::string> kKeys = {"model",
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
-const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states"};
+const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -186,6 +187,7 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
   read_common(r, c);
   if (r.has("save_attention")) c.save_attention = r.flag("save_attention");
   if (r.has("save_hidden_states")) c.save_hidden_states = r.flag("save_hidden_states");
+  if (r.has("save_qk")) c.save_qk = r.flag("save_qk");
   return c;
 }
 
@@ -193,6 +195,7 @@ json to_json(const ModelRunConfig& c) {
   json j = common_json(c);
   j["save_attention"] = c.save_attention;
   j["save_hidden_states"] = c.save_hidden_states;
+  j["save_qk"] = c.save_qk;
   return j;
 }
 

@@ -299,6 +299,26 @@ std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::strin
   return std::optional<DirLock>(std::in_place, out_dir, kOutDirLock);  // elided: no move
 }
 
+void qk_blocks(
+    const ModelConfig& c, const std::vector<std::size_t>& heads, std::size_t B, std::size_t T,
+    std::size_t slot, const float* Q, std::size_t ldq, const float* K, std::size_t ldk,
+    const std::function<void(bool key, std::uint64_t first, const float* block)>& write) {
+  const std::size_t dk = c.head_dim, Hs = heads.size(), group = c.h / c.kv_heads;
+  std::vector<float> block(T * dk);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t hs = 0; hs < Hs; ++hs) {
+      const std::uint64_t first = ((std::uint64_t{slot} * B + b) * Hs + hs) * T * dk;
+      // block (T, head_dim) = Q[b*T:(b+1)*T, head*head_dim:(head+1)*head_dim]
+      for (std::size_t t = 0; t < T; ++t)
+        std::copy_n(Q + (b * T + t) * ldq + heads[hs] * dk, dk, block.data() + t * dk);
+      write(false, first, block.data());
+      // the head's key group: grouped-query attention shares one K among `group` heads
+      for (std::size_t t = 0; t < T; ++t)
+        std::copy_n(K + (b * T + t) * ldk + heads[hs] / group * dk, dk, block.data() + t * dk);
+      write(true, first, block.data());
+    }
+}
+
 ModelRunReport run_model(const ModelRunConfig& config) {
   const auto start = Clock::now();
   ModelRunReport report;
@@ -318,6 +338,10 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   const ModelInput& in = report.input;
   const ModelCall call = check_model_call(
       c, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
+  if (config.save_qk && !config.save_attention)
+    fail_input(
+        "--save_qk writes the queries and keys of the maps written: give --save_attention "
+        "too");
   report.threads = resolve_threads(call.threads);
   report.map_layers = call.map_layers;
   report.map_heads = call.map_heads;
@@ -350,6 +374,13 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     maps = &out.stage_npy_stream("self_attention.npy", DType::f4, {Ls, B, Hs, T, T});
   if (config.save_hidden_states)
     hidden = &out.stage_npy_stream("hidden_states.npy", DType::f4, {c.num_layers + 1, B, T, d});
+  const OutputSet::NpyStream* qs = nullptr;
+  const OutputSet::NpyStream* ks = nullptr;
+  const std::size_t dk = c.head_dim;
+  if (config.save_qk) {
+    qs = &out.stage_npy_stream("q.npy", DType::f4, {Ls, B, Hs, T, dk});
+    ks = &out.stage_npy_stream("k.npy", DType::f4, {Ls, B, Hs, T, dk});
+  }
 
   ForwardOptions fo;
   fo.threads = report.threads;
@@ -360,6 +391,14 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fo.attention_sink = [&](std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
                             std::size_t rows, const float* block) {
       maps->write_elements((((slot * B + b) * Hs + head) * T + t0) * T, block, rows * T);
+    };
+  if (qs)
+    fo.qk_sink = [&](std::size_t slot, const float* Q, std::size_t ldq, const float* K,
+                     std::size_t ldk) {
+      qk_blocks(c, report.map_heads, B, T, slot, Q, ldq, K, ldk,
+                [&](bool key, std::uint64_t first, const float* block) {
+                  (key ? ks : qs)->write_elements(first, block, T * dk);
+                });
     };
   if (hidden)
     fo.hidden_sink = [&](std::size_t i, const float* x) {
@@ -398,6 +437,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.outputs = {"tokens.json", "output.npy"};
   if (maps) report.outputs.push_back("self_attention.npy");
   if (hidden) report.outputs.push_back("hidden_states.npy");
+  if (qs) report.outputs.insert(report.outputs.end(), {"q.npy", "k.npy"});
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);

@@ -651,6 +651,14 @@ json compute_json(const std::string& dtype) {
   return j;
 }
 
+json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
+                    const std::vector<std::size_t>& heads) {
+  json windows = json::array();
+  for (std::size_t l : layers) windows.push_back(c.layer_sliding(l) ? c.sliding_window : 0);
+  return {{"layers", layers},          {"heads", heads},     {"scale", c.attn_scale},
+          {"softcap", c.attn_softcap}, {"causal", c.causal}, {"windows", windows}};
+}
+
 json to_json(const ModelRunReport& r) {
   const ModelConfig& c = r.model;
   json files = json::array();
@@ -690,7 +698,7 @@ json to_json(const ModelRunReport& r) {
                 {"seq_len", r.input.T},
                 {"lengths", r.input.lengths},
                 {"tokenizer", r.input.tokenizer.empty() ? json(nullptr) : json(r.input.tokenizer)}};
-  if (!r.map_layers.empty()) j["attention"] = {{"layers", r.map_layers}, {"heads", r.map_heads}};
+  if (!r.map_layers.empty()) j["attention"] = attention_json(c, r.map_layers, r.map_heads);
   if (!r.top_k.empty()) j["top_k"] = top;
   j["threads"] = r.threads;
   j["dtype"] = r.config.dtype;

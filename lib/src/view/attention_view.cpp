@@ -275,6 +275,107 @@ nlohmann::json read_analyses(const std::string& dir,
 
 }  // namespace
 
+namespace {
+
+// q.npy and k.npy, (layers, B, h, T, d) float arrays of one shape, the rows
+// `options` keeps; left out with a note when they would pass the page's
+// weights limit. Each value is checked finite.
+void read_qk(AttentionView& v, const QkToView& files, const ViewOptions& options) {
+  NpyReader rq(files.q), rk(files.k);
+  const std::vector<std::size_t>& shape = rq.header().shape;
+  if (shape.size() != 5 || !is_float(rq.header().dtype))
+    fail_input(files.q + ": " + dtype_name(rq.header().dtype) + " array of shape " +
+               shape_text(shape) + "; expected the queries (layers, B, h, T, head_dim), float");
+  if (rk.header().shape != shape || !is_float(rk.header().dtype))
+    fail_input(files.k + ": " + dtype_name(rk.header().dtype) + " array of shape " +
+               shape_text(rk.header().shape) + "; expected the keys, float, of q's shape " +
+               shape_text(shape));
+  QkArrays qk;
+  qk.file = files.q;
+  qk.layers = shape[0], qk.h = shape[2], qk.T = shape[3], qk.d = shape[4];
+  std::vector<std::size_t> rows;
+  if (options.batch_index) {
+    if (*options.batch_index >= shape[1])
+      fail_input("--batch_index " + std::to_string(*options.batch_index) + ": " + files.q +
+                 " holds B = " + std::to_string(shape[1]) + " batch elements");
+    rows = {*options.batch_index};
+  } else {
+    for (std::size_t b = 0; b < shape[1]; ++b) rows.push_back(b);
+  }
+  qk.B = rows.size();
+  const std::uint64_t per_row = std::uint64_t{qk.h} * qk.T * qk.d;
+  const std::uint64_t values = 2 * std::uint64_t{qk.layers} * qk.B * per_row;
+  if (values > kMaxViewWeights) {
+    v.qk_note = files.q + " and k.npy hold " + std::to_string(values) +
+                " values for this page, over its " + std::to_string(kMaxViewWeights) +
+                ": the neuron view is left out (keep one batch element, or save fewer layers "
+                "and heads)";
+    return;
+  }
+  qk.q.resize(values / 2);
+  qk.k.resize(values / 2);
+  for (std::size_t l = 0; l < qk.layers; ++l)
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::uint64_t from = (std::uint64_t{l} * shape[1] + rows[i]) * per_row;
+      const std::uint64_t to = (std::uint64_t{l} * qk.B + i) * per_row;
+      rq.read(from, per_row, qk.q.data() + to);
+      rk.read(from, per_row, qk.k.data() + to);
+    }
+  for (const std::vector<float>* a : {&qk.q, &qk.k})
+    for (std::size_t i = 0; i < a->size(); ++i)
+      if (!std::isfinite((*a)[i]))
+        fail_input((a == &qk.q ? files.q : files.k) + ": value " + std::to_string(i) +
+                   " of the rows kept is not finite; expected the queries and keys of a run");
+  for (std::size_t b : rows)
+    qk.lengths.push_back(v.run && b < v.run->token_labels.size()
+                             ? std::min(qk.T, v.run->token_labels[b].size())
+                             : qk.T);
+  v.qk = std::move(qk);
+}
+
+// The labels of the page's axes: label files, or a model run's tokens (the
+// tables' labels on an analyses-only page).
+void label_view(AttentionView& v, const ViewOptions& options) {
+  if (v.maps.empty()) {  // an analyses-only page: the tokens label its tables
+    if (v.run && !v.run->token_labels.empty()) {
+      const std::size_t row =
+          std::min(options.batch_index.value_or(0), v.run->token_labels.size() - 1);
+      v.query_labels = v.run->token_labels[row];
+      if (row < v.run->token_pieces.size()) v.query_pieces = v.run->token_pieces[row];
+    }
+    return;
+  }
+  const AttentionMapSet& first = v.maps.front();
+  if (options.labels.empty() && v.run && !v.run->token_labels.empty() && first.T == first.S) {
+    const std::size_t row = options.batch_index.value_or(0);
+    if (first.B == 1 && row < v.run->token_labels.size()) {
+      v.query_labels = v.run->token_labels[row];
+      v.query_labels.resize(first.T, "<pad>");
+      if (row < v.run->token_pieces.size()) {
+        v.query_pieces = v.run->token_pieces[row];
+        v.query_pieces.resize(first.T, "<pad>");
+      }
+    }
+  }
+  if (!options.labels.empty()) {
+    v.query_labels =
+        read_labels(options.labels, first.T, "T = " + std::to_string(first.T) + " query positions");
+    v.query_pieces.clear();
+  }
+  if (!options.key_labels.empty()) {
+    for (const auto& m : v.maps)
+      if (m.S != first.S)
+        fail_input("--key_labels: " + m.file + " has S = " + std::to_string(m.S) + " keys and " +
+                   first.file + " S = " + std::to_string(first.S) +
+                   "; one key labels file cannot "
+                   "label both");
+    v.key_labels = read_labels(options.key_labels, first.S,
+                               "S = " + std::to_string(first.S) + " key positions");
+  }
+}
+
+}  // namespace
+
 AttentionView read_attention_view(const std::string& path, const ViewOptions& options,
                                   const RunReader& read_run) {
   AttentionView v;
@@ -291,6 +392,14 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
       if (!fs::exists(file, ec) || (listed && !listed->count(base))) continue;
       check_run_output(file);
       v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
+    }
+    // A model run's queries and keys (--save_qk), as its run.json lists them.
+    if (listed && listed->count("q.npy") && listed->count("k.npy")) {
+      const QkToView files{(fs::path(path) / "q.npy").string(),
+                           (fs::path(path) / "k.npy").string()};
+      check_run_output(files.q);
+      check_run_output(files.k);
+      read_qk(v, files, options);
     }
     // mha analyze: rollout (layers, B, T, T) as one map per layer, the norms as
     // maps of per-key quantities, and the small arrays the page draws.
@@ -347,42 +456,23 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     const std::string stem = file.stem().string();
     v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
   }
-  if (v.maps.empty()) {  // an analyses-only page: the tokens label its tables
-    if (v.run && !v.run->token_labels.empty()) {
-      const std::size_t row =
-          std::min(options.batch_index.value_or(0), v.run->token_labels.size() - 1);
-      v.query_labels = v.run->token_labels[row];
-      if (row < v.run->token_pieces.size()) v.query_pieces = v.run->token_pieces[row];
-    }
-    return v;
+  label_view(v, options);
+  return v;
+}
+
+AttentionView attention_view_of(const std::string& title, const std::vector<MapsToView>& maps,
+                                std::optional<ViewedRun> run, const ViewOptions& options,
+                                const std::optional<QkToView>& qk) {
+  AttentionView v;
+  v.title = title;
+  v.run = std::move(run);
+  for (const MapsToView& m : maps) {
+    v.maps.push_back(read_map_set(m.path, m.name, options, m.as_shape, m.weights));
+    if (!m.head_axis) v.maps.back().head_axis = false;
   }
-  const AttentionMapSet& first = v.maps.front();
-  if (options.labels.empty() && v.run && !v.run->token_labels.empty() && first.T == first.S) {
-    const std::size_t row = options.batch_index.value_or(0);
-    if (first.B == 1 && row < v.run->token_labels.size()) {
-      v.query_labels = v.run->token_labels[row];
-      v.query_labels.resize(first.T, "<pad>");
-      if (row < v.run->token_pieces.size()) {
-        v.query_pieces = v.run->token_pieces[row];
-        v.query_pieces.resize(first.T, "<pad>");
-      }
-    }
-  }
-  if (!options.labels.empty()) {
-    v.query_labels =
-        read_labels(options.labels, first.T, "T = " + std::to_string(first.T) + " query positions");
-    v.query_pieces.clear();
-  }
-  if (!options.key_labels.empty()) {
-    for (const auto& m : v.maps)
-      if (m.S != first.S)
-        fail_input("--key_labels: " + m.file + " has S = " + std::to_string(m.S) + " keys and " +
-                   first.file + " S = " + std::to_string(first.S) +
-                   "; one key labels file cannot "
-                   "label both");
-    v.key_labels = read_labels(options.key_labels, first.S,
-                               "S = " + std::to_string(first.S) + " key positions");
-  }
+  if (v.maps.empty()) fail_input(title + ": no attention maps to show");
+  if (qk) read_qk(v, *qk, options);
+  label_view(v, options);
   return v;
 }
 
@@ -402,6 +492,22 @@ std::string attention_page(const AttentionView& view) {
   for (const Rgb& c : viridis_table()) colors.push_back({c.r, c.g, c.b});
   data["viridis"] = colors;
   data["analyses"] = view.analyses;
+  data["qk_note"] = view.qk_note;
+  data["qk"] = nullptr;
+  if (view.qk) {
+    const QkArrays& qk = *view.qk;
+    const auto* q = reinterpret_cast<const unsigned char*>(qk.q.data());
+    const auto* k = reinterpret_cast<const unsigned char*>(qk.k.data());
+    data["qk"] = {{"file", qk.file},
+                  {"layers", qk.layers},
+                  {"B", qk.B},
+                  {"h", qk.h},
+                  {"T", qk.T},
+                  {"d", qk.d},
+                  {"lengths", qk.lengths},
+                  {"q", pack_values(q, qk.q.size(), 4)},
+                  {"k", pack_values(k, qk.k.size(), 4)}};
+  }
   data["maps"] = nlohmann::json::array();
   for (const auto& m : view.maps) {
     const std::size_t item = itemsize(m.array.dtype);

@@ -40,6 +40,13 @@ struct ForwardOptions {
   // num_layers (the final output), as transformers' output_hidden_states:
   // state i < num_layers is layer i's input.
   std::function<void(std::size_t i, const float* hidden)> hidden_sink;
+  // Receives the queries and keys of layer slot `slot` (an index into
+  // map_layers) as its scores use them, after QK-norm and RoPE
+  // (LayerOptions::qk_hook): Q (B*T, h*head_dim) with row stride ldq, K
+  // (B*T, kv_heads*head_dim) with row stride ldk. Called on the pass's thread.
+  std::function<void(std::size_t slot, const float* Q, std::size_t ldq, const float* K,
+                     std::size_t ldk)>
+      qk_sink;
   std::size_t top_k = 0;  // causal LMs: the k most likely next tokens per row
   // Called when layer l starts (progress displays).
   std::function<void(std::size_t l)> on_layer;

@@ -90,6 +90,11 @@ struct LayerOptions {
   // Called with the value projection before attention: V (B*S, kv_heads*d_v)
   // with row stride ld, bias added; group g in columns [g*d_v, (g+1)*d_v).
   std::function<void(const T* V, std::size_t ld)> values_hook;
+  // Called with the queries and keys the scores are computed from, after
+  // QK-norm and RoPE: Q (B*T, h*d_k) with row stride ldq, head i in columns
+  // [i*d_k, (i+1)*d_k); K (B*S, kv_heads*d_k) with row stride ldk (bertviz's
+  // neuron view: logits = scale * q . k).
+  std::function<void(const T* Q, std::size_t ldq, const T* K, std::size_t ldk)> qk_hook;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

@@ -33,6 +33,10 @@ struct ModelRunConfig {
   std::optional<std::string> tokens;  // a .npy of int ids, (T) or (B, T)
   std::string out_dir = "out";
   bool save_attention = false, save_hidden_states = false;
+  // q.npy and k.npy (layers, B, heads, T, head_dim) of the maps written: the
+  // queries and keys the scores are computed from (after QK-norm and RoPE), k
+  // of each head's key group. Needs save_attention.
+  bool save_qk = false;
   // Layers and heads whose maps are written (ascending; unset: all).
   std::optional<std::vector<std::int64_t>> layers, heads;
   std::int64_t top_k = 5;  // causal LMs; 0: none
@@ -61,6 +65,15 @@ struct ModelCall {
 // [0, 1024], top_k outside [0, vocab_size], an index outside the model's
 // layers or heads, one given twice, an empty list, or indices without attention.
 ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o);
+
+// A layer slot's queries and keys (ForwardOptions::qk_sink) as q.npy and
+// k.npy hold them, (layers, B, heads, T, head_dim) over the chosen `heads`:
+// each (batch row, head)'s (T, head_dim) block of Q, and of K from the head's
+// key group, handed to `write(key, first element, block)`.
+void qk_blocks(const ModelConfig& c, const std::vector<std::size_t>& heads, std::size_t B,
+               std::size_t T, std::size_t slot, const float* Q, std::size_t ldq, const float* K,
+               std::size_t ldk,
+               const std::function<void(bool key, std::uint64_t first, const float* block)>& write);
 
 // Throws mha::Error (invalid_input) naming the checkpoint directory when the
 // forward's output holds a NaN or an infinity (non-finite weights): the CLI

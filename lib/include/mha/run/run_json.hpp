@@ -35,6 +35,12 @@ nlohmann::json compute_json(const std::string& dtype);
 // shape, the maps' layers and heads, the top-k next tokens, memory and
 // timings, the outputs. And its tokens.json: {"ids", "lengths", "tokens"}.
 nlohmann::json to_json(const ModelRunReport& report);
+// A model run's "attention": the maps' layers and heads, and how their weights
+// follow from q.npy and k.npy (the view's neuron view): softmax, over the keys
+// the mask keeps (causal, key padding, each layer's window; 0 = none), of the
+// logits scale * q.k, soft-capped (softcap > 0: c tanh(logits / c)).
+nlohmann::json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
+                              const std::vector<std::size_t>& heads);
 nlohmann::json tokens_json(const ModelInput& input);
 // A model run's run.json as the viewer shows it, with the token strings of
 // the tokens.json beside it; nullopt when `path` is not a model run's.

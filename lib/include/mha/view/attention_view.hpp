@@ -60,6 +60,16 @@ struct ViewedRun {
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
 
+// A model run's queries and keys (q.npy and k.npy; mha.Model's qk=True) for
+// the page's neuron view: q (layers, B, h, T, d) and k the same shape (each
+// head's key group), float32, only the batch rows kept.
+struct QkArrays {
+  std::string file;  // q.npy's path, or what stands for it
+  std::size_t layers = 0, B = 0, h = 0, T = 0, d = 0;
+  std::vector<float> q, k;
+  std::vector<std::size_t> lengths;  // each kept row's real tokens (keys past them are padding)
+};
+
 struct AttentionView {
   std::string title;                  // the run directory or file
   std::vector<AttentionMapSet> maps;  // at least one, but for an analyses-only page
@@ -70,6 +80,8 @@ struct AttentionView {
   std::vector<std::string> query_pieces;  // their tokenizer pieces (a model run's), or empty
   std::vector<std::string> key_labels;    // S labels, or empty (query_labels when S = T)
   std::optional<ViewedRun> run;           // none without a run.json (or a reader)
+  std::optional<QkArrays> qk;             // a model run's q.npy and k.npy, if any fit the page
+  std::string qk_note;                    // why they are left out, when they are
 };
 
 struct ViewOptions {
@@ -102,6 +114,29 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
                              const ViewOptions& options,
                              const std::vector<std::size_t>& as_shape = {}, bool weights = true);
+
+// Maps held in memory (the Python module's results, mha.show) instead of a
+// run's files: each `path` names a provided array (io/provided_input.hpp),
+// read as read_map_set reads a file.
+// q.npy and k.npy of a model run (paths or provided arrays), for the neuron view.
+struct QkToView {
+  std::string q, k;
+};
+
+struct MapsToView {
+  std::string name;                   // as a run's file stem: "attention", "rollout", ...
+  std::string path;                   // provide_npy / provide_view
+  std::vector<std::size_t> as_shape;  // read as this shape (empty: its own)
+  bool weights = true;                // AttentionMapSet::weights
+  bool head_axis = true;              // false: the maps are the heads' mean (rollout)
+};
+
+// The page's view of maps in memory, labelled from `run`'s tokens as a run
+// directory's are (`run.page` is what the page shows as the run). Throws as
+// read_attention_view does.
+AttentionView attention_view_of(const std::string& title, const std::vector<MapsToView>& maps,
+                                std::optional<ViewedRun> run, const ViewOptions& options,
+                                const std::optional<QkToView>& qk = std::nullopt);
 
 // The page: HTML, CSS, script and data inline.
 std::string attention_page(const AttentionView& view);
