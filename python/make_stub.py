@@ -45,6 +45,17 @@ def run(config: Mapping[str, Any]) -> dict[str, Any]:
 def convert_weights(weights: Mapping[str, ArrayLike] | str, to: str, from_: str = ...,
                     h: int | None = ...) -> dict[str, np.ndarray]:
     """Weights in another layout (native, torch, keras), exactly."""
+
+class View:
+    """The page of `mha view` for mha.show; a notebook displays it in the cell."""
+    html: str
+    title: str
+    height: int
+    def _repr_html_(self) -> str: ...
+
+def show(result: Any, *, name: str | None = ..., tokens: Sequence[str] | Sequence[Sequence[str]] | None = ...,
+         batch_index: int | None = ..., height: int = ..., max_mb: float = ...) -> View:
+    """A Model or Layer call's maps, an array of maps or a run's out_dir, as a notebook view."""
 '''
     with open(out, "w") as f:
         f.write(stub)
