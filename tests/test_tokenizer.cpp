@@ -1,11 +1,14 @@
 // Tokenizers on small hand-made tokenizer.json files: each piece of the pipeline (normalizers,
-// pre-tokenizers, BPE merge order, byte fallback, WordPiece, added tokens, post-processors)
-// and the reader's errors. tests/cli/test_tokenize.py holds the whole against the reference
-// on real vocabularies.
+// SentencePiece's precompiled character map, pre-tokenizers, BPE merge order, byte fallback,
+// WordPiece, Unigram's Viterbi, added tokens, post-processors) and the reader's errors.
+// tests/cli/test_tokenize.py holds the whole against the reference on real vocabularies.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +40,114 @@ mha::Tokenizer load(const json& j, const std::string& config = "") {
 
 Tokens tokens(const mha::Tokenizer& t, const std::string& text, bool special = true) {
   return t.encode(text, special).tokens;
+}
+
+json unigram(const std::vector<std::pair<std::string, double>>& pieces, json unk_id = 0) {
+  json vocab = json::array();
+  for (const auto& [piece, score] : pieces) vocab.push_back({piece, score});
+  return {{"model", {{"type", "Unigram"}, {"unk_id", unk_id}, {"vocab", vocab}}}};
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 2]);
+    out += abc[v >> 18 & 63];
+    out += abc[v >> 12 & 63];
+    out += i + 1 < bytes.size() ? abc[v >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
+// SentencePiece's precompiled_charsmap of `rules` (key → replacement), written independently of
+// the reader, as tests/tokenizer/make_unigram.py writes it: [trie size, u32 LE][Darts-clone double
+// array][each replacement and "\0"]. A unit is label | has_leaf << 8 | (index ^ base) << 10; the
+// child labelled c sits at base ^ c, a key's value (value | 1 << 31) at base ^ 0; each node takes
+// the first base no other node has whose slots are free, and an unused unit is marked as a leaf.
+// `units` and `normalized` are the parts.
+struct Charsmap {
+  std::vector<std::uint32_t> units;
+  std::string normalized;
+  std::string blob(std::uint32_t trie_size) const {
+    std::string b;
+    for (int k = 0; k < 4; ++k) b += static_cast<char>(trie_size >> 8 * k);
+    for (const std::uint32_t u : units)
+      for (int k = 0; k < 4; ++k) b += static_cast<char>(u >> 8 * k);
+    return b + normalized;
+  }
+  std::string base64() const {
+    return ::base64(blob(static_cast<std::uint32_t>(4 * units.size())));
+  }
+};
+
+Charsmap charsmap(const std::map<std::string, std::string>& rules) {
+  Charsmap out;
+  std::map<std::string, std::uint32_t> where;
+  for (const auto& rule : rules) where[rule.second] = 0;
+  for (auto& [replacement, at] : where) {
+    at = static_cast<std::uint32_t>(out.normalized.size());
+    out.normalized += replacement + '\0';
+  }
+  struct Node {
+    std::map<unsigned char, std::size_t> children;
+    std::int64_t value = -1;
+  };
+  std::vector<Node> trie(1);
+  for (const auto& [key, replacement] : rules) {
+    std::size_t n = 0;
+    for (const char c : key) {
+      const auto label = static_cast<unsigned char>(c);
+      if (!trie[n].children.count(label)) {
+        trie[n].children[label] = trie.size();
+        trie.emplace_back();
+      }
+      n = trie[n].children[label];
+    }
+    trie[n].value = where[replacement];
+  }
+  std::vector<bool> used(1, true);  // the root at 0
+  std::set<std::uint32_t> bases;
+  std::deque<std::pair<std::uint32_t, std::size_t>> queue{{0, 0}};
+  out.units.resize(1);
+  while (!queue.empty()) {
+    const auto [at, n] = queue.front();
+    queue.pop_front();
+    std::vector<std::uint32_t> labels;
+    if (trie[n].value >= 0) labels.push_back(0);
+    for (const auto& child : trie[n].children) labels.push_back(child.first);
+    std::uint32_t base = 1;  // not 0: slot 0 is the root, whose label 0 would match a "\0"
+    for (;; ++base) {
+      if (used.size() < (base | 255) + 1) used.resize((base | 255) + 1);
+      bool free = !bases.count(base);
+      for (const std::uint32_t c : labels) free = free && !used[base ^ c];
+      if (free) break;
+    }
+    bases.insert(base);
+    if (out.units.size() < used.size()) out.units.resize(used.size());
+    out.units[at] |= (at ^ base) << 10;
+    for (const std::uint32_t c : labels) used[base ^ c] = true;
+    if (trie[n].value >= 0) {
+      out.units[at] |= 1u << 8;
+      out.units[base] = static_cast<std::uint32_t>(trie[n].value) | 1u << 31;
+    }
+    for (const auto& [c, child] : trie[n].children) {
+      out.units[base ^ c] = c;
+      queue.emplace_back(base ^ c, child);
+    }
+  }
+  // Unused units as leaves (bit 31), which no byte matches: as 0, label 0 would match a "\0".
+  for (std::size_t k = 0; k < out.units.size(); ++k)
+    if (k >= used.size() || !used[k]) out.units[k] = 1u << 31;
+  return out;
+}
+
+json with_charsmap(json j, const std::string& charsmap_base64) {
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", charsmap_base64}};
+  return j;
 }
 
 std::string error_of(const json& j) {
@@ -140,6 +251,194 @@ TEST_CASE("Metaspace: ▁ for spaces, prepended, each ▁ starts a word", "[toke
   CHECK(tokens(load(j), "a  b") == Tokens{"\u2581a", "\u2581\u2581", "b"});
   j["pre_tokenizer"]["prepend_scheme"] = "never";
   CHECK(tokens(load(j), "a") == Tokens{"a"});
+}
+
+TEST_CASE("Unigram: Viterbi takes the best path, ties to the earlier piece", "[tokenizer]") {
+  // Scores: a -1, b -2, c -2.5, ab -3, bc -2, abc -5. The least is -5, so an unknown character
+  // (one that begins no piece of its own length) scores -5 - kUnkPenalty = -15.
+  //   "abc": a|bc = -3 beats abc = -5, ab|c = -5.5 and a|b|c = -5.5       → a, bc
+  //   "ab":  ab = -3 ties a|b = -3; at each end the first piece to reach it
+  //          (in order of start) keeps it, so ab, which starts at 0        → ab
+  //   "cab": c|ab = -5.5 ties c|a|b = -5.5: ab starts before b              → c, ab
+  //   "abx": ab|x = -3 - 15 = -18; x is the unknown id 0                    → ab, x
+  //   "xxa": two unknown characters side by side fuse into one token        → xx, a
+  const mha::Tokenizer t = load(unigram(
+      {{"<unk>", 0}, {"a", -1}, {"b", -2}, {"c", -2.5}, {"ab", -3}, {"bc", -2}, {"abc", -5}}));
+  CHECK(t.kind() == "Unigram");
+  CHECK(t.vocab_size() == 7);
+  CHECK(tokens(t, "abc") == Tokens{"a", "bc"});
+  CHECK(t.encode("abc").ids == Ids{1, 5});
+  CHECK(tokens(t, "ab") == Tokens{"ab"});
+  CHECK(tokens(t, "cab") == Tokens{"c", "ab"});
+  CHECK(t.encode("abx").ids == Ids{4, 0});
+  CHECK(tokens(t, "abx") == Tokens{"ab", "x"});
+  CHECK(tokens(t, "xxa") == Tokens{"xx", "a"});
+  CHECK(t.encode("xxa").ids == Ids{0, 1});
+  CHECK(t.encode("").ids.empty());
+  // The unknown piece spelled in the text scores as an unknown character (-15 against five
+  // unknown characters' -75); unknown text right after it is dropped, as the reference fuses.
+  CHECK(tokens(t, "<unk>x") == Tokens{"<unk>"});
+  // Without unk_id, unknown characters are dropped.
+  CHECK(tokens(load(unigram({{"a", -1}}, nullptr)), "xax") == Tokens{"a"});
+}
+
+TEST_CASE("Unigram byte fallback spells unknown tokens as <0xXX> pieces", "[tokenizer]") {
+  // "x" and "é" have no piece of their own, so "axé" is a, then the fused unknown "xé", whose
+  // bytes 78 C3 A9 all have pieces; "z" (7A) has none and stays the unknown id.
+  json j = unigram({{"<unk>", 0}, {"a", -1}, {"<0x78>", -4}, {"<0xC3>", -4}, {"<0xA9>", -4}});
+  j["model"]["byte_fallback"] = true;
+  const mha::Tokenizer t = load(j);
+  CHECK(t.kind() == "Unigram with byte fallback");
+  CHECK(tokens(t, "ax\u00e9") == Tokens{"a", "<0x78>", "<0xC3>", "<0xA9>"});
+  CHECK(t.encode("ax\u00e9").ids == Ids{1, 2, 3, 4});
+  CHECK(t.encode("az").ids == Ids{1, 0});
+  j["model"]["byte_fallback"] = false;
+  CHECK(t.encode("ax\u00e9").ids == Ids{1, 2, 3, 4});
+  CHECK(load(j).encode("ax\u00e9").ids == Ids{1, 0});
+}
+
+TEST_CASE("Unigram in T5's pipeline: WhitespaceSplit, Metaspace, $A </s>", "[tokenizer]") {
+  // "ab  b" → words ▁ab and ▁b: ▁ab = -3 beats ▁a|b = -3.5; ▁b is ▁|b (-4), "▁b" being no piece.
+  json j = unigram({{"<pad>", 0},
+                    {"</s>", 0},
+                    {"<unk>", 0},
+                    {"\u2581", -2},
+                    {"\u2581a", -1.5},
+                    {"b", -2},
+                    {"\u2581ab", -3},
+                    {"a", -3}},
+                   2);
+  j["added_tokens"] = {{{"id", 1}, {"content", "</s>"}, {"special", true}},
+                       {{"id", 2}, {"content", "<unk>"}, {"special", true}}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "WhitespaceSplit"}},
+                          {{"type", "Metaspace"},
+                           {"replacement", "\u2581"},
+                           {"prepend_scheme", "always"},
+                           {"split", true}}}}};
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single",
+                          {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                           {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}};
+  const mha::Tokenizer t = load(j);
+  CHECK(t.encode("ab  b").ids == Ids{6, 3, 5, 1});
+  CHECK(t.encode("ab  b", false).ids == Ids{6, 3, 5});
+  CHECK(t.display_token(6) == "ab");
+  CHECK(t.display_token(3) == "\u2581");  // the decoder leaves nothing: the piece
+  CHECK(t.display_token(1) == "</s>");
+  // The older add_prefix_space: false means no ▁ in front.
+  j["pre_tokenizer"]["pretokenizers"][1].erase("prepend_scheme");
+  j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = false;
+  CHECK(load(j).encode("ab", false).ids == Ids{7, 5});
+  // "first": only the text's first section gets the ▁, not the one after the added </s>.
+  j["pre_tokenizer"]["pretokenizers"][1]["prepend_scheme"] = "first";
+  CHECK(load(j).encode("b</s>b", false).ids == Ids{3, 5, 1, 5});
+}
+
+TEST_CASE("Precompiled: the longest rule at each position, else one character", "[tokenizer]") {
+  // "e" → "E" and "e" U+0301 → "é": the longer key wins where both begin; U+0001 is deleted;
+  // "x" and U+0302 match no key and are copied. Every piece scores -1, so "fi" beats f|i.
+  const Charsmap map = charsmap(
+      {{"\uff21", "A"}, {"\ufb01", "fi"}, {"e", "E"}, {"e\u0301", "\u00e9"}, {"\u0001", ""}});
+  json j = unigram({{"<unk>", 0},
+                    {"A", -1},
+                    {"f", -1},
+                    {"i", -1},
+                    {"fi", -1},
+                    {"E", -1},
+                    {"\u00e9", -1},
+                    {"x", -1}});
+  const mha::Tokenizer t = load(with_charsmap(j, map.base64()));
+  CHECK(tokens(t, "\uff21\ufb01ee\u0301\u0001x") == Tokens{"A", "fi", "E", "\u00e9", "x"});
+  CHECK(tokens(t, "e\u0302") == Tokens{"E", "\u0302"});  // U+0302: unknown, id 0
+  CHECK(tokens(t, std::string("x\0e", 3)) == Tokens{"x", std::string(1, '\0'), "E"});
+  CHECK(tokens(t, "") == Tokens{});
+}
+
+TEST_CASE("Precompiled refuses a malformed charsmap in one line", "[tokenizer]") {
+  const json j = unigram({{"<unk>", 0}, {"a", -1}});
+  const Charsmap good = charsmap({{"a", "\u00e9"}, {"b", ""}});
+  const auto error = [&](const std::string& charsmap_base64) {
+    return error_of(with_charsmap(j, charsmap_base64));
+  };
+  CHECK(error(good.base64()).empty());
+  const std::string at = "test.json: normalizer.precompiled_charsmap: ";
+  CHECK_THAT(error("AAA*"), Catch::StartsWith(at + "not base64: \"*\" at character 3"));
+  CHECK_THAT(error("AAAAA"), Catch::StartsWith(at + "not base64: 5 characters"));
+  CHECK_THAT(error(""), Catch::StartsWith(at + "a blob of 0 bytes is too short"));
+  CHECK_THAT(error(base64(std::string("\x04\0\0\0\0\0", 6))),
+             Catch::StartsWith(at + "a blob of 6 bytes is too short"));
+  const auto units = static_cast<std::uint32_t>(4 * good.units.size());
+  CHECK_THAT(error(base64(good.blob(units + 1000))),
+             Catch::StartsWith(at + "a trie of " + std::to_string(units + 1000) +
+                               " bytes goes past the end"));
+  CHECK_THAT(error(base64(good.blob(6) + std::string(100, '\0'))),
+             Catch::Contains("a trie of 6 bytes (expected a positive multiple of 4"));
+  // A leaf's value past the normalized strings, or inside "é" (C3 A9).
+  for (const std::uint32_t value : {1000u, 2u}) {
+    Charsmap bad = good;
+    for (auto& u : bad.units)
+      if ((u >> 31) && (u & 0x7fffffffu) != 0) u = value | 1u << 31;  // the leaf of "a"
+    CHECK_THAT(error(bad.base64()), Catch::Contains("-byte normalized strings (expected the "
+                                                    "start of a string in them)"));
+  }
+  // A key whose value sits past the trie: the node's offset sends its base out of range.
+  Charsmap far = good;
+  for (auto& u : far.units)
+    if (((u >> 8) & 1) && !(u >> 31)) u = (u & 0x3ff) | (0x1fffffu << 10);
+  CHECK_THAT(error(far.base64()), Catch::Contains("past the trie's"));
+  Charsmap latin1 = good;
+  latin1.normalized[0] = '\xe9';
+  CHECK_THAT(error(latin1.base64()),
+             Catch::Contains("the normalized strings after the trie are not valid UTF-8"));
+  json wrong = j;
+  wrong["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", 7}};
+  CHECK_THAT(error_of(wrong), Catch::Contains("test.json: normalizer: expected a string "
+                                              "\"precompiled_charsmap\""));
+}
+
+TEST_CASE("Unigram refuses vocabularies it cannot use, naming the entry", "[tokenizer]") {
+  json j = unigram({{"<unk>", 0}, {"a", -1}});
+  j["model"]["vocab"][1] = "a";
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: model.vocab[1]: expected [piece, score], "
+                                          "got \"a\""));
+  j["model"]["vocab"][1] = {"a", "-1"};
+  CHECK_THAT(error_of(j), Catch::Contains("model.vocab[1]: expected the score as a number"));
+  j["model"]["vocab"][1] = {1, -1};
+  CHECK_THAT(error_of(j), Catch::Contains("model.vocab[1]: expected the piece as a string"));
+  j["model"]["vocab"][1] = {"a", -1, 0};
+  CHECK_THAT(error_of(j), Catch::Contains("model.vocab[1]: expected [piece, score], got an "
+                                          "array of 3"));
+  j["model"]["vocab"][1] = {"<unk>", -1};
+  CHECK_THAT(error_of(j), Catch::Contains("model.vocab[1]: piece \"<unk>\" appears twice"));
+  j["model"]["vocab"] = json::array();
+  CHECK_THAT(error_of(j), Catch::Contains("model.vocab: expected at least one [piece, score]"));
+  j = unigram({{"<unk>", 0}, {"a", -1}}, 2);
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: model.unk_id: expected the index of a "
+                                          "piece of model.vocab (0 to 1), got 2"));
+  j["model"]["unk_id"] = -1;
+  CHECK_THAT(error_of(j), Catch::Contains("model.unk_id: expected the index"));
+  j["model"]["unk_id"] = "0";
+  CHECK_THAT(error_of(j), Catch::Contains("model.unk_id: expected the index"));
+  // JSON has no infinity or NaN, and a number too large for a double is no JSON the reader takes.
+  for (const char* score : {"1e999", "-1e999"}) {
+    const std::string text = std::string(R"({"model": {"type": "Unigram", "unk_id": 0, )") +
+                             R"("vocab": [["<unk>", 0.0], ["a", )" + score + "]]}}";
+    CHECK_THROWS_WITH(mha::Tokenizer::from_json_text(text, "test.json"),
+                      Catch::StartsWith("test.json: not JSON (number overflow"));
+  }
+  // Without "type", a vocab array is Unigram's, as the reference reads it.
+  j = unigram({{"<unk>", 0}, {"a", -1}});
+  j["model"].erase("type");
+  CHECK(load(j).kind() == "Unigram");
+}
+
+TEST_CASE("Nmt: SentencePiece's control characters and spaces", "[tokenizer]") {
+  json j = unigram({{"<unk>", 0}, {"a", -1}, {"b", -1}, {" ", -1}});
+  j["normalizer"] = {{"type", "Nmt"}};
+  CHECK(tokens(load(j), "a\u0001\tb\u200b\u2581a\u007f") == Tokens{"a", " ", "b", " ", " ", "a"});
 }
 
 TEST_CASE("SentencePiece normalizers: Prepend and Replace", "[tokenizer]") {
@@ -265,9 +564,9 @@ TEST_CASE("Invalid UTF-8 is read as U+FFFD", "[tokenizer]") {
 TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   CHECK_THAT(error_of(json::array()), Catch::Contains("test.json: expected an object"));
   json j = bpe({"a"}, json::array());
-  j["model"]["type"] = "Unigram";
-  CHECK_THAT(error_of(j),
-             Catch::Contains("model \"Unigram\" is not supported (expected BPE or WordPiece)"));
+  j["model"]["type"] = "WordLevel";
+  CHECK_THAT(error_of(j), Catch::Contains("model \"WordLevel\" is not supported (expected BPE, "
+                                          "WordPiece or Unigram)"));
   j = bpe({"a"}, json::array());
   j["model"].erase("vocab");
   CHECK_THAT(error_of(j), Catch::Contains("test.json: model: expected an object \"vocab\""));
@@ -275,9 +574,8 @@ TEST_CASE("The reader names the file and what it expected", "[tokenizer]") {
   CHECK_THAT(error_of(j), Catch::Contains("test.json: model.merges[0]: expected two tokens"));
   j = bpe({"a"}, json::array());
   j["normalizer"] = {{"type", "Precompiled"}};
-  CHECK_THAT(
-      error_of(j),
-      Catch::Contains("test.json: normalizer.type: normalizer \"Precompiled\" is not supported"));
+  CHECK_THAT(error_of(j), Catch::Contains("test.json: normalizer: expected a string "
+                                          "\"precompiled_charsmap\" (base64)"));
   j = bpe({"a"}, json::array());
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}};
   CHECK_THAT(error_of(j), Catch::Contains("test.json: pre_tokenizer.pattern.Regex: not a regex"));

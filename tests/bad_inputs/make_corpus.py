@@ -16,6 +16,7 @@ The shared sizes: query (B, T, d_model) = (2, 4, 8), key/value S = 6, h = 2,
 so d_k = d_v = 4 and every weight is 8 x 8.
 """
 
+import base64
 import io
 import json
 import os
@@ -606,7 +607,49 @@ add_json("tok_texts_object.json", {"text": "ab"})
 add_json("tok_texts_number.json", ["ab", 3])
 add("tok_not_json.json", "{model: 1}\n")
 add_json("tok_list.json", [1, 2])
-add_json("tok_unigram.json", with_(tok_good, model={"type": "Unigram", "vocab": [["a", 0.0]]}))
+# Unigram (SentencePiece's, T5's) and its precompiled character map: a valid one, then broken ones.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+import make_unigram  # noqa: E402  (the double-array encoder of the Unigram tests)
+tok_unigram = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": None,
+               "post_processor": None,
+               "model": {"type": "Unigram", "unk_id": 0,
+                         "vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -2.0], ["ab", -2.5]]}}
+add_json("tok_unigram.json", tok_unigram)
+uni_vocab = tok_unigram["model"]["vocab"]
+add_json("tok_unigram_score_string.json", with_(tok_unigram, model=dict(tok_unigram["model"], vocab=uni_vocab + [["c", "-1"]])))
+add_json("tok_unigram_entry_string.json", with_(tok_unigram, model=dict(tok_unigram["model"], vocab=uni_vocab + ["c"])))
+add_json("tok_unigram_piece_number.json", with_(tok_unigram, model=dict(tok_unigram["model"], vocab=uni_vocab + [[3, -1.0]])))
+add_json("tok_unigram_duplicate.json", with_(tok_unigram, model=dict(tok_unigram["model"], vocab=uni_vocab + [["a", -3.0]])))
+add_json("tok_unigram_unk_id.json", with_(tok_unigram, model=dict(tok_unigram["model"], unk_id=4)))
+add_json("tok_unigram_score_overflow.json",
+         json.dumps(tok_unigram).replace('["b", -2.0]', '["b", -1e999]'))
+assert "1e999" in files["tok_unigram_score_overflow.json"].decode()
+charsmap = make_unigram.charsmap_blob({"a": "\u00e9", "b": ""})  # "" at byte 0, "é" at 1
+
+
+def with_charsmap(blob_or_text):
+    text = blob_or_text if isinstance(blob_or_text, str) else base64.b64encode(blob_or_text).decode()
+    return with_(tok_unigram, normalizer={"type": "Precompiled", "precompiled_charsmap": text})
+
+
+def charsmap_units(blob, change):
+    """The blob with each unit u of its trie replaced by change(u)."""
+    n = struct.unpack("<I", blob[:4])[0] // 4
+    units = struct.unpack(f"<{n}I", blob[4:4 + 4 * n])
+    return blob[:4] + struct.pack(f"<{n}I", *map(change, units)) + blob[4 + 4 * n:]
+
+
+add_json("tok_precompiled_ok.json", with_charsmap(charsmap))
+add_json("tok_precompiled_base64.json", with_charsmap("AAA*"))
+add_json("tok_precompiled_truncated.json", with_charsmap(charsmap[:len(charsmap) // 2]))
+add_json("tok_precompiled_trie_past_end.json", with_charsmap(struct.pack("<I", 1 << 20) + charsmap[4:]))
+# The leaf of "a" (the only value that is not 0) points past the 4 bytes of normalized strings.
+add_json("tok_precompiled_value_past_end.json",
+         with_charsmap(charsmap_units(charsmap, lambda u: 1000 | 1 << 31 if u == 1 | 1 << 31 else u)))
+# A node with a value whose offset sends its value's unit past the trie.
+add_json("tok_precompiled_offset_past_end.json",
+         with_charsmap(charsmap_units(charsmap, lambda u: (u & 0x3FF) | 0x1FFFFF << 10 if (u >> 8) & 1 and not u >> 31 else u)))
+add_json("tok_precompiled_not_utf8.json", with_charsmap(charsmap[:-3] + b"\xe9\0"))
 add_json("tok_no_vocab.json", with_(tok_good, model={"type": "BPE", "merges": []}))
 add_json("tok_vocab_id_string.json", with_(tok_good, model=dict(tok_good["model"], vocab={"a": "0"})))
 add_json("tok_bad_merge.json", with_(tok_good, model=dict(tok_good["model"], merges=["a b", 7])))

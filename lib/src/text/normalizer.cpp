@@ -187,6 +187,33 @@ class BertNormalizer : public Normalizer {
   const icu::Normalizer2* nfd_;
 };
 
+// The Rust library's Nmt (normalizers/unicode.rs, do_nmt): SentencePiece's nmt_nfkc rules for
+// control characters and spaces, without the NFKC part: C0/C1 controls other than whitespace
+// dropped, the other whitespace and U+200B-U+200F, U+2581, U+FEFF, U+FFFD to " ".
+class Nmt : public Normalizer {
+ public:
+  std::string normalize(std::string text) const override {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size();) {
+      std::size_t n;
+      const char32_t c = decode_utf8(text, i, &n);
+      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F ||
+          c == 0x8F || c == 0x9F) {
+        // dropped
+      } else if (c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+                 (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+                 c == 0xFEFF || c == 0xFFFD) {
+        out += ' ';
+      } else {
+        out.append(text, i, n);
+      }
+      i += n;
+    }
+    return out;
+  }
+};
+
 class Sequence : public Normalizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<const Normalizer>> steps)
@@ -222,6 +249,8 @@ std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std:
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD")
     return std::make_unique<UnicodeForm>(type);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "Nmt") return std::make_unique<Nmt>();
+  if (type == "Precompiled") return make_precompiled(config, where);
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "Strip")
     return std::make_unique<Strip>(bool_field(config, "strip_left", where, false),
@@ -256,7 +285,7 @@ std::unique_ptr<const Normalizer> make_normalizer(const json& config, const std:
   fail_at(where + ".type",
           "normalizer \"" + type +
               "\" is not supported (expected Sequence, BertNormalizer, NFC, NFD, NFKC, NFKD, "
-              "Lowercase, Strip, StripAccents, Replace or Prepend)");
+              "Lowercase, Strip, StripAccents, Replace, Prepend, Nmt or Precompiled)");
 }
 
 }  // namespace mha::text

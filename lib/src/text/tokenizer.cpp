@@ -96,13 +96,27 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
   if (!model || !model->is_object()) fail_at(name, "expected an object \"model\"");
   const std::string mwhere = name + ": model";
   std::string type = optional_field(*model, "type") ? string_field(*model, "type", mwhere) : "";
-  if (type.empty()) type = model->contains("merges") ? "BPE" : "WordPiece";
-  if (type != "BPE" && type != "WordPiece")
+  // As the reference guesses: a vocab array is Unigram's (the SAX reader left it in the DOM).
+  if (type.empty())
+    type = optional_field(*model, "vocab") && (*model)["vocab"].is_array() ? "Unigram"
+           : model->contains("merges")                                     ? "BPE"
+                                                                           : "WordPiece";
+  if (type != "BPE" && type != "WordPiece" && type != "Unigram")
     fail_at(mwhere + ".type",
-            "model " + echo(type) + " is not supported (expected BPE or WordPiece)");
+            "model " + echo(type) + " is not supported (expected BPE, WordPiece or Unigram)");
 
-  if (!file.has_vocab) fail_at(mwhere, "expected an object \"vocab\" of token: id");
-  t->ids = std::move(file.vocab);
+  UnigramVocab unigram;
+  if (type == "Unigram") {
+    unigram = read_unigram_vocab(*model, mwhere);
+    t->ids.reserve(unigram.pieces.size());
+    for (std::size_t i = 0; i < unigram.pieces.size(); ++i)
+      if (!t->ids.emplace(unigram.pieces[i], static_cast<std::int32_t>(i)).second)
+        fail_at(mwhere + ".vocab[" + std::to_string(i) + "]",
+                "piece " + echo(unigram.pieces[i]) + " appears twice; each piece may appear once");
+  } else {
+    if (!file.has_vocab) fail_at(mwhere, "expected an object \"vocab\" of token: id");
+    t->ids = std::move(file.vocab);
+  }
   std::int32_t largest = -1;
   for (const auto& entry : t->ids) largest = std::max(largest, entry.second);
 
@@ -148,9 +162,12 @@ std::shared_ptr<const TokenizerImpl> build(TokenizerJson&& file, const std::stri
     t->kind = t->pre_tokenizer && t->pre_tokenizer->byte_level() ? "byte-level BPE"
               : t->model->byte_fallback()                        ? "BPE with byte fallback"
                                                                  : "BPE";
-  } else {
+  } else if (type == "WordPiece") {
     t->model = make_wordpiece(*model, t->ids, mwhere);
     t->kind = "WordPiece";
+  } else {
+    t->model = make_unigram(*model, std::move(unigram), mwhere);
+    t->kind = t->model->byte_fallback() ? "Unigram with byte fallback" : "Unigram";
   }
   t->post =
       make_post_processor(field_or_null(root, "post_processor"), t->ids, name + ": post_processor");

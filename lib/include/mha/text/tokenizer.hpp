@@ -1,8 +1,9 @@
 // Tokenizers read from a Hugging Face tokenizer.json: byte-level BPE (GPT-2, LLaMA-3, Qwen),
-// SentencePiece-style BPE with byte fallback (LLaMA-2, Mistral) and WordPiece (BERT), with
-// their normalizers, pre-tokenizers, added tokens and post-processors. encode() gives the ids
-// and tokens the reference implementation gives (docs/tokenizers.md says which one and what
-// is supported).
+// SentencePiece-style BPE with byte fallback (LLaMA-2, Mistral), WordPiece (BERT) and
+// SentencePiece's Unigram (T5, ALBERT, XLNet), with their normalizers (SentencePiece's
+// precompiled character map among them), pre-tokenizers, added tokens and post-processors. encode()
+// gives the ids and tokens the reference implementation gives (docs/tokenizers.md says which one
+// and what is supported).
 //
 //   mha::Tokenizer t = mha::Tokenizer::from_file("models/llama3/tokenizer.json");
 //   mha::Encoding e = t.encode("Hello world");  // e.ids: {9906, 1917}, e.tokens: {"Hello",
@@ -56,7 +57,9 @@ class Tokenizer {
   // leaves nothing (LLaMA-2's "▁", whose one space Strip removes). docs/tokenizers.md.
   std::string display_token(std::int32_t id) const;
   std::optional<std::int32_t> pad_id() const;  // the padding token if the tokenizer has one
-  std::string kind() const;  // "byte-level BPE", "BPE with byte fallback", "BPE", "WordPiece"
+  // "byte-level BPE", "BPE with byte fallback", "BPE", "WordPiece", "Unigram" or "Unigram with
+  // byte fallback".
+  std::string kind() const;
 
  private:
   explicit Tokenizer(std::shared_ptr<const text::TokenizerImpl> impl) : impl_(std::move(impl)) {}
