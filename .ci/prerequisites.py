@@ -38,7 +38,8 @@ def missing():
     if absent:
         found.append((f"Slurm ({', '.join(absent)}: apt-get install slurmctld slurmd slurm-client "
                       "munge)", SLURM_TESTS))
-    for module, package in (("numpy", "python3-numpy"), ("torch", "python3-torch")):
+    for module, package in (("numpy", "python3-numpy"), ("torch", "python3-torch"),
+                            ("h5py", "python3-h5py")):
         if importlib.util.find_spec(module) is None:
             found.append((f"{module} for {sys.executable} ({package})", None))
     return found

@@ -90,6 +90,7 @@ void add_run_command(CLI::App& app, RunArgs& args) {
 struct ConvertArgs {
   std::string in, out, from = "auto", to;
   std::size_t h = 0;
+  std::optional<std::string> keras_layer;
 };
 
 void add_weights_command(CLI::App& app, ConvertArgs& args) {
@@ -103,17 +104,26 @@ void add_weights_command(CLI::App& app, ConvertArgs& args) {
       "Examples (after `mha run --config configs/cross_attention.json --save_weights keras "
       "--out_dir out/cross`):\n"
       "  mha weights convert out/cross/weights.npz --to native -o out/cross_native.npz\n"
-      "  mha weights convert out/cross_native.npz --to keras --h 4 -o out/cross_keras.npz");
-  convert->add_option("input", args.in, "weights .npz or directory")->required();
+      "  mha weights convert out/cross_native.npz --to keras --h 4 -o out/cross_keras.npz\n"
+      "  mha weights convert out/cross_native.npz --to keras --h 4 -o out/cross.weights.h5\n"
+      "Keras' own files (.h5, .weights.h5, .keras) are read as input; an output named\n"
+      "NAME.weights.h5 is written as Keras 3's load_weights reads it (docs/conventions.md).");
+  convert
+      ->add_option("input", args.in,
+                   "weights .npz, directory, .safetensors, or Keras .h5/.weights.h5/.keras")
+      ->required();
   const std::vector<std::string> layouts{"native", "torch", "keras"};
   convert->add_option("--to", args.to, "layout to write")
       ->required()
       ->check(CLI::IsMember(layouts));
-  convert->add_option("-o,--output", args.out, "output .npz")->required();
+  convert->add_option("-o,--output", args.out, "output .npz, .safetensors or NAME.weights.h5")
+      ->required();
   convert->add_option("--from", args.from, "layout of the input (default: detected)")
       ->check(CLI::IsMember({"auto", "native", "torch", "keras"}));
   convert->add_option("--h", args.h, "number of heads (needed to write keras from native/torch)")
       ->check(CLI::Range(1, 1 << 30));
+  convert->add_option("--keras_layer", args.keras_layer,
+                      "the MultiHeadAttention or encoder block to take from a Keras file");
 }
 
 struct CompareArgs {
@@ -397,8 +407,8 @@ WeightsFormat layout(const std::string& name) {
 int do_convert(const ConvertArgs& args) {
   std::optional<std::size_t> h;
   if (args.h) h = args.h;
-  WeightsFormat from =
-      convert_weights_file(args.in, layout(args.from), layout(args.to), h, args.out);
+  WeightsFormat from = convert_weights_file(args.in, layout(args.from), layout(args.to), h,
+                                            args.out, args.keras_layer);
   spdlog::info("wrote {} ({} layout, read {} as {})", args.out, args.to, args.in, to_string(from));
   return 0;
 }

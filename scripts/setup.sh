@@ -15,12 +15,12 @@ cd "$(dirname "$0")/.."
 with_tests=OFF
 werror=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
-          libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev
+          libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev libhdf5-dev
           libpng-dev libfreetype-dev libicu-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev ccache)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   werror=ON  # what CI runs: a warning fails the build
-  packages+=(nodejs catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib
+  packages+=(nodejs catch2 python3-numpy python3-torch python3-jsonschema python3-pytest python3-matplotlib python3-h5py
             chromium parallel slurmctld slurmd slurm-client munge strace
             python3-nbclient python3-nbconvert python3-ipykernel)
 fi

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "mha/io/hdf5.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/io/stream_input.hpp"
 
@@ -34,6 +35,8 @@ std::optional<FileKind> kind_from_name(const std::string& path) {
   if (ext == ".safetensors") return FileKind::safetensors;
   if (ext == ".npz") return FileKind::npz;
   if (ext == ".npy") return FileKind::npy;
+  if (ext == ".h5" || ext == ".hdf5") return FileKind::hdf5;
+  if (ext == ".keras") return FileKind::keras;
   return std::nullopt;
 }
 
@@ -45,6 +48,7 @@ FileKind file_kind(const std::string& path) {
   const std::string head = head_of(path);
   if (looks_like_safetensors(head)) return FileKind::safetensors;
   if (named) return *named;
+  if (looks_like_hdf5(head)) return FileKind::hdf5;
   return looks_like_zip(head) ? FileKind::npz : FileKind::npy;
 }
 

@@ -53,13 +53,17 @@ const std::vector<ConfigKey> kKeys = {
     {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
-    {"weights", "PATH", ".npz file or directory of NAME.npy weights", false},
+    {"weights", "PATH",
+     ".npz, directory of NAME.npy, .safetensors, or Keras .h5/.weights.h5/.keras weights", false},
     {"weights_format", "LAYOUT",
      "weights layout: auto, native, torch, keras, or a checkpoint preset: a model family or "
      "model_type (docs/models.md)",
      false},
     {"layer_index", "INT", "the layer to take from a whole-model checkpoint", false},
     {"weights_prefix", "TEXT", "take the weights whose names start with this, prefix stripped",
+     false},
+    {"keras_layer", "TEXT",
+     "the MultiHeadAttention or encoder block to take from a Keras .h5/.keras file, by name",
      false},
     {"causal", "MODE", "false, true (top-left) or bottom-right", true},
     {"mask", "PATH", ".npy mask: bool (true = attend) or float (added to logits)", false},
@@ -198,6 +202,11 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
   if (key == "weights_prefix") {
     c.weights_prefix =
         v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a tensor name prefix"));
+    return true;
+  }
+  if (key == "keras_layer") {
+    c.keras_layer =
+        v.is_null() ? std::nullopt : std::optional(get_string(v, where, "a Keras layer name"));
     return true;
   }
   if (key == "layer_index") {
@@ -610,6 +619,7 @@ json Config::to_json() const {
       weights_format == WeightsFormat::preset ? weights_preset : to_string(weights_format);
   j["layer_index"] = opt(layer_index);
   j["weights_prefix"] = opt(weights_prefix);
+  j["keras_layer"] = opt(keras_layer);
   // A decoder's default (causal) is its own: null until given, so a run.json's
   // "top-left" (the plan sets it) still matches the config it came from.
   j["causal"] = layer == LayerKind::decoder && !causal_given ? json(nullptr)

@@ -178,10 +178,49 @@ bool has_layer_names(const Arrays& arrays) {
 
 NativeWeights layer_weights_to_native(const Arrays& arrays, WeightsFormat format,
                                       const std::string& path) {
+  // Keras files' encoder blocks (keras_file.hpp): native layer names, each
+  // attention in the keras layout, converted here; its kernels give h.
+  if (format == WeightsFormat::keras || format == WeightsFormat::auto_detect) {
+    Arrays native;
+    std::map<std::string, Arrays> attention;  // "layers.0.self_attn." -> query/kernel, ...
+    bool keras = false;
+    for (const auto& [name, array] : arrays) {
+      const auto [layer, rest] = split_layer(name);
+      const std::string prefix = "layers." + std::to_string(layer) + ".self_attn.";
+      if (layer != std::string::npos && starts_with(rest, "self_attn.") &&
+          rest.find('/') != std::string::npos) {
+        attention[prefix][rest.substr(10)] = array;
+        keras = true;
+      } else {
+        native[name] = array;
+      }
+    }
+    if (keras) {
+      NativeWeights out{{}, WeightsFormat::keras, std::nullopt};
+      for (const auto& [prefix, block] : attention) {
+        const NativeWeights w = to_native(block, WeightsFormat::keras, path + ":" + prefix);
+        if (out.h && w.h && *out.h != *w.h)
+          fail_input(path + ":" + prefix + ": query/kernel holds " + std::to_string(*w.h) +
+                     " heads and an earlier block's " + std::to_string(*out.h) +
+                     "; expected one h for the stack");
+        out.h = w.h;
+        for (const auto& [n, a] : w.arrays) out.arrays[prefix + n] = a;
+      }
+      for (const auto& [name, array] : native) {
+        if (!is_native_layer_name(name))
+          fail_input(
+              path + ": unknown weight tensor '" + name +
+              "' beside Keras encoder blocks (expected layers.N.ffn.W_1, layers.N.norm1.gamma, "
+              "...; docs/layers.md)");
+        out.arrays[name] = array;
+      }
+      return out;
+    }
+  }
   if (format == WeightsFormat::keras)
     fail_input(path +
-               ": Keras layouts of Transformer layers are not read yet; use native or "
-               "torch names (docs/layers.md)");
+               ": Keras Transformer layers are read from Keras' own files (.h5, .weights.h5, "
+               ".keras: docs/layers.md); in an .npz use native or torch names");
   if (!has_layer_names(arrays)) {
     std::string names;
     for (const auto& [name, a] : arrays) {

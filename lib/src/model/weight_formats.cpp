@@ -9,6 +9,7 @@
 #include "mha/io/file_kind.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/safetensors.hpp"
+#include "mha/model/keras_file.hpp"
 #include "mha/model/layer_weights.hpp"
 #include "mha/model/presets.hpp"
 #include "mha/model/weights.hpp"
@@ -434,9 +435,22 @@ void check_float_tensors(const std::map<std::string, NpyArray>& arrays, const st
 }  // namespace
 
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
-                                   std::optional<std::size_t> h, const std::string& out) {
+                                   std::optional<std::size_t> h, const std::string& out,
+                                   const std::optional<std::string>& keras_layer) {
   check_output_path(in, out);
+  // Keras' own files are written as Keras 3's .weights.h5 only: the name is
+  // what Keras' save_weights demands, and .h5 or .keras would promise a
+  // tf.keras file or a whole saved model.
+  const bool keras_out = ends_with(out, ".weights.h5");
+  const std::optional<FileKind> out_kind = kind_from_name(out);
+  if (!keras_out && (out_kind == FileKind::hdf5 || out_kind == FileKind::keras))
+    fail_input(out +
+               ": Keras files are written as NAME.weights.h5 (Keras 3's load_weights); "
+               "name the output so, or .npz / .safetensors");
+  if (keras_out && to != WeightsFormat::keras && to != WeightsFormat::auto_detect)
+    fail_input(out + ": a .weights.h5 holds the keras layout; use --to keras");
   WeightsCheck check;
+  check.keras_layer = keras_layer;
   if (from != WeightsFormat::preset) check.names = from;
   const std::map<std::string, NpyArray> read = read_weight_arrays(in, check);
   check_float_tensors(read, in);
@@ -446,10 +460,16 @@ WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, We
   if (h && native.h && *h != *native.h)
     fail_input("--h " + std::to_string(*h) + " disagrees with " + in + ", whose kernels hold " +
                std::to_string(*native.h) + " heads");
-  auto arrays = layers ? layer_weights_from_native(native.arrays, to, in)
-                       : from_native(native.arrays, to, h ? h : native.h, in);
   const std::filesystem::path path(out);
   OutputSet set(path.has_parent_path() ? path.parent_path().string() : ".");
+  if (keras_out) {
+    set.stage_bytes(path.filename().string(),
+                    encode_keras_weights(native.arrays, h ? h : native.h, in));
+    set.commit();
+    return native.format;
+  }
+  auto arrays = layers ? layer_weights_from_native(native.arrays, to, in)
+                       : from_native(native.arrays, to, h ? h : native.h, in);
   if (kind_from_name(out) == FileKind::safetensors)
     set.stage_bytes(path.filename().string(), encode_safetensors(arrays));
   else

@@ -3,10 +3,12 @@
 #include <filesystem>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/io/file_kind.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
+#include "mha/model/keras_file.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/model/rng.hpp"
 
@@ -108,6 +110,15 @@ std::map<std::string, NpyArray> read_weight_arrays(const std::string& path,
                                                    const WeightsCheck& check) {
   if (const auto* given = provided_weights(path)) return *given;
   const FileKind kind = file_kind(path);
+  if (kind == FileKind::hdf5 || kind == FileKind::keras)
+    return read_keras_weights(path, check.keras_layer, check.max_bytes,
+                              [&](const std::map<std::string, NpyHeaderInfo>& headers,
+                                  const std::map<std::string, std::string>& names) {
+                                check_headers(path, headers, names, check);
+                              });
+  if (check.keras_layer)
+    fail_input(path + ": keras_layer " + echo(*check.keras_layer) +
+               " applies to Keras weights files (.h5, .weights.h5, .keras) only");
   if (kind == FileKind::safetensors) return read_safetensors(path);
   // A .npy is not a weights file: read_npz says why.
   if (kind != FileKind::npy_directory)

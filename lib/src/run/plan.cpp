@@ -74,10 +74,11 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
                                         const std::string& preset,
                                         std::optional<std::int64_t> layer_index,
                                         const std::optional<std::string>& prefix,
-                                        std::optional<std::uint64_t> max_bytes,
-                                        const Config* sizes) {
+                                        std::optional<std::uint64_t> max_bytes, const Config* sizes,
+                                        const std::optional<std::string>& keras_layer) {
   const Family* named = named_family(format, preset);
   const std::string key = std::string(to_string(format)) + ":" + preset + ":" +
+                          (keras_layer ? "keras:" + *keras_layer + ":" : "") +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
@@ -90,6 +91,7 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
       WeightsCheck check;
       if (!layer_index && !prefix && format != WeightsFormat::preset) check.names = format;
       check.max_bytes = max_bytes;
+      check.keras_layer = keras_layer;
       if (sizes) {
         const auto given = [](const std::optional<std::int64_t>& v) {
           return v && *v > 0 ? static_cast<std::size_t>(*v) : std::size_t{0};
@@ -114,9 +116,11 @@ const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFo
                                               const std::string& preset,
                                               std::optional<std::int64_t> layer_index,
                                               const std::optional<std::string>& prefix,
-                                              std::optional<std::uint64_t> max_bytes) {
+                                              std::optional<std::uint64_t> max_bytes,
+                                              const std::optional<std::string>& keras_layer) {
   const Family* named = named_family(format, preset);
   const std::string key = std::string("layers:") + to_string(format) + ":" + preset + ":" +
+                          (keras_layer ? "keras:" + *keras_layer + ":" : "") +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
                           prefix.value_or("") + ":" + path;
   if (errors_.count(key)) fail_input(errors_[key]);
@@ -124,6 +128,7 @@ const NativeWeights& PlanFiles::layer_weights(const std::string& path, WeightsFo
     try {
       WeightsCheck check;
       check.max_bytes = max_bytes;
+      check.keras_layer = keras_layer;
       std::map<std::string, NpyArray> arrays =
           layer_arrays(path, named, layer_index, prefix, check);
       const Family* family = named ? named : preset_for(arrays, path);
@@ -192,7 +197,7 @@ void plan_stack_weights(const Config& c, PlanFiles& files, RunPlan& p, StackShap
   }
   const NativeWeights* lw = p.weights =
       &files.layer_weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                           c.weights_prefix, weights_limit(c));
+                           c.weights_prefix, weights_limit(c), c.keras_layer);
   p.shapes.weights_name = *c.weights;
   const std::string prefix = "layers.0.self_attn.";
   for (const auto& [name, array] : lw->arrays)
@@ -290,6 +295,10 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   StackShape s;
   s.kind = c.layer;
   plan_stack_weights(c, files, p, s);
+  if (p.weights && p.weights->h) {  // Keras encoder blocks: their kernels hold h
+    shapes.weights_h = p.weights->h;
+    shapes.weights_name = *c.weights;
+  }
   p.use_bias = true;
   Config self = c;  // the self-attention: key = value = the input; kv_seq_len is the memory's
   self.weights.reset();
@@ -334,9 +343,9 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
     const NativeWeights& w =
         c.layer == LayerKind::attention
             ? files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                            c.weights_prefix, weights_limit(c), &c)
+                            c.weights_prefix, weights_limit(c), &c, c.keras_layer)
             : files.layer_weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                                  c.weights_prefix, weights_limit(c));
+                                  c.weights_prefix, weights_limit(c), c.keras_layer);
     if (w.format == WeightsFormat::preset && w.family)
       apply_preset_settings(c, *w.family, *c.weights);
   }
@@ -351,7 +360,7 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
     p.weights = &files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                               c.weights_prefix, weights_limit(c), &c);
+                               c.weights_prefix, weights_limit(c), &c, c.keras_layer);
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

@@ -50,6 +50,7 @@ struct Config {
   std::string weights_preset;               // weights_format preset: the family or model_type named
   std::optional<std::int64_t> layer_index;  // one layer of a whole checkpoint (presets.hpp)
   std::optional<std::string> weights_prefix;  // or the tensors under this name prefix
+  std::optional<std::string> keras_layer;  // the layer to take from a Keras file (keras_file.hpp)
 
   // Masking.
   Causal causal = Causal::none;

@@ -15,6 +15,8 @@
 //          value/kernel (vdim, h, value_dim), attention_output/kernel
 //          (h, value_dim, d_out), attention_output/bias (d_out). '/' or '.'
 //          separate the parts; a layer-name prefix and a ":0" suffix are allowed.
+//          Keras' own files (.h5, .weights.h5, .keras) are read into these
+//          names, or native layer names for encoder blocks, by keras_file.hpp.
 #pragma once
 
 #include <map>
@@ -70,11 +72,15 @@ std::vector<std::pair<std::string, NpyArray>> from_native(
 // A 2-D array transposed (PyTorch's Linear stores x @ W as W^T).
 NpyArray transpose_2d(const NpyArray& a);
 
-// `mha weights convert`: reads `in` (.npz or directory) in layout `from`,
-// writes `out` (.npz, atomically) in layout `to`. Returns the layout read.
-// Throws (invalid_input) before reading when `out` is a directory or lies
-// under a file, and before converting when a tensor is not float16/32/64.
+// `mha weights convert`: reads `in` (.npz, directory, .safetensors, or a
+// Keras .h5/.weights.h5/.keras, its layer chosen by `keras_layer`) in layout
+// `from`, writes `out` atomically: NAME.weights.h5 as Keras 3's load_weights
+// reads it (keras_file.hpp; `to` is then keras), .safetensors, else .npz in
+// layout `to`. Returns the layout read. Throws (invalid_input) before reading
+// when `out` is a directory or lies under a file, and before converting when
+// a tensor is not float16/32/64.
 WeightsFormat convert_weights_file(const std::string& in, WeightsFormat from, WeightsFormat to,
-                                   std::optional<std::size_t> h, const std::string& out);
+                                   std::optional<std::size_t> h, const std::string& out,
+                                   const std::optional<std::string>& keras_layer = std::nullopt);
 
 }  // namespace mha

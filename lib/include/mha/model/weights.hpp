@@ -33,12 +33,17 @@ struct WeightsCheck {
   // columns d_out; matrices 2-D, biases 1-D), so that an array of a valid
   // name but a shape no such layer has is refused before it is inflated.
   std::size_t d_model = 0, kdim = 0, vdim = 0, d_out = 0;
+  // The layer to take from a Keras file (.h5, .weights.h5, .keras) holding
+  // several (keras_file.hpp); refused for other files.
+  std::optional<std::string> keras_layer;
 };
 
-// Reads the arrays of a weights file: an .npz archive, or a directory of
-// NAME.npy. Every member's (or file's) .npy header is read and `check`ed
-// first, so that a file of the wrong names or too large is refused before
-// anything is inflated or read.
+// Reads the arrays of a weights file: an .npz archive, a directory of
+// NAME.npy, a .safetensors file, or a Keras file (.h5, .weights.h5, .keras:
+// keras_file.hpp, which names the arrays in the keras layout, or native layer
+// names for encoder blocks). Every member's (or file's, or dataset's) header
+// is read and `check`ed first, so that a file of the wrong names or too
+// large is refused before anything is inflated or read.
 std::map<std::string, NpyArray> read_weight_arrays(const std::string& path,
                                                    const WeightsCheck& check = {});
 

@@ -35,18 +35,21 @@ class PlanFiles {
   // `sizes`: the config whose given sizes the arrays' headers are checked
   // against before anything is inflated (WeightsCheck::d_model ...).
   // `preset`: the family weights_format names (format preset).
+  // `keras_layer`: the layer to take from a Keras file (keras_file.hpp).
   const NativeWeights& weights(const std::string& path, WeightsFormat format,
                                const std::string& preset = "",
                                std::optional<std::int64_t> layer_index = std::nullopt,
                                const std::optional<std::string>& prefix = std::nullopt,
                                std::optional<std::uint64_t> max_bytes = std::nullopt,
-                               const Config* sizes = nullptr);
+                               const Config* sizes = nullptr,
+                               const std::optional<std::string>& keras_layer = std::nullopt);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
                                      const std::string& preset = "",
                                      std::optional<std::int64_t> layer_index = std::nullopt,
                                      const std::optional<std::string>& prefix = std::nullopt,
-                                     std::optional<std::uint64_t> max_bytes = std::nullopt);
+                                     std::optional<std::uint64_t> max_bytes = std::nullopt,
+                                     const std::optional<std::string>& keras_layer = std::nullopt);
 
  private:
   std::map<std::string, std::vector<std::size_t>> shapes_;
