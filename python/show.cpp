@@ -189,7 +189,8 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
           arrays.emplace_back(key, py::reinterpret_borrow<py::object>(d[key]));
       if (token_rows.is_none() && d.contains("tokens")) token_rows = d["tokens"];
       if (d.contains("pieces")) piece_rows = d["pieces"];
-      view.title = "mha.show: a result dict";
+      view.title = d.contains("ids") && d.contains("output") ? "mha.show: a Model call"
+                                                             : "mha.show: a dict of maps";
       if (arrays.empty())
         throw mha::Error(mha::ErrorKind::invalid_input,
                          "mha.show: the dict holds no attention maps (keys attention, "

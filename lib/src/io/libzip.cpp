@@ -1,5 +1,8 @@
 #include "libzip.hpp"
 
+#include <algorithm>
+
+#include "mha/base/error.hpp"
 #include "mha/base/shared_library.hpp"
 
 #ifndef MHA_LIBZIP_SONAME
@@ -25,6 +28,30 @@ Libzip load() {
 const Libzip& libzip() {
   static const Libzip z = load();
   return z;
+}
+
+std::string read_member_bytes(zip_t* za, zip_uint64_t index, std::uint64_t declared,
+                              const std::string& what) {
+  const Libzip& lz = libzip();
+  ZipFilePtr file(lz.zip_fopen_index(za, index, 0));
+  if (!file) fail_input(what + ": cannot open: " + lz.zip_strerror(za));
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  std::string bytes;
+  bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(declared, 64 * kChunk)));
+  std::string chunk(kChunk, '\0');
+  for (;;) {
+    const zip_int64_t n = lz.zip_fread(file.get(), chunk.data(), chunk.size());
+    if (n < 0) fail_input(what + ": cannot read: " + lz.zip_file_strerror(file.get()));
+    if (n == 0) break;
+    bytes.append(chunk.data(), static_cast<std::size_t>(n));
+    if (bytes.size() > declared)
+      fail_input(what + ": holds more data than the " + std::to_string(declared) +
+                 " bytes its directory entry declares");
+  }
+  if (bytes.size() != declared)
+    fail_input(what + ": holds " + std::to_string(bytes.size()) +
+               " bytes, but its directory entry declares " + std::to_string(declared));
+  return bytes;
 }
 
 }  // namespace mha::detail

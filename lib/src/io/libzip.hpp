@@ -1,10 +1,15 @@
-// libzip, loaded with dlopen the first time a .npz is read or written instead
-// of being linked. Linking it costs every mha process about 1.5 ms at start
-// (libzip pulls in libcrypto, bzip2 and their relocations), a tenth of a small
-// `mha run` that never touches an archive. Internal to npz.cpp.
+// libzip, loaded with dlopen the first time a .npz or a .keras is read or
+// written instead of being linked. Linking it costs every mha process about
+// 1.5 ms at start (libzip pulls in libcrypto, bzip2 and their relocations), a
+// tenth of a small `mha run` that never touches an archive. Internal to io/
+// (npz.cpp, zip_member.cpp).
 #pragma once
 
 #include <zip.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
 
 namespace mha::detail {
 
@@ -49,5 +54,23 @@ struct Libzip {
 // throws mha::Error (runtime, exit code 1) naming the library and what to
 // install if it cannot be loaded or lacks a function.
 const Libzip& libzip();
+
+struct ZipDiscard {
+  void operator()(zip_t* za) const { libzip().zip_discard(za); }
+};
+using ZipPtr = std::unique_ptr<zip_t, ZipDiscard>;
+
+struct ZipFileClose {
+  void operator()(zip_file_t* f) const { libzip().zip_fclose(f); }
+};
+using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
+
+// The bytes of member `index` of `za`, whose directory entry declares
+// `declared` bytes uncompressed. Memory grows as data arrives rather than as
+// the entry declares, reading stops as soon as the member yields more, and a
+// member that yields more or fewer bytes (or fails its CRC) is refused;
+// errors (mha::Error, invalid_input) start with `what`.
+std::string read_member_bytes(zip_t* za, zip_uint64_t index, std::uint64_t declared,
+                              const std::string& what);
 
 }  // namespace mha::detail

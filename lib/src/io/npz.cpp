@@ -32,18 +32,10 @@ const detail::Libzip& lz() {
 // declared. Keep in step with the comment in npz.hpp.
 constexpr std::uint64_t kMaxMemberBytes = std::uint64_t{4} << 30;
 constexpr std::uint64_t kMaxTotalBytes = std::uint64_t{4} << 30;
-constexpr std::size_t kChunk = std::size_t{1} << 20;
 const std::string kSuffix = ".npy";
 
-struct ZipDiscard {
-  void operator()(zip_t* za) const { lz().zip_discard(za); }
-};
-using ZipPtr = std::unique_ptr<zip_t, ZipDiscard>;
-
-struct ZipFileClose {
-  void operator()(zip_file_t* f) const { lz().zip_fclose(f); }
-};
-using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
+using detail::ZipFilePtr;
+using detail::ZipPtr;
 
 bool is_control(char c) {
   return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
@@ -107,28 +99,7 @@ zip_stat_t stat_member(zip_t* za, zip_uint64_t index, const std::string& what) {
 
 std::string read_member(zip_t* za, zip_uint64_t index, const zip_stat_t& st,
                         const std::string& what) {
-  ZipFilePtr file(lz().zip_fopen_index(za, index, 0));
-  if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(za));
-
-  // Grow as data actually arrives rather than trusting the declared size
-  // for the allocation; then insist the two agree.
-  const auto declared = static_cast<std::size_t>(st.size);
-  std::string bytes;
-  bytes.reserve(std::min<std::size_t>(declared, 64 * kChunk));
-  std::vector<char> chunk(kChunk);
-  for (;;) {
-    const zip_int64_t n = lz().zip_fread(file.get(), chunk.data(), chunk.size());
-    if (n < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
-    if (n == 0) break;
-    bytes.append(chunk.data(), static_cast<std::size_t>(n));
-    if (bytes.size() > declared)
-      fail_input(what + ": holds more data than the " + std::to_string(declared) +
-                 " bytes its directory entry declares");
-  }
-  if (bytes.size() != declared)
-    fail_input(what + ": holds " + std::to_string(bytes.size()) +
-               " bytes, but its directory entry declares " + std::to_string(declared));
-  return bytes;
+  return detail::read_member_bytes(za, index, st.size, what);
 }
 
 // Streams one member (npy header, then the array's bytes) into libzip without

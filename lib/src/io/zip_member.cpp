@@ -16,15 +16,7 @@ const detail::Libzip& lz() {
   return detail::libzip();
 }
 
-struct ZipDiscard {
-  void operator()(zip_t* za) const { lz().zip_discard(za); }
-};
-using ZipPtr = std::unique_ptr<zip_t, ZipDiscard>;
-
-struct ZipFileClose {
-  void operator()(zip_file_t* f) const { lz().zip_fclose(f); }
-};
-using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
+using detail::ZipPtr;
 
 ZipPtr open_zip(const std::string& path) {
   std::error_code ec;
@@ -83,27 +75,7 @@ std::string read_zip_member(const std::string& path, const std::string& member,
       !lz().zip_compression_method_supported(st.comp_method, 0))
     fail_input(what + ": compression method " + std::to_string(st.comp_method) +
                " is not supported; expected stored or deflated");
-  ZipFilePtr file(lz().zip_fopen_index(za.get(), static_cast<zip_uint64_t>(index), 0));
-  if (!file) fail_input(what + ": cannot open: " + lz().zip_strerror(za.get()));
-  // Memory grows as data arrives, not as the directory declares.
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  const auto declared = static_cast<std::size_t>(st.size);
-  std::string bytes;
-  bytes.reserve(std::min(declared, 16 * kChunk));
-  std::string chunk(kChunk, '\0');
-  for (;;) {
-    const zip_int64_t n = lz().zip_fread(file.get(), chunk.data(), chunk.size());
-    if (n < 0) fail_input(what + ": cannot read: " + lz().zip_file_strerror(file.get()));
-    if (n == 0) break;
-    bytes.append(chunk.data(), static_cast<std::size_t>(n));
-    if (bytes.size() > declared)
-      fail_input(what + ": holds more data than the " + std::to_string(declared) +
-                 " bytes its directory entry declares");
-  }
-  if (bytes.size() != declared)
-    fail_input(what + ": holds " + std::to_string(bytes.size()) +
-               " bytes, but its directory entry declares " + std::to_string(declared));
-  return bytes;
+  return detail::read_member_bytes(za.get(), static_cast<zip_uint64_t>(index), st.size, what);
 }
 
 }  // namespace mha
