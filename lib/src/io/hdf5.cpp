@@ -115,6 +115,50 @@ std::string bytes_str(std::uint64_t n) {
   return s;
 }
 
+// HDF5's core driver over a file image in memory, read in place: the
+// callbacks hand HDF5 the image wherever it would allocate a buffer for it or
+// copy it (at H5Pset_file_image, when the property list is copied, at open),
+// and free nothing. udata is the std::string holding the image, which the
+// Hdf5File keeps (image_) for as long as the file is open. This is
+// H5LTopen_file_image's DONT_COPY | DONT_RELEASE mode without the high-level
+// library, whose 1.10 series leaks that mode's bookkeeping on every open.
+void* image_malloc(size_t size, H5FD_file_image_op_t, void* udata) {
+  auto* image = static_cast<std::string*>(udata);
+  return size == image->size() ? image->data() : nullptr;
+}
+void* image_memcpy(void* dest, const void* src, size_t size, H5FD_file_image_op_t, void* udata) {
+  auto* image = static_cast<std::string*>(udata);
+  // Every copy asked for is of the image onto itself.
+  return dest == image->data() && src == image->data() && size == image->size() ? dest : nullptr;
+}
+void* image_realloc(void*, size_t, H5FD_file_image_op_t, void*) {
+  return nullptr;  // opened read-only: the image never grows
+}
+herr_t image_free(void*, H5FD_file_image_op_t, void*) {
+  return 0;
+}
+void* udata_copy(void* udata) {
+  return udata;
+}
+herr_t udata_free(void*) {
+  return 0;
+}
+
+// Called with the lock held; the file's id, or negative when HDF5 refused it.
+hid_t open_image(const std::string& image) {
+  const detail::Libhdf5& h = h5();
+  const Id fapl(h.H5Pcreate(h.H5P_CLS_FILE_ACCESS_ID_g), h.H5Pclose);
+  H5FD_file_image_callbacks_t callbacks = {image_malloc, image_memcpy, image_realloc, image_free,
+                                           udata_copy,   udata_free,   nullptr};
+  callbacks.udata = const_cast<std::string*>(&image);
+  if (!fapl.ok() || h.H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
+      h.H5Pset_file_image_callbacks(fapl.get(), &callbacks) < 0 ||
+      h.H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0)
+    return -1;
+  // The name only labels the file in HDF5's own bookkeeping; nothing is opened by it.
+  return h.H5Fopen("image.h5", kAccessReadOnly, fapl.get());
+}
+
 }  // namespace
 
 bool looks_like_hdf5(const std::string& head) {
@@ -138,9 +182,7 @@ Hdf5File::Hdf5File(const std::string& path) : name_(path) {
     file_bytes_ = image_->size();
     if (!looks_like_hdf5(*image_))
       fail_input(path + ": not an HDF5 file (no HDF5 signature at its start)");
-    // Read-only and not copied: the image outlives the file (image_).
-    id = h.H5LTopen_file_image(const_cast<char*>(image_->data()), image_->size(),
-                               H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
+    id = open_image(*image_);
   } else {
     std::string head(8, '\0');
     if (FILE* f = std::fopen(path.c_str(), "rb")) {
@@ -158,13 +200,12 @@ Hdf5File::Hdf5File(const std::string& path) : name_(path) {
 
 Hdf5File::Hdf5File(std::shared_ptr<const std::string> image, const std::string& name)
     : name_(name), image_(std::move(image)) {
-  const detail::Libhdf5& h = h5();
+  h5();  // loaded before the lock is taken
   std::lock_guard<std::mutex> lock(h5_mutex());
   file_bytes_ = image_->size();
   if (!looks_like_hdf5(*image_))
     fail_input(name + ": not an HDF5 file (no HDF5 signature at its start)");
-  const hid_t id = h.H5LTopen_file_image(const_cast<char*>(image_->data()), image_->size(),
-                                         H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
+  const hid_t id = open_image(*image_);
   if (id < 0)
     fail_input(name + ": cannot open as an HDF5 file (truncated or corrupt; HDF5 refused it)");
   open(id);

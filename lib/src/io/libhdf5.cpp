@@ -5,9 +5,6 @@
 #ifndef MHA_HDF5_SONAME
 #define MHA_HDF5_SONAME "libhdf5_serial.so.103"
 #endif
-#ifndef MHA_HDF5_HL_SONAME
-#define MHA_HDF5_HL_SONAME "libhdf5_serial_hl.so.100"
-#endif
 
 // The symbol a name stands for once HDF5's version macros are applied.
 #define MHA_HDF5_STRING(x) #x
@@ -20,12 +17,10 @@ namespace {
 Libhdf5 load() {
   const char* hint = "Keras .h5/.keras files need Debian's libhdf5 (scripts/setup.sh installs it)";
   const SharedLibrary library(MHA_HDF5_SONAME, "libhdf5", hint);
-  const SharedLibrary hl(MHA_HDF5_HL_SONAME, "libhdf5_hl", hint);
   Libhdf5 h;
 #define MHA_LIBHDF5_BIND(name) library.bind(h.name, MHA_HDF5_SYMBOL(name));
   MHA_LIBHDF5_FUNCTIONS(MHA_LIBHDF5_BIND)
 #undef MHA_LIBHDF5_BIND
-  hl.bind(h.H5LTopen_file_image, "H5LTopen_file_image");
   h.H5open();
   // The identifiers exist once H5open has run.
 #define MHA_LIBHDF5_READ(name) \

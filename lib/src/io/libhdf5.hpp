@@ -1,11 +1,10 @@
-// Debian's libhdf5 and its high-level library, loaded with dlopen the first
-// time an HDF5 file is read or written instead of being linked: libhdf5 pulls
+// Debian's libhdf5, loaded with dlopen the first time an HDF5 file is read or
+// written instead of being linked: libhdf5 pulls
 // in libcurl, GnuTLS, Kerberos and LDAP, about 4 ms at the start of every mha
 // process (mha/base/shared_library.hpp). Internal to hdf5.cpp.
 #pragma once
 
 #include <hdf5.h>
-#include <hdf5_hl.h>
 
 namespace mha::detail {
 
@@ -25,6 +24,8 @@ namespace mha::detail {
   X(H5Pcreate)                   \
   X(H5Pclose)                    \
   X(H5Pset_fapl_core)            \
+  X(H5Pset_file_image)           \
+  X(H5Pset_file_image_callbacks) \
   X(H5Pget_external_count)       \
   X(H5Pget_layout)               \
   X(H5Pget_nfilters)             \
@@ -97,10 +98,9 @@ struct Libhdf5 {
 #define MHA_LIBHDF5_VALUE(name) hid_t name = -1;
   MHA_LIBHDF5_VARIABLES(MHA_LIBHDF5_VALUE)
 #undef MHA_LIBHDF5_VALUE
-  decltype(&::H5LTopen_file_image) H5LTopen_file_image = nullptr;  // libhdf5_hl
 };
 
-// Loads both libraries on the first call (thread-safe), turns HDF5's own
+// Loads the library on the first call (thread-safe), turns HDF5's own
 // error printing off (every failure becomes an mha::Error instead) and
 // returns the functions; throws mha::Error (runtime, exit code 1) naming the
 // library and what to install if it cannot be loaded or lacks a function.
