@@ -484,8 +484,8 @@ int do_model_job_run(const RunArgs& args, nlohmann::json file) {
     file[name] = given;
   }
   const ModelArgs& m = args.model;
-  if (!m.model.empty() || !m.texts.empty() || !m.tokens.empty() || m.layers || m.heads ||
-      args.html || !flags.empty())
+  if (!m.model.empty() || !m.texts.empty() || !m.tokens.empty() || !m.images.empty() || m.layers ||
+      m.heads || args.html || !flags.empty())
     throw Error(ErrorKind::invalid_input,
                 args.config_file +
                     ": holds a model run (\"model\"), which gives its options; expected no other "
@@ -510,13 +510,16 @@ int do_run(const RunArgs& args) {
     if (file.is_object() && file.contains("model")) return do_model_job_run(args, file);
   }
   Config config = build_config(args, file);
-  if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty()) {
+  if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty() ||
+      !args.model.images.empty() || !args.model.target_texts.empty() ||
+      !args.model.target_tokens.empty()) {
     // A model run frees each layer's buffers and allocates the next layer's of the same
     // sizes: malloc keeps them, so every layer after the first reuses memory already touched,
     // and the first layer's memory comes in huge pages.
     use_one_run_heap();
     if (args.model.model.empty())
-      throw Error(ErrorKind::invalid_input, "--text and --tokens need --model DIR");
+      throw Error(ErrorKind::invalid_input,
+                  "--text, --tokens, --image and --target_text need --model DIR");
     if (!args.config_file.empty() || args.html)
       throw Error(ErrorKind::invalid_input,
                   std::string(args.html ? "--html" : "--config") +

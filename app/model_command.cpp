@@ -42,7 +42,17 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
       ->type_name("DIR");
   run.add_option("--text", args.texts, "--model: a text to tokenize (repeat for a batch)")
       ->type_name("TEXT");
+  run.add_option("--image", args.images,
+                 "--model: a PNG or JPEG file for an image model (vit; repeat for a batch)")
+      ->type_name("FILE");
   run.add_option("--tokens", args.tokens, "--model: .npy of token ids, (T) or (B, T)")
+      ->type_name("PATH");
+  run.add_option("--target_text", args.target_texts,
+                 "--model: encoder-decoders (t5, bart): the decoder's text, teacher-forced (one "
+                 "per --text)")
+      ->type_name("TEXT");
+  run.add_option("--target_tokens", args.target_tokens,
+                 "--model: encoder-decoders: .npy of the target's token ids, (T) or (B, T)")
       ->type_name("PATH");
   run.add_option("--layer_indices", args.layers, "--model: layers whose maps are written, e.g. 3,5")
       ->type_name("LIST");
@@ -74,6 +84,9 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   ModelRunConfig mc;
   mc.model = args.model;
   mc.texts = args.texts;
+  mc.images = args.images;
+  mc.target_texts = args.target_texts;
+  if (!args.target_tokens.empty()) mc.target_tokens = args.target_tokens;
   if (!args.tokens.empty()) mc.tokens = args.tokens;
   mc.out_dir = config.out_dir;
   mc.save_attention = config.save_attention;

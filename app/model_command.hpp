@@ -21,6 +21,10 @@ struct ModelArgs {
   std::string model, tokens;
   std::optional<std::string> layers, heads;  // given but empty is refused, not "all"
   std::vector<std::string> texts;
+  std::vector<std::string> images;  // PNG or JPEG files (image models)
+  // Encoder-decoders: the decoder's side (one per --text), or its ids.
+  std::vector<std::string> target_texts;
+  std::string target_tokens;
   std::int64_t top_k = 5;  // checked by check_model_call, with mha.Model's
   bool save_qk = false;
 };

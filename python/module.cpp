@@ -32,6 +32,8 @@
 #include "mha/checkpoint/ablation.hpp"
 #include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/lens.hpp"
+#include "mha/checkpoint/seq2seq.hpp"
+#include "mha/io/image.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
@@ -68,10 +70,13 @@ mha::NpyArray mha_python::to_npy(const py::array& in, const std::string& what) {
     out.dtype = mha::DType::i4;
   else if (kind == 'i' && item == 8)
     out.dtype = mha::DType::i8;
+  else if (kind == 'u' && item == 1)
+    out.dtype = mha::DType::u1;
   else
-    throw mha::Error(mha::ErrorKind::invalid_input,
-                     what + ": arrays of dtype " + std::string(py::str(a.dtype())) +
-                         " are not read; expected float16, float32, float64, bool, int32 or int64");
+    throw mha::Error(
+        mha::ErrorKind::invalid_input,
+        what + ": arrays of dtype " + std::string(py::str(a.dtype())) +
+            " are not read; expected float16, float32, float64, bool, int32, int64 or uint8");
   if (a.dtype().byteorder() == '>')
     throw mha::Error(
         mha::ErrorKind::invalid_input,
@@ -664,9 +669,50 @@ class PyModel {
     return s;
   }
 
+  // An image model's input: a path (PNG or JPEG), a uint8 array (H, W, 3), or
+  // a list of them, through the CLI's reader and image processor.
+  mha::ModelInput images_of(const py::object& input) const {
+    std::vector<mha::RgbImage> images;
+    std::vector<std::string> names;
+    const std::uint64_t limit = mha::image_byte_limit(max_memory_);
+    auto one = [&](const py::handle& x) {
+      if (py::isinstance<py::str>(x)) {
+        names.push_back(x.cast<std::string>());
+        images.push_back(mha::read_image(names.back(), limit));
+        return;
+      }
+      const py::array a = py::array::ensure(x);
+      if (!a || a.dtype().kind() != 'u' || a.itemsize() != 1 || a.ndim() != 3 || a.shape(2) != 3)
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         "input: expected an image as a path (PNG or JPEG) or a uint8 array of "
+                         "shape (H, W, 3), or a list of them");
+      const auto pixels = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>(a);
+      mha::RgbImage im;
+      im.height = static_cast<std::size_t>(a.shape(0));
+      im.width = static_cast<std::size_t>(a.shape(1));
+      if (im.height == 0 || im.width == 0 || im.width * im.height > mha::kMaxImagePixels ||
+          im.width * im.height * 3 > limit)
+        throw mha::Error(mha::ErrorKind::invalid_input,
+                         "input: an image array of " + std::to_string(im.height) + " x " +
+                             std::to_string(im.width) + " pixels; expected 1 to " +
+                             std::to_string(mha::kMaxImagePixels) + " pixels within max_memory");
+      im.format = "array";
+      im.rgb.assign(pixels.data(), pixels.data() + pixels.size());
+      images.push_back(std::move(im));
+      names.emplace_back();
+    };
+    if (py::isinstance<py::list>(input) || py::isinstance<py::tuple>(input)) {
+      for (const py::handle& x : input) one(x);
+    } else {
+      one(input);
+    }
+    return model_.encode_images(images, names);
+  }
+
   // A text, a list of texts (right-padded) or token ids (T) or (B, T).
   mha::ModelInput input_of(const py::object& input) const {
     mha::ModelInput in;
+    if (model_.config().image_input()) return images_of(input);
     if (py::isinstance<py::str>(input)) {
       in = model_.encode({utf8_text(input, 0)});
     } else if (py::isinstance<py::list>(input) || py::isinstance<py::tuple>(input)) {
@@ -698,8 +744,11 @@ class PyModel {
   py::dict call(const py::object& input, bool attention, bool hidden_states,
                 const std::optional<std::vector<std::int64_t>>& layers,
                 const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
-                std::int64_t threads, bool qk) const {
+                std::int64_t threads, bool qk, const py::object& target) const {
     const mha::ModelConfig& c = model_.config();
+    if (c.encoder_decoder || !target.is_none())
+      return call_seq2seq(input, target, attention, hidden_states, layers, heads, top_k, threads,
+                          qk);
     // The options first, checked as the CLI checks them (mha::check_model_call).
     const mha::ModelCall options =
         mha::check_model_call(c, {attention, layers, heads, top_k, threads});
@@ -771,8 +820,14 @@ class PyModel {
       };
     }
     mha::ForwardResult r;
+    std::vector<float> embeddings;  // an image model's pass starts from its patch embeddings
     {
       py::gil_scoped_release release;  // the forward runs without the GIL
+      if (c.image_input()) {
+        embeddings.resize(B * T * d);
+        model_.checkpoint().embed_patches(in.pixels.data(), B, embeddings.data());
+        fo.first_hidden = embeddings.data();
+      }
       r = mha::forward(model_.checkpoint(), in.ids.data(), B, T, in.lengths, fo);
       mha::check_finite_output(r, model_.checkpoint().dir());
       if (in.tokens.empty()) model_.name_tokens(in);  // ids given: their strings
@@ -794,6 +849,13 @@ class PyModel {
     out["tokens"] = tokens;
     out["pieces"] = pieces;
     out["output"] = output;
+    if (!in.images.empty()) {  // (B, H, W, 3) uint8: the images as the model sees them
+      py::array_t<std::uint8_t> seen(std::vector<py::ssize_t>{
+          py::ssize_t(B), py::ssize_t(c.image_height), py::ssize_t(c.image_width), 3});
+      std::memcpy(seen.mutable_data(), in.images.data(), in.images.size());
+      out["images"] = seen;
+      out["patch_grid"] = std::vector<std::size_t>{c.patch_rows(), c.patch_cols()};
+    }
     out["attention"] = attention ? py::object(maps) : py::none();
     if (attention) {  // which layers and heads the maps' axes hold, and how q and k give them
       out["layer_indices"] = fo.map_layers;
@@ -803,6 +865,141 @@ class PyModel {
     out["q"] = qk ? py::object(q) : py::none();
     out["k"] = qk ? py::object(k) : py::none();
     out["hidden_states"] = hidden_states ? py::object(hidden) : py::none();
+    if (!r.top_k.empty()) {
+      py::list top;
+      const auto& tok = model_.tokenizer();
+      for (const auto& row : r.top_k) {
+        py::list l;
+        for (const mha::NextToken& t : row)
+          l.append(py::make_tuple(
+              t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
+        top.append(l);
+      }
+      out["top_k"] = top;
+    } else {
+      out["top_k"] = py::none();
+    }
+    return out;
+  }
+
+  // An encoder-decoder's call (T5, BART), as `mha run --model --text --target_text`
+  // (run/seq2seq_run.cpp): the three kinds of maps, both sides' tokens.
+  py::dict call_seq2seq(const py::object& input, const py::object& target, bool attention,
+                        bool hidden_states, const std::optional<std::vector<std::int64_t>>& layers,
+                        const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
+                        std::int64_t threads, bool qk) const {
+    const mha::ModelConfig& c = model_.config();
+    const std::string& dir = model_.checkpoint().dir();
+    if (!c.encoder_decoder)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "target=: a " + c.model_type + " (" + dir +
+                           ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
+    if (target.is_none())
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       dir + ": a " + c.model_type +
+                           " is an encoder-decoder; give the decoder's side as target= (a text, "
+                           "a list of texts or token ids)");
+    if (hidden_states || qk)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(qk ? "qk=True" : "hidden_states=True") +
+                           ": not supported for encoder-decoder models");
+    mha::ModelConfig both = c;  // layer indices name a layer of both stacks
+    both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
+    const mha::ModelCall options =
+        mha::check_model_call(both, {attention, layers, heads, top_k, threads});
+    mha::ModelInput in = input_of(input);
+    const mha::ModelInput labels = input_of(target);
+    if (labels.B != in.B)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "target: " + std::to_string(labels.B) + " target rows for " +
+                           std::to_string(in.B) + " source rows; expected one target per source");
+    const std::size_t B = in.B, S = in.T, T = labels.T, d = c.d_model;
+    mha::Seq2SeqOptions so;
+    so.threads = options.threads;
+    so.top_k = options.top_k;
+    so.map_heads = options.map_heads;
+    if (attention && !layers)
+      for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
+        so.map_layers.push_back(l);
+    else
+      so.map_layers = options.map_layers;
+    auto count = [&](std::size_t n) {  // the selected layers a stack of n has
+      return static_cast<std::size_t>(
+          std::lower_bound(so.map_layers.begin(), so.map_layers.end(), n) - so.map_layers.begin());
+    };
+    const std::size_t Le = count(c.num_layers), Ld = count(c.num_decoder_layers),
+                      Hs = so.map_heads.size();
+    std::uint64_t bytes = mha::seq2seq_memory(c, model_.checkpoint().layer_float32_bytes(), B, S, T,
+                                              mha::resolve_threads(options.threads));
+    if (attention) bytes += std::uint64_t{4} * B * Hs * (Le * S * S + Ld * T * (T + S));
+    check_memory(bytes, "the call");
+    py::array_t<float> maps[3];
+    if (attention) {
+      const std::size_t shapes[3][3] = {{Le, S, S}, {Ld, T, T}, {Ld, T, S}};
+      float* data[3];
+      for (int i = 0; i < 3; ++i) {
+        maps[i] = py::array_t<float>(
+            std::vector<py::ssize_t>{py::ssize_t(shapes[i][0]), py::ssize_t(B), py::ssize_t(Hs),
+                                     py::ssize_t(shapes[i][1]), py::ssize_t(shapes[i][2])});
+        data[i] = maps[i].mutable_data();
+      }
+      so.attention_sink = [data, B, Hs, S, T](mha::MapKind kind, std::size_t slot, std::size_t b,
+                                              std::size_t head, std::size_t t0, std::size_t rows,
+                                              const float* block) {
+        const std::size_t queries = kind == mha::MapKind::encoder ? S : T,
+                          keys = kind == mha::MapKind::decoder ? T : S;
+        std::memcpy(
+            data[static_cast<int>(kind)] + (((slot * B + b) * Hs + head) * queries + t0) * keys,
+            block, rows * keys * sizeof(float));
+      };
+    }
+    mha::Seq2SeqResult r;
+    mha::Seq2SeqInput sides;
+    {
+      py::gil_scoped_release release;
+      sides = mha::seq2seq_target(model_, labels);
+      r = mha::forward_seq2seq(model_.checkpoint(), in.ids.data(), B, S, in.lengths,
+                               sides.decoder.ids.data(), T, sides.decoder.lengths, so);
+      mha::ForwardResult finite;
+      finite.output = r.output;
+      mha::check_finite_output(finite, dir);
+      if (in.tokens.empty()) model_.name_tokens(in);
+    }
+    auto side = [](const mha::ModelInput& x) {
+      py::array_t<std::int32_t> ids(std::vector<py::ssize_t>{py::ssize_t(x.B), py::ssize_t(x.T)});
+      std::memcpy(ids.mutable_data(), x.ids.data(), x.ids.size() * sizeof(std::int32_t));
+      py::list tokens, pieces;
+      for (std::size_t b = 0; b < x.B; ++b) {
+        const auto end = static_cast<std::ptrdiff_t>(x.lengths[b]);
+        tokens.append(std::vector<std::string>(x.tokens[b].begin(), x.tokens[b].begin() + end));
+        pieces.append(std::vector<std::string>(x.pieces[b].begin(), x.pieces[b].begin() + end));
+      }
+      py::dict out;
+      out["ids"] = ids;
+      out["lengths"] = x.lengths;
+      out["tokens"] = tokens;
+      out["pieces"] = pieces;
+      return out;
+    };
+    py::dict out = side(in);
+    py::dict tgt = side(sides.decoder);
+    py::array_t<std::int32_t> label_ids(std::vector<py::ssize_t>{py::ssize_t(B), py::ssize_t(T)});
+    std::memcpy(label_ids.mutable_data(), labels.ids.data(),
+                labels.ids.size() * sizeof(std::int32_t));
+    tgt["labels"] = label_ids;
+    out["target"] = tgt;
+    py::array_t<float> output(
+        std::vector<py::ssize_t>{py::ssize_t(B), py::ssize_t(T), py::ssize_t(d)});
+    std::memcpy(output.mutable_data(), r.output.data(), r.output.size() * sizeof(float));
+    out["output"] = output;
+    out["attention"] = py::none();
+    const char* names[3] = {"encoder_attention", "decoder_attention", "cross_attention"};
+    for (int i = 0; i < 3; ++i) out[names[i]] = attention ? py::object(maps[i]) : py::none();
+    if (attention) {
+      out["layer_indices"] = so.map_layers;
+      out["head_indices"] = so.map_heads;
+    }
+    for (const char* none : {"hidden_states", "q", "k"}) out[none] = py::none();
     if (!r.top_k.empty()) {
       py::list top;
       const auto& tok = model_.tokenizer();
@@ -1099,12 +1296,19 @@ PYBIND11_MODULE(mha, m) {
       .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
            py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
-           py::arg("qk") = false,
+           py::arg("qk") = false, py::arg("target") = py::none(),
            "model(input, *, attention=True, hidden_states=False, layer_indices=None, "
-           "head_indices=None, top_k=5, threads=0, qk=False) -> dict\n\ninput: a text, a list "
+           "head_indices=None, top_k=5, threads=0, qk=False, target=None) -> dict\n\ninput: a "
+           "text, a list "
            "of texts "
            "(right-padded) or "
-           "token ids (T) or (B, T). Returns ids, lengths, tokens, output (B, T, d_model), "
+           "token ids (T) or (B, T). Encoder-decoders (T5, BART) take the decoder's side as "
+           "target= (the same kinds, one row per input row; teacher-forced, shifted right after "
+           "decoder_start_token_id) and return encoder_attention (layers, B, heads, S, S), "
+           "decoder_attention (layers, B, heads, T, T), cross_attention (layers, B, heads, T, "
+           "S) and target (the decoder's ids, lengths, tokens, pieces, and labels) besides "
+           "the source's ids, lengths, tokens, pieces and output (B, T, d_model). Returns ids, "
+           "lengths, tokens, output (B, T, d_model), "
            "attention (layers, B, heads, T, T) or None with layer_indices, head_indices and "
            "attention_info (how the weights follow from q and k), hidden_states (num_layers + 1, "
            "B, T, d_model) or None, q and k (layers, B, heads, T, head_dim) with qk=True (the "

@@ -11,7 +11,7 @@
 namespace mha_python {
 
 // A NumPy array (or anything np.asarray takes) as an NpyArray: C order,
-// native byte order; float16/32/64, bool and int32/64 as the CLI reads them
+// native byte order; float16/32/64, bool, int32/64 and uint8 as the CLI reads them
 // from files. Throws mha::Error (invalid_input) naming `what` otherwise.
 mha::NpyArray to_npy(const pybind11::array& in, const std::string& what);
 

@@ -101,11 +101,12 @@ mha::MapsToView maps_named(const std::string& name, const std::string& path,
     m.head_axis = false;
   } else if (name == "attention_norms") {
     m.weights = false;  // norms of weighted vectors, not weights in [0, 1]
-  } else if (name != "attention" && name != "self_attention" && name != "cross_attention") {
+  } else if (name != "attention" && name != "self_attention" && name != "cross_attention" &&
+             name != "encoder_attention" && name != "decoder_attention") {
     throw mha::Error(mha::ErrorKind::invalid_input,
                      "mha.show: name '" + name +
-                         "'; expected attention, self_attention, cross_attention, rollout, flow "
-                         "or attention_norms");
+                         "'; expected attention, self_attention, encoder_attention, "
+                         "decoder_attention, cross_attention, rollout, flow or attention_norms");
   }
   return m;
 }
@@ -184,7 +185,8 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
     if (py::isinstance<py::dict>(result)) {
       const py::dict d = py::reinterpret_borrow<py::dict>(result);
       for (const char* key :
-           {"attention", "self_attention", "cross_attention", "rollout", "flow", "attention_norms"})
+           {"attention", "self_attention", "encoder_attention", "decoder_attention",
+            "cross_attention", "rollout", "flow", "attention_norms"})
         if (d.contains(key) && !d[key].is_none())
           arrays.emplace_back(key, py::reinterpret_borrow<py::object>(d[key]));
       if (token_rows.is_none() && d.contains("tokens")) token_rows = d["tokens"];
@@ -228,17 +230,29 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
     run.token_labels = token_lists(token_rows, "tokens");
     run.token_pieces = token_lists(piece_rows, "pieces");
     nlohmann::json page = {{"mode", "python"}, {"source", view.title}};
-    std::optional<mha::QkToView> qk;
+    mha::ExtrasToView extras;
     if (py::isinstance<py::dict>(result)) {
       const py::dict d = py::reinterpret_borrow<py::dict>(result);
+      // An encoder-decoder call: the target's tokens label the decoder's queries.
+      if (d.contains("target") && py::isinstance<py::dict>(d["target"])) {
+        const py::dict target = d["target"];
+        if (target.contains("tokens")) run.target_labels = token_lists(target["tokens"], "tokens");
+        if (target.contains("pieces")) run.target_pieces = token_lists(target["pieces"], "pieces");
+      }
+      // A vision model's call: the images it saw, on its patch grid.
+      if (d.contains("images") && !d["images"].is_none() && d.contains("patch_grid")) {
+        extras.images = provided.add(d["images"], "mha.show: images");
+        names.push_back("images");
+        page["input"] = {{"patch_grid", d["patch_grid"].cast<std::vector<std::size_t>>()}};
+      }
       // A Model call's layers and heads and how q and k give the weights, as run.json's
       // "attention" holds them; its q and k (qk=True) for the neuron view.
       if (d.contains("attention_info") && py::isinstance<py::dict>(d["attention_info"]))
         page["attention"] = nlohmann::json::parse(
             py::module_::import("json").attr("dumps")(d["attention_info"]).cast<std::string>());
       if (d.contains("q") && d.contains("k") && !d["q"].is_none() && !d["k"].is_none()) {
-        qk =
-            mha::QkToView{provided.add(d["q"], "mha.show: q"), provided.add(d["k"], "mha.show: k")};
+        extras.q = provided.add(d["q"], "mha.show: q");
+        extras.k = provided.add(d["k"], "mha.show: k");
         names.insert(names.end(), {"q", "k"});
       }
     }
@@ -246,7 +260,7 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
     try {
       py::gil_scoped_release release;
       view.html = mha::attention_page(
-          mha::attention_view_of(view.title, maps, std::move(run), options, qk));
+          mha::attention_view_of(view.title, maps, std::move(run), options, extras));
     } catch (const mha::Error& e) {
       rethrow_named(e, provided, names);
     }

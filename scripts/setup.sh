@@ -16,7 +16,7 @@ with_tests=OFF
 werror=OFF
 packages=(cmake ninja-build g++ pkg-config xtensor-dev libxtensor-blas-dev libopenblas-pthread-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libzip-dev zlib1g-dev libhdf5-dev
-          libpng-dev libfreetype-dev libicu-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev ccache)
+          libpng-dev libjpeg62-turbo-dev libfreetype-dev libicu-dev fonts-dejavu-core libjs-chart.js help2man python3-dev pybind11-dev ccache)
 if [[ "${1:-}" == "--test" ]]; then
   with_tests=ON
   werror=ON  # what CI runs: a warning fails the build

@@ -125,6 +125,30 @@ foreach(group Families Bfloat16 Features Presets Selections Layouts Text Memory 
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# Encoder-decoders (T5, BART) teacher-forced against reference.seq2seq: the encoder, decoder and
+# cross-attention maps, the output and top k, from ids and from text, and the refusals
+# (tests/models/test_seq2seq.py).
+# The view's labels of the three map kinds in headless Chromium are view.CrossAttention.
+foreach(group Families Text Errors)
+  add_test(NAME models.seq2seq.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_seq2seq.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.seq2seq.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
+add_test(NAME view.CrossAttention
+         COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_seq2seq.py View
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(view.CrossAttention PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600
+                     SKIP_RETURN_CODE 77)
+# Images through ViT (tests/models/test_vit.py): the forward from PNG files against
+# reference.vit, the preprocessing against PIL's steps (and PIL), the refusals; the view's overlay
+# is view.ImageOverlay (tests/CMakeLists.txt).
+foreach(group Forward Preprocess Refusals)
+  add_test(NAME models.vit.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_vit.py ${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.vit.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
 # `mha analyze` against the references (tests/models/test_analyze.py): loss and logit lens,
 # rollout, value-weighted norms and head detectors, ablation and patching, refusals.
 foreach(group Lens Maps Interventions Corpus Errors)

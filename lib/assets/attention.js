@@ -18,17 +18,22 @@
   // scale: the colour scale in force; scaleChosen once the user picks one in the selector,
   // which then wins over each map set's default (defaultScale).
   const state = { map: 0, layer: 0, batch: 0, scale: 'shared', scaleChosen: false, detail: null,
-                  region: null, sort: { key: 'head', dir: 1 }, tokenHeads: null, neuron: null, ready: false };
+                  region: null, sort: { key: 'head', dir: 1 }, tokenHeads: null, neuron: null, image: null,
+                  ready: false };
   let W = [];              // per map set: Float32Array or Float64Array
   let CAUSAL = [];         // per map set: isCausal(mi)
 
   // ---- data ----
-  async function unpack(m) {
-    const text = atob(m.data);
+  // base64 -> inflate -> bytes.
+  async function inflate(b64) {
+    const text = atob(b64);
     const bytes = new Uint8Array(text.length);
     for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
-    const shuffled = new Uint8Array(await new Response(stream).arrayBuffer());
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  async function unpack(m) {
+    const shuffled = await inflate(m.data);
     const item = m.dtype === 'float32' ? 4 : 8;
     const n = shuffled.length / item;
     if (n !== m.layers * m.B * m.h * m.T * m.S) throw new Error(m.name + ': data holds ' + n + ' weights, expected ' + m.layers * m.B * m.h * m.T * m.S);
@@ -56,10 +61,21 @@
     return String(v);
   }
   function short(v) { return Number.isNaN(v) ? 'NaN' : (Math.abs(v) >= 0.001 || v === 0 ? v.toFixed(3) : v.toExponential(2)); }
-  function queryLabel(t) { return D.query_labels.length ? D.query_labels[t] : null; }
+  // A map set's own labels when it has them (an encoder-decoder's: target tokens on the decoder's
+  // and the cross-attention's queries, source tokens on the encoder's and the cross-attention's
+  // keys), else the page's.
+  const own = (key) => { const m = D.maps[state.map]; return m && m[key] ? m[key] : null; };
+  function queryLabel(t) { const q = own('query_labels') || D.query_labels; return q.length ? q[t] : null; }
   // A model run's token as tokenizer.json spells it (the label is its decoded text), or null.
-  function tokenPiece(i) { return D.query_pieces && D.query_pieces.length ? D.query_pieces[i] : null; }
+  function tokenPiece(i) { const p = own('query_pieces') || D.query_pieces; return p && p.length ? p[i] : null; }
+  function keyPiece(i) {
+    const p = own('key_pieces');
+    if (p) return p.length ? p[i] : null;
+    return !D.key_labels.length && M().S === M().T ? tokenPiece(i) : null;
+  }
   function keyLabel(s) {
+    const k = own('key_labels');
+    if (k) return k.length ? k[s] : null;
     if (D.key_labels.length) return D.key_labels[s];
     if (D.query_labels.length && M().S === M().T) return D.query_labels[s];
     return null;
@@ -446,7 +462,7 @@
       el.setAttribute('x', x); el.setAttribute('y', y); el.setAttribute('text-anchor', anchor);
       el.setAttribute('dominant-baseline', 'middle');
       el.textContent = str; el.dataset[attr] = idx;
-      const piece = attr === 'query' || (!D.key_labels.length && m.S === m.T) ? tokenPiece(idx) : null;
+      const piece = attr === 'query' ? tokenPiece(idx) : keyPiece(idx);
       if (piece !== null && piece !== undefined) {  // SVG's tooltip: a <title> child
         const tip = document.createElementNS(NS, 'title');
         tip.textContent = 'piece ' + JSON.stringify(piece);
@@ -598,6 +614,88 @@
     $('neuron-head').addEventListener('change', () => { state.neuron.head = +$('neuron-head').value; drawNeuron(); });
     $('neuron-query').addEventListener('change', () => { state.neuron.query = +$('neuron-query').value; drawNeuron(); });
     if (D.qk_note) { $('neuron-note').textContent = D.qk_note; $('neuron-note').hidden = false; }
+  }
+
+  // ---- a vision model's attention over its image ----
+  const IMAGE_PX = 320;  // the longer side of the drawn image, CSS pixels
+  let PIXELS = null;     // D.images' (B, H, W, 3) bytes
+  // The map set drawn over the image: a query row over the keys [CLS, patch (0, 0), ...] of the
+  // run's patch grid (run.json's input.patch_grid), one token per patch after the first.
+  function imageGrid(m) {
+    const g = D.run && D.run.input && D.run.input.patch_grid;
+    if (!PIXELS || !Array.isArray(g) || m.factor > 1 || m.B !== D.images.B) return null;
+    const [rows, cols] = g;
+    return m.S === 1 + rows * cols ? { rows, cols } : null;
+  }
+  // Query t's weights on the patches, (rows, cols) row-major over the grid, of one head or the
+  // mean over heads ('mean'), divided by their largest (the CLS key left out), and that largest.
+  function overlay(l, b, head, t) {
+    const m = M(), grid = imageGrid(m), n = grid.rows * grid.cols;
+    const heads = head === 'mean' ? [...Array(m.h).keys()] : [head];
+    const v = new Float64Array(n);
+    for (const i of heads) for (let p = 0; p < n; p++) v[p] += weight(state.map, l, b, i, t, 1 + p) / heads.length;
+    let most = 0;
+    for (const x of v) if (x > most) most = x;
+    return { values: Array.from(v, (x) => (most > 0 ? x / most : 0)), most, rows: grid.rows, cols: grid.cols };
+  }
+  function drawImage() {
+    const m = M(), grid = imageGrid(m), section = $('image-section');
+    section.hidden = !grid;
+    if (!grid) return;
+    const im = D.images, b = state.batch;
+    if (state.image === null) {
+      state.image = { query: 0, head: 'mean', alpha: 0.6 };
+      fillSelect($('image-query'), m.T, (t) => { const q = queryLabel(t); return t + (q !== null ? ' ' + q : ''); });
+      fillSelect($('image-head'), m.h, (i) => headName(m, i));
+      if (m.head_axis) { const o = document.createElement('option'); o.value = 'mean'; o.textContent = 'mean over heads'; $('image-head').prepend(o); }
+      else state.image.head = 0;
+    }
+    const t = Math.min(state.image.query, m.T - 1);
+    $('image-query').value = t; $('image-head').value = state.image.head;
+    const o = overlay(state.layer, b, state.image.head, t);
+    // The image at its own pixels, then the grid's values upsampled bilinearly (patch centres
+    // at their values) and blended over it in viridis.
+    const picture = $('image-picture'), blended = $('image-overlay');
+    const base = new ImageData(im.W, im.H), mixed = new ImageData(im.W, im.H);
+    const a = state.image.alpha, off = b * im.H * im.W * 3;
+    const at = (r, c) => o.values[Math.max(0, Math.min(o.rows - 1, r)) * o.cols + Math.max(0, Math.min(o.cols - 1, c))];
+    for (let y = 0; y < im.H; y++) {
+      const gy = (y + 0.5) * o.rows / im.H - 0.5, r0 = Math.floor(gy), fy = gy - r0;
+      for (let x = 0; x < im.W; x++) {
+        const gx = (x + 0.5) * o.cols / im.W - 0.5, c0 = Math.floor(gx), fx = gx - c0;
+        const v = (1 - fy) * ((1 - fx) * at(r0, c0) + fx * at(r0, c0 + 1)) + fy * ((1 - fx) * at(r0 + 1, c0) + fx * at(r0 + 1, c0 + 1));
+        const col = colorAt(v), p = 4 * (y * im.W + x), q = off + 3 * (y * im.W + x);
+        for (let k = 0; k < 3; k++) {
+          base.data[p + k] = PIXELS[q + k];
+          mixed.data[p + k] = Math.round(a * col[k] + (1 - a) * PIXELS[q + k]);
+        }
+        base.data[p + 3] = mixed.data[p + 3] = 255;
+      }
+    }
+    const scale = IMAGE_PX / Math.max(im.W, im.H);
+    for (const [canvas, img] of [[picture, base], [blended, mixed]]) {
+      canvas.width = im.W; canvas.height = im.H;
+      canvas.style.width = Math.round(im.W * scale) + 'px'; canvas.style.height = Math.round(im.H * scale) + 'px';
+      canvas.getContext('2d').putImageData(img, 0, 0);
+    }
+    const q = queryLabel(t);
+    $('image-caption').textContent = 'query ' + t + (q !== null ? ' ' + q : '') + ' · ' +
+      (state.image.head === 'mean' ? 'mean over heads' : headName(m, state.image.head)) +
+      (m.layer_axis ? ' · layer ' + layerName(m, state.layer) : '') +
+      ' · largest weight on a patch ' + short(o.most) + ' (the top of the scale)';
+    blended.onmousemove = (e) => {
+      const r = blended.getBoundingClientRect();
+      const c = Math.floor((e.clientX - r.left) / r.width * o.cols), row = Math.floor((e.clientY - r.top) / r.height * o.rows);
+      if (c < 0 || row < 0 || c >= o.cols || row >= o.rows) { tip(e, null); return; }
+      tip(e, 'patch (' + row + ', ' + c + ') · key ' + (1 + row * o.cols + c) + '\nweight ' +
+        (o.values[row * o.cols + c] * o.most).toPrecision(6));
+    };
+    blended.onmouseleave = (e) => tip(e, null);
+  }
+  function setupImage() {
+    $('image-query').addEventListener('change', () => { state.image.query = +$('image-query').value; drawImage(); });
+    $('image-head').addEventListener('change', () => { const v = $('image-head').value; state.image.head = v === 'mean' ? 'mean' : +v; drawImage(); });
+    $('image-alpha').addEventListener('input', () => { state.image.alpha = +$('image-alpha').value / 100; drawImage(); });
   }
 
   // ---- statistics and the run ----
@@ -758,6 +856,7 @@
     if (state.detail !== null) drawDetail();
     drawOverview();
     drawNeuron();
+    drawImage();
     drawTokens();
     drawStats();
   }
@@ -778,6 +877,7 @@
       if (D.run) $('config').textContent = JSON.stringify({ model: D.run.model, methods: D.run.methods, summary: D.run.summary }, null, 2);
     } else {
       W = await Promise.all(D.maps.map(unpack));
+      if (D.images) PIXELS = await inflate(D.images.data);
       if (D.qk) {
         const [q, k] = await Promise.all(['q', 'k'].map((key) => unpack({ name: key, data: D.qk[key], dtype: 'float32',
           layers: D.qk.layers, B: D.qk.B, h: D.qk.h, T: D.qk.T, S: D.qk.d })));
@@ -787,6 +887,7 @@
       setupControls();
       setupDetail();
       setupNeuron();
+      setupImage();
       drawRun();
       render();
     }
@@ -794,7 +895,7 @@
     document.body.dataset.readyMs = performance.now().toFixed(1);  // since navigation started
     document.body.dataset.ready = '1';
   }
-  window.mhaView = { state, data: D, weights: () => W, causal: () => CAUSAL, exact, render, openDetail, neuron };
+  window.mhaView = { state, data: D, weights: () => W, causal: () => CAUSAL, exact, render, openDetail, neuron, overlay };
   main().catch((e) => {
     const el = $('error');
     el.hidden = false;

@@ -47,9 +47,22 @@ import safetensors_write as st  # noqa: E402
 
 FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
             "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta", "stablelm")
+# Image models (read from --image, not text): kept out of FAMILIES, which the text tests walk.
+IMAGE_FAMILIES = ("vit",)
+# Encoder-decoders (run with a target, teacher-forced): kept out of FAMILIES too. t5 draws T5 v1.0
+# (relu, tied, d_model**-0.5 before the head) by default, v1.1 / FLAN-T5 with gated=True,
+# tied=False; bart BartForConditionalGeneration (model.* + final_logits_bias, lm_head tied).
+SEQ2SEQ_FAMILIES = ("t5", "bart")
 TORCH_DTYPE = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 DEFAULTS = {
+    # d_kv * heads (48) != hidden (32), fewer decoder layers; buckets and distance small enough
+    # that sequences of ~16 tokens reach the logarithmic buckets and the last one
+    "t5": dict(layers=3, decoder_layers=2, hidden=32, heads=4, d_kv=12, intermediate=64, vocab=120,
+               buckets=8, max_distance=12, gated=False, tied=True),
+    "bart": dict(layers=2, decoder_layers=3, hidden=32, heads=4, intermediate=64, vocab=120,
+                 max_positions=40, scale_embedding=True, activation="gelu",
+                 decoder_start_token_id=2),
     # StableLM: LayerNorms with biases, a quarter of each head rotated, q/k/v biases
     "stablelm": dict(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96,
                      vocab=170, max_positions=64),
@@ -88,6 +101,9 @@ DEFAULTS = {
     # max_positions + 2 (the padding_idx + 1 offset: 514 for 512), the table's rows
     "roberta": dict(layers=2, hidden=32, heads=4, intermediate=64, vocab=130, max_positions=64),
     "xlm-roberta": dict(layers=2, hidden=48, heads=4, intermediate=96, vocab=250, max_positions=64),
+    # ViT: 32 x 24 images of 8-pixel patches, a 4 x 3 grid: 13 tokens with the CLS token
+    "vit": dict(layers=2, hidden=32, heads=4, intermediate=64, image_height=32, image_width=24,
+                patch_size=8, qkv_bias=True, prefixed=False),
 }
 ROPE_SCALING = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
@@ -116,8 +132,9 @@ class _Draw:
 
 
 def make(family, seed=0, prefixed=None, rope_scaling=None, **sizes):
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
+    known = FAMILIES + IMAGE_FAMILIES + SEQ2SEQ_FAMILIES
+    if family not in known:
+        raise ValueError(f"family {family!r}: one of {', '.join(known)}")
     unknown = sorted(set(sizes) - set(DEFAULTS[family]))
     if unknown:
         raise ValueError(f"{family}: unknown size(s) {', '.join(unknown)}; "
@@ -126,6 +143,12 @@ def make(family, seed=0, prefixed=None, rope_scaling=None, **sizes):
         raise ValueError(f"{family}: no rope_scaling variant (one of {', '.join(ROPE_SCALING)})")
     s = dict(DEFAULTS[family], **sizes)
     r = _Draw(seed)
+    if family == "vit":
+        return _vit(r, s)
+    if family == "t5":
+        return _t5(r, s)
+    if family == "bart":
+        return _bart(r, s)
     if family in ("bert", "roberta", "xlm-roberta"):
         return _bert(r, s, bool(prefixed), family)
     if family == "gpt2":
@@ -575,6 +598,174 @@ def _opt(r, s, prefixed):
         "word_embed_proj_dim": E,
     }
     return c, t
+
+
+def _vit(r, s):
+    """ViTModel (embeddings.*, encoder.layer.N.*, layernorm.*, pooler.*), or with
+    prefixed=True ViTForImageClassification (vit.* without the pooler, classifier.*). The
+    Conv2d's weight is (hidden, 3, p, p); the CLS token (1, 1, hidden) and the position table
+    (1, N + 1, hidden) are nn.Parameters."""
+    E, I, L, p = s["hidden"], s["intermediate"], s["layers"], s["patch_size"]
+    Hh, Ww = s["image_height"], s["image_width"]
+    N = (Hh // p) * (Ww // p)
+    t = {"embeddings.cls_token": r.embed(1, E, 0.5)[None],
+         "embeddings.position_embeddings": r.embed(N + 1, E, 0.3)[None],
+         "embeddings.patch_embeddings.projection.weight":
+             r.linear(E, 3 * p * p, 2.0).reshape(E, 3, p, p),
+         "embeddings.patch_embeddings.projection.bias": r.bias(E),
+         "layernorm.weight": r.norm(E), "layernorm.bias": r.bias(E)}
+    for n in range(L):
+        q = f"encoder.layer.{n}."
+        t[q + "layernorm_before.weight"], t[q + "layernorm_before.bias"] = r.norm(E), r.bias(E)
+        for w, gain in (("query", 1.5), ("key", 1.5), ("value", 1.0)):
+            t[q + f"attention.attention.{w}.weight"] = r.linear(E, E, gain)
+            if s["qkv_bias"]:
+                t[q + f"attention.attention.{w}.bias"] = r.bias(E)
+        t[q + "attention.output.dense.weight"] = r.linear(E, E)
+        t[q + "attention.output.dense.bias"] = r.bias(E)
+        t[q + "layernorm_after.weight"], t[q + "layernorm_after.bias"] = r.norm(E), r.bias(E)
+        t[q + "intermediate.dense.weight"], t[q + "intermediate.dense.bias"] = r.linear(I, E), r.bias(I)
+        t[q + "output.dense.weight"], t[q + "output.dense.bias"] = r.linear(E, I), r.bias(E)
+    if s["prefixed"]:
+        t = {"vit." + k: v for k, v in t.items()}
+        t["classifier.weight"], t["classifier.bias"] = r.linear(3, E), r.bias(3)
+    else:
+        t["pooler.dense.weight"], t["pooler.dense.bias"] = r.linear(E, E), r.bias(E)
+    config = {
+        "architectures": ["ViTForImageClassification" if s["prefixed"] else "ViTModel"],
+        "attention_probs_dropout_prob": 0.0,
+        "encoder_stride": p,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "hidden_size": E,
+        "image_size": [Hh, Ww] if Hh != Ww else Hh,
+        "initializer_range": 0.02,
+        "intermediate_size": I,
+        "layer_norm_eps": 1e-12,
+        "model_type": "vit",
+        "num_attention_heads": s["heads"],
+        "num_channels": 3,
+        "num_hidden_layers": L,
+        "patch_size": p,
+        "qkv_bias": s["qkv_bias"],
+        "torch_dtype": "float32",
+        "transformers_version": "4.41.2",
+    }
+    if s["prefixed"]:
+        config["id2label"] = {"0": "cat", "1": "dog", "2": "car"}
+        config["label2id"] = {"cat": 0, "dog": 1, "car": 2}
+    return config, t
+
+
+def preprocessor_config(height, width, resample=2, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+                        **extra):
+    """preprocessor_config.json as ViTImageProcessor.save_pretrained writes it."""
+    return dict({"do_normalize": True, "do_rescale": True, "do_resize": True,
+                 "image_mean": list(mean), "image_processor_type": "ViTImageProcessor",
+                 "image_std": list(std), "resample": resample, "rescale_factor": 1 / 255,
+                 "size": {"height": height, "width": width}}, **extra)
+
+
+def write_preprocessor(directory, config):
+    with open(os.path.join(directory, "preprocessor_config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def _t5(r, s):
+    """T5ForConditionalGeneration's state_dict as save_pretrained writes it: shared.weight (the
+    encoder's and decoder's embed_tokens tied to it and dropped), each stack's blocks with the
+    relative_attention_bias table in block 0 only, lm_head.weight only when untied."""
+    E, H, K, I, V = s["hidden"], s["heads"], s["d_kv"], s["intermediate"], s["vocab"]
+    inner = H * K
+    t = {"shared.weight": r.embed(V, E, 1.0)}
+
+    def attention(p):
+        # unscaled logits (no d_kv**-0.5): q drawn as Mesh TensorFlow's init scales it
+        t[p + "q.weight"] = r.linear(inner, E, 1.5 / np.sqrt(K))
+        t[p + "k.weight"] = r.linear(inner, E, 1.0)
+        t[p + "v.weight"] = r.linear(inner, E)
+        t[p + "o.weight"] = r.linear(E, inner)
+
+    def ffn(p):
+        if s["gated"]:
+            t[p + "DenseReluDense.wi_0.weight"] = r.linear(I, E, 1.5)
+            t[p + "DenseReluDense.wi_1.weight"] = r.linear(I, E)
+        else:
+            t[p + "DenseReluDense.wi.weight"] = r.linear(I, E, 1.5)
+        t[p + "DenseReluDense.wo.weight"] = r.linear(E, I)
+        t[p + "layer_norm.weight"] = r.norm(E)
+
+    for stack, n in (("encoder", s["layers"]), ("decoder", s["decoder_layers"])):
+        for i in range(n):
+            p = f"{stack}.block.{i}."
+            attention(p + "layer.0.SelfAttention.")
+            t[p + "layer.0.layer_norm.weight"] = r.norm(E)
+            if i == 0:
+                t[p + "layer.0.SelfAttention.relative_attention_bias.weight"] = r.embed(
+                    s["buckets"], H, 1.0)
+            if stack == "decoder":
+                attention(p + "layer.1.EncDecAttention.")
+                t[p + "layer.1.layer_norm.weight"] = r.norm(E)
+            ffn(p + f"layer.{2 if stack == 'decoder' else 1}.")
+        t[f"{stack}.final_layer_norm.weight"] = r.norm(E)
+    if not s["tied"]:
+        t["lm_head.weight"] = r.embed(V, E, 0.5)
+    config = {
+        "architectures": ["T5ForConditionalGeneration"],
+        "d_ff": I, "d_kv": K, "d_model": E, "decoder_start_token_id": 0, "dropout_rate": 0.1,
+        "eos_token_id": 1, "feed_forward_proj": "gated-gelu" if s["gated"] else "relu",
+        "initializer_factor": 1.0, "is_encoder_decoder": True, "layer_norm_epsilon": 1e-06,
+        "model_type": "t5", "num_decoder_layers": s["decoder_layers"], "num_heads": H,
+        "num_layers": s["layers"], "pad_token_id": 0,
+        "relative_attention_max_distance": s["max_distance"],
+        "relative_attention_num_buckets": s["buckets"], "tie_word_embeddings": s["tied"],
+        "transformers_version": "4.46.0", "use_cache": True, "vocab_size": V,
+    }
+    return config, t
+
+
+def _bart(r, s):
+    """BartForConditionalGeneration's state_dict as save_pretrained writes it: model.shared.weight
+    (embed_tokens and lm_head tied to it and dropped), learned positions of max_position_embeddings
+    + 2 rows per stack, final_logits_bias (1, vocab)."""
+    E, H, I, V, P = s["hidden"], s["heads"], s["intermediate"], s["vocab"], s["max_positions"]
+    t = {"model.shared.weight": r.embed(V, E, 0.5 if not s["scale_embedding"] else 0.1)}
+
+    def attention(p):
+        for w, gain in (("q_proj", 1.5), ("k_proj", 1.5), ("v_proj", 1.0), ("out_proj", 1.0)):
+            t[p + w + ".weight"], t[p + w + ".bias"] = r.linear(E, E, gain), r.bias(E)
+
+    for stack, n in (("encoder", s["layers"]), ("decoder", s["decoder_layers"])):
+        p0 = f"model.{stack}."
+        t[p0 + "embed_positions.weight"] = r.embed(P + 2, E, 0.2)
+        t[p0 + "layernorm_embedding.weight"], t[p0 + "layernorm_embedding.bias"] = r.norm(E), r.bias(E)
+        for i in range(n):
+            p = f"{p0}layers.{i}."
+            attention(p + "self_attn.")
+            t[p + "self_attn_layer_norm.weight"], t[p + "self_attn_layer_norm.bias"] = r.norm(E), r.bias(E)
+            if stack == "decoder":
+                attention(p + "encoder_attn.")
+                t[p + "encoder_attn_layer_norm.weight"] = r.norm(E)
+                t[p + "encoder_attn_layer_norm.bias"] = r.bias(E)
+            t[p + "fc1.weight"], t[p + "fc1.bias"] = r.linear(I, E, 1.5), r.bias(I)
+            t[p + "fc2.weight"], t[p + "fc2.bias"] = r.linear(E, I), r.bias(E)
+            t[p + "final_layer_norm.weight"], t[p + "final_layer_norm.bias"] = r.norm(E), r.bias(E)
+    t["final_logits_bias"] = r.bias(V, 0.5)[None, :]
+    config = {
+        "activation_dropout": 0.1, "activation_function": s["activation"],
+        "architectures": ["BartForConditionalGeneration"], "attention_dropout": 0.1,
+        "bos_token_id": 0, "d_model": E, "decoder_attention_heads": H, "decoder_ffn_dim": I,
+        "decoder_layerdrop": 0.0, "decoder_layers": s["decoder_layers"],
+        "decoder_start_token_id": s["decoder_start_token_id"], "dropout": 0.1,
+        "encoder_attention_heads": H, "encoder_ffn_dim": I, "encoder_layerdrop": 0.0,
+        "encoder_layers": s["layers"], "eos_token_id": 2, "forced_eos_token_id": 2,
+        "init_std": 0.02, "is_encoder_decoder": True, "max_position_embeddings": P,
+        "model_type": "bart", "num_hidden_layers": s["layers"], "pad_token_id": 1,
+        "scale_embedding": s["scale_embedding"], "transformers_version": "4.46.0",
+        "use_cache": True, "vocab_size": V,
+    }
+    return config, t
 
 
 def write(directory, config, tensors, dtype="F32", shards=1, config_extra=None):

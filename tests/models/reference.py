@@ -653,6 +653,45 @@ def _opt(c, sd, ids, lengths, off):
     return hs, maps, None if head is None else hs[-1] @ head.T
 
 
+def vit(config, state_dict, pixel_values):
+    """ViTModel's forward (modeling_vit.py) on pixel_values (B, 3, H, W), in float64: the
+    Conv2d patch embedding (kernel = stride = patch_size), the CLS token, the position table,
+    pre-norm layers (layernorm_before, attention, residual; layernorm_after, GELU MLP,
+    residual), the final layernorm. Returns {"hidden_states", "attentions", "output"} as
+    forward() does (the pooler and classifier are not run)."""
+    c = config
+    sd = {k[4:] if k.startswith("vit.") else k: _t(v) for k, v in state_dict.items()}
+    E, h = c["hidden_size"], c["num_attention_heads"]
+    d, eps, p = E // h, c.get("layer_norm_eps", 1e-12), c["patch_size"]
+    act = activation(c.get("hidden_act", "gelu"))
+    with torch.no_grad():
+        px = _t(pixel_values)
+        B = px.shape[0]
+        e = "embeddings."
+        x = torch.nn.functional.conv2d(px, sd[e + "patch_embeddings.projection.weight"],
+                                       sd[e + "patch_embeddings.projection.bias"], stride=p)
+        x = x.flatten(2).transpose(1, 2)  # (B, N, E), patches row by row
+        x = torch.cat([sd[e + "cls_token"].expand(B, -1, -1), x], 1) + sd[e + "position_embeddings"]
+        T = x.shape[1]
+        mask = key_mask([T] * B, T, causal=False)
+        hs, maps = [x], []
+        for n in range(c["num_hidden_layers"]):
+            q = f"encoder.layer.{n}."
+            y = layer_norm(x, sd[q + "layernorm_before.weight"], sd[q + "layernorm_before.bias"], eps)
+            qh, kh, vh = (split_heads(linear(sd, q + "attention.attention." + w, y), h, d)
+                          for w in ("query", "key", "value"))
+            ctx, a = attend(qh, kh, vh, mask, 1.0 / math.sqrt(d))
+            x = linear(sd, q + "attention.output.dense", merge_heads(ctx)) + x
+            y = layer_norm(x, sd[q + "layernorm_after.weight"], sd[q + "layernorm_after.bias"], eps)
+            x = linear(sd, q + "output.dense", act(linear(sd, q + "intermediate.dense", y))) + x
+            hs.append(x)
+            maps.append(a)
+        out = layer_norm(x, sd["layernorm.weight"], sd["layernorm.bias"], eps)
+    hs[-1] = out
+    return {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
+            "output": out.numpy()}
+
+
 def top_k(logits, lengths, k):
     """Per batch row, the k most probable next tokens after the last real token:
     [[(id, p), ...], ...], p the softmax of the logits (float64), highest first."""
@@ -664,3 +703,197 @@ def top_k(logits, lengths, k):
         order = np.argsort(-p, kind="stable")[:k]
         out.append([(int(i), float(p[i])) for i in order])
     return out
+
+
+# Encoder-decoders (modeling_t5.py, modeling_bart.py), teacher-forced as transformers runs them
+# given labels: the decoder reads the labels shifted right after decoder_start_token_id.
+SEQ2SEQ = ("t5", "bart")
+
+
+def shift_right(labels, start):
+    """modeling_bart.shift_tokens_right / T5's _shift_right: (B, T) -> (B, T)."""
+    labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+    out = labels.new_zeros(labels.shape)
+    out[:, 1:] = labels[:, :-1].clone()
+    out[:, 0] = start
+    return out
+
+
+def t5_relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
+    """T5Attention._relative_position_bucket as transformers computes it (its log in float32)."""
+    relative_buckets = 0
+    if bidirectional:
+        num_buckets //= 2
+        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+        relative_position = torch.abs(relative_position)
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    if_large = max_exact + (torch.log(relative_position.float() / max_exact)
+                            / math.log(max_distance / max_exact)
+                            * (num_buckets - max_exact)).to(torch.long)
+    if_large = torch.min(if_large, torch.full_like(if_large, num_buckets - 1))
+    return relative_buckets + torch.where(is_small, relative_position, if_large)
+
+
+def _t5_bias(c, table, L, bidirectional):
+    """compute_bias: (1, h, L, L) from the (buckets, h) table."""
+    pos = torch.arange(L, dtype=torch.long)
+    rel = pos[None, :] - pos[:, None]  # memory_position - context_position
+    buckets = t5_relative_position_bucket(rel, bidirectional, c.get("relative_attention_num_buckets", 32),
+                                          c.get("relative_attention_max_distance", 128))
+    return table[buckets].permute(2, 0, 1).unsqueeze(0)
+
+
+def _additive(mask):
+    """bool (B, 1, T, S) -> 0 / float64's lowest, as HF's extended attention masks."""
+    return torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, MIN)
+
+
+def _cross_mask(src_lengths, T, S):
+    s = torch.arange(S)
+    return (s[None, :] < torch.as_tensor(src_lengths)[:, None])[:, None, None, :].expand(-1, 1, T, S)
+
+
+def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
+    E, H, K = c["d_model"], c["num_heads"], c["d_kv"]
+    eps = c.get("layer_norm_epsilon", 1e-6)
+    proj = c.get("feed_forward_proj", "relu")
+    gated = proj.startswith("gated-")
+    act = activation("gelu_new" if proj == "gated-gelu" else proj.split("-")[-1])
+    B, S = src.shape
+    T = dec.shape[1]
+
+    def attention(p, x, kv, additive):
+        q = split_heads(x @ sd[p + "q.weight"].T, H, K)
+        k = split_heads(kv @ sd[p + "k.weight"].T, H, K)
+        v = split_heads(kv @ sd[p + "v.weight"].T, H, K)
+        a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)  # no 1/sqrt(d_kv)
+        return merge_heads(a @ v) @ sd[p + "o.weight"].T, a
+
+    def ffn(p, x):
+        h = rms_norm(x, sd[p + "layer_norm.weight"], eps)
+        if gated:
+            h = act(h @ sd[p + "DenseReluDense.wi_0.weight"].T) * (h @ sd[p + "DenseReluDense.wi_1.weight"].T)
+        else:
+            h = act(h @ sd[p + "DenseReluDense.wi.weight"].T)
+        return x + h @ sd[p + "DenseReluDense.wo.weight"].T
+
+    # the encoder: position bias (bidirectional) + padding, shared by every layer
+    x = sd["shared.weight"][src]
+    bias = _t5_bias(c, sd["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], S, True)
+    enc_bias = bias + _additive(key_mask(src_lengths, S, False))
+    enc_maps = []
+    for i in range(c["num_layers"]):
+        p = f"encoder.block.{i}.layer."
+        o, a = attention(p + "0.SelfAttention.", rms_norm(x, sd[p + "0.layer_norm.weight"], eps),
+                         rms_norm(x, sd[p + "0.layer_norm.weight"], eps), enc_bias)
+        x = x + o
+        enc_maps.append(a)
+        x = ffn(p + "1.", x)
+    memory = rms_norm(x, sd["encoder.final_layer_norm.weight"], eps)
+    # the decoder: causal position bias (unidirectional) + causal and padding masks
+    y = sd["shared.weight"][dec]
+    bias = _t5_bias(c, sd["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], T, False)
+    dec_bias = bias + _additive(key_mask(tgt_lengths, T, True))
+    cross_bias = _additive(_cross_mask(src_lengths, T, S))
+    dec_maps, cross_maps = [], []
+    for i in range(c.get("num_decoder_layers") or c["num_layers"]):
+        p = f"decoder.block.{i}.layer."
+        h = rms_norm(y, sd[p + "0.layer_norm.weight"], eps)
+        o, a = attention(p + "0.SelfAttention.", h, h, dec_bias)
+        y = y + o
+        dec_maps.append(a)
+        o, a = attention(p + "1.EncDecAttention.", rms_norm(y, sd[p + "1.layer_norm.weight"], eps),
+                         memory, cross_bias)
+        y = y + o
+        cross_maps.append(a)
+        y = ffn(p + "2.", y)
+    out = rms_norm(y, sd["decoder.final_layer_norm.weight"], eps)
+    if c.get("tie_word_embeddings", True):
+        logits = (out * E ** -0.5) @ sd["shared.weight"].T
+    else:
+        logits = out @ sd["lm_head.weight"].T
+    return enc_maps, dec_maps, cross_maps, out, logits
+
+
+def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
+    E, H = c["d_model"], c["encoder_attention_heads"]
+    K = E // H
+    eps = 1e-5
+    act = activation(c.get("activation_function", "gelu"))
+    scale = math.sqrt(E) if c.get("scale_embedding", False) else 1.0
+    B, S = src.shape
+    T = dec.shape[1]
+
+    def lin(name, x):
+        return x @ sd[name + ".weight"].T + sd[name + ".bias"]
+
+    def ln(name, x):
+        return layer_norm(x, sd[name + ".weight"], sd[name + ".bias"], eps)
+
+    def attention(p, x, kv, additive):
+        q = split_heads(lin(p + "q_proj", x) * K ** -0.5, H, K)  # BartAttention: q * scaling
+        k = split_heads(lin(p + "k_proj", kv), H, K)
+        v = split_heads(lin(p + "v_proj", kv), H, K)
+        a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)
+        return lin(p + "out_proj", merge_heads(a @ v)), a
+
+    def embed(stack, ids):
+        L = ids.shape[1]
+        pos = sd[f"model.{stack}.embed_positions.weight"][torch.arange(L) + 2]  # offset 2
+        return ln(f"model.{stack}.layernorm_embedding", sd["model.shared.weight"][ids] * scale + pos)
+
+    x = embed("encoder", src)
+    enc_mask = _additive(key_mask(src_lengths, S, False))
+    enc_maps = []
+    for i in range(c["encoder_layers"]):
+        p = f"model.encoder.layers.{i}."
+        o, a = attention(p + "self_attn.", x, x, enc_mask)
+        x = ln(p + "self_attn_layer_norm", x + o)
+        enc_maps.append(a)
+        x = ln(p + "final_layer_norm", x + lin(p + "fc2", act(lin(p + "fc1", x))))
+    memory = x
+    y = embed("decoder", dec)
+    dec_mask = _additive(key_mask(tgt_lengths, T, True))
+    cross_mask = _additive(_cross_mask(src_lengths, T, S))
+    dec_maps, cross_maps = [], []
+    for i in range(c["decoder_layers"]):
+        p = f"model.decoder.layers.{i}."
+        o, a = attention(p + "self_attn.", y, y, dec_mask)
+        y = ln(p + "self_attn_layer_norm", y + o)
+        dec_maps.append(a)
+        o, a = attention(p + "encoder_attn.", y, memory, cross_mask)
+        y = ln(p + "encoder_attn_layer_norm", y + o)
+        cross_maps.append(a)
+        y = ln(p + "final_layer_norm", y + lin(p + "fc2", act(lin(p + "fc1", y))))
+    head = sd["lm_head.weight"] if not c.get("tie_word_embeddings", True) else sd["model.shared.weight"]
+    logits = y @ head.T + sd["final_logits_bias"]
+    return enc_maps, dec_maps, cross_maps, y, logits
+
+
+def seq2seq(config, state_dict, source, labels, source_lengths=None, target_lengths=None):
+    """An encoder-decoder's forward with labels: {"encoder_attentions": [L_enc × (B, h, S, S)],
+    "decoder_attentions": [L_dec × (B, h, T, T)], "cross_attentions": [L_dec × (B, h, T, S)],
+    "output": (B, T, d) the decoder's final hidden states, "logits": (B, T, V),
+    "decoder_input_ids": (B, T)}. Padding (past each row's length) is masked as keys in every
+    attention (attention_mask and decoder_attention_mask)."""
+    mt = config["model_type"]
+    if mt not in SEQ2SEQ:
+        raise ValueError(f"model_type {mt!r}: one of {', '.join(SEQ2SEQ)}")
+    src = torch.as_tensor(np.asarray(source, dtype=np.int64))
+    B, S = src.shape
+    T = np.asarray(labels).shape[1]
+    src_lengths = [S] * B if source_lengths is None else [int(n) for n in source_lengths]
+    tgt_lengths = [T] * B if target_lengths is None else [int(n) for n in target_lengths]
+    start = config.get("decoder_start_token_id", 0 if mt == "t5" else 2)
+    dec = shift_right(labels, start)
+    sd = {k: _t(v) for k, v in state_dict.items()}
+    with torch.no_grad():
+        fn = _t5 if mt == "t5" else _bart
+        enc, dmaps, cmaps, out, logits = fn(config, sd, src, src_lengths, dec, tgt_lengths)
+    return {"encoder_attentions": [a.numpy() for a in enc],
+            "decoder_attentions": [a.numpy() for a in dmaps],
+            "cross_attentions": [a.numpy() for a in cmaps], "output": out.numpy(),
+            "logits": logits.numpy(), "decoder_input_ids": dec.numpy()}

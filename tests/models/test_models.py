@@ -760,8 +760,8 @@ class Errors(ModelTest):
     def test_unknown_model_type(self):
         d, config, _, ids = self.good()
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(dict(config, model_type="t5"), f)
-        line = self.refused(d, ids, names=("t5",))
+            json.dump(dict(config, model_type="mamba"), f)
+        line = self.refused(d, ids, names=("mamba",))
         for known in checkpoints.FAMILIES:  # the message lists the known ones
             self.assertIn(known, line)
 

@@ -144,3 +144,42 @@ def test_bad_results_raise_one_line(model, tmp_path):
     refused(r"^mha\.show: the view's page is [0-9.]+ MiB, above max_mb=0\.5 .*layer_indices=",
             big, max_mb=0.5)
     assert len(mha.show(big, max_mb=50).html) > 500_000
+
+
+def test_an_encoder_decoder_call_shows_three_map_kinds_with_both_token_lists(tmp_path):
+    config, t = checkpoints.make("t5")
+    d = str(tmp_path / "t5")
+    checkpoints.write(d, config, t)
+    m = mha.Model(d)
+    rng = np.random.default_rng(1)
+    src, tgt = rng.integers(3, config["vocab_size"], 7), rng.integers(3, config["vocab_size"], 5)
+    r = m(src, target=tgt)
+    v = mha.show(r)
+    maps = dict(page_maps(v.html))
+    assert sorted(maps) == ["cross_attention", "decoder_attention", "encoder_attention"]
+    for name, array in maps.items():
+        np.testing.assert_array_equal(array, r[name])
+    data = page_data(v.html)
+    by_name = {m_["name"]: m_ for m_ in data["maps"]}
+    source, target = r["tokens"][0], r["target"]["tokens"][0]
+    # Cross attention: the target's tokens on the queries, the source's on the keys.
+    assert by_name["cross_attention"]["query_labels"] == target
+    assert by_name["cross_attention"]["key_labels"] == source
+    assert by_name["decoder_attention"]["key_labels"] == target
+    assert by_name["encoder_attention"]["query_labels"] == source
+
+
+def test_an_image_call_shows_the_images_on_their_patch_grid(tmp_path):
+    config, t = checkpoints.make("vit")
+    d = str(tmp_path / "vit")
+    checkpoints.write(d, config, t)
+    size = config["image_size"]
+    height, width = size if isinstance(size, list) else (size, size)
+    checkpoints.write_preprocessor(d, checkpoints.preprocessor_config(height, width))
+    image = np.random.default_rng(2).integers(0, 256, (40, 30, 3)).astype(np.uint8)
+    r = mha.Model(d)(image)
+    data = page_data(mha.show(r).html)
+    seen = np.frombuffer(zlib.decompress(base64.b64decode(data["images"]["data"])), np.uint8)
+    np.testing.assert_array_equal(seen.reshape(r["images"].shape), r["images"])
+    assert data["run"]["input"]["patch_grid"] == list(r["patch_grid"])
+    assert data["query_labels"][:2] == ["[CLS]", "patch (0, 0)"]

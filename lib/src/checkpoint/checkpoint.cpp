@@ -18,6 +18,7 @@
 
 #include "gguf_source.hpp"
 #include "mha/base/error.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "tensor_source.hpp"
 #include "transpose.hpp"
@@ -40,23 +41,33 @@ std::string shape_text(const Shape& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-// Calls fn(spec, name, shape) for every tensor the config has, in the
-// table's order, each layer's in turn (as gemma.cpp's ForEachTensor: one
+// Calls fn(spec, name, shape) for every tensor of `stack` the config has, in
+// the table's order, each layer's in turn (as gemma.cpp's ForEachTensor: one
 // walk for checking, sizing and loading). Layers [l0, l1) only; the
 // model-wide tensors when `model_wide`.
 template <class F>
-void for_each_tensor(const ModelConfig& c, std::size_t l0, std::size_t l1, bool model_wide, F fn) {
+void for_each_tensor(const ModelConfig& c, std::size_t l0, std::size_t l1, bool model_wide, F fn,
+                     Stack stack = Stack::main) {
   if (model_wide)
     for (const TensorSpec& t : c.family->tensors)
-      if (!per_layer(t.role) && has_tensor(t, c)) fn(t, std::string(t.name), tensor_shape(t, c));
+      if (!per_layer(t.role) && t.stack == stack && has_tensor(t, c))
+        fn(t, std::string(t.name), tensor_shape(t, c));
   for (std::size_t l = l0; l < l1; ++l)
     for (const TensorSpec& t : c.family->tensors)
-      if (per_layer(t.role) && has_tensor(t, c)) fn(t, tensor_name(t, l), tensor_shape(t, c));
+      if (per_layer(t.role) && t.stack == stack && has_tensor(t, c))
+        fn(t, tensor_name(t, l), tensor_shape(t, c));
 }
 
-const TensorSpec* find_role(const ModelConfig& c, Role role, Part part) {
+// The stacks a config has and their layers: an encoder-decoder's decoder second.
+std::vector<std::pair<Stack, std::size_t>> stacks(const ModelConfig& c) {
+  std::vector<std::pair<Stack, std::size_t>> out = {{Stack::main, c.num_layers}};
+  if (c.encoder_decoder) out.emplace_back(Stack::decoder, c.num_decoder_layers);
+  return out;
+}
+
+const TensorSpec* find_role(const ModelConfig& c, Role role, Part part, Stack stack = Stack::main) {
   for (const TensorSpec& t : c.family->tensors)
-    if (t.role == role && t.part == part && has_tensor(t, c)) return &t;
+    if (t.role == role && t.part == part && t.stack == stack && has_tensor(t, c)) return &t;
   return nullptr;
 }
 
@@ -129,9 +140,14 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   if (const TensorSpec* head = find_role(config_, Role::lm_head, Part::weight);
       head && config_.base_model && !where_.count(head->name))
     config_.lm_head = false;
+  // BART's final_logits_bias is a buffer of the generation head: a
+  // checkpoint without it (BartModel) adds nothing to the logits.
+  if (const TensorSpec* bias = find_role(config_, Role::logits_bias, Part::weight);
+      bias && !where_.count(bias->name))
+    config_.logits_bias = false;
   // Every layer has tensors of its own: a config.json with more layers than
   // the weights have tensors is refused before the tensor list is built.
-  if (config_.num_layers > where_.size())
+  if (config_.num_layers + config_.num_decoder_layers > where_.size())
     fail_input(config + ": " + std::to_string(config_.num_layers) +
                " layers, but the weights hold only " + std::to_string(where_.size()) +
                " tensors; expected the layers' tensors in the weights files");
@@ -185,7 +201,9 @@ void Checkpoint::index_weights(const std::map<std::string, std::string>& weight_
                  ", which has no such tensor");
   // The prefix a task head's checkpoint puts before the base model's names
   // (BertForMaskedLM's "bert.", GPT2LMHeadModel's "transformer.").
-  const std::string first = find_role(config_, Role::token_embedding, Part::weight)->name;
+  const TensorSpec* first_spec = find_role(config_, Role::token_embedding, Part::weight);
+  if (!first_spec) first_spec = find_role(config_, Role::patch_projection, Part::weight);  // ViT
+  const std::string first = first_spec->name;
   std::vector<std::string> prefixes = {""};
   prefixes.insert(prefixes.end(), config_.family->prefixes.begin(), config_.family->prefixes.end());
   for (const std::string& p : prefixes)
@@ -198,24 +216,25 @@ void Checkpoint::index_weights(const std::map<std::string, std::string>& weight_
 }
 
 std::string Checkpoint::stored_name(const TensorSpec& t, const std::string& name) const {
-  return t.role == Role::lm_head ? name : prefix_ + name;  // the LM head is outside the base model
+  // The LM head (and BART's bias of its logits) is outside the base model.
+  return t.role == Role::lm_head || t.role == Role::logits_bias ? name : prefix_ + name;
 }
 
 void Checkpoint::check_tensors() const {
-  for_each_tensor(config_, 0, config_.num_layers, true,
-                  [&](const TensorSpec& spec, const std::string& name, const Shape& shape) {
-                    const std::string stored = stored_name(spec, name);
-                    auto it = where_.find(stored);
-                    if (it == where_.end())
-                      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
-                                 "; expected one of shape " + shape_text(shape) + " for a " +
-                                 config_.model_type + " of this config.json");
-                    const StoredTensor* t = files_[it->second]->find(stored);
-                    if (t->shape != shape)
-                      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) +
-                                 " has shape " + shape_text(t->shape) + "; config.json implies " +
-                                 shape_text(shape));
-                  });
+  const auto check = [&](const TensorSpec& spec, const std::string& name, const Shape& shape) {
+    const std::string stored = stored_name(spec, name);
+    auto it = where_.find(stored);
+    if (it == where_.end())
+      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
+                 "; expected one of shape " + shape_text(shape) + " for a " + config_.model_type +
+                 " of this config.json");
+    const StoredTensor* t = files_[it->second]->find(stored);
+    if (t->shape != shape)
+      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) + " has shape " +
+                 shape_text(t->shape) + "; config.json implies " + shape_text(shape));
+  };
+  for (const auto& [stack, layers] : stacks(config_))
+    for_each_tensor(config_, 0, layers, true, check, stack);
 }
 
 std::vector<std::string> Checkpoint::weight_files() const {
@@ -239,18 +258,26 @@ std::vector<std::string> Checkpoint::stored_dtypes() const {
 
 std::uint64_t Checkpoint::float32_bytes() const {
   std::uint64_t n = 0;
-  for_each_tensor(
-      config_, 0, config_.num_layers, true,
-      [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); });
+  for (const auto& [stack, layers] : stacks(config_))
+    for_each_tensor(
+        config_, 0, layers, true,
+        [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); },
+        stack);
   return n;
 }
 
 std::uint64_t Checkpoint::layer_float32_bytes() const {
-  std::uint64_t n = 0;
-  for_each_tensor(
-      config_, 0, std::min<std::size_t>(1, config_.num_layers), false,
-      [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); });
-  return n;
+  // An encoder-decoder's larger layer: the decoder's, with its cross-attention.
+  std::uint64_t most = 0;
+  for (const auto& [stack, layers] : stacks(config_)) {
+    std::uint64_t n = 0;
+    for_each_tensor(
+        config_, 0, std::min<std::size_t>(1, layers), false,
+        [&](const TensorSpec&, const std::string&, const Shape& s) { n += float32_size(s); },
+        stack);
+    most = std::max(most, n);
+  }
+  return most;
 }
 
 void Checkpoint::read(const std::string& stored, float* out) const {
@@ -266,8 +293,9 @@ struct Target {
   PackedBf16* packed = nullptr;   // W's packed words, for bfloat16 passes
 };
 
-Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
+Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part, bool decoder) {
   Weights<float>& a = L.self_attn;
+  Weights<float>& x = L.cross_attn;
   FeedForward<float>& f = L.ffn;
   auto norm = [&](Norm<float>& n) {
     return Target{nullptr, part == Part::weight ? &n.gamma : &n.beta};
@@ -278,8 +306,18 @@ Target target(TransformerLayer<float>& L, Role r, std::size_t slot, Part part) {
   switch (r) {
     case Role::attn_norm:
       return norm(L.norm1);
-    case Role::ffn_norm:
+    case Role::ffn_norm:  // a decoder layer's third norm (transformer.hpp)
+      return norm(decoder ? L.norm3 : L.norm2);
+    case Role::cross_norm:
       return norm(L.norm2);
+    case Role::cross_q:
+      return lin(x.W_q, x.b_q, x.packed_q);
+    case Role::cross_k:
+      return lin(x.W_k, x.b_k, x.packed_k);
+    case Role::cross_v:
+      return lin(x.W_v, x.b_v, x.packed_v);
+    case Role::cross_o:
+      return lin(x.W_o, x.b_o, x.packed_o);
     case Role::post_attn_norm:
       return norm(L.post_attn);
     case Role::post_ffn_norm:
@@ -323,19 +361,26 @@ void plus_one(const ModelConfig& c, Tensor<float, 1>& w) {
 }  // namespace
 
 void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) const {
+  layer(l, L, threads, Stack::main);
+}
+
+void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads, Stack stack) const {
   const ModelConfig& c = config_;
+  const bool decoder = stack == Stack::decoder;
   // bfloat16 passes with the native GEMM read matrices straight into its
   // packed layout: no float32 W is laid out.
   const bool packed = bf16_gemm_ && bf16_packing();
   // Norms, QK-norms and biases that a layer lacks stay empty; every layer has the same.
-  for (Norm<float>* n : {&L.norm1, &L.norm2, &L.post_attn, &L.post_ffn}) n->rms = c.rms_norm;
+  for (Norm<float>* n : {&L.norm1, &L.norm2, &L.norm3, &L.post_attn, &L.post_ffn})
+    n->rms = c.rms_norm;
   // One scratch buffer for every tensor: float32 (read() fills it), or a BF16
   // matrix's bits as stored when it is packed.
   std::unique_ptr<float[]> stored;
   std::unique_ptr<std::uint16_t[]> bits;
   std::size_t stored_size = 0, bits_size = 0;
   for_each_tensor(
-      c, l, l + 1, false, [&](const TensorSpec& t, const std::string& name, const Shape& shape) {
+      c, l, l + 1, false,
+      [&](const TensorSpec& t, const std::string& name, const Shape& shape) {
         std::size_t n = 1;
         for (std::size_t v : shape) n *= v;
         const bool matrix = shape.size() == 2;
@@ -362,7 +407,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
         const bool columns = t.layout == Layout::conv1d && !flipped;
         const std::size_t R = shape[0], C = matrix ? shape[1] : 1;
         for (std::size_t s = 0; s < slots(t.role); ++s) {
-          const Target to = target(L, t.role, s, t.part);
+          const Target to = target(L, t.role, s, t.part, decoder);
           std::size_t width = R;  // the kernel's columns (a vector's size)
           if (slots(t.role) > 1)
             width = slot_size(t.role, s, c);
@@ -402,19 +447,26 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads) c
             }
           }
         }
-      });
+      },
+      stack);
   Weights<float>& a = L.self_attn;
   if (a.b_q.size() && !a.b_o.size()) {  // zeros: the kernel adds all four biases or none
     a.b_o.resize({c.d_model});
     a.b_o.fill(0.0f);
   }
+  if (a.b_o.size() && !a.b_q.size()) {  // ViT with qkv_bias false: an output bias alone
+    a.b_q.resize({c.h * c.head_dim});
+    a.b_k.resize({c.kv_heads * c.head_dim});
+    a.b_v.resize({c.kv_heads * c.head_dim});
+    for (Tensor<float, 1>* b : {&a.b_q, &a.b_k, &a.b_v}) b->fill(0.0f);
+  }
 }
 
-Norm<float> Checkpoint::norm_of(Role role) const {
+Norm<float> Checkpoint::norm_of(Role role, Stack stack) const {
   Norm<float> nm;
   nm.rms = config_.rms_norm;
   for (Part part : {Part::weight, Part::bias}) {
-    const TensorSpec* t = find_role(config_, role, part);
+    const TensorSpec* t = find_role(config_, role, part, stack);
     if (!t) continue;
     Tensor<float, 1>& v = part == Part::weight ? nm.gamma : nm.beta;
     v = Tensor<float, 1>({config_.d_model});
@@ -425,19 +477,50 @@ Norm<float> Checkpoint::norm_of(Role role) const {
 }
 
 Norm<float> Checkpoint::final_norm() const {
-  return norm_of(Role::final_norm);
+  return norm_of(Role::final_norm, Stack::main);
+}
+
+Norm<float> Checkpoint::final_norm(Stack stack) const {
+  return norm_of(Role::final_norm, stack);
+}
+
+Norm<float> Checkpoint::embedding_norm(Stack stack) const {
+  return norm_of(Role::embedding_norm, stack);
+}
+
+std::vector<float> Checkpoint::relative_bias(Stack stack) const {
+  const TensorSpec* t = find_role(config_, Role::relative_bias, Part::weight, stack);
+  if (!t) return {};
+  std::vector<float> table(config_.relative_buckets * config_.h);  // (buckets, h)
+  read(stored_name(*t, t->name), table.data());
+  return table;
+}
+
+std::vector<float> Checkpoint::logits_bias() const {
+  const TensorSpec* t = find_role(config_, Role::logits_bias, Part::weight);
+  if (!t) return {};
+  std::vector<float> bias(config_.vocab_size);  // stored (1, vocab_size)
+  read(stored_name(*t, t->name), bias.data());
+  return bias;
 }
 
 Norm<float> Checkpoint::embedding_norm() const {
-  return norm_of(Role::embedding_norm);
+  return norm_of(Role::embedding_norm, Stack::main);
 }
 
 void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
                        float* out) const {
+  embed(ids, positions, count, out, Stack::main);
+}
+
+void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
+                       float* out, Stack stack) const {
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model;
   auto table = [&](Role role) -> std::pair<const TensorSource*, std::string> {
-    const TensorSpec* t = find_role(c, role, Part::weight);
+    // The stack's own table, else the model's (an encoder-decoder shares its token embedding).
+    const TensorSpec* t = find_role(c, role, Part::weight, stack);
+    if (!t && role == Role::token_embedding) t = find_role(c, role, Part::weight);
     if (!t) return {nullptr, ""};
     const std::string stored = stored_name(*t, t->name);
     return {files_[where_.at(stored)].get(), stored};
@@ -460,6 +543,42 @@ void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, st
     types->read_rows(type_name, 0, 1, row.data());  // token type 0
     for (std::size_t i = 0; i < count; ++i)
       for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+  }
+}
+
+void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) const {
+  const ModelConfig& c = config_;
+  const std::size_t d = c.d_model, p = c.patch_size, C = c.num_channels, H = c.image_height,
+                    Wd = c.image_width, rows = c.patch_rows(), cols = c.patch_cols(),
+                    N = rows * cols, K = C * p * p, T = N + 1;
+  auto read_role = [&](Role role, Part part, std::size_t n) {
+    std::vector<float> v(n);
+    const TensorSpec* t = find_role(c, role, part);
+    read(stored_name(*t, t->name), v.data());
+    return v;
+  };
+  // The Conv2d's weight (d, C, p, p) is an nn.Linear (d, K) on patches flattened as (C, p, p).
+  const std::vector<float> w = read_role(Role::patch_projection, Part::weight, d * K),
+                           bias = read_role(Role::patch_projection, Part::bias, d),
+                           cls = read_role(Role::cls_token, Part::weight, d),
+                           pos = read_role(Role::position_embedding, Part::weight, T * d);
+  std::vector<float> patches(N * K);  // (N, K): patch n = (row, col), row-major as flatten(2)
+  for (std::size_t b = 0; b < B; ++b) {
+    const float* image = pixels + b * C * H * Wd;  // (C, H, W)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t q = 0; q < cols; ++q)
+        for (std::size_t ch = 0; ch < C; ++ch)
+          for (std::size_t i = 0; i < p; ++i)
+            std::copy_n(image + (ch * H + r * p + i) * Wd + q * p, p,
+                        patches.data() + (r * cols + q) * K + (ch * p + i) * p);
+    float* x = out + b * T * d;  // (T, d): the CLS token, then the patches
+    // x[1:] (N, d) = patches (N, K) w^T (K, d)
+    gemm<float>(false, true, N, d, K, 1.0f, patches.data(), K, w.data(), K, 0.0f, x + d, d,
+                bf16_gemm_);
+    for (std::size_t n = 1; n < T; ++n)
+      for (std::size_t j = 0; j < d; ++j) x[n * d + j] += bias[j];
+    std::copy_n(cls.data(), d, x);
+    for (std::size_t i = 0; i < T * d; ++i) x[i] += pos[i];
   }
 }
 

@@ -36,6 +36,12 @@ bool has_tensor(const TensorSpec& t, const ModelConfig& c) {
       return !c.tie_word_embeddings && c.lm_head;
     case When::final_norm:
       return c.final_norm;
+    case When::logits_bias:
+      return c.logits_bias && c.lm_head;
+    case When::gated_ffn:
+      return c.gated_ffn;
+    case When::plain_ffn:
+      return !c.gated_ffn;
   }
   return false;
 }
@@ -65,11 +71,22 @@ std::size_t dim_size(Dim d, const ModelConfig& c) {
       return c.position_rows;
     case Dim::type_vocab:
       return c.type_vocab_size;
+    case Dim::heads:
+      return c.h;
+    case Dim::buckets:
+      return c.relative_buckets;
+    case Dim::one:
+      return 1;
+    case Dim::patch_pixels:
+      return c.num_channels * c.patch_size * c.patch_size;
   }
   return 0;
 }
 
 std::vector<std::size_t> tensor_shape(const TensorSpec& t, const ModelConfig& c) {
+  if (t.layout == Layout::conv2d)
+    return {dim_size(t.rows, c), c.num_channels, c.patch_size, c.patch_size};
+  if (t.layout == Layout::parameter) return {1, dim_size(t.rows, c), dim_size(t.cols, c)};
   if (t.cols == Dim::none) return {dim_size(t.rows, c)};
   return {dim_size(t.rows, c), dim_size(t.cols, c)};
 }

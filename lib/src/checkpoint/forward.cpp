@@ -34,7 +34,7 @@ void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std
     if (lengths[b] < 1 || lengths[b] > T)
       fail_input("forward: length " + std::to_string(lengths[b]) + " of row " + std::to_string(b) +
                  " is outside [1, " + std::to_string(T) + "]");
-    for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t t = 0; ids && t < T; ++t) {
       const std::int32_t id = ids[b * T + t];
       if (id < 0 || static_cast<std::size_t>(id) >= c.vocab_size)
         fail_input("token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
@@ -136,7 +136,8 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
                       std::size_t T, const std::vector<std::size_t>& lengths,
                       const ForwardOptions& options) {
   const ModelConfig& c = model.config();
-  check_ids(c, ids, B, T, lengths);
+  // From a given residual stream the ids are not read (an image model has none).
+  check_ids(c, options.first_hidden ? nullptr : ids, B, T, lengths);
   const int threads = resolve_threads(options.threads);
   const std::size_t d = c.d_model, n = B * T * d;
   ForwardResult result;

@@ -29,7 +29,9 @@ void check_sizes(const ModelConfig& c, const std::string& path) {
   constexpr u128 kMaxParameters = u128{1} << 40;  // 4 TiB of float32
   const u128 d = c.d_model, q = u128{c.h} * c.head_dim, kv = u128{c.kv_heads} * c.head_dim;
   const u128 layer = d * (q + 2 * kv) + q * d + 3 * d * c.d_ff + 4 * d + 2 * q;
-  const u128 total = layer * c.num_layers + 2 * u128{c.vocab_size} * d +
+  // A decoder layer of an encoder-decoder holds a second attention: counted as two layers.
+  const u128 total = layer * (u128{c.num_layers} + 2 * u128{c.num_decoder_layers}) +
+                     2 * u128{c.relative_buckets} * c.h + 2 * u128{c.vocab_size} * d +
                      u128{std::max(c.max_positions, c.position_rows)} * d +
                      u128{c.type_vocab_size} * d;
   if (c.vocab_size > 0x7fffffff)
@@ -72,8 +74,9 @@ ModelConfig parse_model_config(std::string_view text, const std::string& path) {
   c.model_type = j["model_type"].get<std::string>();
   c.family = find_family(c.model_type);
   if (!c.family)
-    fail_input(path + ": model_type " + echo(c.model_type) + " is not supported; expected one of " +
-               known);
+    // The value cut shorter than other echoes: the list of the known types must fit the line.
+    fail_input(path + ": model_type " + echo(c.model_type, 24) +
+               " is not supported; expected one of " + known);
   c.family->read_config(k, c);
   if (!c.kv_heads) c.kv_heads = c.h;
   if (!c.head_dim) {  // the families without a head_dim key: hidden_size / heads, exactly
@@ -86,6 +89,11 @@ ModelConfig parse_model_config(std::string_view text, const std::string& path) {
     fail_input(path + ": head_dim is 0 (hidden_size " + std::to_string(c.d_model) + " over " +
                std::to_string(c.h) + " heads); expected a positive head size");
   check_sizes(c, path);
+  if (c.encoder_decoder && (c.decoder_start_token_id < 0 ||
+                            static_cast<std::uint64_t>(c.decoder_start_token_id) >= c.vocab_size))
+    fail_input(path + ": decoder_start_token_id " + std::to_string(c.decoder_start_token_id) +
+               " is outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) +
+               "); expected the id the decoder's inputs start with");
   if (c.h % c.kv_heads)
     fail_input(path + ": num_attention_heads " + std::to_string(c.h) +
                " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));

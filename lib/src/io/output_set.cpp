@@ -374,6 +374,8 @@ template void OutputSet::stage_npy<double>(const std::string&, const double*,
                                            const std::vector<std::size_t>&);
 template void OutputSet::stage_npy<float16>(const std::string&, const float16*,
                                             const std::vector<std::size_t>&);
+template void OutputSet::stage_npy<std::uint8_t>(const std::string&, const std::uint8_t*,
+                                                 const std::vector<std::size_t>&);
 
 void OutputSet::stage_npz(const std::string& filename,
                           const std::vector<std::pair<std::string, NpyArray>>& members) {

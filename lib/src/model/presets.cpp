@@ -289,7 +289,8 @@ NativeWeights preset_to_native(const Arrays& a, const Family& preset, const Mode
   const ModelConfig& m = sizes ? *sizes : defaults;
   const char* names[3] = {"q", "k", "v"};
   for (const TensorSpec& t : preset.tensors) {
-    if (!per_layer(t.role) || !attention_role(t.role)) continue;
+    // An encoder-decoder's preset layer is an encoder layer.
+    if (!per_layer(t.role) || !attention_role(t.role) || t.stack != Stack::main) continue;
     const std::string own = in_layer(t);
     const NpyArray* x = find_tensor(a, own);
     if (!x) {

@@ -27,6 +27,9 @@ const std::vector<std::string> kKeys = {"model",
                                         "save_attention",
                                         "save_hidden_states",
                                         "save_qk",
+                                        "image",
+                                        "target_text",
+                                        "target_tokens",
                                         "ablation",
                                         "metric",
                                         "target",
@@ -38,7 +41,8 @@ const std::vector<std::string> kKeys = {"model",
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
-const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk"};
+const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk",
+                                        "image",          "target_text",        "target_tokens"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -188,6 +192,9 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
   if (r.has("save_attention")) c.save_attention = r.flag("save_attention");
   if (r.has("save_hidden_states")) c.save_hidden_states = r.flag("save_hidden_states");
   if (r.has("save_qk")) c.save_qk = r.flag("save_qk");
+  if (r.has("image")) c.images = r.strings("image");
+  if (r.has("target_text")) c.target_texts = r.strings("target_text");
+  c.target_tokens = r.optional_string("target_tokens");
   return c;
 }
 
@@ -196,6 +203,9 @@ json to_json(const ModelRunConfig& c) {
   j["save_attention"] = c.save_attention;
   j["save_hidden_states"] = c.save_hidden_states;
   j["save_qk"] = c.save_qk;
+  if (!c.images.empty()) j["image"] = c.images;
+  if (!c.target_texts.empty()) j["target_text"] = c.target_texts;
+  if (c.target_tokens) j["target_tokens"] = *c.target_tokens;
   return j;
 }
 

@@ -16,6 +16,7 @@
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/io/gguf.hpp"
+#include "mha/io/image.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
@@ -39,16 +40,6 @@ double ms_since(Clock::time_point t) {
 bool is_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// crc32 (zlib's) and size of the first `limit` bytes of a file (all of it by default).
-ModelRunReport::File file_record(const std::string& path, std::uint64_t limit = ~std::uint64_t{0}) {
-  ModelRunReport::File f;
-  f.path = path;
-  struct stat st {};
-  f.bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-  f.crc32 = crc32_hex(file_checksum(path, limit).crc32);
-  return f;
 }
 
 // The ids as stored (Model::ids checks them against the vocabulary).
@@ -117,7 +108,8 @@ ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o) {
     fail_input("--threads: expected an integer from 0 to 1024 (0 = all cores), got " +
                std::to_string(o.threads));
   call.threads = static_cast<int>(o.threads);
-  if (o.top_k < 0 || static_cast<std::uint64_t>(o.top_k) > c.vocab_size)
+  // An image model has no vocabulary (nor next tokens): top_k is not read.
+  if (o.top_k < 0 || (c.vocab_size && static_cast<std::uint64_t>(o.top_k) > c.vocab_size))
     fail_input("--top_k: expected an integer from 0 to the vocabulary's " +
                std::to_string(c.vocab_size) + ", got " + std::to_string(o.top_k));
   call.top_k = c.has_lm_head() ? static_cast<std::size_t>(o.top_k) : 0;
@@ -163,6 +155,7 @@ Model::Model(const std::string& dir, const std::string& dtype)
               .share()),
       checkpoint_(dir) {
   checkpoint_.set_bf16_gemm(dtype_ == "bfloat16");
+  if (checkpoint_.config().image_input()) processor_ = read_image_processor(dir);
 }
 
 const std::optional<Tokenizer>& Model::tokenizer() const {
@@ -184,6 +177,9 @@ void check_positions(const ModelConfig& c, std::size_t T, const std::string& wha
 ModelInput Model::encode(const std::vector<std::string>& texts) const {
   const ModelConfig& c = config();
   const std::string& dir = checkpoint_.dir();
+  if (c.image_input())
+    fail_input("--text: " + dir + " is a " + c.model_type +
+               " checkpoint, which reads images; give --image FILE (PNG or JPEG)");
   const std::optional<Tokenizer>& tokenizer_ = tokenizer();
   if (!tokenizer_)
     fail_input(dir +
@@ -231,6 +227,9 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
 ModelInput Model::ids(const std::vector<std::int64_t>& ids, std::size_t B, std::size_t T,
                       const std::string& what) const {
   const ModelConfig& c = config();
+  if (c.image_input())
+    fail_input(what + ": " + checkpoint_.dir() + " is a " + c.model_type +
+               " checkpoint, which reads images, not token ids; give --image FILE");
   if (B == 0 || T == 0 || ids.size() != B * T)
     fail_input(what + ": expected at least one token id, as (T) or (B, T)");
   for (std::size_t i = 0; i < ids.size(); ++i)
@@ -245,6 +244,46 @@ ModelInput Model::ids(const std::vector<std::int64_t>& ids, std::size_t B, std::
   in.ids.assign(ids.begin(), ids.end());  // each under vocab_size < 2^31 (read_model_config)
   in.lengths.assign(B, T);
   return in;
+}
+
+ModelInput Model::encode_images(const std::vector<RgbImage>& images,
+                                const std::vector<std::string>& names) const {
+  const ModelConfig& c = config();
+  if (!c.image_input())
+    fail_input("--image: " + checkpoint_.dir() + " is a " + c.model_type +
+               " checkpoint, which reads text; give --text or --tokens");
+  if (images.empty()) fail_input("expected at least one image");
+  ModelInput in;
+  in.B = images.size();
+  in.T = c.patch_rows() * c.patch_cols() + 1;
+  in.lengths.assign(in.B, in.T);
+  std::vector<std::string> row = {"[CLS]"};
+  for (std::size_t r = 0; r < c.patch_rows(); ++r)
+    for (std::size_t q = 0; q < c.patch_cols(); ++q)
+      row.push_back("patch (" + std::to_string(r) + ", " + std::to_string(q) + ")");
+  for (std::size_t b = 0; b < in.B; ++b) {
+    const std::string what =
+        b < names.size() && !names[b].empty() ? names[b] : "image #" + std::to_string(b + 1);
+    RgbImage seen;
+    const std::vector<float> x = preprocess_image(processor_, c, images[b], what, seen);
+    in.pixels.insert(in.pixels.end(), x.begin(), x.end());
+    in.images.insert(in.images.end(), seen.rgb.begin(), seen.rgb.end());
+    ModelInput::Image src;
+    src.path = b < names.size() ? names[b] : "";
+    src.width = images[b].width;
+    src.height = images[b].height;
+    src.format = images[b].format;
+    src.converted = images[b].converted;
+    in.image_sources.push_back(src);
+    for (std::size_t t = 0; t < in.T; ++t) in.ids.push_back(static_cast<std::int32_t>(t));
+    in.tokens.push_back(row);
+    in.pieces.push_back(row);
+  }
+  return in;
+}
+
+std::uint64_t image_byte_limit(std::uint64_t max_memory) {
+  return std::min<std::uint64_t>(max_memory, kMaxImagePixels * 3);
 }
 
 std::string Model::token_name(std::int32_t id) const {
@@ -299,6 +338,15 @@ std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::strin
   return std::optional<DirLock>(std::in_place, out_dir, kOutDirLock);  // elided: no move
 }
 
+ModelRunReport::File file_record(const std::string& path, std::uint64_t limit) {
+  ModelRunReport::File f;
+  f.path = path;
+  struct stat st {};
+  f.bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  f.crc32 = crc32_hex(file_checksum(path, limit).crc32);
+  return f;
+}
+
 void qk_blocks(
     const ModelConfig& c, const std::vector<std::size_t>& heads, std::size_t B, std::size_t T,
     std::size_t slot, const float* Q, std::size_t ldq, const float* K, std::size_t ldk,
@@ -325,16 +373,41 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   // Plan: every check before any weight is read.
   if (config.tokens && !config.texts.empty())
     fail_input("--tokens and --text: give one of them, not both");
-  if (!config.tokens && config.texts.empty())
-    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  if (!config.images.empty() && (config.tokens || !config.texts.empty()))
+    fail_input(std::string("--image and ") + (config.tokens ? "--tokens" : "--text") +
+               ": give images or text, not both");
+  if (!config.tokens && config.texts.empty() && config.images.empty())
+    fail_input(
+        "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
+        "--image FILE (image models)");
   const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
   const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
+  // Encoder-decoders, and targets given to any model (refused there): run/seq2seq_run.cpp.
+  if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
+    return run_seq2seq(config, whole);
   report.config = config;
   report.model = c;
   report.dir = config.model;
-  report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+  report.max_memory = config.max_memory ? *config.max_memory : default_max_memory();
+  if (!config.images.empty()) {
+    if (!c.image_input())  // before any image is read
+      whole.encode_images({}, {});
+    std::vector<RgbImage> images;
+    for (const std::string& path : config.images)
+      images.push_back(read_image(path, image_byte_limit(report.max_memory)));
+    report.input = whole.encode_images(images, config.images);
+    for (ModelInput::Image& src : report.input.image_sources) {
+      const ModelRunReport::File f = file_record(src.path);
+      src.bytes = f.bytes;
+      src.crc32 = f.crc32;
+    }
+    report.processor = whole.image_processor();
+  } else {
+    report.input =
+        config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+  }
   const ModelInput& in = report.input;
   const ModelCall call = check_model_call(
       c, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
@@ -347,7 +420,11 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.map_heads = call.map_heads;
   report.memory_estimate =
       forward_memory(c, model.layer_float32_bytes(), in.B, in.T, report.threads);
-  report.max_memory = config.max_memory ? *config.max_memory : default_max_memory();
+  if (c.image_input())  // the pixels, the embeddings, the patches and the projection
+    report.memory_estimate +=
+        4 * (in.pixels.size() + in.B * in.T * c.d_model +
+             (in.T + c.d_model) * 3 * c.patch_size * c.patch_size + in.T * c.d_model) +
+        in.images.size();
   if (report.memory_estimate > report.max_memory)
     fail_input(config.model + ": the run needs about " + format_bytes(report.memory_estimate) +
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
@@ -417,6 +494,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
       maps_done = slots;
     };
   const auto t0 = Clock::now();
+  std::vector<float> embeddings;  // an image model's pass starts from its patch embeddings
+  if (c.image_input()) {
+    embeddings.resize(B * T * d);
+    model.embed_patches(in.pixels.data(), B, embeddings.data());
+    fo.first_hidden = embeddings.data();
+  }
   ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
   report.forward_ms = ms_since(t0);
   report.read_ms = r.seconds_read * 1e3;
@@ -435,6 +518,11 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
   report.outputs = {"tokens.json", "output.npy"};
+  if (!in.images.empty()) {
+    out.stage_npy("images.npy", in.images.data(),
+                  {B, c.image_height, c.image_width, std::size_t{3}});
+    report.outputs.push_back("images.npy");
+  }
   if (maps) report.outputs.push_back("self_attention.npy");
   if (hidden) report.outputs.push_back("hidden_states.npy");
   if (qs) report.outputs.insert(report.outputs.end(), {"q.npy", "k.npy"});

@@ -613,6 +613,20 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
       v.tokens.back().push_back(s.get<std::string>());
     }
   }
+  // An encoder-decoder's decoder inputs: the queries of its decoder and cross maps.
+  if (t.contains("target") && t["target"].is_object()) {
+    const json& target = t["target"];
+    for (const auto& [key, rows] :
+         {std::pair{"tokens", &v.target_tokens}, {"pieces", &v.target_pieces}}) {
+      if (!target.contains(key) || !target[key].is_array()) continue;
+      for (const json& row : target[key]) {
+        rows->emplace_back();
+        if (row.is_array())
+          for (const json& s : row)
+            rows->back().push_back(s.is_string() ? s.get<std::string>() : "");
+      }
+    }
+  }
   // "pieces" (the raw tokens): the page shows them on hover; older tokens.json lack them.
   if (t.contains("pieces") && t["pieces"].is_array() && t["pieces"].size() == v.tokens.size()) {
     for (const json& row : t["pieces"]) {
@@ -644,6 +658,20 @@ json tokens_json(const ModelInput& in) {
           {"padded_length", in.T}};
 }
 
+json seq2seq_tokens_json(const ModelInput& source, const ModelInput& decoder,
+                         const ModelInput& labels) {
+  json j = tokens_json(source);
+  j["target"] = tokens_json(decoder);
+  json rows = json::array();
+  for (std::size_t b = 0; b < labels.B; ++b) {
+    const auto first = labels.ids.begin() + static_cast<std::ptrdiff_t>(b * labels.T);
+    rows.push_back(
+        std::vector<std::int32_t>(first, first + static_cast<std::ptrdiff_t>(labels.lengths[b])));
+  }
+  j["target"]["labels"] = rows;
+  return j;
+}
+
 json compute_json(const std::string& dtype) {
   json j = {{"blas", to_json(blas_load())},
             {"kernels", to_json(KernelReport{direct_gemm_isa(), vexp_isa()})}};
@@ -657,6 +685,20 @@ json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers
   for (std::size_t l : layers) windows.push_back(c.layer_sliding(l) ? c.sliding_window : 0);
   return {{"layers", layers},          {"heads", heads},     {"scale", c.attn_scale},
           {"softcap", c.attn_softcap}, {"causal", c.causal}, {"windows", windows}};
+}
+
+json preprocessing_json(const ImageProcessor& p) {
+  return {{"config", p.path.empty() ? json(nullptr) : json(p.path)},
+          {"to_rgb", "PIL's convert(\"RGB\"): grey repeated, palette looked up, alpha dropped"},
+          {"do_resize", p.do_resize},
+          {"size", {{"height", p.height}, {"width", p.width}}},
+          {"resample", p.resample},
+          {"resample_name", resample_name(p.resample)},
+          {"do_rescale", p.do_rescale},
+          {"rescale_factor", p.rescale_factor},
+          {"do_normalize", p.do_normalize},
+          {"image_mean", p.mean},
+          {"image_std", p.std}};
 }
 
 json to_json(const ModelRunReport& r) {
@@ -698,7 +740,31 @@ json to_json(const ModelRunReport& r) {
                 {"seq_len", r.input.T},
                 {"lengths", r.input.lengths},
                 {"tokenizer", r.input.tokenizer.empty() ? json(nullptr) : json(r.input.tokenizer)}};
+  if (!r.input.image_sources.empty()) {
+    json images = json::array();
+    for (const ModelInput::Image& im : r.input.image_sources)
+      images.push_back({{"path", im.path.empty() ? json(nullptr) : json(im.path)},
+                        {"bytes", im.bytes},
+                        {"crc32", im.crc32.empty() ? json(nullptr) : json(im.crc32)},
+                        {"width", im.width},
+                        {"height", im.height},
+                        {"format", im.format},
+                        {"converted", im.converted}});
+    j["input"]["images"] = images;
+    j["input"]["patch_grid"] = {c.patch_rows(), c.patch_cols()};
+    j["input"]["patch_size"] = c.patch_size;
+  }
+  if (r.processor) j["preprocessing"] = preprocessing_json(*r.processor);
   if (!r.map_layers.empty()) j["attention"] = attention_json(c, r.map_layers, r.map_heads);
+  if (c.encoder_decoder) {
+    j["model"]["encoder_decoder"] = true;
+    j["model"]["num_decoder_layers"] = c.num_decoder_layers;
+    j["model"]["decoder_start_token_id"] = c.decoder_start_token_id;
+    j["target"] = {{"batch", r.target.B},
+                   {"seq_len", r.target.T},
+                   {"lengths", r.target.lengths},
+                   {"decoder_start_token_id", c.decoder_start_token_id}};
+  }
   if (!r.top_k.empty()) j["top_k"] = top;
   j["threads"] = r.threads;
   j["dtype"] = r.config.dtype;

@@ -13,6 +13,8 @@ ViewedRun read_viewed_run(const std::string& path) {
     v.page = std::move(model->run_json);
     v.token_labels = std::move(model->tokens);
     v.token_pieces = std::move(model->pieces);
+    v.target_labels = std::move(model->target_tokens);
+    v.target_pieces = std::move(model->target_pieces);
     return v;
   }
   const RunReport r = read_run_report(path);

@@ -280,7 +280,7 @@ namespace {
 // q.npy and k.npy, (layers, B, h, T, d) float arrays of one shape, the rows
 // `options` keeps; left out with a note when they would pass the page's
 // weights limit. Each value is checked finite.
-void read_qk(AttentionView& v, const QkToView& files, const ViewOptions& options) {
+void read_qk(AttentionView& v, const ExtrasToView& files, const ViewOptions& options) {
   NpyReader rq(files.q), rk(files.k);
   const std::vector<std::size_t>& shape = rq.header().shape;
   if (shape.size() != 5 || !is_float(rq.header().dtype))
@@ -333,6 +333,32 @@ void read_qk(AttentionView& v, const QkToView& files, const ViewOptions& options
   v.qk = std::move(qk);
 }
 
+// A vision model's images.npy, (B, H, W, 3) uint8, the rows `options` keeps.
+// The page holds at most kMaxViewWeights bytes of pixels.
+void read_images(AttentionView& v, const std::string& file, const ViewOptions& options) {
+  const NpyHeaderInfo header = read_npy_header(file);
+  const std::vector<std::size_t>& s = header.shape;
+  if (header.dtype != DType::u1 || s.size() != 4 || s[3] != 3 || s[0] == 0 || s[1] == 0 ||
+      s[2] == 0)
+    fail_input(file + ": " + dtype_name(header.dtype) + " array of shape " + shape_text(s) +
+               "; expected a vision model's images, uint8 (B, H, W, 3)");
+  if (options.batch_index && *options.batch_index >= s[0])
+    fail_input("--batch_index " + std::to_string(*options.batch_index) + ": " + file +
+               " holds B = " + std::to_string(s[0]) + " images");
+  ViewImages im;
+  im.B = options.batch_index ? 1 : s[0], im.H = s[1], im.W = s[2];
+  const std::uint64_t per_image = std::uint64_t{im.H} * im.W * 3;
+  if (per_image * im.B > kMaxViewWeights)
+    fail_input(file + ": " + std::to_string(im.B) + " images of " + std::to_string(im.H) + " x " +
+               std::to_string(im.W) + " are more than a page holds (" +
+               std::to_string(kMaxViewWeights) + " bytes); keep one with --batch_index");
+  const NpyArray all = read_npy(file);
+  const std::size_t first = options.batch_index.value_or(0);
+  const auto* p = all.data.data() + first * per_image;
+  im.rgb.assign(p, p + per_image * im.B);
+  v.images = std::move(im);
+}
+
 // The labels of the page's axes: label files, or a model run's tokens (the
 // tables' labels on an analyses-only page).
 void label_view(AttentionView& v, const ViewOptions& options) {
@@ -355,6 +381,31 @@ void label_view(AttentionView& v, const ViewOptions& options) {
         v.query_pieces = v.run->token_pieces[row];
         v.query_pieces.resize(first.T, "<pad>");
       }
+    }
+  }
+  // An encoder-decoder run: each map set labelled by the sides it spans.
+  if (options.labels.empty() && options.key_labels.empty() && v.run &&
+      !v.run->target_labels.empty()) {
+    const std::size_t row = options.batch_index.value_or(0);
+    const auto side = [&](const std::vector<std::vector<std::string>>& rows, std::size_t n) {
+      if (row >= rows.size()) return std::vector<std::string>{};
+      std::vector<std::string> out = rows[row];
+      out.resize(n, "<pad>");
+      return out;
+    };
+    for (AttentionMapSet& m : v.maps) {
+      if (m.B != 1 || m.factor > 1) continue;
+      const bool decoder_queries = m.name == "decoder_attention" || m.name == "cross_attention";
+      const bool target_keys = m.name == "decoder_attention";
+      if (!decoder_queries && m.name != "encoder_attention") continue;
+      const auto& queries = decoder_queries ? v.run->target_labels : v.run->token_labels;
+      const auto& query_pieces = decoder_queries ? v.run->target_pieces : v.run->token_pieces;
+      const auto& keys = target_keys ? v.run->target_labels : v.run->token_labels;
+      const auto& key_pieces = target_keys ? v.run->target_pieces : v.run->token_pieces;
+      m.query_labels = side(queries, m.T);
+      m.query_pieces = side(query_pieces, m.T);
+      m.key_labels = side(keys, m.S);
+      m.key_pieces = side(key_pieces, m.S);
     }
   }
   if (!options.labels.empty()) {
@@ -386,17 +437,25 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     v.run = run_beside(run_json, read_run);
     // With a run.json, only the maps it lists, as the run wrote them.
     const auto listed = listed_outputs(path);
-    for (const char* name : {"attention", "self_attention", "cross_attention"}) {
+    for (const char* name : {"attention", "self_attention", "encoder_attention",
+                             "decoder_attention", "cross_attention"}) {
       const std::string base = std::string(name) + ".npy";
       const std::string file = (fs::path(path) / base).string();
       if (!fs::exists(file, ec) || (listed && !listed->count(base))) continue;
       check_run_output(file);
       v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
     }
+    // A vision model's images, for the overlay.
+    if (listed && listed->count("images.npy")) {
+      const std::string images = (fs::path(path) / "images.npy").string();
+      check_run_output(images);
+      read_images(v, images, options);
+    }
     // A model run's queries and keys (--save_qk), as its run.json lists them.
     if (listed && listed->count("q.npy") && listed->count("k.npy")) {
-      const QkToView files{(fs::path(path) / "q.npy").string(),
-                           (fs::path(path) / "k.npy").string()};
+      ExtrasToView files;
+      files.q = (fs::path(path) / "q.npy").string();
+      files.k = (fs::path(path) / "k.npy").string();
       check_run_output(files.q);
       check_run_output(files.k);
       read_qk(v, files, options);
@@ -462,7 +521,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
 
 AttentionView attention_view_of(const std::string& title, const std::vector<MapsToView>& maps,
                                 std::optional<ViewedRun> run, const ViewOptions& options,
-                                const std::optional<QkToView>& qk) {
+                                const ExtrasToView& extras) {
   AttentionView v;
   v.title = title;
   v.run = std::move(run);
@@ -471,7 +530,8 @@ AttentionView attention_view_of(const std::string& title, const std::vector<Maps
     if (!m.head_axis) v.maps.back().head_axis = false;
   }
   if (v.maps.empty()) fail_input(title + ": no attention maps to show");
-  if (qk) read_qk(v, *qk, options);
+  if (!extras.q.empty() && !extras.k.empty()) read_qk(v, extras, options);
+  if (!extras.images.empty()) read_images(v, extras.images, options);
   label_view(v, options);
   return v;
 }
@@ -508,6 +568,12 @@ std::string attention_page(const AttentionView& view) {
                   {"q", pack_values(q, qk.q.size(), 4)},
                   {"k", pack_values(k, qk.k.size(), 4)}};
   }
+  data["images"] = nullptr;
+  if (view.images)
+    data["images"] = {{"B", view.images->B},
+                      {"H", view.images->H},
+                      {"W", view.images->W},
+                      {"data", pack_values(view.images->rgb.data(), view.images->rgb.size(), 1)}};
   data["maps"] = nlohmann::json::array();
   for (const auto& m : view.maps) {
     const std::size_t item = itemsize(m.array.dtype);
@@ -527,6 +593,13 @@ std::string attention_page(const AttentionView& view) {
                             {"stats", m.stats},
                             {"stats_all", m.stats_all},
                             {"data", pack_values(m.array.data.data(), m.array.size(), item)}});
+    if (!m.query_labels.empty()) {  // the map set's own labels (an encoder-decoder's sides)
+      nlohmann::json& j = data["maps"].back();
+      j["query_labels"] = m.query_labels;
+      j["key_labels"] = m.key_labels;
+      j["query_pieces"] = m.query_pieces;
+      j["key_pieces"] = m.key_pieces;
+    }
   }
   return html_page("mha view: " + view.title, std::string(page_asset("attention.html")),
                    data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),

@@ -22,6 +22,7 @@ namespace mha {
 class TensorSource;
 struct TensorSpec;
 enum class Role;
+enum class Stack;
 
 class Checkpoint {
  public:
@@ -63,14 +64,35 @@ class Checkpoint {
   // tensor at a time through one float32 scratch: no float32 copy of the
   // layer. `threads` pack it.
   void layer(std::size_t l, TransformerLayer<float>& L, int threads = 1) const;
+  // The same for layer l of `stack` (an encoder-decoder's decoder layers
+  // have their cross-attention and its norm: norm2, the feed-forward's norm3).
+  void layer(std::size_t l, TransformerLayer<float>& L, int threads, Stack stack) const;
   Norm<float> final_norm() const;      // empty when the family has none (BERT)
   Norm<float> embedding_norm() const;  // BERT's embeddings.LayerNorm; else empty
+  // An encoder-decoder's stacks' own (the decoder's: Stack::decoder).
+  Norm<float> final_norm(Stack stack) const;
+  Norm<float> embedding_norm(Stack stack) const;
+  // T5's relative position bias table of `stack`, (buckets, h) row-major;
+  // empty for families without one.
+  std::vector<float> relative_bias(Stack stack) const;
+  // BART's final_logits_bias (vocab_size), added to the LM head's logits;
+  // empty when the checkpoint has none.
+  std::vector<float> logits_bias() const;
   // Embedding rows: out (count, d_model) = the embedding of token ids[i]
   // (times the family's embed_scale) + the learned position table's row
   // positions[i] (the caller adds position_offset) + token type 0's, where
   // the family has them; before embedding_norm. Only the rows named are read.
   void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
              float* out) const;
+  // The same with `stack`'s position table (BART's decoder has its own); the
+  // token embedding is shared.
+  void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count, float* out,
+             Stack stack) const;
+  // ViT: the embeddings of B images, `pixels` (B, num_channels, image_height,
+  // image_width) as the image processor leaves them: out (B, N + 1, d_model)
+  // = [the CLS token; each patch's projection (the Conv2d, bias added)] + the
+  // position table, patches row by row (image_input() configs only).
+  void embed_patches(const float* pixels, std::size_t B, float* out) const;
   // The LM head's rows [v0, v0 + count) (vocabulary entries, d_model each):
   // lm_head.weight, or the input embedding when tied. Causal LMs only.
   void lm_head_rows(std::size_t v0, std::size_t count, float* out) const;
@@ -78,7 +100,7 @@ class Checkpoint {
  private:
   void read(const std::string& stored, float* out) const;
   std::string stored_name(const TensorSpec& t, const std::string& name) const;
-  Norm<float> norm_of(Role role) const;
+  Norm<float> norm_of(Role role, Stack stack) const;
   void open_weights();
   // where_ and prefix_ from files_ (a sharded checkpoint's weight_map, from
   // `index`, checked against them).

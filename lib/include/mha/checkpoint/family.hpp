@@ -34,6 +34,10 @@ enum class Dim {
   vocab,          //
   position_rows,  // the learned position table's rows
   type_vocab,     // BERT's token types
+  one,            // a size of 1 (ViT's CLS token: one row)
+  patch_pixels,   // num_channels * patch_size^2: a patch's values, as a Conv2d's in
+  heads,          // h: a relative position bias table's columns
+  buckets,        // relative position buckets (T5's relative_attention_num_buckets)
 };
 
 // Where a tensor goes in the forward. Model-wide roles first, then a layer's.
@@ -44,6 +48,12 @@ enum class Role {
   embedding_norm,
   final_norm,
   lm_head,
+  // ViT: the Conv2d of kernel = stride = patch_size (a linear map of each patch), and the CLS
+  // token's embedding before the patches
+  patch_projection,
+  cls_token,
+  relative_bias,   // T5: (buckets, h), layer 0's, shared by every self-attention of its stack
+  logits_bias,     // BART: final_logits_bias (1, vocab), added to the LM head's logits
   attn_norm,       // the norm before (pre-norm) or after (post-norm) attention
   q,               //
   k,               //
@@ -59,17 +69,35 @@ enum class Role {
   gate_up,         // fused: the gate's rows, then the up projection's
   down,            // W_2
   post_ffn_norm,   //
+  // An encoder-decoder's decoder layers: the cross-attention over the
+  // encoder's output and the norm before (pre-norm) or after (post-norm) it.
+  cross_q,
+  cross_k,
+  cross_v,
+  cross_o,
+  cross_norm,
 };
+
+// Which stack of layers a tensor belongs to. A decoder-only or encoder-only
+// model has one (main); an encoder-decoder's encoder is main, its decoder
+// `decoder`, whose layers count num_decoder_layers and whose "{l}" patterns
+// are its own (a model-wide tensor of the decoder: its embeddings' norm, its
+// position table, its final norm, its relative bias table).
+enum class Stack { main, decoder };
 
 enum class Part { weight, bias };
 
 // How a tensor is stored.
 enum class Layout {
-  vector,       // 1-D (a norm's weight, a bias)
-  table,        // an embedding table (rows, d_model), read by rows
-  linear,       // nn.Linear (out, in); fused tensors split by rows: q | k | v, gate | up
-  conv1d,       // GPT-2's Conv1D (in, out); fused tensors split by columns
-  linear_heads  // nn.Linear (3 h head_dim, in) with rows per head: (h, q | k | v, head_dim)
+  vector,        // 1-D (a norm's weight, a bias)
+  table,         // an embedding table (rows, d_model), read by rows
+  linear,        // nn.Linear (out, in); fused tensors split by rows: q | k | v, gate | up
+  conv1d,        // GPT-2's Conv1D (in, out); fused tensors split by columns
+  linear_heads,  // nn.Linear (3 h head_dim, in) with rows per head: (h, q | k | v, head_dim)
+  // nn.Conv2d (out, channels, patch_size, patch_size) of kernel = stride =
+  // patch_size: stored 4-D, the same bytes as an nn.Linear (out, patch_pixels)
+  conv2d,
+  parameter  // an nn.Parameter (1, rows, cols): ViT's CLS token and position table
 };
 
 // Which configs have the tensor.
@@ -81,6 +109,9 @@ enum class When {
   not_sandwich_norm,  // norm_placement is not sandwich
   untied,             // !ModelConfig::tie_word_embeddings
   final_norm,         // ModelConfig::final_norm
+  logits_bias,        // ModelConfig::logits_bias
+  gated_ffn,          // ModelConfig::gated_ffn (T5 v1.1's wi_0 and wi_1)
+  plain_ffn,          // !ModelConfig::gated_ffn (T5 v1.0's wi)
 };
 
 struct TensorSpec {
@@ -91,6 +122,7 @@ struct TensorSpec {
   Dim rows, cols;  // the stored shape (cols Dim::none: 1-D)
   Layout layout;
   When when = When::always;
+  Stack stack = Stack::main;
 };
 
 struct Family {

@@ -78,7 +78,9 @@ struct ForwardResult {
   double seconds_compute = 0;                 // everything else
 };
 
-// ids (B, T), lengths (B) with 1 <= lengths[b] <= T. Throws mha::Error
+// ids (B, T), lengths (B) with 1 <= lengths[b] <= T; ids are not read (and
+// may be null) when options.first_hidden is given (an image model's pass
+// starts from Checkpoint::embed_patches). Throws mha::Error
 // (invalid_input) for an id outside the vocabulary or T over the model's
 // positions, naming them.
 ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,

@@ -76,8 +76,29 @@ struct ModelConfig {
   double final_softcap = 0;  // > 0: the LM logits capped as attention's
   std::optional<std::int64_t> pad_token_id, bos_token_id, eos_token_id;
   std::string torch_dtype;  // as stored, e.g. "float32", "bfloat16" ("" when absent)
+  // Encoder-decoders (T5, BART): the encoder is the stack above (num_layers,
+  // d_ff, h), the decoder has num_decoder_layers layers of the same sizes,
+  // each with a cross-attention over the encoder's output, and the LM head
+  // on its output. The decoder's inputs start with decoder_start_token_id.
+  bool encoder_decoder = false;
+  std::size_t num_decoder_layers = 0;
+  std::int64_t decoder_start_token_id = 0;
+  // T5's relative position buckets (0: none): a bias per head and bucket of
+  // key - query added to every self-attention logit, bidirectional in the
+  // encoder, causal in the decoder.
+  std::size_t relative_buckets = 0, relative_max_distance = 0;
+  double lm_head_scale = 1;  // the LM head's input times this (tied T5: d_model^-0.5)
+  bool logits_bias = false;  // BART's final_logits_bias, added to the LM head's logits
+  bool gated_ffn = false;    // T5: feed_forward_proj "gated-ACT" (the other families: their table)
+  // Images (ViT): the input is an image of image_height x image_width pixels
+  // in num_channels channels, cut into patch_size squares; its tokens are a
+  // CLS token, then the patches row by row. patch_size 0: a text model.
+  std::size_t image_height = 0, image_width = 0, patch_size = 0, num_channels = 0;
 
   bool has_lm_head() const { return lm_head; }
+  bool image_input() const { return patch_size > 0; }
+  std::size_t patch_rows() const { return patch_size ? image_height / patch_size : 0; }
+  std::size_t patch_cols() const { return patch_size ? image_width / patch_size : 0; }
   bool layer_sliding(std::size_t l) const {
     return sliding_window > 0 && l < sliding.size() && sliding[l];
   }

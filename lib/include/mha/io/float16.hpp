@@ -36,10 +36,13 @@ inline double to_double(double x) {
   return x;
 }
 
-// The .npy dtype of a buffer element: f2, f4 or f8.
+// The .npy dtype of a buffer element: f2, f4 or f8 (u1 for 8-bit images).
 template <class T>
 constexpr DType npy_dtype() {
-  return std::is_same_v<T, float16> ? DType::f2 : std::is_same_v<T, float> ? DType::f4 : DType::f8;
+  return std::is_same_v<T, float16>        ? DType::f2
+         : std::is_same_v<T, float>        ? DType::f4
+         : std::is_same_v<T, std::uint8_t> ? DType::u1
+                                           : DType::f8;
 }
 
 }  // namespace mha

@@ -1,6 +1,7 @@
 // `mha run --model DIR`: a whole checkpoint (checkpoint/checkpoint.hpp) run
 // from text or token ids, writing to out_dir, all-or-nothing:
 //   tokens.json         the ids of every row and their token strings
+//   images.npy          (B, H, W, 3) uint8: an image model's inputs as it sees them
 //   output.npy          (B, T, d_model) the final hidden states
 //   self_attention.npy  (layers, B, heads, T, T) with save_attention, streamed
 //   hidden_states.npy   (num_layers + 1, B, T, d_model) with save_hidden_states
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "mha/checkpoint/forward.hpp"
+#include "mha/checkpoint/image_processor.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/text/tokenizer.hpp"
@@ -31,6 +33,11 @@ struct ModelRunConfig {
   std::string dtype = "float32";      // float32 or bfloat16 (GEMM operands; Model)
   std::vector<std::string> texts;     // a batch of texts (right-padded), or
   std::optional<std::string> tokens;  // a .npy of int ids, (T) or (B, T)
+  // Encoder-decoders (T5, BART): the decoder's side, one target per source
+  // row (the target's ids; the decoder's inputs are them shifted right).
+  std::vector<std::string> target_texts;
+  std::optional<std::string> target_tokens;  // a .npy of int ids, (T) or (B, T)
+  std::vector<std::string> images;           // image models (vit): PNG or JPEG files, a batch
   std::string out_dir = "out";
   bool save_attention = false, save_hidden_states = false;
   // q.npy and k.npy (layers, B, heads, T, head_dim) of the maps written: the
@@ -88,6 +95,18 @@ struct ModelInput {
   std::vector<std::vector<std::string>> tokens;  // each row's tokens as shown (display_token)
   std::vector<std::vector<std::string>> pieces;  // as tokenizer.json spells them (same shape)
   std::string tokenizer;  // the tokenizer.json that made the ids ("" for --tokens)
+  // Image models: T = 1 + patches (the CLS token, then the patches row by
+  // row), ids 0..T-1 (the positions), tokens "[CLS]" and "patch (row, col)".
+  std::vector<float> pixels;         // (B, 3, H, W): the processor's pixel values
+  std::vector<std::uint8_t> images;  // (B, H, W, 3): the 8-bit images the model sees
+  struct Image {
+    std::string path;  // "" for an array (Python)
+    std::uint64_t bytes = 0;
+    std::string crc32;  // of the file
+    std::size_t width = 0, height = 0;
+    std::string format, converted;  // as RgbImage's
+  };
+  std::vector<Image> image_sources;  // B
 };
 
 struct ModelRunReport {
@@ -110,9 +129,19 @@ struct ModelRunReport {
   std::uint64_t memory_estimate = 0, max_memory = 0;
   int threads = 1;
   double read_ms = 0, forward_ms = 0, total_ms = 0;
+  // An encoder-decoder's decoder side (B = 0 otherwise): its input ids (the
+  // target's shifted right after decoder_start_token_id) and their tokens,
+  // and the target's ids as given (B, T, padded). `input` is the encoder's.
+  ModelInput target;
+  std::vector<std::int32_t> labels;
+  std::optional<ImageProcessor> processor;        // image models: the preprocessing applied
   std::vector<std::string> outputs;               // file names written, run.json last
   std::map<std::string, FileChecksum> checksums;  // of each output but run.json
 };
+
+// A file as run.json records it: its path, size and the crc32 (zlib's) of
+// its first `limit` bytes (all of it by default).
+ModelRunReport::File file_record(const std::string& path, std::uint64_t limit = ~std::uint64_t{0});
 
 // A checkpoint with its tokenizer (DIR/tokenizer.json, when there is one):
 // what `mha run --model` and the Python module's mha.Model run. Opening it
@@ -131,6 +160,9 @@ class Model {
   const ModelConfig& config() const { return checkpoint_.config(); }
   const std::optional<Tokenizer>& tokenizer() const;
   const std::string& tokenizer_path() const { return tokenizer_path_; }
+  // Image models (ModelConfig::image_input()): DIR/preprocessor_config.json, or
+  // its defaults (image_processor.hpp).
+  const ImageProcessor& image_processor() const { return processor_; }
 
   // A batch of texts, tokenized and right-padded (pad_id, else config.json's
   // pad_token_id, else 0). Throws mha::Error (invalid_input) without a
@@ -142,6 +174,12 @@ class Model {
   ModelInput ids(const std::vector<std::int64_t>& ids, std::size_t B, std::size_t T,
                  const std::string& what) const;
   void name_tokens(ModelInput& input) const;
+  // Image models: a batch of images through the image processor. `names`
+  // (file paths, or "" for arrays) start messages. Throws mha::Error
+  // (invalid_input) for a text model, an empty batch, or an image the
+  // processor does not bring to config.json's image_size.
+  ModelInput encode_images(const std::vector<RgbImage>& images,
+                           const std::vector<std::string>& names) const;
   // The tokenizer's display text for `id` (Tokenizer::display_token), or "<id N>"
   // for an id it lacks: config.json's vocab_size is often padded past the
   // tokenizer's vocabulary (to a multiple of 64 or 128), and those ids are valid
@@ -154,7 +192,11 @@ class Model {
   std::string tokenizer_path_;
   std::shared_future<std::optional<Tokenizer>> loading_;  // declared first: starts first
   Checkpoint checkpoint_;
+  ImageProcessor processor_;
 };
+
+// The bytes an image may take decoded (3 a pixel): max_memory's, at most.
+std::uint64_t image_byte_limit(std::uint64_t max_memory);
 
 // The ids of a .npy file of shape (T) or (B, T) (any integer dtype).
 ModelInput read_token_ids(const Model& model, const std::string& path);
@@ -169,5 +211,22 @@ std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::strin
                                     bool check_only);
 
 ModelRunReport run_model(const ModelRunConfig& config);
+
+// An encoder-decoder's teacher-forced run (run_model's part for T5 and BART,
+// run/seq2seq_run.cpp): encoder_attention.npy (layers, B, heads, S, S),
+// decoder_attention.npy (layers, B, heads, T, T) and cross_attention.npy
+// (layers, B, heads, T, S) with save_attention, output.npy (B, T, d_model)
+// the decoder's final hidden states, tokens.json with both sides, run.json.
+// Refuses a target for a model that is not an encoder-decoder, and an
+// encoder-decoder without one. `model` is opened; out_dir's lock is held.
+ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& model);
+
+// The target's ids of an encoder-decoder call (texts or an ids file, one row
+// per source row) and the decoder's input made from them.
+struct Seq2SeqInput {
+  ModelInput labels;   // the target's ids as given (B, T), right-padded
+  ModelInput decoder;  // their shift right: what the decoder reads, with its tokens
+};
+Seq2SeqInput seq2seq_target(const Model& model, const ModelInput& labels);
 
 }  // namespace mha

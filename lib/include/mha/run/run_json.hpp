@@ -42,12 +42,21 @@ nlohmann::json to_json(const ModelRunReport& report);
 nlohmann::json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
                               const std::vector<std::size_t>& heads);
 nlohmann::json tokens_json(const ModelInput& input);
+// An encoder-decoder run's tokens.json: the source as tokens_json's keys,
+// and "target": the decoder's inputs as tokens_json's keys plus "labels",
+// the target's ids as given (each row's real ones).
+nlohmann::json seq2seq_tokens_json(const ModelInput& source, const ModelInput& decoder,
+                                   const ModelInput& labels);
+// An image model's preprocessing, as run.json's "preprocessing" records it.
+nlohmann::json preprocessing_json(const ImageProcessor& p);
 // A model run's run.json as the viewer shows it, with the token strings of
 // the tokens.json beside it; nullopt when `path` is not a model run's.
 struct ModelRunView {
   nlohmann::json run_json;
   std::vector<std::vector<std::string>> tokens;  // display texts
   std::vector<std::vector<std::string>> pieces;  // tokenizer.json's pieces (empty if absent)
+  // An encoder-decoder's decoder inputs (tokens.json's "target"); empty otherwise.
+  std::vector<std::vector<std::string>> target_tokens, target_pieces;
 };
 std::optional<ModelRunView> read_model_run_view(const std::string& path);
 

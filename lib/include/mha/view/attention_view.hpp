@@ -37,6 +37,11 @@ struct AttentionMapSet {
   NpyArray array;            // float32 or float64, C order (layers, B, h, rows, cols)
   nlohmann::json stats;      // [layer][batch] -> AttentionStats::to_json(), and
   nlohmann::json stats_all;  // [layer] over every batch element
+  // The map set's own axis labels (a model run's row), when they differ from
+  // the page's: an encoder-decoder's decoder and cross maps have the target's
+  // tokens on their queries, its cross maps the source's on their keys. Empty:
+  // the page's labels.
+  std::vector<std::string> query_labels, key_labels, query_pieces, key_pieces;
   // Attention weights, each checked in [0, 1]; false for other per-key
   // quantities drawn as maps (mha analyze's value-weighted norms).
   bool weights = true;
@@ -56,6 +61,9 @@ struct ViewedRun {
   // or batch_index chooses it).
   std::vector<std::vector<std::string>> token_labels;
   std::vector<std::vector<std::string>> token_pieces;  // the same as tokenizer.json spells them
+  // An encoder-decoder run's decoder inputs (tokens.json's "target"), per row: the
+  // queries of decoder_attention and cross_attention; token_labels are the source's.
+  std::vector<std::vector<std::string>> target_labels, target_pieces;
 };
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
@@ -70,6 +78,13 @@ struct QkArrays {
   std::vector<std::size_t> lengths;  // each kept row's real tokens (keys past them are padding)
 };
 
+// A vision model's images as it saw them (images.npy: resized, before
+// rescaling), for the page's overlay of attention over the picture.
+struct ViewImages {
+  std::size_t B = 0, H = 0, W = 0;
+  std::vector<unsigned char> rgb;  // (B, H, W, 3), only the batch rows kept
+};
+
 struct AttentionView {
   std::string title;                  // the run directory or file
   std::vector<AttentionMapSet> maps;  // at least one, but for an analyses-only page
@@ -82,6 +97,7 @@ struct AttentionView {
   std::optional<ViewedRun> run;           // none without a run.json (or a reader)
   std::optional<QkArrays> qk;             // a model run's q.npy and k.npy, if any fit the page
   std::string qk_note;                    // why they are left out, when they are
+  std::optional<ViewImages> images;       // a vision model's run: its images.npy
 };
 
 struct ViewOptions {
@@ -118,9 +134,11 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
 // Maps held in memory (the Python module's results, mha.show) instead of a
 // run's files: each `path` names a provided array (io/provided_input.hpp),
 // read as read_map_set reads a file.
-// q.npy and k.npy of a model run (paths or provided arrays), for the neuron view.
-struct QkToView {
-  std::string q, k;
+// What a page shows beside the maps, from paths or provided arrays: a model
+// run's q.npy and k.npy (the neuron view), a vision model's images.npy (the
+// overlay); empty: none.
+struct ExtrasToView {
+  std::string q, k, images;
 };
 
 struct MapsToView {
@@ -136,7 +154,7 @@ struct MapsToView {
 // read_attention_view does.
 AttentionView attention_view_of(const std::string& title, const std::vector<MapsToView>& maps,
                                 std::optional<ViewedRun> run, const ViewOptions& options,
-                                const std::optional<QkToView>& qk = std::nullopt);
+                                const ExtrasToView& extras = {});
 
 // The page: HTML, CSS, script and data inline.
 std::string attention_page(const AttentionView& view);

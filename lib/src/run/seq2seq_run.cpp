@@ -1,0 +1,186 @@
+// `mha run --model DIR --text SOURCE --target_text TARGET` on an
+// encoder-decoder (T5, BART): the encoder over the source, the decoder
+// teacher-forced over the target shifted right (checkpoint/seq2seq.hpp), and
+// the three kinds of maps, all-or-nothing as every run writes.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "mha/base/error.hpp"
+#include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/seq2seq.hpp"
+#include "mha/io/checksum.hpp"
+#include "mha/io/out_dir.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/model/memory.hpp"
+#include "mha/run/model_run.hpp"
+#include "mha/run/run_json.hpp"
+
+namespace mha {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+Seq2SeqInput seq2seq_target(const Model& model, const ModelInput& labels) {
+  Seq2SeqInput in;
+  in.labels = labels;
+  ModelInput& dec = in.decoder;
+  dec.B = labels.B;
+  dec.T = labels.T;
+  dec.lengths = labels.lengths;
+  dec.tokenizer = labels.tokenizer;
+  dec.ids = decoder_inputs(model.config(), labels.ids.data(), labels.B, labels.T);
+  model.name_tokens(dec);
+  // Past each row's real inputs the shift leaves target ids or padding: shown as padding.
+  for (std::size_t b = 0; b < dec.B; ++b)
+    for (std::size_t t = dec.lengths[b]; t < dec.T; ++t)
+      dec.tokens[b][t] = dec.pieces[b][t] = "<pad>";
+  return in;
+}
+
+ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
+  const auto start = Clock::now();
+  const Checkpoint& model = whole.checkpoint();
+  const ModelConfig& c = model.config();
+  const bool target = config.target_tokens || !config.target_texts.empty();
+  if (target && !c.encoder_decoder)
+    fail_input(std::string(config.target_tokens ? "--target_tokens" : "--target_text") + ": a " +
+               c.model_type + " (" + config.model +
+               ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
+  if (!target)
+    fail_input("--model " + config.model + ": a " + c.model_type +
+               " is an encoder-decoder; give the decoder's side as --target_text \"...\" (one per "
+               "--text) or --target_tokens FILE.npy");
+  if (config.target_tokens && !config.target_texts.empty())
+    fail_input("--target_tokens and --target_text: give one of them, not both");
+  if (!config.images.empty()) fail_input("--image: a " + c.model_type + " reads text, not images");
+  if (!config.target_texts.empty() && config.target_texts.size() != config.texts.size())
+    fail_input("--target_text: given " + std::to_string(config.target_texts.size()) +
+               " times for " + std::to_string(config.texts.size()) +
+               " --text; expected one target per source text");
+  if (config.save_qk) fail_input("--save_qk: not supported for encoder-decoder models");
+  if (config.save_hidden_states)
+    fail_input("--save_hidden_states: not supported for encoder-decoder models");
+  ModelRunReport report;
+  report.config = config;
+  report.model = c;
+  report.dir = config.model;
+  report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+  const ModelInput labels = config.target_tokens ? read_token_ids(whole, *config.target_tokens)
+                                                 : whole.encode(config.target_texts);
+  if (labels.B != report.input.B)
+    fail_input(std::string(config.target_tokens ? *config.target_tokens : "--target_text") + ": " +
+               std::to_string(labels.B) + " target rows for " + std::to_string(report.input.B) +
+               " source rows; expected one target per source");
+  // Layer indices name a layer of both stacks.
+  ModelConfig both = c;
+  both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
+  const ModelCall call = check_model_call(
+      both, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
+  if (config.save_attention && !config.layers) {  // every layer of each stack
+    report.map_layers.clear();
+    for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
+      report.map_layers.push_back(l);
+  } else {
+    report.map_layers = call.map_layers;
+  }
+  report.map_heads = call.map_heads;
+  report.threads = resolve_threads(call.threads);
+  const std::size_t B = report.input.B, S = report.input.T, T = labels.T, d = c.d_model;
+  report.memory_estimate = seq2seq_memory(c, model.layer_float32_bytes(), B, S, T, report.threads);
+  report.max_memory = config.max_memory ? *config.max_memory : default_max_memory();
+  if (report.memory_estimate > report.max_memory)
+    fail_input(config.model + ": the run needs about " + format_bytes(report.memory_estimate) +
+               " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
+               ", plus activations for " + std::to_string(B) + " x (" + std::to_string(S) + " + " +
+               std::to_string(T) + ") tokens), over max_memory " + format_bytes(report.max_memory));
+  if (config.check_only) return report;
+  report.files.push_back(file_record(config.model + "/config.json"));
+  if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
+  const std::vector<std::string> weights = model.weight_files();
+  const std::vector<std::uint64_t> headers = model.weight_header_bytes();
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    report.files.push_back(file_record(weights[i], headers[i]));
+  report.stored_dtypes = model.stored_dtypes();
+
+  // Each stack's maps: the layers selected that it has.
+  auto layers_of = [&](std::size_t n) {
+    return static_cast<std::size_t>(
+        std::lower_bound(report.map_layers.begin(), report.map_layers.end(), n) -
+        report.map_layers.begin());
+  };
+  const std::size_t Le = layers_of(c.num_layers), Ld = layers_of(c.num_decoder_layers),
+                    Hs = report.map_heads.size();
+  OutputSet out(config.out_dir);
+  const OutputSet::NpyStream* maps[3] = {nullptr, nullptr, nullptr};
+  if (config.save_attention) {
+    maps[0] = &out.stage_npy_stream("encoder_attention.npy", DType::f4, {Le, B, Hs, S, S});
+    maps[1] = &out.stage_npy_stream("decoder_attention.npy", DType::f4, {Ld, B, Hs, T, T});
+    maps[2] = &out.stage_npy_stream("cross_attention.npy", DType::f4, {Ld, B, Hs, T, S});
+  }
+  Seq2SeqOptions so;
+  so.threads = report.threads;
+  so.map_layers = report.map_layers;
+  so.map_heads = report.map_heads;
+  so.top_k = call.top_k;
+  if (config.save_attention)
+    so.attention_sink = [&](MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
+                            std::size_t t0, std::size_t rows, const float* block) {
+      const std::size_t queries = kind == MapKind::encoder ? S : T,
+                        keys = kind == MapKind::decoder ? T : S;
+      maps[static_cast<int>(kind)]->write_elements(
+          (((slot * B + b) * Hs + head) * queries + t0) * keys, block, rows * keys);
+    };
+  const Seq2SeqInput target_in = seq2seq_target(whole, labels);
+  const auto t0 = Clock::now();
+  Seq2SeqResult r = forward_seq2seq(model, report.input.ids.data(), B, S, report.input.lengths,
+                                    target_in.decoder.ids.data(), T, target_in.decoder.lengths, so);
+  report.forward_ms = ms_since(t0);
+  report.read_ms = r.seconds_read * 1e3;
+  report.top_k = std::move(r.top_k);
+  if (report.input.tokens.empty()) whole.name_tokens(report.input);
+  report.target = target_in.decoder;
+  report.labels = labels.ids;
+  if (whole.tokenizer())
+    for (const auto& row : report.top_k) {
+      report.top_k_tokens.emplace_back();
+      report.top_k_pieces.emplace_back();
+      for (const NextToken& t : row) {
+        report.top_k_tokens.back().push_back(whole.token_name(t.id));
+        report.top_k_pieces.back().push_back(whole.token_piece(t.id));
+      }
+    }
+  ForwardResult finite;
+  finite.output = std::move(r.output);
+  check_finite_output(finite, config.model);
+  out.stage_npy("output.npy", finite.output.data(), {B, T, d});
+  out.stage_bytes("tokens.json",
+                  seq2seq_tokens_json(report.input, report.target, labels).dump() + "\n");
+  report.outputs = {"tokens.json", "output.npy"};
+  if (config.save_attention)
+    report.outputs.insert(report.outputs.end(), {"encoder_attention.npy", "decoder_attention.npy",
+                                                 "cross_attention.npy"});
+  for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
+  report.outputs.push_back("run.json");
+  report.total_ms = ms_since(start);
+  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  // An earlier run's outputs in out_dir go in the same commit (the ids files stay).
+  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+    std::error_code ec;
+    return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
+           (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
+  }));
+  out.commit();
+  return report;
+}
+
+}  // namespace mha

@@ -1,0 +1,352 @@
+#!/usr/bin/python3
+"""Encoder-decoder checkpoints (T5 v1.0 and v1.1, BART), teacher-forced: `mha run --model DIR
+--text SOURCE --target_text TARGET` (or --tokens / --target_tokens), held against the float64
+PyTorch references of reference.seq2seq (written from modeling_t5.py and modeling_bart.py, the
+relative position buckets computed there as transformers computes them) on the random
+checkpoints of checkpoints.py, float32 and bfloat16 files, and the refusals.
+
+What is held:
+- encoder_attention.npy (L_enc, B, h, S, S), decoder_attention.npy (L_dec, B, h, T, T),
+  cross_attention.npy (L_dec, B, h, T, S) with --save_attention; output.npy (B, T, d_model) the
+  decoder's final hidden states; all at rtol = atol = 1e-5;
+- the decoder reads the target's ids shifted right after decoder_start_token_id;
+- run.json "top_k": the LM head's most likely tokens at each row's last target position (T5's
+  d_model**-0.5 when tied, BART's final_logits_bias);
+- tokens.json: the source at the top level, "target" the decoder's inputs and "labels";
+- --layer_indices / --head_indices select in both stacks;
+- refusals (exit 2, one line, nothing written): a target for a model that is not an
+  encoder-decoder, an encoder-decoder without one, mismatched batches, hostile config keys.
+
+  /usr/bin/python3 tests/models/test_seq2seq.py [Group]   (MHA_BIN = path to mha)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tokenizer"))
+import checkpoints  # noqa: E402
+import reference  # noqa: E402
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+TOL = dict(rtol=1e-5, atol=1e-5)
+MAPS = (("encoder_attention.npy", "encoder_attentions"), ("decoder_attention.npy", "decoder_attentions"),
+        ("cross_attention.npy", "cross_attentions"))
+VARIANTS = {"t5": ("t5", {}), "t5_v1_1": ("t5", dict(gated=True, tied=False)),
+            "t5_default_buckets": ("t5", dict(buckets=32, max_distance=128, gated=True, tied=False)),
+            "bart": ("bart", {}), "bart_unscaled": ("bart", dict(scale_embedding=False))}
+
+
+class Seq2SeqTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha-seq2seq-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def checkpoint(self, name, family, dtype="F32", **kw):
+        config, t = checkpoints.make(family, **kw)
+        d = self.path(name)
+        return d, dict(config, torch_dtype=checkpoints.TORCH_DTYPE[dtype]), checkpoints.write(d, config, t, dtype)
+
+    def ids(self, config, name, B, T, seed):
+        a = np.random.default_rng(seed).integers(3, config["vocab_size"], (B, T)).astype(np.int64)
+        p = self.path(name)
+        np.save(p, a)
+        return a, p
+
+    def mha(self, *args, code=0):
+        full = [MHA, "run", "-q"] + list(args)
+        p = subprocess.run(full, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, code, f"{' '.join(full)}\nstderr: {p.stderr}")
+        return p
+
+    def load(self, out, name):
+        a = np.load(os.path.join(out, name))
+        self.assertEqual(a.dtype, np.float32, name)
+        return a
+
+    def read_json(self, out, name):
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+
+    def check_maps(self, out, ref, layers=None, heads=None):
+        for name, key in MAPS:
+            want = np.stack(ref[key])
+            if layers is not None:
+                want = want[[l for l in layers if l < want.shape[0]]]
+            if heads is not None:
+                want = want[:, :, heads]
+            got = self.load(out, name)
+            self.assertEqual(got.shape, want.shape, name)
+            np.testing.assert_allclose(got, want, err_msg=name, **TOL)
+
+    def check_top_k(self, out, ref, lengths, k=5):
+        got = self.read_json(out, "run.json")["top_k"]
+        want = reference.top_k(ref["logits"], lengths, k)
+        for b, (g, w) in enumerate(zip(got, want)):
+            z = np.sort(np.asarray(ref["logits"][b, lengths[b] - 1], np.float64))[::-1][:k + 1]
+            self.assertGreater(np.diff(-z).min(), 1e-4, "near-tie in the reference's top k + 1")
+            self.assertEqual([e["id"] for e in g], [i for i, _ in w], f"batch {b}: {g}")
+            np.testing.assert_allclose([e["p"] for e in g], [p for _, p in w], **TOL)
+
+
+class Families(Seq2SeqTest):
+    def check(self, variant, dtype):
+        family, kw = VARIANTS[variant]
+        d, config, sd = self.checkpoint(variant, family, dtype, **kw)
+        S, T = (40, 37) if "default_buckets" in variant else (15, 13)
+        src, src_path = self.ids(config, "src.npy", 2, S, 3)
+        labels, lab_path = self.ids(config, "labels.npy", 2, T, 4)
+        out = self.path("out")
+        self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out,
+                 "--save_attention")
+        ref = reference.seq2seq(config, sd, src, labels)
+        self.check_maps(out, ref)
+        np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+        self.check_top_k(out, ref, [T, T])
+        tokens = self.read_json(out, "tokens.json")
+        self.assertEqual(tokens["ids"], src.tolist())
+        self.assertEqual(tokens["target"]["ids"], ref["decoder_input_ids"].tolist())
+        self.assertEqual(tokens["target"]["labels"], labels.tolist())
+        run = self.read_json(out, "run.json")
+        self.assertEqual(run["outputs"].keys(), {"tokens.json", "output.npy", "encoder_attention.npy",
+                                                 "decoder_attention.npy", "cross_attention.npy"})
+        self.assertEqual(run["target"]["decoder_start_token_id"], config["decoder_start_token_id"])
+        self.assertEqual(sorted(os.listdir(out)), sorted(list(run["outputs"]) + ["run.json"]))
+
+    def test_t5_v1_0_relu_tied(self):
+        self.check("t5", "F32")
+        self.check("t5", "BF16")
+
+    def test_t5_v1_1_gated_gelu_untied(self):
+        self.check("t5_v1_1", "F32")
+        self.check("t5_v1_1", "BF16")
+
+    def test_t5_default_buckets_long_sequences(self):  # 32 buckets, 128: the logarithmic ones
+        self.check("t5_default_buckets", "F32")
+
+    def test_bart(self):
+        self.check("bart", "F32")
+        self.check("bart", "BF16")
+        self.check("bart_unscaled", "F32")
+
+    def test_selection_in_both_stacks(self):
+        d, config, sd = self.checkpoint("t5", "t5")
+        src, src_path = self.ids(config, "src.npy", 2, 9, 3)
+        labels, lab_path = self.ids(config, "labels.npy", 2, 7, 4)
+        out = self.path("out")
+        self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out,
+                 "--save_attention", "--layer_indices", "1", "--head_indices", "0,3", "--top_k", "0")
+        self.check_maps(out, reference.seq2seq(config, sd, src, labels), layers=[1], heads=[0, 3])
+        self.assertNotIn("top_k", self.read_json(out, "run.json"))
+
+    def test_the_decoder_start_token(self):  # BART's from config.json: another start, other maps
+        d, config, sd = self.checkpoint("bart", "bart", decoder_start_token_id=7)
+        src, src_path = self.ids(config, "src.npy", 1, 8, 3)
+        labels, lab_path = self.ids(config, "labels.npy", 1, 6, 4)
+        out = self.path("out")
+        self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out)
+        ref = reference.seq2seq(config, sd, src, labels)
+        self.assertEqual(ref["decoder_input_ids"][0, 0], 7)
+        np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+
+
+class Text(Seq2SeqTest):
+    """From text: T5's Unigram tokenizer (make_unigram.py's T5 layout), a batch of two sources and
+    two targets of different lengths, right-padded and masked in every attention."""
+
+    def test_t5_unigram_batch(self):
+        import make_unigram
+        modules = os.path.join(HERE, "..", "tokenizer", "node_modules")
+        tok = make_unigram.tokenizers(modules)["unigram"][0]
+        d, config, sd = self.checkpoint("t5", "t5", vocab=32000)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        sources = ["Translate English to German: the house is wonderful.", "Hello there"]
+        targets = ["Das Haus ist wunderbar.", "Hallo zusammen, wie geht es?"]
+        out = self.path("out")
+        args = ["--model", d, "--out_dir", out, "--save_attention"]
+        for s, t in zip(sources, targets):
+            args += ["--text", s, "--target_text", t]
+        self.mha(*args)
+        tokens = self.read_json(out, "tokens.json")
+        S, T = tokens["padded_length"], tokens["target"]["padded_length"]
+        src_len, tgt_len = tokens["lengths"], tokens["target"]["lengths"]
+        self.assertNotEqual(src_len[0], src_len[1])
+        self.assertNotEqual(tgt_len[0], tgt_len[1])
+        for row in tokens["ids"] + tokens["target"]["labels"]:
+            self.assertEqual(row[-1], 2)  # "$A </s>"
+        src = np.zeros((2, S), np.int64)
+        labels = np.zeros((2, T), np.int64)
+        for b in range(2):
+            src[b, :src_len[b]] = tokens["ids"][b]
+            labels[b, :tgt_len[b]] = tokens["target"]["labels"][b]
+        ref = reference.seq2seq(config, sd, src, labels, src_len, tgt_len)
+        self.assertEqual(tokens["target"]["ids"][1], ref["decoder_input_ids"][1, :tgt_len[1]].tolist())
+        self.check_maps(out, ref)
+        np.testing.assert_allclose(self.load(out, "output.npy"), ref["output"], **TOL)
+        self.check_top_k(out, ref, tgt_len)
+        self.assertEqual(tokens["target"]["tokens"][0][0], "<unk>")  # decoder_start_token_id 0
+        self.assertEqual(tokens["tokens"][0][-1], "</s>")
+
+
+class Python(Seq2SeqTest):
+    """mha.Model(dir)(input, target=...) returns what the CLI writes, bit for bit."""
+
+    def test_equals_cli(self):
+        import mha
+        for variant in ("t5_v1_1", "bart"):
+            family, kw = VARIANTS[variant]
+            d, config, _ = self.checkpoint(variant, family, **kw)
+            src, src_path = self.ids(config, "src.npy", 2, 9, 3)
+            labels, lab_path = self.ids(config, "labels.npy", 2, 7, 4)
+            out = self.path("out_" + variant)
+            self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out,
+                     "--save_attention", "--head_indices", "1,2")
+            r = mha.Model(d)(src, target=labels, head_indices=[1, 2])
+            for name in ("encoder_attention", "decoder_attention", "cross_attention", "output"):
+                np.testing.assert_array_equal(r[name], self.load(out, name + ".npy"), err_msg=name)
+            tokens = self.read_json(out, "tokens.json")
+            self.assertEqual(r["ids"].tolist(), tokens["ids"])
+            self.assertEqual(r["target"]["ids"].tolist(), tokens["target"]["ids"])
+            self.assertEqual(r["target"]["labels"].tolist(), labels.tolist())
+            top = self.read_json(out, "run.json")["top_k"]
+            self.assertEqual([[i for i, _, _ in row] for row in r["top_k"]], [[e["id"] for e in row] for row in top])
+            self.assertIsNone(r["attention"])
+
+    def test_refusals(self):
+        import mha
+        d, config, _ = self.checkpoint("t5", "t5")
+        g, _, _ = self.checkpoint("gpt2", "gpt2")
+        ids = np.array([[3, 4, 5]])
+        for model, kw, words in ((d, {}, "target="), (g, dict(target=ids), "not an encoder-decoder"),
+                                 (d, dict(target=ids, hidden_states=True), "hidden_states"),
+                                 (d, dict(target=np.array([[3], [4]])), "2 target rows")):
+            with self.subTest(kw=kw):
+                with self.assertRaises(ValueError) as e:
+                    mha.Model(model)(ids, **kw)
+                self.assertIn(words, str(e.exception))
+
+
+class View(Seq2SeqTest):
+    """`mha view OUT` of an encoder-decoder run in headless Chromium: each map set labelled by the
+    sides it spans (cross attention: the target's tokens on its queries, the source's on its keys,
+    drawn on the right of the token view)."""
+
+    def test_labels_per_map_set(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "view"))
+        from browser import Browser, require_chromium
+        require_chromium(["view.CrossAttention"])
+        import make_unigram
+        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
+        d, _, _ = self.checkpoint("t5", "t5", vocab=32000)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        out = self.path("out")
+        self.mha("--model", d, "--out_dir", out, "--save_attention", "--text", "the house is big",
+                 "--target_text", "das Haus")
+        tokens = self.read_json(out, "tokens.json")
+        source, target = tokens["tokens"][0], tokens["target"]["tokens"][0]
+        self.assertNotEqual(len(source), len(target))
+        page = self.path("view.html")
+        p = subprocess.run([MHA, "view", out, "-o", page, "-q"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        b = Browser(1400, 1000)
+        try:
+            b.open(page)
+            b.wait_for("document.body.dataset.ready === '1'", 30)
+            names = b.evaluate("mhaView.data.maps.map((m) => m.name)")
+            self.assertEqual(names, ["encoder_attention", "decoder_attention", "cross_attention"])
+            want = {"encoder_attention": (source, source), "decoder_attention": (target, target),
+                    "cross_attention": (target, source)}
+            for i, name in enumerate(names):
+                got = b.evaluate(
+                    "(() => { mhaView.state.map = %d; mhaView.render();"
+                    " const t = (a) => Array.from(document.querySelectorAll('#tokens text[data-' + a + ']'),"
+                    " (e) => e.firstChild.textContent);"
+                    " return [t('query'), t('key'), document.getElementById('tokens-section').hidden]; })()" % i)
+                queries, keys, hidden = got
+                self.assertFalse(hidden, name)
+                self.assertEqual((queries, keys), want[name], name)
+            # the keys of the cross attention on the right of its queries
+            right = b.evaluate(
+                "(() => { mhaView.state.map = 2; mhaView.render();"
+                " const x = (a) => +document.querySelector('#tokens text[data-' + a + ']').getAttribute('x');"
+                " return x('key') > x('query'); })()")
+            self.assertTrue(right)
+            self.assertEqual(b.errors, [])
+        finally:
+            b.close()
+
+
+class Errors(Seq2SeqTest):
+    def refused(self, *args, names=()):
+        out = self.path("refused_out")
+        p = self.mha(*args, "--out_dir", out, code=2)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        for n in names:
+            self.assertIn(n, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "run.json")), p.stderr)
+        return p.stderr
+
+    def test_refusals(self):
+        d, config, _ = self.checkpoint("t5", "t5")
+        _, src = self.ids(config, "src.npy", 2, 6, 1)
+        _, lab = self.ids(config, "labels.npy", 2, 5, 2)
+        _, lab1 = self.ids(config, "labels1.npy", 1, 5, 2)
+        self.refused("--model", d, "--tokens", src, names=("encoder-decoder", "--target_text"))
+        self.refused("--model", d, "--tokens", src, "--target_tokens", lab1, names=("1 target rows",))
+        self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--target_text", "x",
+                     names=("--target_tokens and --target_text",))
+        self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--layer_indices", "2",
+                     names=("--layer_indices",))  # 2 decoder layers
+        self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--save_hidden_states",
+                     names=("--save_hidden_states",))
+        self.refused("--model", d, "--text", "a", "--text", "b", "--target_text", "c",
+                     names=("--target_text",))
+        g, gconfig, _ = self.checkpoint("gpt2", "gpt2")
+        self.refused("--model", g, "--tokens", src, "--target_tokens", lab,
+                     names=("--target_tokens", "not an encoder-decoder"))
+        self.refused("--model", g, "--tokens", src, "--target_text", "x",
+                     names=("--target_text", "not an encoder-decoder"))
+
+    def test_hostile_configs(self):
+        cases = [("t5", {"relative_attention_num_buckets": 2}, "relative_attention_num_buckets"),
+                 ("t5", {"relative_attention_max_distance": 4}, "relative_attention_max_distance"),
+                 ("t5", {"relative_attention_num_buckets": 1 << 40}, "relative_attention_num_buckets"),
+                 ("t5", {"num_decoder_layers": -1}, "num_decoder_layers"),
+                 ("t5", {"d_kv": 0}, "d_kv"),
+                 ("t5", {"feed_forward_proj": "gated-gelu-x"}, "feed_forward_proj"),
+                 ("t5", {"feed_forward_proj": "tanh"}, "feed_forward_proj"),
+                 ("t5", {"decoder_start_token_id": 100000}, "decoder_start_token_id"),
+                 ("t5", {"num_decoder_layers": 4000000000, "d_model": 65536}, "2^40"),
+                 ("bart", {"decoder_ffn_dim": 65}, "decoder_ffn_dim"),
+                 ("bart", {"decoder_attention_heads": 2}, "decoder_attention_heads"),
+                 ("bart", {"max_position_embeddings": 4}, "position"),
+                 ("bart", {"decoder_layers": 9}, "decoder.layers.3")]
+        for family, change, name in cases:
+            with self.subTest(family=family, change=change):
+                d, config, _ = self.checkpoint(family, family)
+                with open(os.path.join(d, "config.json")) as f:
+                    c = json.load(f)
+                c.update(change)
+                with open(os.path.join(d, "config.json"), "w") as f:
+                    json.dump(c, f)
+                _, src = self.ids(config, "src.npy", 1, 6, 1)
+                _, lab = self.ids(config, "labels.npy", 1, 5, 2)
+                self.refused("--model", d, "--tokens", src, "--target_tokens", lab, names=(name,))
+
+
+if __name__ == "__main__":
+    unittest.main()

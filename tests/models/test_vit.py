@@ -1,0 +1,505 @@
+#!/usr/bin/python3
+"""`mha run --model DIR --image FILE`: ViT checkpoints (checkpoints.py's random ones, float32 and
+bfloat16 files) from PNG files the tests write with zlib and struct, held against
+reference.vit (modeling_vit.py in float64 PyTorch) on pixel values made here by the same steps
+as ViTImageProcessor: decode, PIL's resize (transcribed below in plain Python: no PIL, no NumPy
+in the resize), rescale (float64, then float32), normalize (float32). The resize is also held
+to PIL's own where python3-pil is installed (setup.sh's python3-matplotlib depends on it).
+
+  Forward     every map, the hidden states and the output at 1e-5; images.npy, tokens.json, run.json
+  Preprocess  every resample PIL has a convolution for, bit for bit; 16-bit, palette, grey,
+              grey+alpha and RGBA PNGs converted as PIL's convert("RGB") does
+  Python      mha.Model on paths and uint8 arrays: the CLI's bits
+  Refusals    truncated PNG, a 60,000 x 60,000 header (peak RSS < 200 MB), nearest resample,
+              --image with a text model, --text with vit: exit 2, one line, nothing written
+
+  /usr/bin/python3 tests/models/test_vit.py [Group]   (MHA_BIN = path to mha)
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import zlib
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import checkpoints  # noqa: E402
+import reference  # noqa: E402
+
+MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+TOL = dict(rtol=1e-5, atol=1e-5)
+OUTPUTS = ("output.npy", "self_attention.npy", "hidden_states.npy", "tokens.json", "run.json",
+           "images.npy")
+
+
+def png_bytes(pixels, color=2, depth=8, palette=None, trns=None):
+    """A PNG of `pixels` (H, W, channels) or (H, W) as stored samples: color type 0 grey, 2 RGB,
+    3 palette indices, 4 grey+alpha, 6 RGBA; depth 1/2/4 grey packed MSB first."""
+    a = np.asarray(pixels)
+    h, w = a.shape[:2]
+    raw = bytearray()
+    for y in range(h):
+        raw.append(0)  # filter: none
+        if depth < 8:
+            bits = "".join(format(int(v), f"0{depth}b") for v in a[y].reshape(-1))
+            bits += "0" * (-len(bits) % 8)
+            raw += bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
+        else:
+            raw += a[y].astype(">u2" if depth == 16 else np.uint8).tobytes()
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, 0))
+    if palette is not None:
+        out += chunk(b"PLTE", bytes(palette))
+    if trns is not None:
+        out += chunk(b"tRNS", bytes(trns))
+    return out + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b"")
+
+
+# ---- PIL's Image.resize (libImaging/Resample.c), in plain Python ---------------------------
+
+def _bilinear(x):
+    x = abs(x)
+    return 1.0 - x if x < 1.0 else 0.0
+
+
+def _box(x):
+    return 1.0 if -0.5 < x <= 0.5 else 0.0
+
+
+def _hamming(x):
+    x = abs(x)
+    if x == 0.0:
+        return 1.0
+    if x >= 1.0:
+        return 0.0
+    x = x * math.pi
+    return math.sin(x) / x * (0.54 + 0.46 * math.cos(x))
+
+
+def _bicubic(x):
+    a = -0.5
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
+
+
+def _sinc(x):
+    if x == 0.0:
+        return 1.0
+    x = x * math.pi
+    return math.sin(x) / x
+
+
+def _lanczos(x):
+    return _sinc(x) * _sinc(x / 3) if -3.0 <= x < 3.0 else 0.0
+
+
+FILTERS = {1: (3.0, _lanczos), 2: (1.0, _bilinear), 3: (2.0, _bicubic), 4: (0.5, _box),
+           5: (1.0, _hamming)}
+BITS = 22  # PRECISION_BITS = 32 - 8 - 2
+
+
+def _coeffs(in_size, out_size, resample):
+    support, f = FILTERS[resample]
+    scale = in_size / out_size
+    filterscale = max(scale, 1.0)
+    support *= filterscale
+    out = []
+    for xx in range(out_size):
+        center = (xx + 0.5) * scale
+        ss = 1.0 / filterscale
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size) - xmin
+        w = [f((x + xmin - center + 0.5) * ss) for x in range(xmax)]
+        ww = sum(w) if w else 0.0
+        total = 0.0
+        for v in w:
+            total += v
+        k = []
+        for v in w:
+            v = v / total if total != 0.0 else v
+            k.append(int(-0.5 + v * (1 << BITS)) if v < 0 else int(0.5 + v * (1 << BITS)))
+        del ww
+        out.append((xmin, k))
+    return out
+
+
+def _clip8(v):
+    if v >= 1 << BITS << 8:
+        return 255
+    if v <= 0:
+        return 0
+    return v >> BITS
+
+
+def resize(rows, width, height, resample):
+    """rows: [[(r, g, b), ...] per row]; PIL's resize to (width, height): horizontal pass, then
+    vertical, each rounded to 8 bits."""
+    if width != len(rows[0]):
+        cs = _coeffs(len(rows[0]), width, resample)
+        rows = [[tuple(_clip8((1 << (BITS - 1)) + sum(row[xmin + i][ch] * k[i] for i in range(len(k))))
+                       for ch in range(3)) for xmin, k in cs] for row in rows]
+    if height != len(rows):
+        cs = _coeffs(len(rows), height, resample)
+        rows = [[tuple(_clip8((1 << (BITS - 1)) + sum(rows[ymin + i][x][ch] * k[i] for i in range(len(k))))
+                       for ch in range(3)) for x in range(len(rows[0]))] for ymin, k in cs]
+    return rows
+
+
+def pixel_values(rgb, pre):
+    """ViTImageProcessor's rescale and normalize of (H, W, 3) uint8: (3, H, W) float32."""
+    x = (rgb.astype(np.float64) * pre["rescale_factor"]).astype(np.float32)
+    x = (x - np.array(pre["image_mean"], np.float32)) / np.array(pre["image_std"], np.float32)
+    return x.transpose(2, 0, 1).copy()
+
+
+def pil():
+    try:
+        from PIL import Image
+        return Image
+    except ImportError:
+        return None
+
+
+class VitTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_vit_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def checkpoint(self, name="vit", dtype="F32", pre=None, **kw):
+        config, t = checkpoints.make("vit", **kw)
+        d = self.path(name)
+        sd = checkpoints.write(d, config, t, dtype)
+        pre = pre or checkpoints.preprocessor_config(config_height(config), config_width(config))
+        checkpoints.write_preprocessor(d, pre)
+        return d, config, sd, pre
+
+    def image(self, name, pixels, **kw):
+        p = self.path(name)
+        with open(p, "wb") as f:
+            f.write(png_bytes(pixels, **kw))
+        return p
+
+    def mha(self, *args, code=0, out="out"):
+        out = self.path(out)
+        cmd = [MHA, "run", "--out_dir", out, "-q"] + list(args)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, code, f"{' '.join(cmd)}\nstderr: {p.stderr}")
+        return out, p
+
+
+def config_height(c):
+    s = c["image_size"]
+    return s[0] if isinstance(s, list) else s
+
+
+def config_width(c):
+    s = c["image_size"]
+    return s[1] if isinstance(s, list) else s
+
+
+class Forward(VitTest):
+    def run_case(self, dtype="F32", **kw):
+        d, config, sd, pre = self.checkpoint(dtype=dtype, **kw)
+        rng = np.random.default_rng(3)
+        shapes = [(50, 37), (20, 30)]  # one downscaled, one upscaled in width
+        arrays = [rng.integers(0, 256, (h, w, 3)).astype(np.uint8) for h, w in shapes]
+        files = [self.image(f"im{i}.png", a) for i, a in enumerate(arrays)]
+        out, _ = self.mha("--model", d, "--image", files[0], "--image", files[1],
+                          "--save_attention", "--save_hidden_states")
+        H, W = config_height(config), config_width(config)
+        seen = np.array([resize([[tuple(int(v) for v in px) for px in row] for row in a], W, H, 2)
+                         for a in arrays], np.uint8)
+        np.testing.assert_array_equal(np.load(os.path.join(out, "images.npy")), seen)
+        ref = reference.vit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        maps = np.load(os.path.join(out, "self_attention.npy"))
+        T = (H // config["patch_size"]) * (W // config["patch_size"]) + 1
+        self.assertEqual(maps.shape, (config["num_hidden_layers"], 2, config["num_attention_heads"],
+                                      T, T))
+        for n, a in enumerate(ref["attentions"]):
+            np.testing.assert_allclose(maps[n], a, **TOL, err_msg=f"layer {n}")
+        np.testing.assert_allclose(np.load(os.path.join(out, "output.npy")), ref["output"], **TOL)
+        np.testing.assert_allclose(np.load(os.path.join(out, "hidden_states.npy")),
+                                   ref["hidden_states"], **TOL)
+        return out, files
+
+    def test_float32(self):
+        out, files = self.run_case()
+        tokens = json.load(open(os.path.join(out, "tokens.json")))
+        self.assertEqual(tokens["tokens"][0][:3], ["[CLS]", "patch (0, 0)", "patch (0, 1)"])
+        self.assertEqual(tokens["tokens"][0][-1], "patch (3, 2)")
+        run = json.load(open(os.path.join(out, "run.json")))
+        self.assertEqual([im["path"] for im in run["input"]["images"]], files)
+        self.assertEqual(run["input"]["images"][0]["crc32"],
+                         format(zlib.crc32(open(files[0], "rb").read()), "08x"))
+        self.assertEqual(run["preprocessing"]["resample_name"], "bilinear")
+        self.assertEqual(run["preprocessing"]["size"], {"height": 32, "width": 24})
+        self.assertEqual(run["input"]["patch_grid"], [4, 3])
+
+    def test_bfloat16_file(self):
+        self.run_case("BF16")
+
+    def test_classifier_names_and_no_qkv_bias(self):
+        self.run_case(prefixed=True, qkv_bias=False)
+
+    def test_square(self):
+        self.run_case(image_height=24, image_width=24, patch_size=6)
+
+
+class Preprocess(VitTest):
+    def test_resamples(self):
+        a = np.random.default_rng(5).integers(0, 256, (41, 19, 3)).astype(np.uint8)
+        f = self.image("a.png", a)
+        rows = [[tuple(int(v) for v in px) for px in row] for row in a]
+        Image = pil()
+        for resample in (1, 2, 3, 4, 5):
+            pre = checkpoints.preprocessor_config(32, 24, resample=resample)
+            d, *_ = self.checkpoint(f"vit{resample}", pre=pre)
+            out, _ = self.mha("--model", d, "--image", f, out=f"out{resample}")
+            got = np.load(os.path.join(out, "images.npy"))[0]
+            np.testing.assert_array_equal(got, np.array(resize(rows, 24, 32, resample), np.uint8),
+                                          err_msg=f"resample {resample}")
+            if Image is not None:
+                want = np.asarray(Image.fromarray(a).resize((24, 32), resample=resample))
+                np.testing.assert_array_equal(got, want, err_msg=f"PIL, resample {resample}")
+
+    def converted(self, name, stored, want, **kw):
+        """An image of the model's size (32 x 24: no resize) as the model sees it."""
+        d = self.path("vit")
+        if not os.path.exists(d):
+            self.checkpoint()
+        f = self.image(name, stored, **kw)
+        out, _ = self.mha("--model", d, "--image", f, out="out_" + name)
+        got = np.load(os.path.join(out, "images.npy"))[0]
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        Image = pil()
+        # PIL opens 16-bit grey as I;16 and clips it to 255 in convert("RGB"); the rest it
+        # converts as mha does
+        if Image is not None and not (kw.get("color", 2) == 0 and kw.get("depth", 8) == 16):
+            np.testing.assert_array_equal(np.asarray(Image.open(f).convert("RGB")), want,
+                                          err_msg="PIL: " + name)
+        with open(os.path.join(out, "run.json")) as f:
+            return json.load(f)["input"]["images"][0]["converted"]
+
+    def test_conversions(self):
+        rng = np.random.default_rng(9)
+        rgb16 = rng.integers(0, 65536, (32, 24, 3))
+        self.assertIn("16-bit", self.converted("rgb16.png", rgb16, (rgb16 >> 8).astype(np.uint8),
+                                               depth=16))
+        rgba = rng.integers(0, 256, (32, 24, 4))
+        self.assertIn("alpha dropped", self.converted("rgba.png", rgba, rgba[..., :3], color=6))
+        grey = rng.integers(0, 256, (32, 24))
+        self.converted("grey.png", grey, np.repeat(grey[..., None], 3, 2), color=0)
+        ga = rng.integers(0, 256, (32, 24, 2))
+        self.converted("ga.png", ga, np.repeat(ga[..., :1], 3, 2), color=4)
+        grey2 = rng.integers(0, 4, (32, 24))
+        self.converted("grey2.png", grey2, np.repeat(grey2[..., None] * 85, 3, 2), color=0, depth=2)
+        grey16 = rng.integers(0, 65536, (32, 24))
+        self.converted("grey16.png", grey16, np.repeat((grey16 >> 8)[..., None], 3, 2), color=0,
+                       depth=16)
+        palette = rng.integers(0, 256, (16, 3))
+        idx = rng.integers(0, 16, (32, 24))
+        self.assertIn("palette", self.converted(
+            "pal.png", idx, palette[idx].astype(np.uint8), color=3,
+            palette=palette.reshape(-1).tolist(), trns=[0, 128, 255]))
+
+    def test_jpeg(self):
+        """A JPEG (written by PIL: python3-matplotlib's dependency) decoded as PIL decodes it."""
+        from PIL import Image
+        d, *_ = self.checkpoint()
+        a = np.random.default_rng(2).integers(0, 256, (32, 24, 3)).astype(np.uint8)
+        for mode in ("RGB", "L"):
+            f = self.path(f"im_{mode}.jpg")
+            Image.fromarray(a).convert(mode).save(f, quality=90)
+            out, _ = self.mha("--model", d, "--image", f, out="out_" + mode)
+            np.testing.assert_array_equal(np.load(os.path.join(out, "images.npy"))[0],
+                                          np.asarray(Image.open(f).convert("RGB")), err_msg=mode)
+        data = open(f, "rb").read()
+        with open(self.path("cut.jpg"), "wb") as h:
+            h.write(data[:len(data) // 2])
+        _, p = self.mha("--model", d, "--image", self.path("cut.jpg"), code=2, out="cut")
+        self.assertRegex(p.stderr.strip(), "cut.jpg: truncated JPEG")
+
+
+class Refusals(VitTest):
+    def refused(self, args, pattern):
+        out = self.path("refused")
+        _, p = self.mha(*args, code=2, out="refused")
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], pattern)
+        for name in OUTPUTS:
+            self.assertFalse(os.path.exists(os.path.join(out, name)), name)
+        return p
+
+    def test_refusals(self):
+        d, config, _, _ = self.checkpoint()
+        good = png_bytes(np.zeros((32, 24, 3), np.uint8))
+        for name, data, pattern in (
+                ("cut.png", good[:len(good) - 30], "cut.png: truncated PNG"),
+                ("half.png", good[:60], "half.png: .*PNG"),
+                ("text.png", b"hello", "text.png: not a PNG or JPEG")):
+            with open(self.path(name), "wb") as f:
+                f.write(data)
+            self.refused(["--model", d, "--image", self.path(name)], pattern)
+        self.refused(["--model", d, "--text", "a cat"], "--text: .* reads images; give --image")
+        bert, t = checkpoints.make("bert")
+        checkpoints.write(self.path("bert"), bert, t)
+        self.refused(["--model", self.path("bert"), "--image", self.image("g.png", np.zeros((4, 4, 3)))],
+                     "--image: .* reads text")
+        nearest = self.path("nearest")
+        shutil.copytree(d, nearest)
+        checkpoints.write_preprocessor(nearest, checkpoints.preprocessor_config(32, 24, resample=0))
+        self.refused(["--model", nearest, "--image", self.image("n.png", np.zeros((4, 4, 3)))],
+                     r"resample' is 0 \(nearest\), which is not supported")
+
+    def test_huge_header_bounded(self):
+        d, *_ = self.checkpoint()
+        # a valid IHDR of 60,000 x 60,000 RGB pixels, then one small IDAT
+        def chunk(t, data):
+            return struct.pack(">I", len(data)) + t + data + struct.pack(">I", zlib.crc32(t + data))
+        huge = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b""))
+        f = self.path("huge.png")
+        with open(f, "wb") as h:
+            h.write(huge)
+        out = self.path("refused")
+        # Measured from a small Python of its own: a child forked from this one (PyTorch loaded)
+        # would count this process's pages in its peak RSS.
+        probe = ("import os, subprocess, sys\n"
+                 "p = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)\n"
+                 "err = p.stderr.read()\n"
+                 "_, status, usage = os.wait4(p.pid, 0)\n"
+                 "sys.stdout.write('%d %d\\n' % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))\n"
+                 "sys.stdout.write(err.decode())\n")
+        r = subprocess.run([sys.executable, "-c", probe, MHA, "run", "--model", d, "--image", f,
+                            "--out_dir", out, "-q"], capture_output=True, text=True, timeout=120)
+        first, err = r.stdout.split("\n", 1)
+        code, rss_kb = (int(v) for v in first.split())
+        self.assertEqual(code, 2, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("60000 x 60000", err)
+        self.assertLess(rss_kb * 1024, 200 << 20)
+        for name in OUTPUTS:
+            self.assertFalse(os.path.exists(os.path.join(out, name)), name)
+
+
+
+class Python(VitTest):
+    """mha.Model(dir) on paths and uint8 arrays: the CLI's core, the same bits (needs the module
+    on PYTHONPATH: ctest's models.vit.Python)."""
+
+    def test_same_bits(self):
+        import mha
+        d, config, sd, pre = self.checkpoint()
+        rng = np.random.default_rng(4)
+        arrays = [rng.integers(0, 256, (50, 37, 3)).astype(np.uint8),
+                  rng.integers(0, 256, (20, 30, 3)).astype(np.uint8)]
+        files = [self.image(f"p{i}.png", a) for i, a in enumerate(arrays)]
+        out, _ = self.mha("--model", d, "--image", files[0], "--image", files[1], "--save_attention")
+        m = mha.Model(d)
+        for given in (files, arrays, [files[0], arrays[1]]):
+            r = m(given)
+            np.testing.assert_array_equal(r["output"], np.load(os.path.join(out, "output.npy")))
+            np.testing.assert_array_equal(r["attentions"] if "attentions" in r else r["attention"],
+                                          np.load(os.path.join(out, "self_attention.npy")))
+            np.testing.assert_array_equal(r["images"], np.load(os.path.join(out, "images.npy")))
+            self.assertEqual(r["tokens"][0][0], "[CLS]")
+        one = m(arrays[0])
+        np.testing.assert_array_equal(one["output"][0], np.load(os.path.join(out, "output.npy"))[0])
+        for bad, pattern in (("a cat", "cannot open"), (np.zeros((4, 4), np.uint8), "uint8 array"),
+                             (np.zeros((4, 4, 3), np.float32), "uint8 array")):
+            with self.assertRaisesRegex(ValueError, pattern):
+                m(bad)
+
+
+class View(VitTest):
+    """`mha view` of an image run in headless Chromium (tests/view/browser.py): the page holds
+    images.npy's pixels exactly, the overlay's grid for a query and a head (or the mean over
+    heads) is self_attention.npy's row over the patches divided by its largest, the blended
+    picture is that grid in viridis over the pixels at each patch's centre, and hovering a
+    patch names it."""
+
+    def test_overlay(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "view"))
+        from browser import Browser
+        d, config, sd, pre = self.checkpoint()
+        yy, xx = np.mgrid[0:48, 0:40]
+        pixels = np.stack([xx * 6 % 256, yy * 5 % 256, (xx + yy) * 3 % 256], -1).astype(np.uint8)
+        out, _ = self.mha("--model", d, "--image", self.image("a.png", pixels), "--save_attention")
+        r = subprocess.run([MHA, "view", out, "-q"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        maps = np.load(os.path.join(out, "self_attention.npy"))  # (layers, 1, h, 1 + N, 1 + N)
+        images = np.load(os.path.join(out, "images.npy"))
+        rows, cols = json.load(open(os.path.join(out, "run.json")))["input"]["patch_grid"]
+        H, W = images.shape[1:3]
+        with Browser(width=1200, height=900) as b:
+            b.open(os.path.join(out, "view.html"))
+            b.wait_for("document.body.dataset.ready === '1'")
+            self.assertFalse(b.evaluate("document.getElementById('image-section').hidden"))
+            viridis = np.array(b.evaluate("mhaView.data.viridis"))
+            drawn = np.array(b.evaluate(
+                "Array.from(document.getElementById('image-picture').getContext('2d')"
+                ".getImageData(0, 0, %d, %d).data)" % (W, H)), np.uint8).reshape(H, W, 4)
+            np.testing.assert_array_equal(drawn[..., :3], images[0])
+            for head, t in (("'mean'", 0), ("2", 5)):
+                got = b.evaluate("mhaView.overlay(0, 0, %s, %d)" % (head, t))
+                row = maps[0, 0, :, t, 1:].mean(0) if head == "'mean'" else maps[0, 0, 2, t, 1:]
+                np.testing.assert_allclose(got["values"], row / row.max(), rtol=1e-6, atol=1e-7)
+                self.assertEqual((got["rows"], got["cols"]), (rows, cols))
+            # The blended picture (query 0, the mean, opacity 0.6) at each patch's centre.
+            grid = maps[0, 0, :, 0, 1:].mean(0).reshape(rows, cols)
+            grid = grid / grid.max()
+            blended = np.array(b.evaluate(
+                "Array.from(document.getElementById('image-overlay').getContext('2d')"
+                ".getImageData(0, 0, %d, %d).data)" % (W, H)), np.uint8).reshape(H, W, 4)
+            # The same bilinear upsampling here: patch centres at their values, clamped at the
+            # edges; JavaScript's and NumPy's rounding may pick neighbouring viridis entries.
+            def axis(n, cells):
+                g = (np.arange(n) + 0.5) * cells / n - 0.5
+                lo = np.floor(g).astype(int)
+                return np.clip(lo, 0, cells - 1), np.clip(lo + 1, 0, cells - 1), g - lo
+            y0, y1, fy = axis(H, rows)
+            x0, x1, fx = axis(W, cols)
+            fy, fx = fy[:, None], fx[None, :]
+            v = (1 - fy) * ((1 - fx) * grid[y0][:, x0] + fx * grid[y0][:, x1]) + \
+                fy * ((1 - fx) * grid[y1][:, x0] + fx * grid[y1][:, x1])
+            want = np.round(0.6 * viridis[np.round(v * 255).astype(int)] + 0.4 * images[0])
+            diff = np.abs(blended[..., :3].astype(float) - want)
+            self.assertLessEqual(diff.max(), 3)
+            self.assertLess(diff.mean(), 0.05)
+            # Hover over patch (1, 2): its name and key.
+            spot = b.evaluate("(() => { const c = document.getElementById('image-overlay'); "
+                              "c.scrollIntoView(); const r = c.getBoundingClientRect(); "
+                              "return [r.left + r.width * 2.5 / %d, r.top + r.height * 1.5 / %d]; })()"
+                              % (cols, rows))
+            b.mouse_move(spot[0], spot[1])
+            b.wait_for("document.getElementById('tooltip').hidden === false")
+            tip = b.evaluate("document.getElementById('tooltip').textContent")
+            self.assertIn("patch (1, 2) · key %d" % (1 + cols + 2), tip)
+            self.assertEqual(b.errors, [])
+
+
+if __name__ == "__main__":
+    if "View" in sys.argv[1:]:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "view"))
+        from browser import require_chromium
+        require_chromium(["view.ImageOverlay"])
+    unittest.main(argv=sys.argv[:1] + sys.argv[1:], verbosity=2)
