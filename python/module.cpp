@@ -709,6 +709,21 @@ class PyModel {
     return model_.encode_images(images, names);
   }
 
+  // Per row, (id, display text or None without a tokenizer, p); None when empty.
+  py::object top_k_list(const std::vector<std::vector<mha::NextToken>>& rows) const {
+    if (rows.empty()) return py::none();
+    py::list top;
+    const auto& tok = model_.tokenizer();
+    for (const auto& row : rows) {
+      py::list l;
+      for (const mha::NextToken& t : row)
+        l.append(py::make_tuple(
+            t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
+      top.append(l);
+    }
+    return top;
+  }
+
   // A text, a list of texts (right-padded) or token ids (T) or (B, T).
   mha::ModelInput input_of(const py::object& input) const {
     mha::ModelInput in;
@@ -865,20 +880,7 @@ class PyModel {
     out["q"] = qk ? py::object(q) : py::none();
     out["k"] = qk ? py::object(k) : py::none();
     out["hidden_states"] = hidden_states ? py::object(hidden) : py::none();
-    if (!r.top_k.empty()) {
-      py::list top;
-      const auto& tok = model_.tokenizer();
-      for (const auto& row : r.top_k) {
-        py::list l;
-        for (const mha::NextToken& t : row)
-          l.append(py::make_tuple(
-              t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
-        top.append(l);
-      }
-      out["top_k"] = top;
-    } else {
-      out["top_k"] = py::none();
-    }
+    out["top_k"] = top_k_list(r.top_k);
     return out;
   }
 
@@ -1000,20 +1002,7 @@ class PyModel {
       out["head_indices"] = so.map_heads;
     }
     for (const char* none : {"hidden_states", "q", "k"}) out[none] = py::none();
-    if (!r.top_k.empty()) {
-      py::list top;
-      const auto& tok = model_.tokenizer();
-      for (const auto& row : r.top_k) {
-        py::list l;
-        for (const mha::NextToken& t : row)
-          l.append(py::make_tuple(
-              t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
-        top.append(l);
-      }
-      out["top_k"] = top;
-    } else {
-      out["top_k"] = py::none();
-    }
+    out["top_k"] = top_k_list(r.top_k);
     return out;
   }
 

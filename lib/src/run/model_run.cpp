@@ -338,6 +338,18 @@ std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::strin
   return std::optional<DirLock>(std::in_place, out_dir, kOutDirLock);  // elided: no move
 }
 
+void name_top_k(const Model& model, ModelRunReport& report) {
+  if (!model.tokenizer()) return;
+  for (const auto& row : report.top_k) {
+    report.top_k_tokens.emplace_back();
+    report.top_k_pieces.emplace_back();
+    for (const NextToken& t : row) {
+      report.top_k_tokens.back().push_back(model.token_name(t.id));
+      report.top_k_pieces.back().push_back(model.token_piece(t.id));
+    }
+  }
+}
+
 ModelRunReport::File file_record(const std::string& path, std::uint64_t limit) {
   ModelRunReport::File f;
   f.path = path;
@@ -505,15 +517,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.read_ms = r.seconds_read * 1e3;
   report.top_k = std::move(r.top_k);
   if (report.input.tokens.empty()) whole.name_tokens(report.input);  // ids given: after the forward
-  if (whole.tokenizer())
-    for (const auto& row : report.top_k) {
-      report.top_k_tokens.emplace_back();
-      report.top_k_pieces.emplace_back();
-      for (const NextToken& t : row) {
-        report.top_k_tokens.back().push_back(whole.token_name(t.id));
-        report.top_k_pieces.back().push_back(whole.token_piece(t.id));
-      }
-    }
+  name_top_k(whole, report);
   check_finite_output(r, config.model);
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");

@@ -150,15 +150,7 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   if (report.input.tokens.empty()) whole.name_tokens(report.input);
   report.target = target_in.decoder;
   report.labels = labels.ids;
-  if (whole.tokenizer())
-    for (const auto& row : report.top_k) {
-      report.top_k_tokens.emplace_back();
-      report.top_k_pieces.emplace_back();
-      for (const NextToken& t : row) {
-        report.top_k_tokens.back().push_back(whole.token_name(t.id));
-        report.top_k_pieces.back().push_back(whole.token_piece(t.id));
-      }
-    }
+  name_top_k(whole, report);
   ForwardResult finite;
   finite.output = std::move(r.output);
   check_finite_output(finite, config.model);

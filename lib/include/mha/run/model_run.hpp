@@ -195,6 +195,9 @@ class Model {
   ImageProcessor processor_;
 };
 
+// The display texts and pieces of report.top_k's tokens (with a tokenizer).
+void name_top_k(const Model& model, ModelRunReport& report);
+
 // The bytes an image may take decoded (3 a pixel): max_memory's, at most.
 std::uint64_t image_byte_limit(std::uint64_t max_memory);
 
