@@ -44,6 +44,10 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       ->type_name("NAME");
   a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")->type_name("TEXT");
   a->add_option("--tokens", args.tokens, ".npy of token ids, (T) or (B, T)")->type_name("PATH");
+  a->add_option("--image", args.images,
+                "a PNG or JPEG file for an image model (vit; repeat for a batch): rollout, flow "
+                "and norms")
+      ->type_name("FILE");
   a->add_option("--out_dir", args.out_dir, "where the arrays and run.json go (default out)")
       ->type_name("DIR");
   a->add_option("--layer_indices", args.layers, "layers analysed, e.g. 3,5 (default all)")
@@ -129,6 +133,7 @@ int do_analyze(const AnalyzeArgs& args) {
   AnalyzeConfig c;
   c.model = args.model;
   c.texts = args.texts;
+  c.images = args.images;
   if (!args.tokens.empty()) c.tokens = args.tokens;
   c.methods = args.methods;
   c.out_dir = args.out_dir;

@@ -1100,6 +1100,10 @@ class PyModel {
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput in = input_of(input);
     const mha::ModelConfig& c = model_.config();
+    if (detectors && c.image_input())
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "head_scores: an image model has no token ids for the detectors' patterns; "
+                       "its analyses are rollout, attention_flow and attention_norms");
     const std::size_t B = in.B, T = in.T, L = c.num_layers, Ls = call.map_layers.size(),
                       Hs = call.map_heads.size();
     check_memory(std::uint64_t{4} * ((rollout ? L * B * T * T : 0) +
@@ -1126,6 +1130,9 @@ class PyModel {
                                                             " tokens; it is run up to " +
                                                             std::to_string(mha::kMaxFlowTokens));
       o.layers = call.map_layers, o.heads = call.map_heads, o.threads = call.threads;
+      // An image model's pass starts from its patch embeddings.
+      const std::vector<float> embeddings = mha::input_embeddings(model_.checkpoint(), in);
+      if (!embeddings.empty()) o.embeddings = embeddings.data();
       if (r)
         o.rollout_sink = [&](std::size_t l, std::size_t b, const float* v) {
           std::copy_n(v, T * T, r + (l * B + b) * T * T);

@@ -143,7 +143,7 @@ set_tests_properties(view.CrossAttention PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}
 # Images through ViT (tests/models/test_vit.py): the forward from PNG files against
 # reference.vit, the preprocessing against PIL's steps (and PIL), the refusals; the view's overlay
 # is view.ImageOverlay (tests/CMakeLists.txt).
-foreach(group Forward Preprocess Refusals)
+foreach(group Forward Preprocess Refusals Analyze)
   add_test(NAME models.vit.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_vit.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

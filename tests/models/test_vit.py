@@ -427,10 +427,69 @@ class Python(VitTest):
         one = m(arrays[0])
         alone, _ = self.mha("--model", d, "--image", files[0], "--save_attention", out="alone")
         np.testing.assert_array_equal(one["output"], np.load(os.path.join(alone, "output.npy")))
+        # Rollout through the module: `mha analyze --image`'s bits.
+        an = self.path("an")
+        p = subprocess.run([MHA, "analyze", "--model", d, "--image", files[0], "--method",
+                            "rollout", "--out_dir", an, "-q"], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        np.testing.assert_array_equal(m.rollout(arrays[0]), np.load(os.path.join(an, "rollout.npy")))
+        with self.assertRaisesRegex(ValueError, "an image model has no token ids"):
+            m.head_scores(arrays[0])
         for bad, pattern in (("a cat", "cannot open"), (np.zeros((4, 4), np.uint8), "uint8 array"),
                              (np.zeros((4, 4, 3), np.float32), "uint8 array")):
             with self.assertRaisesRegex(ValueError, pattern):
                 m(bad)
+
+
+class Analyze(VitTest):
+    """`mha analyze --image`: rollout from the reference's maps (0.5 A + 0.5 I, the heads' mean,
+    rows renormalised, multiplied from layer 0 up) at 1e-5; flow and norms written with the
+    shapes of a text model's; the methods that need token ids or an LM head refused."""
+
+    def test_rollout_flow_norms(self):
+        d, config, sd, pre = self.checkpoint()
+        rng = np.random.default_rng(6)
+        arrays = [rng.integers(0, 256, (40, 30, 3)).astype(np.uint8) for _ in range(2)]
+        files = [self.image(f"a{i}.png", a) for i, a in enumerate(arrays)]
+        out = self.path("an")
+        p = subprocess.run([MHA, "analyze", "--model", d, "--image", files[0], "--image", files[1],
+                            "--method", "rollout", "--method", "flow", "--method", "norms",
+                            "--out_dir", out, "-q"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        seen = np.load(os.path.join(out, "images.npy"))
+        ref = reference.vit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        rollout = np.load(os.path.join(out, "rollout.npy"))
+        R = None
+        for layer, A in enumerate(ref["attentions"]):
+            Ahat = 0.5 * A.mean(1) + 0.5 * np.eye(A.shape[-1])
+            Ahat /= Ahat.sum(-1, keepdims=True)
+            R = Ahat if R is None else Ahat @ R
+            np.testing.assert_allclose(rollout[layer], R, err_msg=f"layer {layer}", **TOL)
+        L, B, h, T = len(ref["attentions"]), 2, config["num_attention_heads"], R.shape[-1]
+        self.assertEqual(np.load(os.path.join(out, "flow.npy")).shape, (B, T, T))
+        self.assertEqual(np.load(os.path.join(out, "attention_norms.npy")).shape, (L, B, h, T, T))
+        run = json.load(open(os.path.join(out, "run.json")))
+        self.assertEqual([im["path"] for im in run["input"]["images"]], files)
+        self.assertEqual(run["input"]["patch_grid"], [config_height(config) // config["patch_size"],
+                                                      config_width(config) // config["patch_size"]])
+        self.assertEqual(json.load(open(os.path.join(out, "tokens.json")))["tokens"][0][0], "[CLS]")
+
+    def test_refusals(self):
+        d, config, sd, pre = self.checkpoint()
+        png = self.image("a.png", np.zeros((8, 8, 3), np.uint8))
+        for args, message in (
+                (["--method", "loss"], "--method loss: not with --image; an image model's analyses "
+                                       "are rollout, flow and norms"),
+                (["--method", "rollout", "--text", "a cat"],
+                 "--image and --text/--tokens: give images or text, not both")):
+            out = self.path("refused")
+            p = subprocess.run([MHA, "analyze", "--model", d, "--image", png, "--out_dir", out, "-q"]
+                               + args, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+            self.assertIn(message, p.stderr)
+            self.assertFalse(os.path.exists(out))
 
 
 class View(VitTest):
@@ -497,6 +556,29 @@ class View(VitTest):
             b.wait_for("document.getElementById('tooltip').hidden === false")
             tip = b.evaluate("document.getElementById('tooltip').textContent")
             self.assertIn("patch (1, 2) · key %d" % (1 + cols + 2), tip)
+            self.assertEqual(b.errors, [])
+        # An analysis's rollout over the image: one map per layer, the heads' mean.
+        an = self.path("an")
+        r = subprocess.run([MHA, "analyze", "--model", d, "--image", self.path("a.png"), "--method",
+                            "rollout", "--out_dir", an, "-q"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run([MHA, "view", an, "-q"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rollout = np.load(os.path.join(an, "rollout.npy"))  # (layers, 1, 1 + N, 1 + N)
+        with Browser(width=1200, height=900) as b:
+            b.open(os.path.join(an, "view.html"))
+            b.wait_for("document.body.dataset.ready === '1'")
+            self.assertEqual(b.evaluate("mhaView.data.maps.map(m => m.name)"), ["rollout"])
+            self.assertFalse(b.evaluate("document.getElementById('image-section').hidden"))
+            last = rollout.shape[0] - 1
+            b.evaluate("(() => { const s = document.getElementById('layer'); s.value = '%d'; "
+                       "s.dispatchEvent(new Event('change')); })()" % last)
+            got = b.evaluate("mhaView.overlay(%d, 0, 0, 0)" % last)
+            row = rollout[last, 0, 0, 1:]
+            np.testing.assert_allclose(got["values"], row / row.max(), rtol=1e-6, atol=1e-7)
+            self.assertIn("layer %d" % last, b.evaluate("document.getElementById('image-caption')"
+                                                        ".textContent"))
             self.assertEqual(b.errors, [])
 
 

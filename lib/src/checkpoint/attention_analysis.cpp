@@ -306,6 +306,7 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
   fo.threads = o.threads;
   fo.hidden_sink = o.hidden_sink;
   fo.layers = o.layers_read;
+  fo.first_hidden = o.embeddings;
   if (maps) {
     for (std::size_t l = 0; l < L; ++l) fo.map_layers.push_back(l);
     for (std::size_t i = 0; i < h; ++i) fo.map_heads.push_back(i);

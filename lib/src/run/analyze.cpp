@@ -191,8 +191,19 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     fail_input("--clean/--corrupt: used by --method patching only");
   if (config.tokens && !config.texts.empty())
     fail_input("--tokens and --text: give one of them, not both");
-  if (others && !config.tokens && config.texts.empty())
-    fail_input("--model: expected the input as --text \"...\" (repeatable) or --tokens FILE.npy");
+  const bool images = !config.images.empty();
+  if (images && (config.tokens || !config.texts.empty()))
+    fail_input("--image and --text/--tokens: give images or text, not both");
+  if (images)
+    for (const std::string& m : config.methods)
+      if (m != "rollout" && m != "flow" && m != "norms")
+        fail_input("--method " + m +
+                   ": not with --image; an image model's analyses are rollout, flow and norms "
+                   "(the others read token ids or predict the next token)");
+  if (others && !config.tokens && config.texts.empty() && !images)
+    fail_input(
+        "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
+        "--image FILE");
   if (config.ablation != "zero" && config.ablation != "mean")
     fail_input("--ablation " + echo(config.ablation) + ": expected zero or mean");
   const Metric metric = metric_of(config.metric, config.target, config.foil);
@@ -210,7 +221,11 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       check_model_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
   const int threads = resolve_threads(call.threads);
   ModelInput in;
-  if (others) {
+  if (others && images) {
+    if (!c.image_input()) whole.encode_images({}, {});  // refused by name before reading any
+    in = read_image_input(whole, config.images,
+                          config.max_memory ? *config.max_memory : default_max_memory());
+  } else if (others) {
     in = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
     if (wants(config, "flow") && in.T > kMaxFlowTokens)
       fail_input("--method flow: " + std::to_string(in.T) +
@@ -240,6 +255,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (wants(config, "norms")) need += bytes_of({B, h, T}, 8) + bytes_of({T, T});
   if (wants(config, "rollout") || wants(config, "norms") || wants(config, "detectors"))
     need += bytes_of({B, h, T, T}) * 2;
+  if (images) need += 4 * (in.pixels.size() + B * T * d) + in.images.size();
   const std::uint64_t max_memory = config.max_memory ? *config.max_memory : default_max_memory();
   if (need > max_memory)
     fail_input(config.model + ": the analysis needs about " + format_bytes(need) +
@@ -323,6 +339,9 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       mo.hidden_sink = [&](std::size_t i, const float* x) {
         std::copy(x, x + B * T * d, hidden.begin() + static_cast<std::ptrdiff_t>(i * B * T * d));
       };
+    // An image model's pass starts from its patch embeddings.
+    const std::vector<float> embeddings = input_embeddings(model, in);
+    if (!embeddings.empty()) mo.embeddings = embeddings.data();
     const MapAnalysisResult ma = analyze_maps(model, in.ids.data(), B, T, in.lengths, mo);
     const ForwardResult& r = ma.forward;
     check_finite_output(r, config.model);
@@ -548,6 +567,11 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     if (in.tokens.empty()) whole.name_tokens(in);
     out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
     report.outputs.insert(report.outputs.begin(), "tokens.json");
+    if (!in.images.empty()) {  // what the model saw, for the view's overlay
+      out.stage_npy("images.npy", in.images.data(),
+                    {B, c.image_height, c.image_width, std::size_t{3}});
+      report.outputs.push_back("images.npy");
+    }
   } else if (patching) {  // the clean and corrupt rows label the page's tables
     ModelInput both;
     both.B = 2, both.T = clean_in.T;
@@ -572,6 +596,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   run["methods"] = config.methods;
   run["config"] = to_json(config);
   run["input"] = {{"batch", B}, {"seq_len", in.T}, {"lengths", in.lengths}};
+  if (!in.image_sources.empty()) {
+    run["input"].update(image_input_json(in, c));
+    run["preprocessing"] = preprocessing_json(whole.image_processor());
+  }
   if (patching) run["patching"] = {{"clean", clean_in.ids}, {"corrupt", corrupt_in.ids}};
   run["layers"] = call.map_layers;
   run["heads"] = call.map_heads;

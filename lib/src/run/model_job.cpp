@@ -42,7 +42,7 @@ const std::vector<std::string> kKeys = {"model",
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
 const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk",
-                                        "image",          "target_text",        "target_tokens"};
+                                        "target_text", "target_tokens"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -182,6 +182,7 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
     c.clean = r.optional_string("clean");
     c.corrupt = r.optional_string("corrupt");
     if (r.has("batch")) c.batch = r.integer("batch", 1, 1024);
+    if (r.has("image")) c.images = r.strings("image");
     return c;
   }
   for (const std::string& key : kAnalyzeOnly)
@@ -221,6 +222,7 @@ json to_json(const AnalyzeConfig& c) {
                                    {"corrupt", &c.corrupt}})
     if (*value) j[key] = **value;
   j["batch"] = c.batch;
+  if (!c.images.empty()) j["image"] = c.images;
   return j;
 }
 

@@ -282,6 +282,27 @@ ModelInput Model::encode_images(const std::vector<RgbImage>& images,
   return in;
 }
 
+ModelInput read_image_input(const Model& model, const std::vector<std::string>& paths,
+                            std::uint64_t max_memory) {
+  std::vector<RgbImage> images;
+  for (const std::string& path : paths)
+    images.push_back(read_image(path, image_byte_limit(max_memory)));
+  ModelInput in = model.encode_images(images, paths);
+  for (ModelInput::Image& src : in.image_sources) {
+    const ModelRunReport::File f = file_record(src.path);
+    src.bytes = f.bytes;
+    src.crc32 = f.crc32;
+  }
+  return in;
+}
+
+std::vector<float> input_embeddings(const Checkpoint& model, const ModelInput& in) {
+  if (!model.config().image_input()) return {};
+  std::vector<float> x(in.B * in.T * model.config().d_model);
+  model.embed_patches(in.pixels.data(), in.B, x.data());
+  return x;
+}
+
 std::uint64_t image_byte_limit(std::uint64_t max_memory) {
   return std::min<std::uint64_t>(max_memory, kMaxImagePixels * 3);
 }
@@ -406,15 +427,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (!config.images.empty()) {
     if (!c.image_input())  // before any image is read
       whole.encode_images({}, {});
-    std::vector<RgbImage> images;
-    for (const std::string& path : config.images)
-      images.push_back(read_image(path, image_byte_limit(report.max_memory)));
-    report.input = whole.encode_images(images, config.images);
-    for (ModelInput::Image& src : report.input.image_sources) {
-      const ModelRunReport::File f = file_record(src.path);
-      src.bytes = f.bytes;
-      src.crc32 = f.crc32;
-    }
+    report.input = read_image_input(whole, config.images, report.max_memory);
     report.processor = whole.image_processor();
   } else {
     report.input =
@@ -506,12 +519,9 @@ ModelRunReport run_model(const ModelRunConfig& config) {
       maps_done = slots;
     };
   const auto t0 = Clock::now();
-  std::vector<float> embeddings;  // an image model's pass starts from its patch embeddings
-  if (c.image_input()) {
-    embeddings.resize(B * T * d);
-    model.embed_patches(in.pixels.data(), B, embeddings.data());
-    fo.first_hidden = embeddings.data();
-  }
+  // An image model's pass starts from its patch embeddings.
+  const std::vector<float> embeddings = input_embeddings(model, in);
+  if (!embeddings.empty()) fo.first_hidden = embeddings.data();
   ForwardResult r = forward(model, in.ids.data(), B, T, in.lengths, fo);
   report.forward_ms = ms_since(t0);
   report.read_ms = r.seconds_read * 1e3;

@@ -679,6 +679,21 @@ json compute_json(const std::string& dtype) {
   return j;
 }
 
+json image_input_json(const ModelInput& in, const ModelConfig& c) {
+  json images = json::array();
+  for (const ModelInput::Image& im : in.image_sources)
+    images.push_back({{"path", im.path.empty() ? json(nullptr) : json(im.path)},
+                      {"bytes", im.bytes},
+                      {"crc32", im.crc32.empty() ? json(nullptr) : json(im.crc32)},
+                      {"width", im.width},
+                      {"height", im.height},
+                      {"format", im.format},
+                      {"converted", im.converted}});
+  return {{"images", images},
+          {"patch_grid", {c.patch_rows(), c.patch_cols()}},
+          {"patch_size", c.patch_size}};
+}
+
 json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
                     const std::vector<std::size_t>& heads) {
   json windows = json::array();
@@ -740,20 +755,7 @@ json to_json(const ModelRunReport& r) {
                 {"seq_len", r.input.T},
                 {"lengths", r.input.lengths},
                 {"tokenizer", r.input.tokenizer.empty() ? json(nullptr) : json(r.input.tokenizer)}};
-  if (!r.input.image_sources.empty()) {
-    json images = json::array();
-    for (const ModelInput::Image& im : r.input.image_sources)
-      images.push_back({{"path", im.path.empty() ? json(nullptr) : json(im.path)},
-                        {"bytes", im.bytes},
-                        {"crc32", im.crc32.empty() ? json(nullptr) : json(im.crc32)},
-                        {"width", im.width},
-                        {"height", im.height},
-                        {"format", im.format},
-                        {"converted", im.converted}});
-    j["input"]["images"] = images;
-    j["input"]["patch_grid"] = {c.patch_rows(), c.patch_cols()};
-    j["input"]["patch_size"] = c.patch_size;
-  }
+  if (!r.input.image_sources.empty()) j["input"].update(image_input_json(r.input, c));
   if (r.processor) j["preprocessing"] = preprocessing_json(*r.processor);
   if (!r.map_layers.empty()) j["attention"] = attention_json(c, r.map_layers, r.map_heads);
   if (c.encoder_decoder) {

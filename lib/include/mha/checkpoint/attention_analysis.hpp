@@ -78,6 +78,9 @@ struct MapAnalysisOptions {
   // read once (read_layers; null: read on each pass).
   std::function<void(std::size_t i, const float* hidden)> hidden_sink;
   std::vector<TransformerLayer<float>>* layers_read = nullptr;
+  // An image model's pass starts from these (B, T, d_model), its patch
+  // embeddings (ForwardOptions::first_hidden), instead of ids' embeddings.
+  const float* embeddings = nullptr;
 };
 
 struct MapAnalysisResult {

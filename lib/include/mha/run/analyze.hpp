@@ -35,6 +35,7 @@ struct AnalyzeConfig {
   std::string dtype = "float32";  // or bfloat16 (Model)
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
+  std::vector<std::string> images;  // an image model's input (rollout, flow, norms)
   std::vector<std::string> methods;
   std::string out_dir = "out";
   std::optional<std::vector<std::int64_t>> layers, heads;

@@ -200,6 +200,13 @@ void name_top_k(const Model& model, ModelRunReport& report);
 
 // The bytes an image may take decoded (3 a pixel): max_memory's, at most.
 std::uint64_t image_byte_limit(std::uint64_t max_memory);
+// An image model's input from image files: each read (bounded by
+// image_byte_limit), preprocessed, and recorded with its size and crc32.
+ModelInput read_image_input(const Model& model, const std::vector<std::string>& paths,
+                            std::uint64_t max_memory);
+// The embeddings an image model's pass starts from, (B, T, d_model) (its
+// patch embeddings, CLS and positions); empty for a text model.
+std::vector<float> input_embeddings(const Checkpoint& model, const ModelInput& in);
 
 // The ids of a .npy file of shape (T) or (B, T) (any integer dtype).
 ModelInput read_token_ids(const Model& model, const std::string& path);

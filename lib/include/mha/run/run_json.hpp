@@ -39,6 +39,9 @@ nlohmann::json to_json(const ModelRunReport& report);
 // follow from q.npy and k.npy (the view's neuron view): softmax, over the keys
 // the mask keeps (causal, key padding, each layer's window; 0 = none), of the
 // logits scale * q.k, soft-capped (softcap > 0: c tanh(logits / c)).
+// An image model's input as run.json's "input" adds it: each image file (path,
+// bytes, crc32, stored size, format, what was converted), patch_grid and patch_size.
+nlohmann::json image_input_json(const ModelInput& in, const ModelConfig& c);
 nlohmann::json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
                               const std::vector<std::size_t>& heads);
 nlohmann::json tokens_json(const ModelInput& input);
