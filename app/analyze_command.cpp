@@ -32,6 +32,8 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
       "--target \" Paris\" --foil \" Rome\"\n"
       "  mha analyze --model models/gpt2 --method patching --clean \"The Eiffel Tower is in\" "
       "--corrupt \"The Colosseum is in\" --target \" Paris\" --foil \" Rome\"\n"
+      "  mha analyze --model models/t5-small --text \"translate English to German: The house\" "
+      "--target_text \"Das Haus\" --method rollout --method ablation\n"
       "docs/analyses.md gives each method's formula, outputs and conventions.");
   args.command = a;
   a->add_option("--model", args.model, "a checkpoint directory (docs/models.md)")->type_name("DIR");
@@ -48,6 +50,13 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
                 "a PNG or JPEG file for an image model (vit; repeat for a batch): rollout, flow "
                 "and norms")
       ->type_name("FILE");
+  a->add_option("--target_text", args.target_texts,
+                "an encoder-decoder's target, teacher-forced (t5, bart; one per --text): loss, "
+                "rollout, norms and ablation")
+      ->type_name("TEXT");
+  a->add_option("--target_tokens", args.target_tokens,
+                ".npy of the target's token ids, (T) or (B, T)")
+      ->type_name("PATH");
   a->add_option("--out_dir", args.out_dir, "where the arrays and run.json go (default out)")
       ->type_name("DIR");
   a->add_option("--layer_indices", args.layers, "layers analysed, e.g. 3,5 (default all)")
@@ -134,6 +143,8 @@ int do_analyze(const AnalyzeArgs& args) {
   c.model = args.model;
   c.texts = args.texts;
   c.images = args.images;
+  c.target_texts = args.target_texts;
+  c.target_tokens = args.target_tokens;
   if (!args.tokens.empty()) c.tokens = args.tokens;
   c.methods = args.methods;
   c.out_dir = args.out_dir;

@@ -18,8 +18,8 @@ struct AnalyzeArgs {
   std::string config_file;
   std::string model, tokens, out_dir = "out", max_memory, ablation = "zero", metric,
                              dtype = "float32";
-  std::vector<std::string> texts, methods, images;
-  std::optional<std::string> layers, heads, target, foil, clean, corrupt, texts_file;
+  std::vector<std::string> texts, methods, images, target_texts;
+  std::optional<std::string> layers, heads, target, foil, clean, corrupt, texts_file, target_tokens;
   std::int64_t top_k = 5, threads = 0, batch = 8;
   bool json = false;
 };

@@ -129,7 +129,7 @@ endforeach()
 # cross-attention maps, the output and top k, from ids and from text, and the refusals
 # (tests/models/test_seq2seq.py).
 # The view's labels of the three map kinds in headless Chromium are view.CrossAttention.
-foreach(group Families Text Errors)
+foreach(group Families Text Analyze Errors)
   add_test(NAME models.seq2seq.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_seq2seq.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

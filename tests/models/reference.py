@@ -757,6 +757,7 @@ def _cross_mask(src_lengths, T, S):
 
 
 def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
+    norms = []  # every attention call's value-weighted norms, in call order
     E, H, K = c["d_model"], c["num_heads"], c["d_kv"]
     eps = c.get("layer_norm_epsilon", 1e-6)
     proj = c.get("feed_forward_proj", "relu")
@@ -770,6 +771,7 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
         k = split_heads(kv @ sd[p + "k.weight"].T, H, K)
         v = split_heads(kv @ sd[p + "v.weight"].T, H, K)
         a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)  # no 1/sqrt(d_kv)
+        norms.append(_value_weighted(a, v, sd[p + "o.weight"], H, K))
         return merge_heads(a @ v) @ sd[p + "o.weight"].T, a
 
     def ffn(p, x):
@@ -815,10 +817,11 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
         logits = (out * E ** -0.5) @ sd["shared.weight"].T
     else:
         logits = out @ sd["lm_head.weight"].T
-    return enc_maps, dec_maps, cross_maps, out, logits
+    return enc_maps, dec_maps, cross_maps, out, logits, norms
 
 
 def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
+    norms = []  # every attention call's value-weighted norms, in call order
     E, H = c["d_model"], c["encoder_attention_heads"]
     K = E // H
     eps = 1e-5
@@ -838,6 +841,7 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
         k = split_heads(lin(p + "k_proj", kv), H, K)
         v = split_heads(lin(p + "v_proj", kv), H, K)
         a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)
+        norms.append(_value_weighted(a, v, sd[p + "out_proj.weight"], H, K))
         return lin(p + "out_proj", merge_heads(a @ v)), a
 
     def embed(stack, ids):
@@ -870,14 +874,22 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
         y = ln(p + "final_layer_norm", y + lin(p + "fc2", act(lin(p + "fc1", y))))
     head = sd["lm_head.weight"] if not c.get("tie_word_embeddings", True) else sd["model.shared.weight"]
     logits = y @ head.T + sd["final_logits_bias"]
-    return enc_maps, dec_maps, cross_maps, y, logits
+    return enc_maps, dec_maps, cross_maps, y, logits, norms
+
+
+def _value_weighted(a, v, Wo, H, K):
+    """Kobayashi et al.'s ||a_ij f_h(x_j)||, f_h(x_j) = v_hj W_o^h: a (B, H, Lq, Lk), v (B, H,
+    Lk, K), W_o (E, H*K) as nn.Linear stores it."""
+    f = torch.stack([(v[:, h] @ Wo[:, h * K:(h + 1) * K].T).norm(dim=-1) for h in range(H)], 1)
+    return a * f[:, :, None, :]
 
 
 def seq2seq(config, state_dict, source, labels, source_lengths=None, target_lengths=None):
     """An encoder-decoder's forward with labels: {"encoder_attentions": [L_enc × (B, h, S, S)],
     "decoder_attentions": [L_dec × (B, h, T, T)], "cross_attentions": [L_dec × (B, h, T, S)],
     "output": (B, T, d) the decoder's final hidden states, "logits": (B, T, V),
-    "decoder_input_ids": (B, T)}. Padding (past each row's length) is masked as keys in every
+    "decoder_input_ids": (B, T), "encoder_norms", "decoder_norms", "cross_norms": each map's
+    value-weighted norms (_value_weighted)}. Padding (past each row's length) is masked as keys in every
     attention (attention_mask and decoder_attention_mask)."""
     mt = config["model_type"]
     if mt not in SEQ2SEQ:
@@ -892,8 +904,13 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
     sd = {k: _t(v) for k, v in state_dict.items()}
     with torch.no_grad():
         fn = _t5 if mt == "t5" else _bart
-        enc, dmaps, cmaps, out, logits = fn(config, sd, src, src_lengths, dec, tgt_lengths)
-    return {"encoder_attentions": [a.numpy() for a in enc],
+        enc, dmaps, cmaps, out, logits, norms = fn(config, sd, src, src_lengths, dec, tgt_lengths)
+    # the norms in call order: the encoder's layers, then each decoder layer's self and cross
+    Le = len(enc)
+    return {"encoder_norms": [n.numpy() for n in norms[:Le]],
+            "decoder_norms": [n.numpy() for n in norms[Le::2]],
+            "cross_norms": [n.numpy() for n in norms[Le + 1::2]],
+            "encoder_attentions": [a.numpy() for a in enc],
             "decoder_attentions": [a.numpy() for a in dmaps],
             "cross_attentions": [a.numpy() for a in cmaps], "output": out.numpy(),
             "logits": logits.numpy(), "decoder_input_ids": dec.numpy()}

@@ -290,6 +290,194 @@ class View(Seq2SeqTest):
             b.close()
 
 
+# The output projection of each kind of attention: (name of layer l, heads along axis 1).
+W_O = {"t5": {"encoder": "encoder.block.{l}.layer.0.SelfAttention.o.weight",
+              "decoder": "decoder.block.{l}.layer.0.SelfAttention.o.weight",
+              "cross": "decoder.block.{l}.layer.1.EncDecAttention.o.weight"},
+       "bart": {"encoder": "model.encoder.layers.{l}.self_attn.out_proj.weight",
+                "decoder": "model.decoder.layers.{l}.self_attn.out_proj.weight",
+                "cross": "model.decoder.layers.{l}.encoder_attn.out_proj.weight"}}
+
+
+def rollouts(ref):
+    """The rollouts docs/analyses.md defines, in float64 from the reference's maps: the encoder's
+    R_l = Â_l R_(l-1); the decoder's M = [Mt | Ms] from [I | 0], per layer M <- Â_self M, then
+    M <- 0.5 M + 0.5 [0 | mean_h(cross) R_enc]."""
+    def hat(a):
+        m = np.asarray(a, np.float64).mean(1)
+        m = 0.5 * m + 0.5 * np.eye(m.shape[-1])
+        return m / m.sum(-1, keepdims=True)
+    enc, R = [], None
+    for a in ref["encoder_attentions"]:
+        R = hat(a) if R is None else hat(a) @ R
+        enc.append(R)
+    B, T = ref["decoder_attentions"][0].shape[0], ref["decoder_attentions"][0].shape[2]
+    Mt, Ms = np.broadcast_to(np.eye(T), (B, T, T)), np.zeros((B, T, R.shape[-1]))
+    dec, cross = [], []
+    for a, x in zip(ref["decoder_attentions"], ref["cross_attentions"]):
+        Mt, Ms = hat(a) @ Mt, hat(a) @ Ms
+        Mt, Ms = 0.5 * Mt, 0.5 * Ms + 0.5 * np.asarray(x, np.float64).mean(1) @ R
+        dec.append(Mt)
+        cross.append(Ms)
+    return np.stack(enc), np.stack(dec), np.stack(cross)
+
+
+def target_loss(logits, labels, lengths):
+    """(B, T): each label's cross-entropy at its position, NaN past the row's length."""
+    z = np.asarray(logits, np.float64)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    loss = lse - np.take_along_axis(z, np.asarray(labels)[..., None], -1)[..., 0]
+    for b, n in enumerate(lengths):
+        loss[b, n:] = np.nan
+    return loss
+
+
+class Analyze(Seq2SeqTest):
+    """`mha analyze` on encoder-decoders: loss, rollout (encoder, decoder and cross), value-weighted
+    norms of each kind of map, and head ablation of each kind, against the float64 references."""
+
+    def analyze(self, *args, out="analysis", code=0):
+        out = self.path(out)
+        full = [MHA, "analyze", "-q", "--out_dir", out] + list(args)
+        p = subprocess.run(full, capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, code, f"{' '.join(full)}\nstderr: {p.stderr}")
+        return out, p
+
+    def test_loss_rollout_norms(self):
+        for variant in ("t5_v1_1", "bart"):
+            with self.subTest(variant=variant):
+                family, kw = VARIANTS[variant]
+                d, config, sd = self.checkpoint(variant, family, **kw)
+                src, src_path = self.ids(config, "src.npy", 2, 11, 3)
+                labels, lab_path = self.ids(config, "labels.npy", 2, 8, 4)
+                out, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
+                                      "--method", "loss", "--method", "rollout", "--method", "norms",
+                                      out="out_" + variant)
+                ref = reference.seq2seq(config, sd, src, labels)
+                want = target_loss(ref["logits"], labels, [8, 8])
+                np.testing.assert_allclose(np.load(os.path.join(out, "loss.npy")), want, **TOL)
+                run = self.read_json(out, "run.json")
+                self.assertAlmostEqual(run["summary"]["loss"]["mean"], np.nanmean(want), delta=1e-5)
+                enc, dec, cross = rollouts(ref)
+                for name, w in (("encoder_rollout.npy", enc), ("decoder_rollout.npy", dec),
+                                ("cross_rollout.npy", cross)):
+                    got = self.load(out, name)
+                    self.assertEqual(got.shape, w.shape, name)
+                    np.testing.assert_allclose(got, w, err_msg=name, **TOL)
+                total = self.load(out, "decoder_rollout.npy").sum(-1) + self.load(out, "cross_rollout.npy").sum(-1)
+                np.testing.assert_allclose(total, 1, atol=1e-5)
+                for kind in ("encoder", "decoder", "cross"):
+                    got = self.load(out, kind + "_attention_norms.npy")
+                    want = np.stack(ref[kind + "_norms"])
+                    self.assertEqual(got.shape, want.shape, kind)
+                    np.testing.assert_allclose(got, want, err_msg=kind, **TOL)
+                tokens = self.read_json(out, "tokens.json")
+                self.assertEqual(tokens["target"]["labels"], labels.tolist())
+                self.assertEqual(sorted(os.listdir(out)), sorted(list(run["outputs"]) + ["run.json"]))
+
+    def test_selected_layers_and_heads(self):
+        d, config, sd = self.checkpoint("t5", "t5")
+        src, src_path = self.ids(config, "src.npy", 1, 9, 3)
+        labels, lab_path = self.ids(config, "labels.npy", 1, 7, 4)
+        out, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
+                              "--method", "norms", "--layer_indices", "1", "--head_indices", "0,3")
+        ref = reference.seq2seq(config, sd, src, labels)
+        for kind in ("encoder", "decoder", "cross"):
+            want = np.stack(ref[kind + "_norms"])[[1]][:, :, [0, 3]]
+            np.testing.assert_allclose(self.load(out, kind + "_attention_norms.npy"), want, err_msg=kind, **TOL)
+
+    def test_padded_batch_from_text(self):
+        import make_unigram
+        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
+        d, config, sd = self.checkpoint("t5", "t5", vocab=32000)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        out, _ = self.analyze("--model", d, "--text", "the house is wonderful today", "--target_text", "das Haus",
+                              "--text", "hello", "--target_text", "Hallo zusammen, wie geht es dir?",
+                              "--method", "loss", "--method", "rollout", "--method", "norms")
+        tokens = self.read_json(out, "tokens.json")
+        src_len, tgt_len = tokens["lengths"], tokens["target"]["lengths"]
+        self.assertNotEqual(src_len[0], src_len[1])
+        self.assertNotEqual(tgt_len[0], tgt_len[1])
+        src = np.zeros((2, tokens["padded_length"]), np.int64)
+        labels = np.zeros((2, tokens["target"]["padded_length"]), np.int64)
+        for b in range(2):
+            src[b, :src_len[b]] = tokens["ids"][b]
+            labels[b, :tgt_len[b]] = tokens["target"]["labels"][b]
+        ref = reference.seq2seq(config, sd, src, labels, src_len, tgt_len)
+        np.testing.assert_allclose(np.load(os.path.join(out, "loss.npy")),
+                                   target_loss(ref["logits"], labels, tgt_len), **TOL)
+        for name, w in zip(("encoder_rollout.npy", "decoder_rollout.npy", "cross_rollout.npy"), rollouts(ref)):
+            np.testing.assert_allclose(self.load(out, name), w, err_msg=name, **TOL)
+        for kind in ("encoder", "decoder", "cross"):
+            np.testing.assert_allclose(self.load(out, kind + "_attention_norms.npy"),
+                                       np.stack(ref[kind + "_norms"]), err_msg=kind, **TOL)
+        # padding keys get nothing: the cross rollout past each source's length is 0
+        self.assertEqual(np.abs(self.load(out, "cross_rollout.npy")[:, 1, :, src_len[1]:]).max(), 0)
+
+    def test_head_ablation(self):
+        for variant in ("t5", "bart"):
+            with self.subTest(variant=variant):
+                family, kw = VARIANTS[variant]
+                d, config, sd = self.checkpoint(variant, family, **kw)
+                src, src_path = self.ids(config, "src.npy", 2, 9, 5)
+                labels, lab_path = self.ids(config, "labels.npy", 2, 6, 6)
+                out, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
+                                      "--method", "ablation", out="zero_" + variant)
+                ref = reference.seq2seq(config, sd, src, labels)
+                clean = np.nanmean(target_loss(ref["logits"], labels, [6, 6]), -1)
+                run = self.read_json(out, "run.json")
+                np.testing.assert_allclose(run["summary"]["ablation"]["clean"], clean, **TOL)
+                h = np.load(os.path.join(out, "cross_ablation.npy")).shape[2]
+                K = ref["output"].shape[-1] // h if family == "bart" else config["d_kv"]
+                for kind in ("encoder", "decoder", "cross"):
+                    got = np.load(os.path.join(out, kind + "_ablation.npy"))
+                    L = got.shape[1]
+                    for layer, head in ((0, 0), (L - 1, h - 1)):
+                        name = W_O[family][kind].format(l=layer)
+                        zeroed = dict(sd)
+                        w = np.array(sd[name], np.float64)
+                        w[:, head * K:(head + 1) * K] = 0
+                        zeroed[name] = w
+                        r = reference.seq2seq(config, zeroed, src, labels)
+                        want = np.nanmean(target_loss(r["logits"], labels, [6, 6]), -1) - clean
+                        np.testing.assert_allclose(got[:, layer, head], want, err_msg=f"{kind} {layer}.{head}", **TOL)
+                    self.assertGreater(np.abs(got).max(), 1e-6, kind)
+                out2, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
+                                       "--method", "ablation", "--ablation", "mean", out="mean_" + variant)
+                for kind in ("encoder", "decoder", "cross"):
+                    mean = np.load(os.path.join(out2, kind + "_ablation.npy"))
+                    zero = np.load(os.path.join(out, kind + "_ablation.npy"))
+                    self.assertTrue(np.isfinite(mean).all(), kind)
+                    self.assertGreater(np.abs(mean - zero).max(), 1e-5, kind)
+                out3, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
+                                       "--method", "ablation", "--metric", "kl", out="kl_" + variant)
+                for kind in ("encoder", "decoder", "cross"):
+                    kl = np.load(os.path.join(out3, kind + "_ablation.npy"))
+                    self.assertTrue((kl >= -1e-9).all() and kl.max() > 0, kind)
+
+    def test_refusals(self):
+        d, config, _ = self.checkpoint("t5", "t5")
+        _, src = self.ids(config, "src.npy", 2, 6, 1)
+        _, lab = self.ids(config, "labels.npy", 2, 5, 2)
+        g, _, _ = self.checkpoint("gpt2", "gpt2")
+        for args, names in (((d, "--tokens", src, "--method", "rollout"), ("encoder-decoder", "--target_text")),
+                            ((d, "--tokens", src, "--target_tokens", lab, "--method", "detectors"),
+                             ("--method detectors", "loss, rollout, norms and ablation")),
+                            ((d, "--tokens", src, "--target_tokens", lab, "--method", "logit_lens"),
+                             ("--method logit_lens",)),
+                            ((d, "--tokens", src, "--target_tokens", lab, "--method", "rollout",
+                              "--layer_indices", "2"), ("--layer_indices",)),
+                            ((g, "--tokens", src, "--target_tokens", lab, "--method", "rollout"),
+                             ("not an encoder-decoder",))):
+            with self.subTest(args=args[2:]):
+                out, p = self.analyze("--model", *args, out="refused", code=2)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                for n in names:
+                    self.assertIn(n, p.stderr)
+                self.assertFalse(os.path.exists(out), p.stderr)
+
+
 class Errors(Seq2SeqTest):
     def refused(self, *args, names=()):
         out = self.path("refused_out")

@@ -205,6 +205,23 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
       model.layer(l, w.layers[0], threads, stack);
       read += seconds_since(t0);
       so.self_attn = so.cross_attn = attention;
+      const MapKind self_kind = decoder ? MapKind::decoder : MapKind::encoder;
+      if (options.context_hook) {
+        so.self_attn.context_hook = [&, l, self_kind](float* context) {
+          options.context_hook(self_kind, l, context);
+        };
+        so.cross_attn.context_hook = [&, l](float* context) {
+          options.context_hook(MapKind::cross, l, context);
+        };
+      }
+      if (options.values) {
+        so.self_attn.values_hook = [&, l, self_kind](const float* V, std::size_t ld) {
+          options.values(self_kind, l, V, ld, w.layers[0].self_attn);
+        };
+        so.cross_attn.values_hook = [&, l](const float* V, std::size_t ld) {
+          options.values(MapKind::cross, l, V, ld, w.layers[0].cross_attn);
+        };
+      }
       const long slot = options.attention_sink ? slot_of(l) : -1;
       if (slot >= 0) {
         const auto s = static_cast<std::size_t>(slot);
@@ -228,11 +245,19 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
 
   // The encoder: (B, S) ids -> memory (B, S, d).
   auto t0 = Clock::now();
-  std::vector<float> x = embed(model, source, B, S, Stack::main, threads);
-  std::vector<float> table =
-      c.relative_buckets ? model.relative_bias(Stack::main) : std::vector<float>{};
+  std::vector<float> x, table;
+  if (options.encoder_output) {
+    if (options.encoder_output->size() != B * S * d)
+      fail_input("forward_seq2seq: the encoder output given holds " +
+                 std::to_string(options.encoder_output->size()) +
+                 " values; expected B * S * d = " + std::to_string(B * S * d));
+    result.encoder_output = *options.encoder_output;
+  } else {
+    x = embed(model, source, B, S, Stack::main, threads);
+    if (c.relative_buckets) table = model.relative_bias(Stack::main);
+  }
   read += seconds_since(t0);
-  {
+  if (!options.encoder_output) {
     StackShape shape;
     shape.kind = LayerKind::encoder;
     shape.d_ff = c.d_ff;
@@ -240,8 +265,8 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
     Mask<float> mask = mask_of(source_lengths, S, false);
     if (!table.empty()) add_bias(mask, position_bias(c, table, S, true), S);
     run_stack(Stack::main, c.num_layers, shape, x, nullptr, mask, Mask<float>{});
+    result.encoder_output = std::move(x);
   }
-  result.encoder_output = std::move(x);
 
   // The decoder: (B, T) ids, causal, with the cross-attention over the encoder's (B, S) rows.
   t0 = Clock::now();
@@ -262,28 +287,18 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
   }
 
   if (options.top_k && c.has_lm_head()) {
-    // Each row's last target position, times the head's input scale (tied T5's
-    // sequence_output * d_model**-0.5, in float32), then the head and BART's bias.
-    std::vector<float> last(B * d);
-    const float scale = static_cast<float>(c.lm_head_scale);
+    std::vector<float> last(B * d);  // each row's last target position
     for (std::size_t b = 0; b < B; ++b)
-      for (std::size_t i = 0; i < d; ++i) {
-        const float v = x[(b * T + target_lengths[b] - 1) * d + i];
-        last[b * d + i] = c.lm_head_scale == 1 ? v : v * scale;
-      }
-    const std::vector<float> bias = c.logits_bias ? model.logits_bias() : std::vector<float>{};
+      std::copy_n(x.data() + (b * T + target_lengths[b] - 1) * d, d, last.data() + b * d);
     const std::size_t V = c.vocab_size, k = std::min(options.top_k, V);
     result.top_k.resize(B);
     std::vector<std::int32_t> order(V);
-    lm_logits(
+    seq2seq_logits(
         model, last.data(), B,
         [&](std::size_t r0, std::size_t n, const float* logits) {
-          std::vector<float> row(V);
           for (std::size_t r = 0; r < n; ++r) {
-            std::copy_n(logits + r * V, V, row.begin());
-            if (!bias.empty())
-              for (std::size_t v = 0; v < V; ++v) row[v] += bias[v];
-            const Softmax sm = softmax_of(row.data(), V);
+            const float* row = logits + r * V;
+            const Softmax sm = softmax_of(row, V);
             for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
             std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k),
                               order.end(), [&](std::int32_t a, std::int32_t b) {
@@ -299,6 +314,33 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
   result.seconds_read = read;
   result.seconds_compute = seconds_since(start) - read;
   return result;
+}
+
+void seq2seq_logits(
+    const Checkpoint& model, const float* hidden, std::size_t rows,
+    const std::function<void(std::size_t r0, std::size_t n, const float* logits)>& fn,
+    int threads) {
+  const ModelConfig& c = model.config();
+  const std::size_t d = c.d_model, V = c.vocab_size;
+  std::vector<float> scaled;  // T5's sequence_output * d_model**-0.5, in float32
+  if (c.lm_head_scale != 1) {
+    const float scale = static_cast<float>(c.lm_head_scale);
+    scaled.assign(hidden, hidden + rows * d);
+    for (float& v : scaled) v *= scale;
+    hidden = scaled.data();
+  }
+  const std::vector<float> bias = c.logits_bias ? model.logits_bias() : std::vector<float>{};
+  std::vector<float> block;
+  lm_logits(
+      model, hidden, rows,
+      [&](std::size_t r0, std::size_t n, const float* logits) {
+        if (bias.empty()) return fn(r0, n, logits);
+        block.assign(logits, logits + n * V);
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t v = 0; v < V; ++v) block[r * V + v] += bias[v];
+        fn(r0, n, block.data());
+      },
+      threads);
 }
 
 std::uint64_t seq2seq_memory(const ModelConfig& c, std::uint64_t layer_bytes, std::size_t B,

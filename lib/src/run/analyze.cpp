@@ -211,6 +211,8 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
+  if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
+    return run_analyze_seq2seq(config, whole);
   const bool lm_methods =
       wants(config, "loss") || wants(config, "logit_lens") || wants(config, "ablation") || patching;
   if (lm_methods && !c.has_lm_head())

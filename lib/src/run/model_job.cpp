@@ -41,8 +41,7 @@ const std::vector<std::string> kKeys = {"model",
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
-const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk",
-                                        "target_text", "target_tokens"};
+const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -124,6 +123,8 @@ void read_common(const Reader& r, C& c) {
   if (r.has("top_k")) c.top_k = r.integer("top_k", 0, 1 << 30);
   if (r.has("threads")) c.threads = r.integer("threads", 0, 1024);
   if (r.has("max_memory")) c.max_memory = r.bytes("max_memory");
+  if (r.has("target_text")) c.target_texts = r.strings("target_text");
+  c.target_tokens = r.optional_string("target_tokens");
 }
 
 template <class C>
@@ -139,6 +140,8 @@ json common_json(const C& c) {
   j["top_k"] = c.top_k;
   j["threads"] = c.threads;
   j["max_memory"] = c.max_memory ? json(*c.max_memory) : json(nullptr);
+  if (!c.target_texts.empty()) j["target_text"] = c.target_texts;
+  if (c.target_tokens) j["target_tokens"] = *c.target_tokens;
   return j;
 }
 
@@ -194,8 +197,6 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
   if (r.has("save_hidden_states")) c.save_hidden_states = r.flag("save_hidden_states");
   if (r.has("save_qk")) c.save_qk = r.flag("save_qk");
   if (r.has("image")) c.images = r.strings("image");
-  if (r.has("target_text")) c.target_texts = r.strings("target_text");
-  c.target_tokens = r.optional_string("target_tokens");
   return c;
 }
 
@@ -205,8 +206,6 @@ json to_json(const ModelRunConfig& c) {
   j["save_hidden_states"] = c.save_hidden_states;
   j["save_qk"] = c.save_qk;
   if (!c.images.empty()) j["image"] = c.images;
-  if (!c.target_texts.empty()) j["target_text"] = c.target_texts;
-  if (c.target_tokens) j["target_tokens"] = *c.target_tokens;
   return j;
 }
 

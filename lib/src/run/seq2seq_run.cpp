@@ -47,26 +47,45 @@ Seq2SeqInput seq2seq_target(const Model& model, const ModelInput& labels) {
   return in;
 }
 
+void check_seq2seq_flags(const Model& model, const std::string& dir, const Seq2SeqFlags& f) {
+  const ModelConfig& c = model.config();
+  const bool target = f.target_tokens || !f.target_texts.empty();
+  if (target && !c.encoder_decoder)
+    fail_input(std::string(f.target_tokens ? "--target_tokens" : "--target_text") + ": a " +
+               c.model_type + " (" + dir +
+               ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
+  if (!target)
+    fail_input("--model " + dir + ": a " + c.model_type +
+               " is an encoder-decoder; give the decoder's side as --target_text \"...\" (one per "
+               "--text) or --target_tokens FILE.npy");
+  if (f.target_tokens && !f.target_texts.empty())
+    fail_input("--target_tokens and --target_text: give one of them, not both");
+  if (f.images) fail_input("--image: a " + c.model_type + " reads text, not images");
+  if (!f.target_texts.empty() && f.target_texts.size() != f.texts.size())
+    fail_input("--target_text: given " + std::to_string(f.target_texts.size()) + " times for " +
+               std::to_string(f.texts.size()) + " --text; expected one target per source text");
+}
+
+Seq2SeqSides read_seq2seq_sides(const Model& model, const Seq2SeqFlags& f) {
+  Seq2SeqSides sides;
+  sides.source = f.tokens ? read_token_ids(model, *f.tokens) : model.encode(f.texts);
+  const ModelInput labels =
+      f.target_tokens ? read_token_ids(model, *f.target_tokens) : model.encode(f.target_texts);
+  if (labels.B != sides.source.B)
+    fail_input(std::string(f.target_tokens ? *f.target_tokens : "--target_text") + ": " +
+               std::to_string(labels.B) + " target rows for " + std::to_string(sides.source.B) +
+               " source rows; expected one target per source");
+  sides.target = seq2seq_target(model, labels);
+  return sides;
+}
+
 ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   const auto start = Clock::now();
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
-  const bool target = config.target_tokens || !config.target_texts.empty();
-  if (target && !c.encoder_decoder)
-    fail_input(std::string(config.target_tokens ? "--target_tokens" : "--target_text") + ": a " +
-               c.model_type + " (" + config.model +
-               ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
-  if (!target)
-    fail_input("--model " + config.model + ": a " + c.model_type +
-               " is an encoder-decoder; give the decoder's side as --target_text \"...\" (one per "
-               "--text) or --target_tokens FILE.npy");
-  if (config.target_tokens && !config.target_texts.empty())
-    fail_input("--target_tokens and --target_text: give one of them, not both");
-  if (!config.images.empty()) fail_input("--image: a " + c.model_type + " reads text, not images");
-  if (!config.target_texts.empty() && config.target_texts.size() != config.texts.size())
-    fail_input("--target_text: given " + std::to_string(config.target_texts.size()) +
-               " times for " + std::to_string(config.texts.size()) +
-               " --text; expected one target per source text");
+  check_seq2seq_flags(whole, config.model,
+                      {config.texts, config.tokens, config.target_texts, config.target_tokens,
+                       !config.images.empty()});
   if (config.save_qk) fail_input("--save_qk: not supported for encoder-decoder models");
   if (config.save_hidden_states)
     fail_input("--save_hidden_states: not supported for encoder-decoder models");
@@ -74,13 +93,10 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   report.config = config;
   report.model = c;
   report.dir = config.model;
-  report.input = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
-  const ModelInput labels = config.target_tokens ? read_token_ids(whole, *config.target_tokens)
-                                                 : whole.encode(config.target_texts);
-  if (labels.B != report.input.B)
-    fail_input(std::string(config.target_tokens ? *config.target_tokens : "--target_text") + ": " +
-               std::to_string(labels.B) + " target rows for " + std::to_string(report.input.B) +
-               " source rows; expected one target per source");
+  Seq2SeqSides sides = read_seq2seq_sides(
+      whole, {config.texts, config.tokens, config.target_texts, config.target_tokens});
+  report.input = std::move(sides.source);
+  const ModelInput& labels = sides.target.labels;
   // Layer indices name a layer of both stacks.
   ModelConfig both = c;
   both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
@@ -140,7 +156,7 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
       maps[static_cast<int>(kind)]->write_elements(
           (((slot * B + b) * Hs + head) * queries + t0) * keys, block, rows * keys);
     };
-  const Seq2SeqInput target_in = seq2seq_target(whole, labels);
+  const Seq2SeqInput& target_in = sides.target;
   const auto t0 = Clock::now();
   Seq2SeqResult r = forward_seq2seq(model, report.input.ids.data(), B, S, report.input.lengths,
                                     target_in.decoder.ids.data(), T, target_in.decoder.lengths, so);

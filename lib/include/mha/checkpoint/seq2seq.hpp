@@ -37,6 +37,19 @@ struct Seq2SeqOptions {
       attention_sink;
   std::size_t top_k = 0;  // the LM head's k most likely tokens at each row's last target position
   std::function<void(Stack stack, std::size_t l)> on_layer;  // layer l of a stack starts
+  // Layer l's heads' outputs of map kind `kind` before its output projection,
+  // to change in place (LayerOptions::context_hook: ablation): context
+  // (B*L, h*head_dim), L the query side's length (S for the encoder, else T).
+  std::function<void(MapKind kind, std::size_t l, float* context)> context_hook;
+  // Layer l's value projection of map kind `kind` (LayerOptions::values_hook):
+  // V (B*L, h*head_dim) with row stride ld, L the key side's length (T for the
+  // decoder's self-attention, else S), and that attention's weights (W_o).
+  std::function<void(MapKind kind, std::size_t l, const float* V, std::size_t ld,
+                     const Weights<float>& attention)>
+      values;
+  // The encoder's output (B, S, d_model) of an earlier pass over the same
+  // source: the encoder is not run again (interventions in the decoder).
+  const std::vector<float>* encoder_output = nullptr;
 };
 
 struct Seq2SeqResult {
@@ -61,6 +74,13 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
                               const std::int32_t* decoder_ids, std::size_t T,
                               const std::vector<std::size_t>& target_lengths,
                               const Seq2SeqOptions& options);
+
+// The LM head's logits of decoder outputs `hidden` (rows, d_model): times
+// the head's input scale (tied T5's d_model^-0.5, in float32), the head, and
+// BART's final_logits_bias; handed to `fn` in row blocks (lm_logits).
+void seq2seq_logits(
+    const Checkpoint& model, const float* hidden, std::size_t rows,
+    const std::function<void(std::size_t r0, std::size_t n, const float* logits)>& fn, int threads);
 
 // T5's _relative_position_bucket of relative position key - query, as
 // modeling_t5.py computes it in float32: bidirectional (the encoder) or not.

@@ -14,7 +14,9 @@
 //               corpus_heads.csv, per-head statistics averaged over every text, batch
 //               after batch (memory: one batch)
 // tokens.json and run.json (the arrays' shapes and meanings, the summary)
-// come with every method.
+// come with every method. An encoder-decoder (T5, BART) with --target_text
+// takes loss, rollout, norms and ablation, each map kind its own array
+// (run_analyze_seq2seq).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,10 @@ struct AnalyzeConfig {
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
   std::vector<std::string> images;  // an image model's input (rollout, flow, norms)
+  // An encoder-decoder's target (run/analyze_seq2seq.cpp): one text per text,
+  // or an ids file.
+  std::vector<std::string> target_texts;
+  std::optional<std::string> target_tokens;
   std::vector<std::string> methods;
   std::string out_dir = "out";
   std::optional<std::vector<std::int64_t>> layers, heads;
@@ -84,5 +90,18 @@ struct AnalyzeReport {
 // Every check (inputs, methods and their options, memory) runs before any
 // weight is read; errors are mha::Error (invalid_input) naming the flag.
 AnalyzeReport run_analyze(const AnalyzeConfig& config);
+
+// run_analyze's part for an encoder-decoder, or a target given to any model
+// (refused there; run/analyze_seq2seq.cpp): the methods checked by
+// run_analyze, `model` opened, out_dir's lock held. Writes
+//   loss      loss.npy (B, T): each target token's cross-entropy
+//   rollout   encoder_rollout.npy (layers, B, S, S), decoder_rollout.npy
+//             (layers, B, T, T), cross_rollout.npy (layers, B, T, S)
+//   norms     encoder_attention_norms.npy (layers, B, h, S, S),
+//             decoder_attention_norms.npy (.., T, T), cross_attention_norms.npy (.., T, S)
+//   ablation  encoder_ablation.npy, decoder_ablation.npy, cross_ablation.npy
+//             (B, layers, heads)
+// with tokens.json of both sides and run.json.
+AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& model);
 
 }  // namespace mha

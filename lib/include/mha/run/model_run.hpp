@@ -239,4 +239,24 @@ struct Seq2SeqInput {
 };
 Seq2SeqInput seq2seq_target(const Model& model, const ModelInput& labels);
 
+// Both sides of an encoder-decoder call from the flags of `mha run` and `mha
+// analyze`: the source (--text or --tokens) and the target (--target_text,
+// one per --text, or --target_tokens, one row per source row). Throws
+// mha::Error (invalid_input) for a target with a model that is not an
+// encoder-decoder, an encoder-decoder without one, images, or counts that
+// differ, naming the flags.
+struct Seq2SeqFlags {
+  const std::vector<std::string>& texts;
+  const std::optional<std::string>& tokens;
+  const std::vector<std::string>& target_texts;
+  const std::optional<std::string>& target_tokens;
+  bool images = false;
+};
+void check_seq2seq_flags(const Model& model, const std::string& dir, const Seq2SeqFlags& flags);
+struct Seq2SeqSides {
+  ModelInput source;
+  Seq2SeqInput target;
+};
+Seq2SeqSides read_seq2seq_sides(const Model& model, const Seq2SeqFlags& flags);
+
 }  // namespace mha
