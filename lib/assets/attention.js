@@ -781,7 +781,11 @@
     box.textContent = '';
     const tokens = (n) => Array.from({ length: n }, (_, i) => D.query_labels[i] !== undefined ? D.query_labels[i] : String(i));
     const num = (v) => typeof v === 'number' ? v.toFixed(3) : '—';
-    if (a.loss) {
+    if (a.loss && a.loss_labels) {  // an encoder-decoder's: each target token given what precedes it
+      const names = Array.from({ length: a.loss.length }, (_, i) => a.loss_labels[i] !== undefined ? a.loss_labels[i] : String(i));
+      box.append(heatTable('Loss of each target token (nats)', [a.loss], () => 'loss', names,
+        (v, r, c) => ({ text: num(v), value: v, title: 'target token ' + c + ' ' + JSON.stringify(names[c]) + ': ' + num(v) + ' nats' })));
+    } else if (a.loss) {
       box.append(heatTable('Loss of the next token (nats)', [a.loss], () => 'loss', tokens(a.loss.length),
         (v, r, c) => ({ text: num(v), value: v, title: 'after ' + JSON.stringify(tokens(a.loss.length)[c]) + ': ' + num(v) + ' nats' })));
     }
@@ -804,6 +808,9 @@
     const heads = (n) => Array.from({ length: n }, (_, i) => 'head ' + i);
     const metric = D.run && D.run.summary && D.run.summary.ablation ? ' (' + D.run.summary.ablation.metric + ')' : '';
     grid('ablation', 'Head ablation: the change in the metric' + metric, heads);
+    grid('encoder_ablation', 'Head ablation, encoder self-attention: the change in the metric' + metric, heads);
+    grid('decoder_ablation', 'Head ablation, decoder self-attention: the change in the metric' + metric, heads);
+    grid('cross_ablation', 'Head ablation, cross-attention: the change in the metric' + metric, heads);
     grid('patch_heads', 'Activation patching, heads (0 = corrupt, 1 = clean)', heads);
     grid('patch_resid', 'Activation patching, residual stream by position', tokens);
   }

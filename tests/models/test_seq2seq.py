@@ -290,6 +290,60 @@ class View(Seq2SeqTest):
             b.close()
 
 
+    def test_analysis_page(self):
+        """`mha view` of `mha analyze` on an encoder-decoder: the three rollouts and the three kinds
+        of norms as maps labelled by their sides, the loss over the target's tokens and the three
+        ablation tables."""
+        sys.path.insert(0, os.path.join(HERE, "..", "view"))
+        from browser import Browser, require_chromium
+        require_chromium(["view.CrossAttention"])
+        import make_unigram
+        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
+        d, _, _ = self.checkpoint("t5", "t5", vocab=32000)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        out = self.path("analysis")
+        p = subprocess.run([MHA, "analyze", "-q", "--model", d, "--out_dir", out, "--text", "the house is big",
+                            "--target_text", "das Haus", "--method", "loss", "--method", "rollout",
+                            "--method", "norms", "--method", "ablation"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tokens = self.read_json(out, "tokens.json")
+        source, target = tokens["tokens"][0], tokens["target"]["tokens"][0]
+        page = self.path("view.html")
+        p = subprocess.run([MHA, "view", out, "-o", page, "-q"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        b = Browser(1400, 1000)
+        try:
+            b.open(page)
+            b.wait_for("document.body.dataset.ready === '1'", 30)
+            names = b.evaluate("mhaView.data.maps.map((m) => m.name)")
+            self.assertEqual(names, ["encoder_rollout", "decoder_rollout", "cross_rollout",
+                                     "encoder_attention_norms", "decoder_attention_norms",
+                                     "cross_attention_norms"])
+            for i, name in enumerate(names):
+                got = b.evaluate(
+                    "(() => { mhaView.state.map = %d; mhaView.render();"
+                    " const t = (a) => Array.from(document.querySelectorAll('#tokens text[data-' + a + ']'),"
+                    " (e) => e.firstChild.textContent);"
+                    " return [t('query'), t('key')]; })()" % i)
+                side = {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}
+                self.assertEqual(tuple(got), side[name.split("_")[0]], name)
+            captions = b.evaluate("Array.from(document.querySelectorAll('#analyses caption'), (c) => c.textContent)")
+            self.assertEqual(len(captions), 4, captions)
+            self.assertTrue(captions[0].startswith("Loss of each target token"), captions)
+            for c, kind in zip(captions[1:], ("encoder self-attention", "decoder self-attention", "cross-attention")):
+                self.assertIn("Head ablation, " + kind, c)
+            loss_cols = b.evaluate("Array.from(document.querySelectorAll('#analyses table')[0].querySelectorAll('tr')[0]"
+                                   ".querySelectorAll('th'), (e) => e.textContent).slice(1)")
+            # the loss's columns are the tokens each position predicts: the decoder's next input, then </s>
+            self.assertEqual(loss_cols, tokens["target"]["label_tokens"][0])
+            self.assertEqual(loss_cols[:-1], target[1:])
+            self.assertEqual(loss_cols[-1], "</s>")
+            self.assertEqual(b.errors, [])
+        finally:
+            b.close()
+
+
 # The output projection of each kind of attention: (name of layer l, heads along axis 1).
 W_O = {"t5": {"encoder": "encoder.block.{l}.layer.0.SelfAttention.o.weight",
               "decoder": "decoder.block.{l}.layer.0.SelfAttention.o.weight",

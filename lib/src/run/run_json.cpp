@@ -617,7 +617,9 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
   if (t.contains("target") && t["target"].is_object()) {
     const json& target = t["target"];
     for (const auto& [key, rows] :
-         {std::pair{"tokens", &v.target_tokens}, {"pieces", &v.target_pieces}}) {
+         {std::pair{"tokens", &v.target_tokens},
+          {"pieces", &v.target_pieces},
+          {"label_tokens", &v.label_tokens}}) {
       if (!target.contains(key) || !target[key].is_array()) continue;
       for (const json& row : target[key]) {
         rows->emplace_back();
@@ -669,6 +671,15 @@ json seq2seq_tokens_json(const ModelInput& source, const ModelInput& decoder,
         std::vector<std::int32_t>(first, first + static_cast<std::ptrdiff_t>(labels.lengths[b])));
   }
   j["target"]["labels"] = rows;
+  if (labels.tokens.size() == labels.B) {  // their display texts, each row cut at its length
+    json names = json::array();
+    for (std::size_t b = 0; b < labels.B; ++b)
+      names.push_back(std::vector<std::string>(
+          labels.tokens[b].begin(),
+          labels.tokens[b].begin() +
+              static_cast<std::ptrdiff_t>(std::min(labels.lengths[b], labels.tokens[b].size()))));
+    j["target"]["label_tokens"] = names;
+  }
   return j;
 }
 

@@ -76,6 +76,7 @@ Seq2SeqSides read_seq2seq_sides(const Model& model, const Seq2SeqFlags& f) {
                std::to_string(labels.B) + " target rows for " + std::to_string(sides.source.B) +
                " source rows; expected one target per source");
   sides.target = seq2seq_target(model, labels);
+  model.name_tokens(sides.target.labels);
   return sides;
 }
 

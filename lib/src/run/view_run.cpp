@@ -15,6 +15,7 @@ ViewedRun read_viewed_run(const std::string& path) {
     v.token_pieces = std::move(model->pieces);
     v.target_labels = std::move(model->target_tokens);
     v.target_pieces = std::move(model->target_pieces);
+    v.target_label_tokens = std::move(model->label_tokens);
     return v;
   }
   const RunReport r = read_run_report(path);

@@ -268,6 +268,9 @@ nlohmann::json read_analyses(const std::string& dir,
     a[key] = rows;
   };
   grid("ablation.npy", "ablation", 1);  // (B, layers, heads)
+  grid("encoder_ablation.npy", "encoder_ablation", 1);
+  grid("decoder_ablation.npy", "decoder_ablation", 1);
+  grid("cross_ablation.npy", "cross_ablation", 1);
   grid("patch_heads.npy", "patch_heads", 0);
   grid("patch_resid.npy", "patch_resid", 0);
   return a.empty() ? nlohmann::json(nullptr) : a;
@@ -395,9 +398,11 @@ void label_view(AttentionView& v, const ViewOptions& options) {
     };
     for (AttentionMapSet& m : v.maps) {
       if (m.B != 1 || m.factor > 1) continue;
-      const bool decoder_queries = m.name == "decoder_attention" || m.name == "cross_attention";
-      const bool target_keys = m.name == "decoder_attention";
-      if (!decoder_queries && m.name != "encoder_attention") continue;
+      // encoder_*: source x source, decoder_*: target x target, cross_*: target x source
+      const auto kind = [&](const char* prefix) { return m.name.rfind(prefix, 0) == 0; };
+      const bool decoder_queries = kind("decoder_") || kind("cross_");
+      const bool target_keys = kind("decoder_");
+      if (!decoder_queries && !kind("encoder_")) continue;
       const auto& queries = decoder_queries ? v.run->target_labels : v.run->token_labels;
       const auto& query_pieces = decoder_queries ? v.run->target_pieces : v.run->token_pieces;
       const auto& keys = target_keys ? v.run->target_labels : v.run->token_labels;
@@ -465,13 +470,17 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     const bool analysis =
         v.run && v.run->page.is_object() && v.run->page.value("mode", "") == "analyze";
     if (analysis && listed) {
-      const std::string rollout = (fs::path(path) / "rollout.npy").string();
-      if (listed->count("rollout.npy")) {
+      // rollout (layers, B, T, T) as one map per layer; an encoder-decoder's
+      // three (its kinds' norms below), each labelled by the sides it spans
+      for (const char* name : {"rollout", "encoder_rollout", "decoder_rollout", "cross_rollout"}) {
+        const std::string base = std::string(name) + ".npy";
+        const std::string rollout = (fs::path(path) / base).string();
+        if (!listed->count(base)) continue;
         check_run_output(rollout);
         const NpyHeaderInfo h = NpyReader(rollout).header();
         if (h.shape.size() != 4)
-          fail_input(rollout + ": expected (layers, B, T, T), got " + shape_text(h.shape));
-        v.maps.push_back(read_map_set(rollout, "rollout", options,
+          fail_input(rollout + ": expected (layers, B, queries, keys), got " + shape_text(h.shape));
+        v.maps.push_back(read_map_set(rollout, name, options,
                                       {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}));
         v.maps.back().head_axis = false;  // the heads' mean, as the page names it
       }
@@ -485,12 +494,20 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
             read_map_set(flow, "flow", options, {1, h.shape[0], 1, h.shape[1], h.shape[2]}));
         v.maps.back().head_axis = false;
       }
-      const std::string norms = (fs::path(path) / "attention_norms.npy").string();
-      if (listed->count("attention_norms.npy")) {
+      for (const char* name : {"attention_norms", "encoder_attention_norms",
+                               "decoder_attention_norms", "cross_attention_norms"}) {
+        const std::string base = std::string(name) + ".npy";
+        const std::string norms = (fs::path(path) / base).string();
+        if (!listed->count(base)) continue;
         check_run_output(norms);
-        v.maps.push_back(read_map_set(norms, "attention_norms", options, {}, false));
+        v.maps.push_back(read_map_set(norms, name, options, {}, false));
       }
-      v.analyses = read_analyses(path, *listed, options.batch_index.value_or(0));
+      const std::size_t row = options.batch_index.value_or(0);
+      v.analyses = read_analyses(path, *listed, row);
+      // an encoder-decoder's loss is over its target's tokens
+      if (v.analyses.is_object() && v.analyses.contains("loss") &&
+          row < v.run->target_label_tokens.size())
+        v.analyses["loss_labels"] = v.run->target_label_tokens[row];
       if (v.maps.empty() && v.analyses.is_null())
         fail_input(path +
                    "/run.json: an analysis with nothing the page draws (rollout, norms, "

@@ -47,7 +47,8 @@ nlohmann::json attention_json(const ModelConfig& c, const std::vector<std::size_
 nlohmann::json tokens_json(const ModelInput& input);
 // An encoder-decoder run's tokens.json: the source as tokens_json's keys,
 // and "target": the decoder's inputs as tokens_json's keys plus "labels",
-// the target's ids as given (each row's real ones).
+// the target's ids as given (each row's real ones), and "label_tokens" their
+// display texts when `labels` holds them (Model::name_tokens).
 nlohmann::json seq2seq_tokens_json(const ModelInput& source, const ModelInput& decoder,
                                    const ModelInput& labels);
 // An image model's preprocessing, as run.json's "preprocessing" records it.
@@ -60,6 +61,7 @@ struct ModelRunView {
   std::vector<std::vector<std::string>> pieces;  // tokenizer.json's pieces (empty if absent)
   // An encoder-decoder's decoder inputs (tokens.json's "target"); empty otherwise.
   std::vector<std::vector<std::string>> target_tokens, target_pieces;
+  std::vector<std::vector<std::string>> label_tokens;  // the target's own tokens ("label_tokens")
 };
 std::optional<ModelRunView> read_model_run_view(const std::string& path);
 

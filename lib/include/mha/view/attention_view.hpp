@@ -64,6 +64,9 @@ struct ViewedRun {
   // An encoder-decoder run's decoder inputs (tokens.json's "target"), per row: the
   // queries of decoder_attention and cross_attention; token_labels are the source's.
   std::vector<std::vector<std::string>> target_labels, target_pieces;
+  // Its target's tokens (tokens.json's "target" "label_tokens"): what each
+  // decoder position predicts, the columns of an analysis's loss.
+  std::vector<std::vector<std::string>> target_label_tokens;
 };
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
