@@ -47,8 +47,8 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")->type_name("TEXT");
   a->add_option("--tokens", args.tokens, ".npy of token ids, (T) or (B, T)")->type_name("PATH");
   a->add_option("--image", args.images,
-                "a PNG or JPEG file for an image model (vit; repeat for a batch): rollout, flow "
-                "and norms")
+                "a PNG or JPEG file for an image model (vit; repeat for a batch): rollout, flow, "
+                "norms and (an image classifier) ablation")
       ->type_name("FILE");
   a->add_option("--target_text", args.target_texts,
                 "an encoder-decoder's target, teacher-forced (t5, bart; one per --text): loss, "
@@ -77,9 +77,11 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
                 "ablation, patching: loss, logit_diff or kl (default logit_diff with "
                 "--target/--foil, else loss)")
       ->type_name("NAME");
-  a->add_option("--target", args.target, "logit_diff: the token expected, e.g. \" Paris\"")
+  a->add_option("--target", args.target,
+                "logit_diff: the token expected, e.g. \" Paris\" (with --image: a class's label)")
       ->type_name("TEXT");
-  a->add_option("--foil", args.foil, "logit_diff: the token compared with it, e.g. \" Rome\"")
+  a->add_option("--foil", args.foil,
+                "logit_diff: the token compared with it, e.g. \" Rome\" (with --image: a label)")
       ->type_name("TEXT");
   a->add_option("--clean", args.clean, "patching: the clean text")->type_name("TEXT");
   a->add_option("--corrupt", args.corrupt, "patching: the corrupt text (as many tokens)")

@@ -709,16 +709,23 @@ class PyModel {
     return model_.encode_images(images, names);
   }
 
-  // Per row, (id, display text or None without a tokenizer, p); None when empty.
+  // Per row, (id, display text or None without a tokenizer, p); an image
+  // classifier's (class, label, p). None when empty.
   py::object top_k_list(const std::vector<std::vector<mha::NextToken>>& rows) const {
     if (rows.empty()) return py::none();
     py::list top;
+    const mha::ModelConfig& c = model_.config();
     const auto& tok = model_.tokenizer();
     for (const auto& row : rows) {
       py::list l;
-      for (const mha::NextToken& t : row)
-        l.append(py::make_tuple(
-            t.id, tok ? py::object(py::str(model_.token_name(t.id))) : py::none(), t.p));
+      for (const mha::NextToken& t : row) {
+        py::object name = py::none();
+        if (c.classifier)
+          name = py::str(c.labels.at(std::size_t(t.id)));
+        else if (tok)
+          name = py::str(model_.token_name(t.id));
+        l.append(py::make_tuple(t.id, name, t.p));
+      }
       top.append(l);
     }
     return top;
@@ -1168,10 +1175,14 @@ class PyModel {
       throw mha::Error(mha::ErrorKind::invalid_input, "ablation: expected 'zero' or 'mean'");
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput in = input_of(input);
+    if (model_.config().image_input()) mha::check_intervention_head(model_.checkpoint());
     mha::InterventionOptions io = mha::intervention_options(model_, call, metric, target, foil);
     mha::AblationResult a;
     {
       py::gil_scoped_release release;
+      // An image model's passes start from its patch embeddings.
+      const std::vector<float> embeddings = mha::input_embeddings(model_.checkpoint(), in);
+      if (!embeddings.empty()) io.embeddings = embeddings.data();
       a = mha::head_ablation(model_.checkpoint(), in.ids.data(), in.B, in.T, in.lengths,
                              kind == "mean" ? mha::Ablation::mean : mha::Ablation::zero, io);
     }
@@ -1180,6 +1191,13 @@ class PyModel {
         a.effect, {py::ssize_t(in.B), py::ssize_t(a.layers.size()), py::ssize_t(a.heads.size())});
     out["clean"] = a.clean;
     out["metric"] = mha::to_string(io.metric);
+    const mha::ModelConfig& c = model_.config();
+    if (c.classifier) {  // the class each row's clean run predicts (the loss metric's class)
+      py::list predicted;
+      for (const std::int32_t k : a.predicted)
+        predicted.append(py::make_tuple(k, c.labels.at(std::size_t(k))));
+      out["predicted"] = predicted;
+    }
     return out;
   }
 
@@ -1224,6 +1242,7 @@ class PyModel {
     d["vocab_size"] = c.vocab_size;
     d["max_positions"] = c.max_positions;
     d["dtype"] = model_.dtype();
+    if (c.classifier) d["labels"] = c.labels;  // an image classifier's classes, by id
     return d;
   }
 
@@ -1365,7 +1384,8 @@ PYBIND11_MODULE(mha, m) {
            py::arg("foil") = py::none(), py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("threads") = 0,
            "ablation(input, ablation='zero', metric='', target=None, foil=None) -> dict: effect "
-           "(B, layers, heads), clean, metric")
+           "(B, layers, heads), clean, metric; for an image classifier (input: images), target "
+           "and foil name classes by label, and predicted lists each row's clean (id, label)")
       .def("patching", &PyModel::patching, py::arg("clean"), py::arg("corrupt"), py::kw_only(),
            py::arg("metric") = "", py::arg("target") = py::none(), py::arg("foil") = py::none(),
            py::arg("layer_indices") = py::none(), py::arg("head_indices") = py::none(),

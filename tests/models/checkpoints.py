@@ -144,7 +144,7 @@ def make(family, seed=0, prefixed=None, rope_scaling=None, **sizes):
     s = dict(DEFAULTS[family], **sizes)
     r = _Draw(seed)
     if family == "vit":
-        return _vit(r, s)
+        return _vit(r, s if prefixed is None else dict(s, prefixed=bool(prefixed)))
     if family == "t5":
         return _t5(r, s)
     if family == "bart":

@@ -658,7 +658,8 @@ def vit(config, state_dict, pixel_values):
     Conv2d patch embedding (kernel = stride = patch_size), the CLS token, the position table,
     pre-norm layers (layernorm_before, attention, residual; layernorm_after, GELU MLP,
     residual), the final layernorm. Returns {"hidden_states", "attentions", "output"} as
-    forward() does (the pooler and classifier are not run)."""
+    forward() does, and with ViTForImageClassification's classifier.weight in the state dict
+    "logits" (B, num_labels): classifier(sequence_output[:, 0, :]). The pooler is not run."""
     c = config
     sd = {k[4:] if k.startswith("vit.") else k: _t(v) for k, v in state_dict.items()}
     E, h = c["hidden_size"], c["num_attention_heads"]
@@ -687,9 +688,16 @@ def vit(config, state_dict, pixel_values):
             hs.append(x)
             maps.append(a)
         out = layer_norm(x, sd["layernorm.weight"], sd["layernorm.bias"], eps)
+        logits = None
+        if "classifier.weight" in sd:
+            logits = torch.nn.functional.linear(out[:, 0, :], sd["classifier.weight"],
+                                                sd["classifier.bias"])
     hs[-1] = out
-    return {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
-            "output": out.numpy()}
+    r = {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
+         "output": out.numpy()}
+    if logits is not None:
+        r["logits"] = logits.numpy()
+    return r
 
 
 def top_k(logits, lengths, k):

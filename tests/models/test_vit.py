@@ -9,9 +9,15 @@ to PIL's own where python3-pil is installed (setup.sh's python3-matplotlib depen
   Forward     every map, the hidden states and the output at 1e-5; images.npy, tokens.json, run.json
   Preprocess  every resample PIL has a convolution for, bit for bit; 16-bit, palette, grey,
               grey+alpha and RGBA PNGs converted as PIL's convert("RGB") does
-  Python      mha.Model on paths and uint8 arrays: the CLI's bits
+  Python      mha.Model on paths and uint8 arrays: the CLI's bits (top-k classes and ablation too)
   Refusals    truncated PNG, a 60,000 x 60,000 header (peak RSS < 200 MB), nearest resample,
               --image with a text model, --text with vit: exit 2, one line, nothing written
+  Classifier  ViTForImageClassification's classes (run.json's top_k, labels from id2label or
+              LABEL_i) against the reference's classifier logits at 1e-5, float32 and bfloat16
+              files; the classifier's shape and id2label checked
+  Ablation    `mha analyze --image --method ablation`: zeroing a head's output is the reference
+              with that head's columns of the output projection zeroed (loss of the clean
+              class, KL over the classes, logit_diff of two labels) at 1e-5; refusals
 
   /usr/bin/python3 tests/models/test_vit.py [Group]   (MHA_BIN = path to mha)
 """
@@ -402,6 +408,197 @@ class Refusals(VitTest):
 
 
 
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def softmax(z):
+    z = np.asarray(z, np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def log_softmax(z):
+    z = np.asarray(z, np.float64)
+    m = z.max(-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(-1, keepdims=True))
+
+
+class Classifier(VitTest):
+    """`mha run --image` on a ViTForImageClassification: run.json's top_k lists, per image, the
+    classes (id, label, p) most likely first, p the softmax of classifier(CLS's final hidden
+    state); a ViTModel has none."""
+
+    def run_case(self, dtype):
+        d, config, sd, pre = self.checkpoint(dtype=dtype, prefixed=True)
+        self.assertIn("classifier.weight", sd)
+        rng = np.random.default_rng(11)
+        arrays = [rng.integers(0, 256, (40, 30, 3)).astype(np.uint8) for _ in range(2)]
+        files = [self.image(f"c{i}.png", a) for i, a in enumerate(arrays)]
+        out, _ = self.mha("--model", d, "--image", files[0], "--image", files[1], "--top_k", "3")
+        seen = np.load(os.path.join(out, "images.npy"))
+        ref = reference.vit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        z = ref["logits"]
+        self.assertEqual(z.shape, (2, 3))
+        run = read_json(os.path.join(out, "run.json"))
+        self.assertEqual(run["model"]["num_labels"], 3)
+        labels = config["id2label"]
+        worst = 0.0
+        for b in range(2):
+            p = softmax(z[b])
+            order = np.argsort(-p, kind="stable")
+            got = run["top_k"][b]
+            self.assertEqual([e["id"] for e in got], order.tolist())
+            self.assertEqual([e["label"] for e in got], [labels[str(i)] for i in order])
+            np.testing.assert_allclose([e["p"] for e in got], p[order], **TOL)
+            # the logits up to their constant: log p_i - log p_0 = z_i - z_0
+            lp = np.log([e["p"] for e in got])
+            np.testing.assert_allclose(lp - lp[0], z[b][order] - z[b][order[0]], **TOL)
+            worst = max(worst, float(np.abs(np.array([e["p"] for e in got]) - p[order]).max()))
+        # the default top_k (5) is clipped to the 3 classes, as transformers' pipeline clips it
+        out5, _ = self.mha("--model", d, "--image", files[0], out="out5")
+        self.assertEqual(len(read_json(os.path.join(out5, "run.json"))["top_k"][0]), 3)
+        return worst
+
+    def test_float32(self):
+        print(f"\nclassifier F32: max |p - reference| {self.run_case('F32'):.2e}", file=sys.stderr)
+
+    def test_bfloat16_file(self):
+        print(f"\nclassifier BF16: max |p - reference| {self.run_case('BF16'):.2e}", file=sys.stderr)
+
+    def test_labels_and_checks(self):
+        d, config, sd, pre = self.checkpoint(prefixed=True)
+        f = self.image("a.png", np.zeros((32, 24, 3), np.uint8))
+        # no id2label: LABEL_i
+        cfg = read_json(os.path.join(d, "config.json"))
+        del cfg["id2label"], cfg["label2id"]
+        with open(os.path.join(d, "config.json"), "w") as h:
+            json.dump(cfg, h)
+        out, _ = self.mha("--model", d, "--image", f, "--top_k", "1")
+        self.assertRegex(read_json(os.path.join(out, "run.json"))["top_k"][0][0]["label"],
+                         "^LABEL_[0-2]$")
+        # a ViTModel: no classifier, no top_k
+        plain, *_ = self.checkpoint("plain")
+        out, _ = self.mha("--model", plain, "--image", f, out="plain_out")
+        self.assertNotIn("top_k", read_json(os.path.join(out, "run.json")))
+        # id2label of another size than the classifier's rows, ids that are not 0..n-1
+        for bad, pattern in (({"0": "cat", "1": "dog"}, "'id2label' names 2 labels, but tensor "
+                                                        "\"classifier.weight\" has 3 rows"),
+                             ({"0": "cat", "1": "dog", "5": "car"}, "'id2label' has the id \"5\""),
+                             ({"0": "cat", "1": 3, "2": "car"}, r"id2label\[\"1\"\] is 3")):
+            cfg["id2label"] = bad
+            with open(os.path.join(d, "config.json"), "w") as h:
+                json.dump(cfg, h)
+            _, p = self.mha("--model", d, "--image", f, code=2, out="bad")
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertRegex(p.stderr, pattern)
+            self.assertFalse(os.path.exists(self.path("bad")))
+        # a classifier of the wrong width
+        cfg["id2label"] = {"0": "cat", "1": "dog", "2": "car"}
+        with open(os.path.join(d, "config.json"), "w") as h:
+            json.dump(cfg, h)
+        t = dict(sd)
+        t["classifier.weight"] = np.zeros((3, 5), np.float32)
+        import safetensors_write as st
+        st.save_file(os.path.join(d, "model.safetensors"),
+                     {k: np.asarray(v, np.float32) for k, v in t.items()}, "F32")
+        _, p = self.mha("--model", d, "--image", f, code=2, out="bad")
+        self.assertRegex(p.stderr.strip(), r"tensor \"classifier.weight\" has shape \(3, 5\); "
+                                           r"config.json implies \(3, 32\)")
+
+
+class Ablation(VitTest):
+    """`mha analyze --image --method ablation` on a ViTForImageClassification, against the
+    reference run with the head's columns of attention.output.dense.weight zeroed."""
+
+    def analyze(self, d, files, *args, out="an", code=0):
+        out = self.path(out)
+        cmd = [MHA, "analyze", "--model", d, "--method", "ablation", "--out_dir", out, "-q"]
+        for f in files:
+            cmd += ["--image", f]
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, code, f"{' '.join(cmd + list(args))}\nstderr: {p.stderr}")
+        return out, p
+
+    def test_zero_ablation_equals_zeroed_weights(self):
+        d, config, sd, pre = self.checkpoint(prefixed=True)
+        rng = np.random.default_rng(8)
+        arrays = [rng.integers(0, 256, (40, 30, 3)).astype(np.uint8) for _ in range(2)]
+        files = [self.image(f"a{i}.png", a) for i, a in enumerate(arrays)]
+        L, h = config["num_hidden_layers"], config["num_attention_heads"]
+        dh = config["hidden_size"] // h
+        out, _ = self.analyze(d, files, "--metric", "loss", out="loss")
+        px = np.stack([pixel_values(s, pre) for s in np.load(os.path.join(out, "images.npy"))])
+        z = reference.vit(config, sd, px)["logits"]
+        pred = z.argmax(-1)
+        clean_lp = log_softmax(z)
+        rows = np.arange(2)
+        run = read_json(os.path.join(out, "run.json"))
+        summary = run["summary"]["ablation"]
+        self.assertEqual([p["id"] for p in summary["predicted"]], pred.tolist())
+        self.assertEqual([p["label"] for p in summary["predicted"]],
+                         [config["id2label"][str(i)] for i in pred])
+        np.testing.assert_allclose(summary["clean"], -clean_lp[rows, pred], **TOL)
+        self.assertIn("cross-entropy of the class the clean run predicts",
+                      run["arrays"]["ablation.npy"]["meaning"])
+        loss = np.load(os.path.join(out, "ablation.npy"))
+        self.assertEqual(loss.shape, (2, L, h))
+        out_kl, _ = self.analyze(d, files, "--metric", "kl", out="kl")
+        kl = np.load(os.path.join(out_kl, "ablation.npy"))
+        out_ld, _ = self.analyze(d, files, "--target", "dog", "--foil", "cat", out="ld")
+        ld = np.load(os.path.join(out_ld, "ablation.npy"))
+        ld_summary = read_json(os.path.join(out_ld, "run.json"))["summary"]["ablation"]
+        self.assertEqual((ld_summary["metric"], ld_summary["target"], ld_summary["foil"]),
+                         ("logit_diff", "dog", "cat"))
+        np.testing.assert_allclose(ld_summary["clean"], z[:, 1] - z[:, 0], **TOL)
+        worst = 0.0
+        for layer, head in ((0, 0), (L - 1, h - 1)):
+            name = f"vit.encoder.layer.{layer}.attention.output.dense.weight"
+            zeroed = dict(sd)
+            w = np.array(sd[name], np.float64)
+            w[:, head * dh:(head + 1) * dh] = 0  # nn.Linear (out, in): the head's input columns
+            zeroed[name] = w
+            za = reference.vit(config, zeroed, px)["logits"]
+            lp = log_softmax(za)
+            want = {"loss": -lp[rows, pred] + clean_lp[rows, pred],
+                    "kl": (np.exp(clean_lp) * (clean_lp - lp)).sum(-1),
+                    "logit_diff": (za[:, 1] - za[:, 0]) - (z[:, 1] - z[:, 0])}
+            for metric, got in (("loss", loss), ("kl", kl), ("logit_diff", ld)):
+                np.testing.assert_allclose(got[:, layer, head], want[metric],
+                                           err_msg=f"{metric} {layer}.{head}", **TOL)
+                worst = max(worst, float(np.abs(got[:, layer, head] - want[metric]).max()))
+        print(f"\nablation: max |effect - reference| {worst:.2e}", file=sys.stderr)
+        out_mean, _ = self.analyze(d, files, "--metric", "loss", "--ablation", "mean", out="mean")
+        mean = np.load(os.path.join(out_mean, "ablation.npy"))
+        self.assertTrue(np.isfinite(mean).all())
+        self.assertGreater(np.abs(mean - loss).max(), 1e-4)
+        self.assertEqual(read_json(os.path.join(out_mean, "run.json"))["summary"]["ablation"]
+                         ["kind"], "mean")
+
+    def test_refusals(self):
+        d, config, sd, pre = self.checkpoint(prefixed=True)
+        plain, *_ = self.checkpoint("plain")
+        png = self.image("a.png", np.zeros((8, 8, 3), np.uint8))
+        for model, args, pattern in (
+                (plain, (), r"plain: a vit has no classifier \(no classifier.weight: a ViTModel"),
+                (d, ("--target", "bird", "--foil", "cat"),
+                 r'--target "bird": is not a label of the classifier; expected one of "cat", '
+                 r'"dog", "car"'),
+                (d, ("--target", "dog", "--foil", "9"), r'--foil "9": is not a label'),
+                (d, ("--target", "dog"), r"--metric logit_diff: expected --target TEXT and --foil"),
+                (d, ("--metric", "sum"), r'--metric "sum": expected loss, logit_diff or kl')):
+            out, p = self.analyze(model, [png], *args, out="refused", code=2)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertRegex(lines[0], pattern)
+            self.assertFalse(os.path.exists(out))
+        # a class named by its id where no label is that text
+        out, _ = self.analyze(d, [png], "--target", "2", "--foil", "cat", out="ids")
+        self.assertEqual(read_json(os.path.join(out, "run.json"))["summary"]["ablation"]
+                         ["target"], "car")
+
+
 class Python(VitTest):
     """mha.Model(dir) on paths and uint8 arrays: the CLI's core, the same bits (needs the module
     on PYTHONPATH: ctest's models.vit.Python)."""
@@ -440,12 +637,49 @@ class Python(VitTest):
                              (np.zeros((4, 4, 3), np.float32), "uint8 array")):
             with self.assertRaisesRegex(ValueError, pattern):
                 m(bad)
+        self.assertIsNone(one["top_k"])  # a ViTModel: no classifier
+        with self.assertRaisesRegex(ValueError, "a vit has no classifier"):
+            m.ablation(arrays[0])
+
+    def test_classifier(self):
+        """Top-k classes as (id, label, p) and ablation(image): the CLI's bits."""
+        import mha
+        d, config, sd, pre = self.checkpoint(prefixed=True)
+        rng = np.random.default_rng(12)
+        a = rng.integers(0, 256, (40, 30, 3)).astype(np.uint8)
+        f = self.image("c.png", a)
+        m = mha.Model(d)
+        self.assertEqual(m.config["labels"], ["cat", "dog", "car"])
+        out, _ = self.mha("--model", d, "--image", f, "--save_attention")
+        want = read_json(os.path.join(out, "run.json"))["top_k"]
+        for given in (f, a):
+            got = m(given)["top_k"]
+            self.assertEqual(got, [[(e["id"], e["label"], e["p"]) for e in row] for row in want])
+        for args, kw in (((), {}), (("--metric", "kl", "--ablation", "mean"),
+                                    dict(metric="kl", ablation="mean")),
+                         (("--target", "car", "--foil", "dog"), dict(target="car", foil="dog"))):
+            an = self.path("ab")
+            shutil.rmtree(an, ignore_errors=True)
+            p = subprocess.run([MHA, "analyze", "--model", d, "--image", f, "--method", "ablation",
+                                "--out_dir", an, "-q"] + list(args), capture_output=True,
+                               text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for given in (f, a):
+                r = m.ablation(given, **kw)
+                np.testing.assert_array_equal(r["effect"], np.load(os.path.join(an, "ablation.npy")),
+                                              err_msg=str(kw))
+                summary = read_json(os.path.join(an, "run.json"))["summary"]["ablation"]
+                self.assertEqual(r["clean"], summary["clean"])
+                self.assertEqual(r["predicted"], [(e["id"], e["label"]) for e in summary["predicted"]])
+        with self.assertRaisesRegex(ValueError, '--target "bird": is not a label of the classifier'):
+            m.ablation(a, target="bird", foil="cat")
 
 
 class Analyze(VitTest):
     """`mha analyze --image`: rollout from the reference's maps (0.5 A + 0.5 I, the heads' mean,
     rows renormalised, multiplied from layer 0 up) at 1e-5; flow and norms written with the
-    shapes of a text model's; the methods that need token ids or an LM head refused."""
+    shapes of a text model's; the methods that need token ids or an LM head refused (ablation,
+    on the classifier: the Ablation group)."""
 
     def test_rollout_flow_norms(self):
         d, config, sd, pre = self.checkpoint()
@@ -480,7 +714,7 @@ class Analyze(VitTest):
         png = self.image("a.png", np.zeros((8, 8, 3), np.uint8))
         for args, message in (
                 (["--method", "loss"], "--method loss: not with --image; an image model's analyses "
-                                       "are rollout, flow and norms"),
+                                       "are rollout, flow, norms and ablation"),
                 (["--method", "rollout", "--text", "a cat"],
                  "--image and --text/--tokens: give images or text, not both")):
             out = self.path("refused")

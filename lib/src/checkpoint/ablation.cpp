@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "mha/base/error.hpp"
@@ -28,33 +29,60 @@ std::vector<std::size_t> all_or(const std::vector<std::size_t>& chosen, std::siz
   return all;
 }
 
-// The metric of a pass's final hidden states, per row; `clean_logp` (B, V)
+}  // namespace
+
+void check_intervention_head(const Checkpoint& model) {
+  const ModelConfig& c = model.config();
+  if (c.image_input() && !c.classifier)
+    fail_input(model.dir() + ": a " + c.model_type +
+               " has no classifier (no classifier.weight: a ViTModel, not "
+               "ViTForImageClassification); ablation on images measures the classifier's output");
+  if (!c.image_input() && !c.has_lm_head())
+    fail_input(model.dir() + ": a " + c.model_type +
+               " has no LM head; ablation and patching measure next-token predictions");
+}
+
+namespace {
+
+// The metric of a pass's final hidden states, per row; `clean_logp_` (B, V)
 // holds the reference distribution after each row's last token (kl), and is
-// filled when `keep`.
+// filled when `keep`. An image classifier's distribution is over its classes,
+// from each row's CLS token; `predicted_` (B) keeps the clean run's class
+// (its loss is that class's cross-entropy).
 class Probe {
  public:
   Probe(const Checkpoint& model, const std::int32_t* ids, std::size_t B, std::size_t T,
         const std::vector<std::size_t>& lengths, const InterventionOptions& o)
       : model_(model), ids_(ids), B_(B), T_(T), lengths_(lengths), o_(o) {
     const ModelConfig& c = model.config();
-    if (!c.has_lm_head())
-      fail_input(model.dir() + ": a " + c.model_type +
-                 " has no LM head; ablation and patching measure next-token predictions");
+    check_intervention_head(model);
+    const std::size_t classes = c.classifier ? c.num_labels : c.vocab_size;
     if (o.metric == Metric::logit_diff &&
-        (o.target < 0 || o.foil < 0 || std::size_t(o.target) >= c.vocab_size ||
-         std::size_t(o.foil) >= c.vocab_size))
-      fail_input("--metric logit_diff: expected --target and --foil tokens in the vocabulary");
+        (o.target < 0 || o.foil < 0 || std::size_t(o.target) >= classes ||
+         std::size_t(o.foil) >= classes))
+      fail_input(
+          c.classifier
+              ? "--metric logit_diff: expected --target and --foil labels of the classifier"
+              : "--metric logit_diff: expected --target and --foil tokens in the vocabulary");
   }
 
   // kl: the reference distributions of `other`'s rows, repeated `copies` times
-  // (a batch of copies of the same rows).
+  // (a batch of copies of the same rows); a classifier's predicted classes
+  // and its weights too.
   void share_reference(const Probe& other, std::size_t copies) {
     clean_logp_.clear();
-    for (std::size_t j = 0; j < copies; ++j)
+    predicted_.clear();
+    for (std::size_t j = 0; j < copies; ++j) {
       clean_logp_.insert(clean_logp_.end(), other.clean_logp_.begin(), other.clean_logp_.end());
+      predicted_.insert(predicted_.end(), other.predicted_.begin(), other.predicted_.end());
+    }
+    head_ = other.head_;
   }
 
+  const std::vector<std::int32_t>& predicted() const { return predicted_; }
+
   std::vector<double> operator()(const float* output, bool keep) {
+    if (model_.config().classifier) return classes(output, keep);
     const std::size_t d = model_.config().d_model, V = model_.config().vocab_size;
     if (o_.metric == Metric::loss) {
       const TokenLoss l = token_loss(model_, output, ids_, B_, T_, lengths_, o_.threads);
@@ -74,36 +102,56 @@ class Probe {
     lm_logits(
         model_, last.data(), B_,
         [&](std::size_t r0, std::size_t n, const float* z) {
-          for (std::size_t i = 0; i < n; ++i) {
-            const std::size_t b = r0 + i;
-            const float* row = z + i * V;
-            if (o_.metric == Metric::logit_diff) {
-              out[b] = double(row[o_.target]) - double(row[o_.foil]);
-              continue;
-            }
-            const Softmax sm = softmax_of(row, V);
-            const double lse = sm.top + std::log(sm.sum);
-            double kl = 0;
-            for (std::size_t v = 0; v < V; ++v) {
-              const double lp = double(row[v]) - lse;
-              if (keep) clean_logp_[b * V + v] = lp;
-              const double lq = clean_logp_[b * V + v];
-              kl += std::exp(lq) * (lq - lp);
-            }
-            out[b] = kl;
-          }
+          for (std::size_t i = 0; i < n; ++i) out[r0 + i] = measure(z + i * V, V, r0 + i, keep);
         },
         o_.threads);
     return out;
   }
 
  private:
+  // An image classifier's metric: the classifier on each row's CLS token (position 0).
+  std::vector<double> classes(const float* output, bool keep) {
+    const ModelConfig& c = model_.config();
+    if (!head_) head_ = std::make_shared<const ClassifierHead>(model_.classifier());
+    const std::size_t n = c.num_labels;
+    const std::vector<float> z = classifier_logits(model_, *head_, output, B_, T_ * c.d_model);
+    if (keep) {
+      clean_logp_.assign(B_ * n, 0.0);
+      predicted_.assign(B_, 0);
+    }
+    std::vector<double> out(B_);
+    for (std::size_t b = 0; b < B_; ++b) out[b] = measure(z.data() + b * n, n, b, keep);
+    return out;
+  }
+
+  // The metric of row b from its logits z (n entries): the next token's
+  // distribution, or a classifier's classes.
+  double measure(const float* z, std::size_t n, std::size_t b, bool keep) {
+    if (keep && !predicted_.empty())  // the clean run's class: the largest logit (lower id on ties)
+      predicted_[b] = static_cast<std::int32_t>(std::max_element(z, z + n) - z);
+    if (o_.metric == Metric::logit_diff) return double(z[o_.target]) - double(z[o_.foil]);
+    const Softmax sm = softmax_of(z, n);
+    const double lse = sm.top + std::log(sm.sum);
+    if (keep)
+      for (std::size_t v = 0; v < n; ++v) clean_logp_[b * n + v] = double(z[v]) - lse;
+    if (o_.metric == Metric::loss)  // a classifier's: the clean run's class's cross-entropy
+      return lse - double(z[predicted_[b]]);
+    double kl = 0;
+    for (std::size_t v = 0; v < n; ++v) {
+      const double lp = double(z[v]) - lse, lq = clean_logp_[b * n + v];
+      kl += std::exp(lq) * (lq - lp);
+    }
+    return kl;
+  }
+
   const Checkpoint& model_;
   const std::int32_t* ids_;
   std::size_t B_, T_;
   const std::vector<std::size_t>& lengths_;
   const InterventionOptions& o_;
   std::vector<double> clean_logp_;
+  std::vector<std::int32_t> predicted_;
+  std::shared_ptr<const ClassifierHead> head_;
 };
 
 // One full pass keeping every layer's input (hidden states 0..L-1) and every
@@ -124,6 +172,7 @@ Pass full_pass(const Checkpoint& model, const std::int32_t* ids, std::size_t B, 
   ForwardOptions f;
   f.threads = o.threads;
   f.layers = o.layers_read;
+  f.first_hidden = o.embeddings;  // an image model's patch embeddings, or null
   f.hidden_sink = [&](std::size_t i, const float* x) {
     if (i < L) std::copy(x, x + n, p.hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
   };
@@ -165,6 +214,7 @@ AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, s
   const std::size_t n = B * T * c.d_model, dv = c.head_dim, width = c.h * dv;
   const Pass clean = full_pass(model, ids, B, T, lengths, o);
   r.clean = probe(clean.output.data(), true);
+  r.predicted = probe.predicted();
   if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);
   const std::size_t H = r.heads.size(), total = r.layers.size() * H;
   r.effect.assign(B * total, 0.0);
@@ -197,7 +247,7 @@ AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, s
           }
         }
       Probe batch(model, kids.data(), rows, T, klengths, o);
-      if (o.metric == Metric::kl) batch.share_reference(probe, k);
+      if (o.metric == Metric::kl || c.classifier) batch.share_reference(probe, k);
       const std::vector<float> out = pass_from(
           model, kids.data(), rows, T, klengths, l, hidden.data(),
           [&](float* context) {

@@ -145,6 +145,30 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   if (const TensorSpec* bias = find_role(config_, Role::logits_bias, Part::weight);
       bias && !where_.count(bias->name))
     config_.logits_bias = false;
+  // An image classifier's head (ViTForImageClassification): its rows are the
+  // classes, named by id2label. A ViTModel has none and runs without it.
+  if (const TensorSpec* head = find_role(config_, Role::classifier, Part::weight); head) {
+    const auto it = where_.find(head->name);
+    if (it == where_.end()) {
+      config_.classifier = false;
+      config_.labels.clear();
+    } else {
+      const Shape& s = files_[it->second]->find(head->name)->shape;
+      if (s.size() != 2 || s[0] == 0 || s[0] > 0x7fffffff)
+        fail_input(files_[it->second]->path() + ": tensor " + echo(head->name) + " has shape " +
+                   shape_text(s) + "; expected (num_labels, " + std::to_string(config_.d_model) +
+                   "), a row per class");
+      config_.num_labels = s[0];
+      if (config_.labels.empty()) {
+        for (std::size_t i = 0; i < s[0]; ++i)
+          config_.labels.push_back("LABEL_" + std::to_string(i));
+      } else if (config_.labels.size() != s[0]) {
+        fail_input(config + ": key 'id2label' names " + std::to_string(config_.labels.size()) +
+                   " labels, but tensor " + echo(head->name) + " has " + std::to_string(s[0]) +
+                   " rows; expected one label per row of the classifier");
+      }
+    }
+  }
   // Every layer has tensors of its own: a config.json with more layers than
   // the weights have tensors is refused before the tensor list is built.
   if (config_.num_layers + config_.num_decoder_layers > where_.size())
@@ -216,8 +240,10 @@ void Checkpoint::index_weights(const std::map<std::string, std::string>& weight_
 }
 
 std::string Checkpoint::stored_name(const TensorSpec& t, const std::string& name) const {
-  // The LM head (and BART's bias of its logits) is outside the base model.
-  return t.role == Role::lm_head || t.role == Role::logits_bias ? name : prefix_ + name;
+  // The heads (the LM head, BART's bias of its logits, a classifier) are outside the base model.
+  return t.role == Role::lm_head || t.role == Role::logits_bias || t.role == Role::classifier
+             ? name
+             : prefix_ + name;
 }
 
 void Checkpoint::check_tensors() const {
@@ -580,6 +606,18 @@ void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) c
     std::copy_n(cls.data(), d, x);
     for (std::size_t i = 0; i < T * d; ++i) x[i] += pos[i];
   }
+}
+
+ClassifierHead Checkpoint::classifier() const {
+  ClassifierHead head;
+  const TensorSpec* w = find_role(config_, Role::classifier, Part::weight);
+  const TensorSpec* b = find_role(config_, Role::classifier, Part::bias);
+  if (!w || !b) return head;
+  head.weight.resize(config_.num_labels * config_.d_model);
+  head.bias.resize(config_.num_labels);
+  read(stored_name(*w, w->name), head.weight.data());
+  read(stored_name(*b, b->name), head.bias.data());
+  return head;
 }
 
 void Checkpoint::lm_head_rows(std::size_t v0, std::size_t count, float* out) const {

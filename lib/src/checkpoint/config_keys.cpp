@@ -3,6 +3,10 @@
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 namespace mha {
 
 using nlohmann::json;
@@ -52,6 +56,35 @@ std::optional<std::int64_t> ConfigKeys::id(const char* name) const {
   if (v->is_array() && !v->empty()) v = &(*v)[0];  // a list of ids: the first
   if (!v->is_number_integer()) return std::nullopt;
   return v->get<std::int64_t>();
+}
+
+std::vector<std::string> ConfigKeys::labels() const {
+  const json* v = find({"id2label"});
+  if (!v) return {};
+  if (!v->is_object())
+    fail_input(path_ + ": key 'id2label' is " + one_line(v->dump(), kEchoChars) +
+               "; expected an object of labels by id, {\"0\": \"cat\", ...}");
+  // HF's PretrainedConfig reads the keys as int(key): "01" is id 1, as "1" is.
+  std::vector<std::string> out(v->size());
+  std::vector<bool> seen(v->size(), false);
+  for (const auto& [key, label] : v->items()) {
+    std::size_t id = 0, used = 0;
+    try {
+      id = std::stoul(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (key.empty() || used != key.size() || key[0] == '-' || key[0] == '+' || id >= out.size() ||
+        seen[id])
+      fail_input(path_ + ": key 'id2label' has the id " + echo(key) + "; expected each of 0 to " +
+                 std::to_string(out.size() - 1) + " once");
+    if (!label.is_string())
+      fail_input(path_ + ": id2label[" + echo(key) + "] is " + one_line(label.dump(), kEchoChars) +
+                 "; expected a label (a string)");
+    seen[id] = true;
+    out[id] = label.get<std::string>();
+  }
+  return out;
 }
 
 std::string ConfigKeys::string(const char* name, const std::string& fallback) const {

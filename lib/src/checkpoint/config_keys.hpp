@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,9 @@ class ConfigKeys {
   // else `fallback(l)`.
   std::vector<unsigned char> sliding_layers(std::size_t layers,
                                             const std::function<bool(std::size_t)>& fallback) const;
+  // id2label's names by id (an object {"0": "cat", ...} whose keys are the ids
+  // 0 to n - 1, each once); empty when absent.
+  std::vector<std::string> labels() const;
   // A key whose value this tool cannot run: refused by name.
   [[noreturn]] void fail(const std::string& what) const;
   const std::string& path() const { return path_; }

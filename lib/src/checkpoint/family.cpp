@@ -42,6 +42,8 @@ bool has_tensor(const TensorSpec& t, const ModelConfig& c) {
       return c.gated_ffn;
     case When::plain_ffn:
       return !c.gated_ffn;
+    case When::classifier:
+      return c.classifier;
   }
   return false;
 }
@@ -79,6 +81,8 @@ std::size_t dim_size(Dim d, const ModelConfig& c) {
       return 1;
     case Dim::patch_pixels:
       return c.num_channels * c.patch_size * c.patch_size;
+    case Dim::labels:
+      return c.num_labels;
   }
   return 0;
 }

@@ -111,26 +111,45 @@ std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const f
     for (float& z : logits) z = cap * std::tanh(z / cap);
   }
   std::vector<std::vector<NextToken>> out(B);
-  k = std::min(k, V);
-  std::vector<std::int32_t> order(V);
-  for (std::size_t b = 0; b < B; ++b) {
-    auto logit = [&](std::int32_t v) { return double(logits[std::size_t(v) * B + b]); };
-    double top = logit(0);
-    for (std::size_t v = 0; v < V; ++v) top = std::max(top, logit(std::int32_t(v)));
-    double sum = 0;
-    for (std::size_t v = 0; v < V; ++v) sum += std::exp(logit(std::int32_t(v)) - top);
-    for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [&](std::int32_t x, std::int32_t y) {
-                        return logit(x) > logit(y) || (logit(x) == logit(y) && x < y);
-                      });
-    for (std::size_t i = 0; i < k; ++i)
-      out[b].push_back({order[i], std::exp(logit(order[i]) - top) / sum});
-  }
+  for (std::size_t b = 0; b < B; ++b) out[b] = top_of(logits.data() + b, B, V, k);
   return out;
 }
 
 }  // namespace
+
+std::vector<NextToken> top_of(const float* logits, std::size_t stride, std::size_t n,
+                              std::size_t k) {
+  std::vector<NextToken> out;
+  if (n == 0) return out;
+  k = std::min(k, n);
+  auto logit = [&](std::int32_t v) { return double(logits[std::size_t(v) * stride]); };
+  double top = logit(0);
+  for (std::size_t v = 0; v < n; ++v) top = std::max(top, logit(std::int32_t(v)));
+  double sum = 0;
+  for (std::size_t v = 0; v < n; ++v) sum += std::exp(logit(std::int32_t(v)) - top);
+  std::vector<std::int32_t> order(n);
+  for (std::size_t v = 0; v < n; ++v) order[v] = static_cast<std::int32_t>(v);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](std::int32_t x, std::int32_t y) {
+                      return logit(x) > logit(y) || (logit(x) == logit(y) && x < y);
+                    });
+  for (std::size_t i = 0; i < k; ++i)
+    out.push_back({order[i], std::exp(logit(order[i]) - top) / sum});
+  return out;
+}
+
+std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHead& head,
+                                     const float* hidden, std::size_t rows, std::size_t ld) {
+  const std::size_t d = model.config().d_model, n = head.bias.size();
+  std::vector<float> logits(rows * n);
+  if (!rows || !n) return logits;
+  // logits (rows, n) = hidden (rows, d; stride ld) W^T (d, n), then + b
+  gemm<float>(false, true, rows, n, d, 1.0f, hidden, ld, head.weight.data(), d, 0.0f, logits.data(),
+              n, model.bf16_gemm());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < n; ++j) logits[r * n + j] += head.bias[j];
+  return logits;
+}
 
 ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
                       std::size_t T, const std::vector<std::size_t>& lengths,
@@ -253,6 +272,14 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
       std::copy_n(x.data() + (b * T + lengths[b] - 1) * d, d, last.data() + b * d);
     result.top_k = next_tokens(model, last.data(), B, options.top_k);
   }
+  if (options.top_k && c.classifier) {  // the classes, from each row's CLS token (position 0)
+    const auto t0 = Clock::now();
+    const ClassifierHead head = model.classifier();
+    read += seconds_since(t0);
+    const std::vector<float> z = classifier_logits(model, head, x.data(), B, T * d);
+    for (std::size_t b = 0; b < B; ++b)
+      result.top_k.push_back(top_of(z.data() + b * c.num_labels, 1, c.num_labels, options.top_k));
+  }
   result.output = std::move(x);
   result.seconds_read = read;
   result.seconds_compute = seconds_since(start) - read;
@@ -281,6 +308,7 @@ std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, st
   bytes += 4 * u128(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
   if (c.has_lm_head())
     bytes += 4 * std::min<u128>(c.vocab_size, kHeadRows) * d + 8 * 2 * u128{c.vocab_size};
+  if (c.classifier) bytes += 4 * u128{c.num_labels} * (d + 1 + u128{B}) + 4 * u128{c.num_labels};
   const u128 most = std::numeric_limits<std::uint64_t>::max();
   return static_cast<std::uint64_t>(std::min(bytes, most));
 }

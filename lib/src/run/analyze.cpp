@@ -1,12 +1,14 @@
 #include "mha/run/analyze.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <stdexcept>
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
@@ -56,6 +58,37 @@ std::int32_t one_token(const Model& model, const std::string& text, const char* 
   return e.ids[0];
 }
 
+// An image classifier's class named by its label (--target, --foil), or by
+// its id where no label is that text (ImageNet's labels repeat: "crane").
+std::int32_t one_label(const Checkpoint& model, const std::string& text, const char* flag) {
+  check_intervention_head(model);  // a ViTModel has no classes to name
+  const std::vector<std::string>& labels = model.config().labels;
+  std::vector<std::size_t> hits;
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] == text) hits.push_back(i);
+  if (hits.size() > 1)
+    fail_input(std::string("--") + flag + " " + echo(text) + ": is the label of classes " +
+               std::to_string(hits[0]) + " and " + std::to_string(hits[1]) +
+               (hits.size() > 2 ? " (and more)" : "") + "; give the class's id instead");
+  if (hits.size() == 1) return static_cast<std::int32_t>(hits[0]);
+  std::size_t id = 0, used = 0;
+  try {
+    id = std::stoul(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (!text.empty() && used == text.size() && std::isdigit(static_cast<unsigned char>(text[0])) &&
+      id < labels.size())
+    return static_cast<std::int32_t>(id);
+  std::string known;  // as many as fit the line; the message is cut at kMessageChars
+  std::size_t shown = 0;
+  for (; shown < labels.size() && known.size() < 120; ++shown)
+    known += (shown ? ", " : "") + echo(labels[shown], 24);
+  if (shown < labels.size()) known += ", ... (" + std::to_string(labels.size()) + " labels)";
+  fail_input(std::string("--") + flag + " " + echo(text) +
+             ": is not a label of the classifier; expected one of " + known + ", or a class id");
+}
+
 // Bytes of an array of `shape` in `itemsize`-byte elements.
 std::uint64_t bytes_of(std::initializer_list<std::size_t> shape, std::uint64_t itemsize = 4) {
   std::uint64_t n = itemsize;
@@ -89,7 +122,9 @@ Metric metric_of(const std::string& name, const std::optional<std::string>& targ
       fail_input("--metric " + echo(name) + ": expected loss, logit_diff or kl");
   }
   if (metric == Metric::logit_diff && (!target || !foil))
-    fail_input("--metric logit_diff: expected --target TEXT and --foil TEXT (one token each)");
+    fail_input(
+        "--metric logit_diff: expected --target TEXT and --foil TEXT (one token each; an image "
+        "classifier's labels)");
   return metric;
 }
 
@@ -102,8 +137,14 @@ InterventionOptions intervention_options(const Model& model, const ModelCall& ca
   io.layers = call.map_layers;
   io.heads = call.map_heads;
   io.threads = resolve_threads(call.threads);
-  if (target) io.target = one_token(model, *target, "target");
-  if (foil) io.foil = one_token(model, *foil, "foil");
+  // An image model's --target and --foil name its classifier's classes.
+  const bool image = model.config().image_input();
+  if (target)
+    io.target = image ? one_label(model.checkpoint(), *target, "target")
+                      : one_token(model, *target, "target");
+  if (foil)
+    io.foil =
+        image ? one_label(model.checkpoint(), *foil, "foil") : one_token(model, *foil, "foil");
   return io;
 }
 
@@ -196,10 +237,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     fail_input("--image and --text/--tokens: give images or text, not both");
   if (images)
     for (const std::string& m : config.methods)
-      if (m != "rollout" && m != "flow" && m != "norms")
+      if (m != "rollout" && m != "flow" && m != "norms" && m != "ablation")
         fail_input("--method " + m +
-                   ": not with --image; an image model's analyses are rollout, flow and norms "
-                   "(the others read token ids or predict the next token)");
+                   ": not with --image; an image model's analyses are rollout, flow, norms and "
+                   "ablation (the others read token ids or predict the next token)");
   if (others && !config.tokens && config.texts.empty() && !images)
     fail_input(
         "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
@@ -213,8 +254,10 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   const ModelConfig& c = model.config();
   if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
     return run_analyze_seq2seq(config, whole);
-  const bool lm_methods =
-      wants(config, "loss") || wants(config, "logit_lens") || wants(config, "ablation") || patching;
+  // Ablation on images measures an image classifier's classes, not next tokens.
+  const bool lm_methods = wants(config, "loss") || wants(config, "logit_lens") ||
+                          (wants(config, "ablation") && !images) || patching;
+  if (images && wants(config, "ablation") && c.image_input()) check_intervention_head(model);
   if (lm_methods && !c.has_lm_head())
     fail_input(config.model + ": a " + c.model_type +
                " has no LM head; loss, logit_lens, ablation and patching need a causal LM's "
@@ -441,14 +484,25 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (wants(config, "ablation")) {
     const Ablation kind = config.ablation == "mean" ? Ablation::mean : Ablation::zero;
     const auto t0 = Clock::now();
+    // An image model's passes start from its patch embeddings.
+    const std::vector<float> embeddings = input_embeddings(model, in);
+    if (!embeddings.empty()) io.embeddings = embeddings.data();
     const AblationResult a = head_ablation(model, in.ids.data(), B, in.T, in.lengths, kind, io);
     out.stage_npy("ablation.npy", a.effect.data(), {B, a.layers.size(), a.heads.size()});
+    // An image classifier's metric is on its classes (the CLS token through the classifier).
+    const std::string of = c.classifier ? " of the classes" : " of the next token";
     add("ablation.npy", {B, a.layers.size(), a.heads.size()},
         std::string("per row, each chosen head's output replaced by ") +
             (kind == Ablation::zero ? "zero" : "its mean over the row's positions") + ": " +
-            (metric == Metric::kl ? "KL(clean || ablated) of the next token"
+            (metric == Metric::kl ? "KL(clean || ablated)" + of
                                   : std::string(to_string(metric)) + "(ablated) - " +
-                                        to_string(metric) + "(clean)"));
+                                        to_string(metric) + "(clean)") +
+            (c.classifier && metric == Metric::loss
+                 ? ", loss being the cross-entropy of the class the clean run predicts "
+                   "(summary.ablation.predicted)"
+             : c.classifier && metric == Metric::logit_diff
+                 ? ", logit_diff being the classifier's logit(target) - logit(foil)"
+                 : ""));
     summary["ablation"] = {{"kind", to_string(kind)},
                            {"metric", to_string(metric)},
                            {"clean", a.clean},
@@ -456,6 +510,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                            {"layer_passes", a.layer_passes},
                            {"ms", ms_since(t0)},
                            {"weights_held", io.layers_read != nullptr}};
+    if (c.classifier) {  // the clean run's class per row, and the classes logit_diff names
+      json predicted = json::array();
+      for (const std::int32_t k : a.predicted)
+        predicted.push_back({{"id", k}, {"label", c.labels.at(std::size_t(k))}});
+      summary["ablation"]["predicted"] = predicted;
+      if (metric == Metric::logit_diff) {
+        summary["ablation"]["target"] = c.labels.at(std::size_t(io.target));
+        summary["ablation"]["foil"] = c.labels.at(std::size_t(io.foil));
+      }
+    }
     report.summary.push_back("ablation: " + std::to_string(a.layers.size() * a.heads.size()) +
                              " heads in " + std::to_string(a.passes) + " partial forwards of " +
                              std::to_string(a.layer_passes) + " head-layer passes, " +
@@ -595,6 +659,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                   {"h", c.h},
                   {"head_dim", c.head_dim},
                   {"vocab_size", c.vocab_size}};
+  if (c.classifier) run["model"]["num_labels"] = c.num_labels;
   run["methods"] = config.methods;
   run["config"] = to_json(config);
   run["input"] = {{"batch", B}, {"seq_len", in.T}, {"lengths", in.lengths}};

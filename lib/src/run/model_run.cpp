@@ -108,11 +108,15 @@ ModelCall check_model_call(const ModelConfig& c, const ModelCallOptions& o) {
     fail_input("--threads: expected an integer from 0 to 1024 (0 = all cores), got " +
                std::to_string(o.threads));
   call.threads = static_cast<int>(o.threads);
-  // An image model has no vocabulary (nor next tokens): top_k is not read.
+  // An image model has no vocabulary: top_k is not bounded by one. An image
+  // classifier lists at most its classes (num_labels), as transformers'
+  // image-classification pipeline clips top_k to them.
   if (o.top_k < 0 || (c.vocab_size && static_cast<std::uint64_t>(o.top_k) > c.vocab_size))
     fail_input("--top_k: expected an integer from 0 to the vocabulary's " +
                std::to_string(c.vocab_size) + ", got " + std::to_string(o.top_k));
-  call.top_k = c.has_lm_head() ? static_cast<std::size_t>(o.top_k) : 0;
+  call.top_k = c.has_lm_head() ? static_cast<std::size_t>(o.top_k)
+               : c.classifier  ? std::min(static_cast<std::size_t>(o.top_k), c.num_labels)
+                               : 0;
   if (o.attention) {
     call.map_layers = selection(o.layers, c.num_layers, "layer_indices");
     call.map_heads = selection(o.heads, c.h, "head_indices");
@@ -360,6 +364,14 @@ std::optional<DirLock> lock_out_dir(const std::string& out_dir, const std::strin
 }
 
 void name_top_k(const Model& model, ModelRunReport& report) {
+  if (model.config().classifier) {  // an image classifier's classes: their labels
+    for (const auto& row : report.top_k) {
+      report.top_k_tokens.emplace_back();
+      for (const NextToken& t : row)
+        report.top_k_tokens.back().push_back(model.config().labels.at(std::size_t(t.id)));
+    }
+    return;
+  }
   if (!model.tokenizer()) return;
   for (const auto& row : report.top_k) {
     report.top_k_tokens.emplace_back();

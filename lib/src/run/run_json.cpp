@@ -737,8 +737,12 @@ json to_json(const ModelRunReport& r) {
     json row = json::array();
     for (std::size_t i = 0; i < r.top_k[b].size(); ++i) {
       json e = {{"id", r.top_k[b][i].id}, {"p", r.top_k[b][i].p}};
-      e["token"] = b < r.top_k_tokens.size() ? json(r.top_k_tokens[b][i]) : json(nullptr);
-      e["piece"] = b < r.top_k_pieces.size() ? json(r.top_k_pieces[b][i]) : json(nullptr);
+      if (c.classifier) {  // a class: its label (name_top_k)
+        e["label"] = b < r.top_k_tokens.size() ? json(r.top_k_tokens[b][i]) : json(nullptr);
+      } else {
+        e["token"] = b < r.top_k_tokens.size() ? json(r.top_k_tokens[b][i]) : json(nullptr);
+        e["piece"] = b < r.top_k_pieces.size() ? json(r.top_k_pieces[b][i]) : json(nullptr);
+      }
       row.push_back(e);
     }
     top.push_back(row);
@@ -762,6 +766,7 @@ json to_json(const ModelRunReport& r) {
                 {"stored_dtypes", r.stored_dtypes},
                 {"files", files}};
   if (!r.gguf_architecture.empty()) j["model"]["gguf_architecture"] = r.gguf_architecture;
+  if (c.classifier) j["model"]["num_labels"] = c.num_labels;
   j["input"] = {{"batch", r.input.B},
                 {"seq_len", r.input.T},
                 {"lengths", r.input.lengths},

@@ -20,6 +20,10 @@ namespace mha {
 //   loss        the mean next-token cross-entropy over the row's real tokens;
 //   logit_diff  logit(target) - logit(foil) after the row's last real token;
 //   kl          KL(p_clean || p) of the next-token distribution after it.
+// An image classifier (ModelConfig::classifier) is measured on its classes'
+// logits instead (the CLS token's, through the classifier): loss is the
+// cross-entropy of the class the clean run predicts, logit_diff names two
+// classes, kl is over the classes.
 enum class Metric { loss, logit_diff, kl };
 const char* to_string(Metric m);
 
@@ -28,23 +32,32 @@ const char* to_string(Ablation a);
 
 struct InterventionOptions {
   Metric metric = Metric::loss;
-  std::int32_t target = -1, foil = -1;     // logit_diff's tokens
+  std::int32_t target = -1, foil = -1;     // logit_diff's tokens (a classifier's classes)
   std::vector<std::size_t> layers, heads;  // ascending and distinct; empty: all
   int threads = 0;
   // Every layer's weights (read_layers), or null to read them on each pass.
   std::vector<TransformerLayer<float>>* layers_read = nullptr;
   std::function<void(std::size_t done, std::size_t total)> progress;
+  // An image model's passes start from its patch embeddings (B, T, d_model)
+  // (ForwardOptions::first_hidden), instead of the ids' embeddings.
+  const float* embeddings = nullptr;
 };
+
+// Throws mha::Error (invalid_input) naming the checkpoint when it has nothing
+// the metrics read: neither an LM head nor, for an image model, a classifier.
+void check_intervention_head(const Checkpoint& model);
 
 struct AblationResult {
   std::vector<std::size_t> layers, heads;
-  std::vector<double> clean;     // (B): the metric of the model as it is (kl: 0)
-  std::vector<double> effect;    // (B, layers, heads): metric(ablated) - metric(clean)
-  std::size_t passes = 0;        // partial forwards run
-  std::size_t layer_passes = 0;  // layers they ran
+  std::vector<double> clean;            // (B): the metric of the model as it is (kl: 0)
+  std::vector<double> effect;           // (B, layers, heads): metric(ablated) - metric(clean)
+  std::vector<std::int32_t> predicted;  // (B): an image classifier's class in the clean run
+  std::size_t passes = 0;               // partial forwards run
+  std::size_t layer_passes = 0;         // layers they ran
 };
-// ids (B, T), lengths (B). Throws mha::Error (invalid_input) for a model
-// without an LM head, or logit_diff without target and foil.
+// ids (B, T), lengths (B) (an image model's: its positions, with
+// options.embeddings). Throws mha::Error (invalid_input) for a model without
+// an LM head or classifier, or logit_diff without target and foil.
 AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
                              std::size_t T, const std::vector<std::size_t>& lengths, Ablation kind,
                              const InterventionOptions& options);

@@ -20,6 +20,13 @@
 namespace mha {
 
 class TensorSource;
+
+// An image classifier's head (ViTForImageClassification's classifier):
+// weight (num_labels, d_model) as nn.Linear stores it, bias (num_labels).
+struct ClassifierHead {
+  std::vector<float> weight, bias;
+};
+
 struct TensorSpec;
 enum class Role;
 enum class Stack;
@@ -93,6 +100,9 @@ class Checkpoint {
   // = [the CLS token; each patch's projection (the Conv2d, bias added)] + the
   // position table, patches row by row (image_input() configs only).
   void embed_patches(const float* pixels, std::size_t B, float* out) const;
+  // The classifier of an image classifier (ModelConfig::classifier), read
+  // now; empty when the checkpoint has none.
+  ClassifierHead classifier() const;
   // The LM head's rows [v0, v0 + count) (vocabulary entries, d_model each):
   // lm_head.weight, or the input embedding when tied. Causal LMs only.
   void lm_head_rows(std::size_t v0, std::size_t count, float* out) const;

@@ -38,6 +38,7 @@ enum class Dim {
   patch_pixels,   // num_channels * patch_size^2: a patch's values, as a Conv2d's in
   heads,          // h: a relative position bias table's columns
   buckets,        // relative position buckets (T5's relative_attention_num_buckets)
+  labels,         // an image classifier's classes (num_labels: classifier.weight's rows)
 };
 
 // Where a tensor goes in the forward. Model-wide roles first, then a layer's.
@@ -54,6 +55,7 @@ enum class Role {
   cls_token,
   relative_bias,   // T5: (buckets, h), layer 0's, shared by every self-attention of its stack
   logits_bias,     // BART: final_logits_bias (1, vocab), added to the LM head's logits
+  classifier,      // ViTForImageClassification's head on the CLS token: (num_labels, d_model)
   attn_norm,       // the norm before (pre-norm) or after (post-norm) attention
   q,               //
   k,               //
@@ -112,6 +114,7 @@ enum class When {
   logits_bias,        // ModelConfig::logits_bias
   gated_ffn,          // ModelConfig::gated_ffn (T5 v1.1's wi_0 and wi_1)
   plain_ffn,          // !ModelConfig::gated_ffn (T5 v1.0's wi)
+  classifier,         // ModelConfig::classifier
 };
 
 struct TensorSpec {

@@ -20,9 +20,10 @@
 
 namespace mha {
 
+// A most likely next token, or an image classifier's class (id: its row).
 struct NextToken {
   std::int32_t id = 0;
-  double p = 0;  // softmax of the LM head's logits
+  double p = 0;  // softmax of the LM head's (the classifier's) logits
 };
 
 struct ForwardOptions {
@@ -47,7 +48,9 @@ struct ForwardOptions {
   std::function<void(std::size_t slot, const float* Q, std::size_t ldq, const float* K,
                      std::size_t ldk)>
       qk_sink;
-  std::size_t top_k = 0;  // causal LMs: the k most likely next tokens per row
+  // causal LMs: the k most likely next tokens per row; image classifiers: the
+  // k most likely classes (at most num_labels)
+  std::size_t top_k = 0;
   // Called when layer l starts (progress displays).
   std::function<void(std::size_t l)> on_layer;
 
@@ -86,6 +89,18 @@ struct ForwardResult {
 ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
                       std::size_t T, const std::vector<std::size_t>& lengths,
                       const ForwardOptions& options);
+
+// An image classifier's logits (rows, num_labels) = hidden W^T + b, as
+// ViTForImageClassification's classifier(sequence_output[:, 0, :]): hidden
+// holds each row's CLS token's final hidden state (d_model values, row
+// stride `ld`), `head` is Checkpoint::classifier().
+std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHead& head,
+                                     const float* hidden, std::size_t rows, std::size_t ld);
+
+// The k most likely of n logits (logits[i * stride]; ties to the lower id),
+// most likely first, with their softmax probabilities in double.
+std::vector<NextToken> top_of(const float* logits, std::size_t stride, std::size_t n,
+                              std::size_t k);
 
 // Every layer's weights, read and laid out for the kernel (float32 bytes:
 // Checkpoint::float32_bytes() less the embeddings and head; half that when

@@ -94,6 +94,13 @@ struct ModelConfig {
   // in num_channels channels, cut into patch_size squares; its tokens are a
   // CLS token, then the patches row by row. patch_size 0: a text model.
   std::size_t image_height = 0, image_width = 0, patch_size = 0, num_channels = 0;
+  // Image classifiers (ViTForImageClassification): a linear head on the CLS
+  // token's final hidden state. Read when the weights hold classifier.weight
+  // (the checkpoint turns `classifier` off otherwise); num_labels is its
+  // rows, labels[i] config.json's id2label[i], else "LABEL_i".
+  bool classifier = false;
+  std::size_t num_labels = 0;
+  std::vector<std::string> labels;
 
   bool has_lm_head() const { return lm_head; }
   bool image_input() const { return patch_size > 0; }

@@ -37,7 +37,8 @@ struct AnalyzeConfig {
   std::string dtype = "float32";  // or bfloat16 (Model)
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
-  std::vector<std::string> images;  // an image model's input (rollout, flow, norms)
+  // an image model's input (rollout, flow, norms; ablation of an image classifier)
+  std::vector<std::string> images;
   // An encoder-decoder's target (run/analyze_seq2seq.cpp): one text per text,
   // or an ids file.
   std::vector<std::string> target_texts;
@@ -50,7 +51,7 @@ struct AnalyzeConfig {
   std::string ablation = "zero";              // zero | mean
   std::string metric;                         // loss | logit_diff | kl; default: logit_diff with
                                               // target and foil, else loss
-  std::optional<std::string> target, foil;    // single-token texts
+  std::optional<std::string> target, foil;    // single-token texts (images: class labels)
   std::optional<std::string> clean, corrupt;  // patching's texts
   std::optional<std::string> texts_file;      // corpus: one text a line, or .jsonl
   std::int64_t batch = 8;                     // corpus: texts per pass
@@ -72,7 +73,8 @@ Metric metric_of(const std::string& name, const std::optional<std::string>& targ
                  const std::optional<std::string>& foil);
 // Ablation's and patching's options from the flags (or mha.Model's
 // keywords): the metric, the target and foil tokens (one token each, refused
-// by name otherwise), the layers and heads checked by check_model_call.
+// by name otherwise; an image classifier's: labels of its classes, or their
+// ids), the layers and heads checked by check_model_call.
 InterventionOptions intervention_options(const Model& model, const ModelCall& call,
                                          const std::string& metric,
                                          const std::optional<std::string>& target,

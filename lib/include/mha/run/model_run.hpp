@@ -6,7 +6,8 @@
 //   self_attention.npy  (layers, B, heads, T, T) with save_attention, streamed
 //   hidden_states.npy   (num_layers + 1, B, T, d_model) with save_hidden_states
 //   run.json            the model, its files, the tokens' shape, the top-k
-//                       next tokens (causal LMs), timings, the outputs
+//                       next tokens (causal LMs) or classes (image
+//                       classifiers), timings, the outputs
 // Every check (the checkpoint's files and tensors, the tokenizer, the ids,
 // the memory estimate against max_memory) runs before any weight is read.
 #pragma once
@@ -46,7 +47,7 @@ struct ModelRunConfig {
   bool save_qk = false;
   // Layers and heads whose maps are written (ascending; unset: all).
   std::optional<std::vector<std::int64_t>> layers, heads;
-  std::int64_t top_k = 5;  // causal LMs; 0: none
+  std::int64_t top_k = 5;  // causal LMs' next tokens, image classifiers' classes; 0: none
   std::int64_t threads = 0;
   std::optional<std::uint64_t> max_memory;  // unset: default_max_memory()
   // Every check of the plan (inputs, options, memory), then return: nothing
@@ -65,7 +66,7 @@ struct ModelCallOptions {
 };
 struct ModelCall {
   std::vector<std::size_t> map_layers, map_heads;  // ascending, empty without attention
-  std::size_t top_k = 0;                           // 0 for a model without an LM head
+  std::size_t top_k = 0;                           // 0 for a model without an LM head or classifier
   int threads = 0;                                 // as given: 0 = all cores
 };
 // Throws mha::Error (invalid_input) naming the option: threads outside
@@ -124,7 +125,8 @@ struct ModelRunReport {
   ModelInput input;
   std::vector<std::size_t> map_layers, map_heads;
   std::vector<std::vector<NextToken>> top_k;
-  std::vector<std::vector<std::string>> top_k_tokens;  // their display texts (with a tokenizer)
+  // their display texts (with a tokenizer); an image classifier's: the classes' labels
+  std::vector<std::vector<std::string>> top_k_tokens;
   std::vector<std::vector<std::string>> top_k_pieces;  // and their pieces
   std::uint64_t memory_estimate = 0, max_memory = 0;
   int threads = 1;
@@ -195,7 +197,8 @@ class Model {
   ImageProcessor processor_;
 };
 
-// The display texts and pieces of report.top_k's tokens (with a tokenizer).
+// The display texts and pieces of report.top_k's tokens (with a tokenizer),
+// or an image classifier's labels of its classes.
 void name_top_k(const Model& model, ModelRunReport& report);
 
 // The bytes an image may take decoded (3 a pixel): max_memory's, at most.

@@ -2,8 +2,10 @@
 // encoder over an image's patches. The embeddings are the CLS token, then
 // each patch_size square's Conv2d (kernel = stride = patch_size), plus a
 // learned position table of N + 1 rows; layernorm_before / layernorm_after
-// around attention and the feed-forward, a final layernorm. The pooler and
-// the classifier head are not run.
+// around attention and the feed-forward, a final layernorm.
+// ViTForImageClassification's classifier (outside the "vit." base model, as
+// an LM head is) reads the CLS token's final hidden state; a ViTModel has
+// none (its pooler is not run).
 #include "family_list.hpp"
 #include "mha/base/message.hpp"
 
@@ -45,6 +47,9 @@ void read_config(const ConfigKeys& k, ModelConfig& c) {
   // num_patches = (H // p) * (W // p): the border past the last whole patch is not seen
   c.position_rows = c.patch_rows() * c.patch_cols() + 1;
   c.max_positions = c.position_rows;
+  // The classifier when the weights hold it (Checkpoint), its rows' names from id2label.
+  c.classifier = true;
+  c.labels = k.labels();
   c.causal = c.lm_head = c.rms_norm = false;
   c.final_norm = true;
   c.norm_placement = NormPlacement::pre;
@@ -68,6 +73,8 @@ const Family vit_family = {
          Layout::parameter},
         {Role::final_norm, W, "layernorm.weight", d, none, vec},
         {Role::final_norm, B, "layernorm.bias", d, none, vec},
+        {Role::classifier, W, "classifier.weight", Dim::labels, d, lin, When::classifier},
+        {Role::classifier, B, "classifier.bias", Dim::labels, none, vec, When::classifier},
         {Role::attn_norm, W, "encoder.layer.{l}.layernorm_before.weight", d, none, vec},
         {Role::attn_norm, B, "encoder.layer.{l}.layernorm_before.bias", d, none, vec},
         {Role::q, W, "encoder.layer.{l}.attention.attention.query.weight", d, d, lin},
