@@ -30,6 +30,7 @@ using json = nlohmann::json;
 using mha::Layout;
 using mha::ModelConfig;
 using mha::Role;
+using mha::Stack;
 using Shape = std::vector<std::size_t>;
 
 // A stored tensor: shape and values (element i of the n-th tensor is
@@ -53,7 +54,9 @@ mha::NpyArray npy(const Stored& s) {
 
 // Every tensor the config has, by name as stored, each with distinct values:
 // exact in float32, or with `bfloat16` exact in bfloat16 (every element of
-// the checkpoint another one of bfloat16's 17,152 values from 2^-7 up).
+// the checkpoint another one of bfloat16's 17,152 values from 2^-7 up). An
+// encoder-decoder's decoder tensors (Stack::decoder) for each of its
+// num_decoder_layers layers, under their own names ("decoder.block.{l}...").
 std::map<std::string, Stored> all_tensors(const ModelConfig& c, bool bfloat16 = false) {
   std::map<std::string, Stored> out;
   float n = 0;
@@ -80,7 +83,9 @@ std::map<std::string, Stored> all_tensors(const ModelConfig& c, bool bfloat16 = 
     if (!mha::per_layer(t.role))
       add(t, 0);
     else
-      for (std::size_t l = 0; l < c.num_layers; ++l) add(t, l);
+      for (std::size_t l = 0; l < (t.stack == Stack::decoder ? c.num_decoder_layers : c.num_layers);
+           ++l)
+        add(t, l);
   }
   return out;
 }
@@ -141,20 +146,26 @@ void check_vector(const mha::Tensor<float, 1>& b, std::size_t n,
   CHECK(wrong == 0);
 }
 
-bool stores(const ModelConfig& c, Role role, mha::Part part) {
+bool stores(const ModelConfig& c, Role role, mha::Part part, Stack stack = Stack::main) {
   for (const mha::TensorSpec& t : c.family->tensors)
-    if (t.role == role && t.part == part && mha::has_tensor(t, c)) return true;
+    if (t.role == role && t.part == part && t.stack == stack && mha::has_tensor(t, c)) return true;
   return false;
 }
 
 // Layer 1's tensors where the kernel expects them, each role by the
 // reference's layout of its stored tensor. A bfloat16 checkpoint whose GEMMs
 // run natively lays its matrices out packed (Checkpoint::layer), with no
-// float32 W: checked through unpack_bf16.
-void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>& stored) {
+// float32 W: checked through unpack_bf16. Of `stack`: an encoder-decoder's
+// decoder layer adds its cross-attention (L.cross_attn) and its norm, which
+// is norm2, the feed-forward's then norm3 (transformer.hpp); an encoder
+// layer leaves both empty.
+void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>& stored,
+                 Stack stack = Stack::main) {
   const ModelConfig& c = ck.config();
+  const bool decoder = stack == Stack::decoder;
+  INFO((decoder ? "decoder layer 1" : "layer 1"));
   mha::TransformerLayer<float> L;
-  ck.layer(1, L, 2);
+  ck.layer(1, L, 2, stack);
   const bool packed = ck.bf16_gemm() && mha::bf16_packing();
   std::size_t matrices = 0;
   auto unpack = [&](mha::Tensor<float, 2>& W, const mha::PackedBf16& p) {
@@ -169,13 +180,16 @@ void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>&
   unpack(sa.W_q, sa.packed_q), unpack(sa.W_k, sa.packed_k), unpack(sa.W_v, sa.packed_v);
   unpack(sa.W_o, sa.packed_o), unpack(L.ffn.W_1, L.ffn.packed_1);
   unpack(L.ffn.W_2, L.ffn.packed_2), unpack(L.ffn.W_gate, L.ffn.packed_gate);
-  CHECK(matrices == (packed ? (L.ffn.gated() ? 7u : 6u) : 0u));
+  mha::Weights<float>& x = L.cross_attn;
+  unpack(x.W_q, x.packed_q), unpack(x.W_k, x.packed_k), unpack(x.W_v, x.packed_v);
+  unpack(x.W_o, x.packed_o);
+  CHECK(matrices == (packed ? (L.ffn.gated() ? 7u : 6u) + (decoder ? 4u : 0u) : 0u));
   const std::size_t d = c.d_model, q = c.h * c.head_dim, kv = c.kv_heads * c.head_dim,
                     hd = c.head_dim, f = c.d_ff;
   const float one = c.norm_plus_one ? 1.0f : 0.0f;
   std::size_t checked = 0;
   for (const mha::TensorSpec& t : c.family->tensors) {
-    if (!mha::per_layer(t.role) || !mha::has_tensor(t, c)) continue;
+    if (t.stack != stack || !mha::per_layer(t.role) || !mha::has_tensor(t, c)) continue;
     const std::string name = mha::tensor_name(t, 1);
     const Stored& s = stored.at(name);
     const bool bias = t.part == mha::Part::bias;
@@ -206,8 +220,23 @@ void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>&
       case Role::attn_norm:
         norm(L.norm1);
         break;
-      case Role::ffn_norm:
+      case Role::ffn_norm:  // a decoder's third norm
+        norm(decoder ? L.norm3 : L.norm2);
+        break;
+      case Role::cross_norm:
         norm(L.norm2);
+        break;
+      case Role::cross_q:
+        bias ? vec(x.b_q, q, 0) : linear(x.W_q, d, q, 0);
+        break;
+      case Role::cross_k:  // over the encoder's output (d_model)
+        bias ? vec(x.b_k, kv, 0) : linear(x.W_k, d, kv, 0);
+        break;
+      case Role::cross_v:
+        bias ? vec(x.b_v, kv, 0) : linear(x.W_v, d, kv, 0);
+        break;
+      case Role::cross_o:
+        bias ? vec(x.b_o, d, 0) : linear(x.W_o, q, d, 0);
         break;
       case Role::post_attn_norm:
         norm(L.post_attn);
@@ -273,10 +302,151 @@ void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>&
     ++checked;
   }
   CHECK(checked > 0);
-  if (c.qkv_bias && !stores(c, Role::o, mha::Part::bias)) {
+  if (c.qkv_bias && !stores(c, Role::o, mha::Part::bias, stack)) {
     // Qwen2: no o_proj bias stored; the kernel adds four or none, so b_o is zeros
     REQUIRE(L.self_attn.b_o.size() == d);
     for (std::size_t i = 0; i < d; ++i) CHECK(L.self_attn.b_o(i) == 0.0f);
+  }
+  if (stores(c, Role::o, mha::Part::bias, stack) && !stores(c, Role::q, mha::Part::bias, stack) &&
+      !stores(c, Role::qkv, mha::Part::bias, stack)) {
+    // ViT with qkv_bias false: an output bias alone; the kernel adds four, so b_q, b_k, b_v zeros
+    std::size_t nonzero = 0;
+    REQUIRE((sa.b_q.size() == q && sa.b_k.size() == kv && sa.b_v.size() == kv));
+    for (const mha::Tensor<float, 1>* b : {&sa.b_q, &sa.b_k, &sa.b_v})
+      for (const float v : *b) nonzero += v != 0.0f;
+    CHECK(nonzero == 0);
+  }
+  // Nothing where the stack stores nothing: no bias or LayerNorm shift in a
+  // stack without biases (T5, LLaMA), no cross-attention or third norm in
+  // an encoder's (or a decoder-only model's) layer.
+  bool biases = false;
+  for (const mha::TensorSpec& t : c.family->tensors)
+    biases |= t.stack == stack && mha::per_layer(t.role) && t.part == mha::Part::bias &&
+              mha::has_tensor(t, c);
+  if (!biases) {
+    std::size_t filled = 0;
+    for (const mha::Tensor<float, 1>* b :
+         {&sa.b_q, &sa.b_k, &sa.b_v, &sa.b_o, &x.b_q, &x.b_k, &x.b_v, &x.b_o, &L.ffn.b_1,
+          &L.ffn.b_2, &L.ffn.b_gate, &L.norm1.beta, &L.norm2.beta, &L.norm3.beta, &L.post_attn.beta,
+          &L.post_ffn.beta})
+      filled += b->size() != 0;
+    CHECK(filled == 0);
+  }
+  if (!decoder) {
+    CHECK((x.W_q.size() == 0 && x.W_k.size() == 0 && x.W_v.size() == 0 && x.W_o.size() == 0));
+    CHECK((x.packed_q.empty() && x.packed_o.empty() && x.b_q.size() == 0 && L.norm3.empty()));
+  }
+}
+
+// The stored tensor of a model-wide role of `stack`, or null (and its name).
+const Stored* model_wide(const ModelConfig& c, const std::map<std::string, Stored>& stored,
+                         Role role, mha::Part part, Stack stack, std::string* name = nullptr) {
+  for (const mha::TensorSpec& t : c.family->tensors)
+    if (t.role == role && t.part == part && t.stack == stack && mha::has_tensor(t, c)) {
+      if (name) *name = t.name;
+      return &stored.at(t.name);
+    }
+  return nullptr;
+}
+
+void check_values(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != want[i];
+  CHECK(wrong == 0);
+}
+
+// The model-wide tensors where their accessors put them, in each stack:
+// the final and embedding norms, T5's relative bias tables, BART's logits
+// bias, an image classifier's head, the LM head's rows (lm_head.weight, or
+// the tied embedding) and the embedding rows of three tokens (times
+// embed_scale, plus the stack's own position table's rows and token type
+// 0's); and each accessor empty where the family stores nothing for it.
+void check_model_wide(const mha::Checkpoint& ck, const std::map<std::string, Stored>& stored) {
+  const ModelConfig& c = ck.config();
+  const std::size_t d = c.d_model;
+  const float one = c.norm_plus_one ? 1.0f : 0.0f;
+  std::vector<Stack> stacks = {Stack::main};
+  if (c.encoder_decoder) stacks.push_back(Stack::decoder);
+  for (const Stack stack : stacks) {
+    INFO((stack == Stack::decoder ? "decoder stack" : "main stack"));
+    for (const Role role : {Role::final_norm, Role::embedding_norm}) {
+      const mha::Norm<float> n =
+          role == Role::final_norm ? ck.final_norm(stack) : ck.embedding_norm(stack);
+      std::string wname, bname;
+      const Stored* w = model_wide(c, stored, role, mha::Part::weight, stack, &wname);
+      const Stored* b = model_wide(c, stored, role, mha::Part::bias, stack, &bname);
+      INFO((role == Role::final_norm ? "final norm" : "embedding norm"));
+      CHECK(n.empty() == (w == nullptr));
+      CHECK(n.rms == c.rms_norm);
+      if (w)
+        check_vector(
+            n.gamma, d, [&](std::size_t i) { return w->v[i] + one; }, wname);
+      if (b)
+        check_vector(
+            n.beta, d, [&](std::size_t i) { return b->v[i]; }, bname);
+      CHECK((n.beta.size() == 0) == (b == nullptr));
+    }
+    std::string name;
+    const std::vector<float> table = ck.relative_bias(stack);
+    if (const Stored* r =
+            model_wide(c, stored, Role::relative_bias, mha::Part::weight, stack, &name)) {
+      check_values(table, r->v, name);  // (buckets, h) as stored
+    } else {
+      CHECK(table.empty());
+    }
+    if (c.image_input()) continue;
+    // Token ids 3, 0 and the last at three rows of the position table
+    // (Checkpoint::embed takes rows: the caller adds position_offset).
+    const Stored* words = model_wide(c, stored, Role::token_embedding, mha::Part::weight,
+                                     Stack::main);  // shared by the stacks
+    const Stored* pos = model_wide(c, stored, Role::position_embedding, mha::Part::weight, stack);
+    const Stored* types = model_wide(c, stored, Role::type_embedding, mha::Part::weight, stack);
+    REQUIRE(words != nullptr);
+    const std::int32_t ids[3] = {3, 0, static_cast<std::int32_t>(c.vocab_size - 1)};
+    const std::size_t rows[3] = {1, 0, pos ? c.position_rows - 1 : 7};
+    std::vector<float> got(3 * d), want(3 * d);
+    ck.embed(ids, rows, 3, got.data(), stack);
+    const float scale = static_cast<float>(c.embed_scale);
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < d; ++j) {
+        float e = words->v[static_cast<std::size_t>(ids[i]) * d + j];
+        if (c.embed_scale != 1) e *= scale;
+        if (pos) e += pos->v[rows[i] * d + j];
+        if (types) e += types->v[j];
+        want[i * d + j] = e;
+      }
+    check_values(got, want, "embedding rows");
+  }
+  std::string name;
+  const std::vector<float> bias = ck.logits_bias();
+  if (const Stored* b =
+          model_wide(c, stored, Role::logits_bias, mha::Part::weight, Stack::main, &name)) {
+    check_values(bias, b->v, name);  // (1, vocab) as stored
+  } else {
+    CHECK(bias.empty());
+  }
+  const mha::ClassifierHead head = ck.classifier();
+  if (const Stored* w =
+          model_wide(c, stored, Role::classifier, mha::Part::weight, Stack::main, &name)) {
+    check_values(head.weight, w->v, name);  // (num_labels, d_model) as stored
+    const Stored* b = model_wide(c, stored, Role::classifier, mha::Part::bias, Stack::main, &name);
+    REQUIRE(b != nullptr);
+    check_values(head.bias, b->v, name);
+  } else {
+    CHECK((head.weight.empty() && head.bias.empty()));
+  }
+  if (c.lm_head) {
+    const Stored* rows = model_wide(c, stored, Role::lm_head, mha::Part::weight, Stack::main);
+    CHECK((rows == nullptr) == c.tie_word_embeddings);
+    if (!rows) rows = model_wide(c, stored, Role::token_embedding, mha::Part::weight, Stack::main);
+    REQUIRE(rows != nullptr);
+    std::vector<float> got(2 * d);
+    ck.lm_head_rows(c.vocab_size - 2, 2, got.data());  // the last two rows
+    check_values(got, {rows->v.end() - static_cast<std::ptrdiff_t>(2 * d), rows->v.end()},
+                 "LM head rows");
   }
 }
 
@@ -284,10 +454,53 @@ void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>&
 
 namespace {
 
+using Opened = std::function<void(const mha::Checkpoint&, const std::map<std::string, Stored>&)>;
+
+// A checkpoint's every check: its layers, its model-wide tensors, and the
+// family's own (`opened`).
+void check_checkpoint(const mha::Checkpoint& ck, const std::map<std::string, Stored>& tensors,
+                      const Opened& opened) {
+  check_layer(ck, tensors);
+  if (ck.config().encoder_decoder) check_layer(ck, tensors, Stack::decoder);
+  check_model_wide(ck, tensors);
+  if (opened) opened(ck, tensors);
+}
+
+// A checkpoint without `name`, then with `name` one row (element) longer:
+// refused by name when the directory is opened (headers only).
+void check_refusals(const mha::test::TempDir& tmp, const json& config,
+                    const std::map<std::string, Stored>& tensors, const std::string& name) {
+  INFO(name);
+  auto missing = tensors;
+  REQUIRE(missing.erase(name) == 1);
+  write_checkpoint(tmp / "missing", config, missing);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "missing"); },
+                             "no weights file has tensor \"" + name + "\"");
+  auto wrong = tensors;
+  Stored& s = wrong.at(name);
+  s.shape[0] += 1;
+  s.v.resize(s.v.size() + (s.shape.size() == 2 ? s.shape[1] : 1), 0.5f);
+  write_checkpoint(tmp / "wrong", config, wrong);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "wrong"); },
+                             "tensor \"" + name + "\" has shape");
+}
+
+// The tensors a checkpoint of `c` stores: an image classifier's rows are its
+// labels' (config.json's id2label; three without one), which the checkpoint
+// reads from classifier.weight's shape.
+std::map<std::string, Stored> stored_tensors(ModelConfig c, bool bfloat16 = false) {
+  if (c.classifier) c.num_labels = c.labels.empty() ? 3 : c.labels.size();
+  return all_tensors(c, bfloat16);
+}
+
 // One model_type of a family file: its config.json, then the features it
-// must set, then the tensors in place and the refusals.
+// must set, then the tensors in place (and `opened`, the family's own checks
+// of each checkpoint) and the refusals: layer 1's last tensor, which is a
+// decoder's in an encoder-decoder, and there the decoder's last model-wide
+// tensor (T5's final norm, BART's embedding norm).
 void check_model_type(const char* family, json config,
-                      const std::function<void(const ModelConfig&)>& features) {
+                      const std::function<void(const ModelConfig&)>& features,
+                      const Opened& opened = {}) {
   const std::string type = config["model_type"];
   INFO(family << ": " << type);
   const ModelConfig c = mha::parse_model_config(config.dump(), "config.json");
@@ -297,7 +510,7 @@ void check_model_type(const char* family, json config,
   features(c);
 
   mha::test::TempDir tmp("family");
-  const auto tensors = all_tensors(c);
+  const auto tensors = stored_tensors(c);
   {
     const std::string dir = tmp / "whole";
     write_checkpoint(dir, config, tensors);
@@ -305,13 +518,13 @@ void check_model_type(const char* family, json config,
     std::uint64_t bytes = 0;
     for (const auto& [name, s] : tensors) bytes += 4 * s.v.size();
     CHECK(ck.float32_bytes() == bytes);
-    check_layer(ck, tensors);
+    check_checkpoint(ck, tensors, opened);
   }
   {
     // The same for a bfloat16 pass: the packed layout where the GEMM runs
     // natively (else float32 as above), from values exact in bfloat16, in
     // F32 and BF16 files (whose bits are packed as stored).
-    const auto exact = all_tensors(c, true);
+    const auto exact = stored_tensors(c, true);
     for (const bool bf16_file : {false, true}) {
       INFO((bf16_file ? "BF16 file" : "F32 file"));
       const std::string dir = tmp / (bf16_file ? "bf16_file" : "f32_file");
@@ -319,26 +532,19 @@ void check_model_type(const char* family, json config,
       mha::Checkpoint ck(dir);
       CHECK(ck.stored_dtypes() == std::vector<std::string>{bf16_file ? "BF16" : "F32"});
       ck.set_bf16_gemm(true);
-      check_layer(ck, exact);
+      check_checkpoint(ck, exact, opened);
     }
   }
   // Layer 1's last tensor missing, then one of the wrong shape: refused by
   // name when the directory is opened (headers only).
-  std::string last;
-  for (const mha::TensorSpec& t : c.family->tensors)
+  std::string last, decoder_wide;
+  for (const mha::TensorSpec& t : c.family->tensors) {
     if (mha::per_layer(t.role) && mha::has_tensor(t, c)) last = mha::tensor_name(t, 1);
-  auto missing = tensors;
-  missing.erase(last);
-  write_checkpoint(tmp / "missing", config, missing);
-  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "missing"); },
-                             "no weights file has tensor \"" + last + "\"");
-  auto wrong = tensors;
-  Stored& s = wrong.at(last);
-  s.shape[0] += 1;
-  s.v.resize(s.v.size() + (s.shape.size() == 2 ? s.shape[1] : 1), 0.5f);
-  write_checkpoint(tmp / "wrong", config, wrong);
-  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "wrong"); },
-                             "tensor \"" + last + "\" has shape");
+    if (!mha::per_layer(t.role) && t.stack == Stack::decoder) decoder_wide = t.name;
+  }
+  check_refusals(tmp, config, tensors, last);
+  CHECK(decoder_wide.empty() == !c.encoder_decoder);
+  if (!decoder_wide.empty()) check_refusals(tmp, config, tensors, decoder_wide);
 }
 
 json small(const char* type) {
@@ -494,6 +700,353 @@ TEST_CASE("checkpoint.family.stablelm", "[checkpoint][family]") {
   j["use_parallel_residual"] = true;
   mha::test::require_invalid([&] { mha::parse_model_config(j.dump(), "config.json"); },
                              "key 'use_parallel_residual' is true");
+}
+
+namespace {
+
+ModelConfig parse(const json& j) {
+  return mha::parse_model_config(j.dump(), "config.json");
+}
+
+void require_refused(const json& j, const std::string& fragment) {
+  INFO(j.dump());
+  mha::test::require_invalid([&] { parse(j); }, fragment);
+}
+
+// t5-small's shape, smaller: inner_dim = num_heads * d_kv = 6, not d_model.
+json t5_config() {
+  return {{"model_type", "t5"},
+          {"num_layers", 2},
+          {"d_model", 8},
+          {"num_heads", 2},
+          {"d_kv", 3},
+          {"d_ff", 12},
+          {"vocab_size", 20},
+          {"relative_attention_num_buckets", 8},
+          {"relative_attention_max_distance", 20},
+          {"pad_token_id", 0},
+          {"eos_token_id", 1}};
+}
+
+json bart_config() {
+  return {{"model_type", "bart"},
+          {"encoder_layers", 2},
+          {"decoder_layers", 3},
+          {"d_model", 8},
+          {"encoder_attention_heads", 2},
+          {"decoder_attention_heads", 2},
+          {"encoder_ffn_dim", 12},
+          {"decoder_ffn_dim", 12},
+          {"vocab_size", 20},
+          {"max_position_embeddings", 16},
+          {"pad_token_id", 1},
+          {"bos_token_id", 0},
+          {"eos_token_id", 2}};
+}
+
+json vit_config() {
+  return {{"model_type", "vit"},
+          {"num_hidden_layers", 2},
+          {"hidden_size", 8},
+          {"num_attention_heads", 2},
+          {"intermediate_size", 12},
+          {"image_size", 8},
+          {"patch_size", 4},
+          {"num_channels", 3},
+          {"id2label", {{"0", "cat"}, {"1", "dog"}, {"2", "car"}}}};
+}
+
+// ViT's embeddings of two images, each black but for one pixel of 1 (a
+// channel, row and column): that pixel's patch is the Conv2d's column of
+// it (weight (d_model, channels, p, p) flattened as (channel, row, column)
+// within the patch) plus its bias, every other patch the bias alone, the
+// CLS token first; the position table's rows added to all.
+void check_patch_embeddings(const mha::Checkpoint& ck, const std::map<std::string, Stored>& s) {
+  const ModelConfig& c = ck.config();
+  const std::size_t d = c.d_model, p = c.patch_size, C = c.num_channels, H = c.image_height,
+                    W = c.image_width, K = C * p * p, T = c.patch_rows() * c.patch_cols() + 1;
+  REQUIRE(T == c.position_rows);
+  const std::size_t lit[2][3] = {{C - 1, H - 2, W - 3}, {0, 1, 2}};  // channel, row, column
+  std::vector<float> pixels(2 * C * H * W, 0.0f), got(2 * T * d);
+  for (std::size_t b = 0; b < 2; ++b)
+    pixels[((b * C + lit[b][0]) * H + lit[b][1]) * W + lit[b][2]] = 1.0f;
+  ck.embed_patches(pixels.data(), 2, got.data());
+  const std::vector<float>& w = s.at("embeddings.patch_embeddings.projection.weight").v;
+  const std::vector<float>& bias = s.at("embeddings.patch_embeddings.projection.bias").v;
+  const std::vector<float>& cls = s.at("embeddings.cls_token").v;
+  const std::vector<float>& pos = s.at("embeddings.position_embeddings").v;
+  std::vector<float> want(2 * T * d);
+  for (std::size_t b = 0; b < 2; ++b) {
+    const auto [ch, y, x] = lit[b];
+    const std::size_t patch = (y / p) * c.patch_cols() + x / p, k = (ch * p + y % p) * p + x % p;
+    for (std::size_t n = 0; n < T; ++n)
+      for (std::size_t j = 0; j < d; ++j) {
+        float e = n == 0 ? cls[j] : (n - 1 == patch ? w[j * K + k] : 0.0f) + bias[j];
+        e += pos[n * d + j];
+        want[(b * T + n) * d + j] = e;
+      }
+  }
+  check_values(got, want, "patch embeddings");
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint.family.t5", "[checkpoint][family]") {
+  // T5 v1.0 (t5-small): a ReLU feed-forward (wi), the LM head tied and its input scaled
+  json j = t5_config();
+  j["feed_forward_proj"] = "relu";
+  j["decoder_start_token_id"] = 0;
+  check_model_type("t5", j, [](const ModelConfig& c) {
+    CHECK((c.encoder_decoder && c.num_decoder_layers == 2 && c.decoder_start_token_id == 0));
+    CHECK((c.h == 2 && c.kv_heads == 2 && c.head_dim == 3 && c.d_ff == 12 && c.vocab_size == 20));
+    CHECK((c.relative_buckets == 8 && c.relative_max_distance == 20 && c.position_rows == 0));
+    CHECK((c.activation == mha::Activation::relu && !c.gated_ffn && c.tie_word_embeddings));
+    CHECK(c.lm_head_scale == 1 / std::sqrt(8.0));  // sequence_output * model_dim**-0.5
+    CHECK(c.attn_scale == 1);                      // no 1/sqrt(d_kv)
+    CHECK((c.rms_norm && !c.norm_plus_one && c.norm_placement == mha::NormPlacement::pre));
+    CHECK((c.final_norm && !c.qkv_bias && !c.logits_bias && c.embed_scale == 1));
+    CHECK((!c.causal && c.lm_head && c.norm_eps == 1e-6 && c.max_positions == (1u << 20)));
+  });
+  // T5 v1.1 / FLAN-T5: gated tanh GELU (wi_0 the gate, wi_1 up), an untied, unscaled head; a
+  // decoder of its own depth, starting from pad_token_id
+  j = t5_config();
+  j["feed_forward_proj"] = "gated-gelu";
+  j["tie_word_embeddings"] = false;
+  j["num_decoder_layers"] = 3;
+  j["pad_token_id"] = 5;
+  j["layer_norm_epsilon"] = 1e-5;
+  check_model_type(
+      "t5", j,
+      [](const ModelConfig& c) {
+        CHECK((c.num_layers == 2 && c.num_decoder_layers == 3 && c.decoder_start_token_id == 5));
+        CHECK((c.gated_ffn && c.activation == mha::Activation::gelu_tanh));
+        CHECK((!c.tie_word_embeddings && c.lm_head_scale == 1 && c.norm_eps == 1e-5));
+      },
+      [](const mha::Checkpoint& ck, const std::map<std::string, Stored>&) {
+        // each stack's own table: (buckets, h), distinct
+        CHECK(ck.relative_bias(Stack::main).size() == 16);
+        CHECK(ck.relative_bias(Stack::main) != ck.relative_bias(Stack::decoder));
+      });
+  // feed_forward_proj: "ACT" or "gated-ACT"
+  const struct {
+    const char* proj;
+    mha::Activation act;
+    bool gated;
+  } projections[] = {{"gelu", mha::Activation::gelu, false},
+                     {"gated-gelu_new", mha::Activation::gelu_tanh, true},
+                     {"gelu_pytorch_tanh", mha::Activation::gelu_tanh, false},
+                     {"gated-silu", mha::Activation::silu, true},
+                     {"swish", mha::Activation::silu, false},
+                     {"gated-relu", mha::Activation::relu, true}};
+  for (const auto& p : projections) {
+    j = t5_config();
+    j["feed_forward_proj"] = p.proj;
+    INFO(p.proj);
+    const ModelConfig c = parse(j);
+    CHECK((c.activation == p.act && c.gated_ffn == p.gated && c.tie_word_embeddings));
+  }
+  // Hostile values tests/models/test_seq2seq.py's Errors does not send: the bounds exactly
+  j = t5_config();
+  j["relative_attention_num_buckets"] = 4;
+  j["relative_attention_max_distance"] = 3;  // more than 4 / 2
+  CHECK(parse(j).relative_buckets == 4);
+  j["relative_attention_max_distance"] = 2;
+  require_refused(j,
+                  "key 'relative_attention_max_distance' is 2; expected more than "
+                  "relative_attention_num_buckets / 2 = 2");
+  j["relative_attention_num_buckets"] = 3;
+  require_refused(j, "key 'relative_attention_num_buckets' is 3; expected at least 4");
+  j = t5_config();
+  j["feed_forward_proj"] = "gated-";
+  require_refused(j, "key 'feed_forward_proj' is \"gated-\"; expected \"ACT\" or \"gated-ACT\"");
+  j["feed_forward_proj"] = 1;
+  require_refused(j, "key 'feed_forward_proj' is 1; expected a string");
+  j = t5_config();
+  j["tie_word_embeddings"] = "false";
+  require_refused(j, "key 'tie_word_embeddings' is \"false\"; expected true or false");
+}
+
+TEST_CASE("checkpoint.family.bart", "[checkpoint][family]") {
+  // facebook/bart-large's kind: scaled embeddings, the tied head and its bias
+  json j = bart_config();
+  j["scale_embedding"] = true;
+  check_model_type("bart", j, [](const ModelConfig& c) {
+    CHECK((c.encoder_decoder && c.num_layers == 2 && c.num_decoder_layers == 3));
+    CHECK((c.h == 2 && c.kv_heads == 2 && c.head_dim == 4 && c.d_ff == 12));
+    CHECK(c.attn_scale == 1 / std::sqrt(4.0));
+    CHECK((c.position_offset == 2 && c.position_rows == 18 && c.max_positions == 16));
+    CHECK(c.embed_scale == std::sqrt(8.0));
+    CHECK((c.norm_placement == mha::NormPlacement::post && !c.rms_norm && !c.final_norm));
+    CHECK((c.qkv_bias && c.norm_eps == 1e-5 && c.activation == mha::Activation::gelu));
+    CHECK((c.logits_bias && c.tie_word_embeddings && c.lm_head && c.lm_head_scale == 1));
+    CHECK((c.decoder_start_token_id == 2 && c.relative_buckets == 0 && !c.gated_ffn));
+  });
+  // unscaled, untied (lm_head.weight), another activation and start token
+  j = bart_config();
+  j["scale_embedding"] = false;
+  j["tie_word_embeddings"] = false;
+  j["activation_function"] = "relu";
+  j["decoder_start_token_id"] = 0;
+  check_model_type("bart", j, [](const ModelConfig& c) {
+    CHECK((c.embed_scale == 1 && !c.tie_word_embeddings && c.logits_bias));
+    CHECK((c.activation == mha::Activation::relu && c.decoder_start_token_id == 0));
+  });
+
+  const ModelConfig c = parse(j);
+  const auto tensors = all_tensors(c);
+  mha::test::TempDir tmp("family_bart");
+  {
+    // BartForConditionalGeneration's names: the base model's under "model.", its heads not
+    std::map<std::string, Stored> prefixed;
+    for (const auto& [name, s] : tensors)
+      prefixed[name == "lm_head.weight" || name == "final_logits_bias" ? name : "model." + name] =
+          s;
+    write_checkpoint(tmp / "prefixed", j, prefixed);
+    const mha::Checkpoint ck(tmp / "prefixed");
+    CHECK(ck.config().logits_bias);
+    check_checkpoint(ck, tensors, {});
+  }
+  {
+    // BartModel: no final_logits_bias, none added
+    auto base = tensors;
+    REQUIRE(base.erase("final_logits_bias") == 1);
+    write_checkpoint(tmp / "base", j, base);
+    const mha::Checkpoint ck(tmp / "base");
+    CHECK(!ck.config().logits_bias);
+    CHECK(ck.logits_bias().empty());
+    std::uint64_t bytes = 0;
+    for (const auto& [name, s] : base) bytes += 4 * s.v.size();
+    CHECK(ck.float32_bytes() == bytes);
+    check_checkpoint(ck, base, {});
+  }
+  // final_logits_bias of the wrong length
+  auto wrong = tensors;
+  wrong.at("final_logits_bias").shape[1] += 1;
+  wrong.at("final_logits_bias").v.push_back(0.5f);
+  write_checkpoint(tmp / "wrong_bias", j, wrong);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "wrong_bias"); },
+                             "tensor \"final_logits_bias\" has shape (1, 21)");
+
+  // Hostile values tests/models/test_seq2seq.py's Errors does not send
+  j = bart_config();
+  j["activation_function"] = "tanh";
+  require_refused(j, "key 'activation_function' is \"tanh\"; expected gelu");
+  j = bart_config();
+  j["scale_embedding"] = 1;
+  require_refused(j, "key 'scale_embedding' is 1; expected true or false");
+  j = bart_config();
+  j["decoder_start_token_id"] = -1;
+  require_refused(j, "decoder_start_token_id -1 is outside the vocabulary (vocab_size 20)");
+  j = bart_config();
+  j["vocab_size"] = 2;  // BartConfig's decoder_start_token_id 2 outside it
+  require_refused(j, "decoder_start_token_id 2 is outside the vocabulary (vocab_size 2)");
+  j = bart_config();
+  j["encoder_layers"] = 0;
+  require_refused(j, "key 'encoder_layers' is 0; expected a positive integer");
+}
+
+TEST_CASE("checkpoint.family.vit", "[checkpoint][family]") {
+  // ViTForImageClassification of 8 x 8 images: 4 patches, the CLS token first; id2label's classes
+  json j = vit_config();
+  check_model_type(
+      "vit", j,
+      [](const ModelConfig& c) {
+        CHECK((c.image_input() && c.image_height == 8 && c.image_width == 8));
+        CHECK((c.patch_size == 4 && c.num_channels == 3 && c.patch_rows() == 2 &&
+               c.patch_cols() == 2));
+        CHECK((c.position_rows == 5 && c.max_positions == 5 && c.position_offset == 0));
+        CHECK((c.classifier && c.labels == std::vector<std::string>{"cat", "dog", "car"}));
+        CHECK((c.qkv_bias && !c.causal && !c.lm_head && !c.rms_norm && c.final_norm));
+        CHECK((c.norm_placement == mha::NormPlacement::pre && !c.encoder_decoder));
+        CHECK((c.activation == mha::Activation::gelu && c.norm_eps == 1e-12));
+        CHECK((c.head_dim == 4 && c.attn_scale == 1 / std::sqrt(4.0) && !c.rope));
+      },
+      [](const mha::Checkpoint& ck, const std::map<std::string, Stored>& s) {
+        CHECK((ck.config().num_labels == 3 && ck.config().labels.size() == 3));
+        check_patch_embeddings(ck, s);
+      });
+  // [height, width], no q, k, v biases, the tanh GELU; no id2label: LABEL_i
+  j = vit_config();
+  j["image_size"] = {8, 12};
+  j["qkv_bias"] = false;
+  j["hidden_act"] = "gelu_new";
+  j.erase("id2label");
+  check_model_type(
+      "vit", j,
+      [](const ModelConfig& c) {
+        CHECK((c.image_height == 8 && c.image_width == 12 && c.patch_rows() == 2 &&
+               c.patch_cols() == 3 && c.position_rows == 7));
+        CHECK((!c.qkv_bias && c.activation == mha::Activation::gelu_tanh));
+        CHECK((c.classifier && c.labels.empty()));
+      },
+      [](const mha::Checkpoint& ck, const std::map<std::string, Stored>& s) {
+        CHECK(ck.config().labels == std::vector<std::string>{"LABEL_0", "LABEL_1", "LABEL_2"});
+        check_patch_embeddings(ck, s);
+      });
+  // The border past the last whole patch is not seen
+  j = vit_config();
+  j["image_size"] = 10;
+  CHECK(parse(j).position_rows == 5);
+
+  j = vit_config();
+  const ModelConfig c = parse(j);
+  const auto tensors = stored_tensors(c);
+  mha::test::TempDir tmp("family_vit");
+  {
+    // ViTForImageClassification's names: the base model's under "vit.", the classifier not
+    std::map<std::string, Stored> prefixed;
+    for (const auto& [name, s] : tensors)
+      prefixed[name.rfind("classifier.", 0) == 0 ? name : "vit." + name] = s;
+    write_checkpoint(tmp / "prefixed", j, prefixed);
+    const mha::Checkpoint ck(tmp / "prefixed");
+    CHECK(ck.config().num_labels == 3);
+    check_checkpoint(ck, tensors, check_patch_embeddings);
+  }
+  {
+    // ViTModel: no classifier, none run, id2label dropped
+    auto base = tensors;
+    REQUIRE((base.erase("classifier.weight") == 1 && base.erase("classifier.bias") == 1));
+    write_checkpoint(tmp / "base", j, base);
+    const mha::Checkpoint ck(tmp / "base");
+    CHECK((!ck.config().classifier && ck.config().labels.empty()));
+    std::uint64_t bytes = 0;
+    for (const auto& [name, s] : base) bytes += 4 * s.v.size();
+    CHECK(ck.float32_bytes() == bytes);
+    check_checkpoint(ck, base, check_patch_embeddings);
+  }
+  // A classifier's bias missing, or its weight of another width than d_model
+  auto missing = tensors;
+  missing.erase("classifier.bias");
+  write_checkpoint(tmp / "no_bias", j, missing);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "no_bias"); },
+                             "no weights file has tensor \"classifier.bias\"");
+  auto wrong = tensors;
+  wrong.at("classifier.weight").shape[1] -= 1;
+  wrong.at("classifier.weight").v.resize(3 * 7);
+  write_checkpoint(tmp / "wrong", j, wrong);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "wrong"); },
+                             "tensor \"classifier.weight\" has shape (3, 7); config.json implies "
+                             "(3, 8)");
+
+  // Hostile values (tests/models/test_vit.py sends none of config.json's image keys)
+  j = vit_config();
+  j["num_channels"] = 1;
+  require_refused(j, "key 'num_channels' is 1; expected 3");
+  j = vit_config();
+  j["patch_size"] = 9;
+  require_refused(j, "key 'patch_size' is 9 for images of 8 x 8; expected a patch inside");
+  j["image_size"] = {16, 8};
+  require_refused(j, "key 'patch_size' is 9 for images of 16 x 8");
+  for (const json& size : {json::array({8}), json::array({8, 0}), json::array({8, 70000}),
+                           json::array({8, 8.5}), json::array({8, 8, 8})}) {
+    j = vit_config();
+    j["image_size"] = size;
+    require_refused(j, "key 'image_size' is " + size.dump() +
+                           "; expected a positive integer or [height, width]");
+  }
+  j = vit_config();
+  j["image_size"] = 70000;
+  require_refused(j, "(and image_size at most 65536)");
 }
 
 TEST_CASE("checkpoint.family: the registry", "[checkpoint][family]") {

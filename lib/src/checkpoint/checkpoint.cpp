@@ -251,12 +251,12 @@ void Checkpoint::check_tensors() const {
     const std::string stored = stored_name(spec, name);
     auto it = where_.find(stored);
     if (it == where_.end())
-      fail_input(dir_ + ": no weights file has tensor " + echo(stored) +
+      fail_input(dir_ + ": no weights file has tensor " + echo(stored, 160) +
                  "; expected one of shape " + shape_text(shape) + " for a " + config_.model_type +
                  " of this config.json");
     const StoredTensor* t = files_[it->second]->find(stored);
     if (t->shape != shape)
-      fail_input(files_[it->second]->path() + ": tensor " + echo(stored) + " has shape " +
+      fail_input(files_[it->second]->path() + ": tensor " + echo(stored, 160) + " has shape " +
                  shape_text(t->shape) + "; config.json implies " + shape_text(shape));
   };
   for (const auto& [stack, layers] : stacks(config_))
