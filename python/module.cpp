@@ -33,6 +33,7 @@
 #include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/lens.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
+#include "mha/checkpoint/seq2seq_analysis.hpp"
 #include "mha/io/image.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/io/npy.hpp"
@@ -1036,7 +1037,8 @@ class PyModel {
     return a;
   }
 
-  py::dict loss(const py::object& input, std::int64_t threads) const {
+  py::dict loss(const py::object& input, std::int64_t threads, const py::object& labels) const {
+    if (seq2seq_analysis(labels, "loss", true)) return seq2seq_loss(input, labels, threads);
     const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
     const mha::ModelInput in = input_of(input);
     const mha::ModelConfig& c = model_.config();
@@ -1063,6 +1065,7 @@ class PyModel {
   }
 
   py::dict logit_lens(const py::object& input, std::int64_t top_k, std::int64_t threads) const {
+    seq2seq_analysis(py::none(), "logit_lens", false);
     const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
     const mha::ModelInput in = input_of(input);
     const mha::ModelConfig& c = model_.config();
@@ -1104,6 +1107,12 @@ class PyModel {
                          bool flow, const std::optional<std::vector<std::int64_t>>& layers,
                          const std::optional<std::vector<std::int64_t>>& heads,
                          std::int64_t threads) const {
+    seq2seq_analysis(py::none(),
+                     flow        ? "attention_flow"
+                     : detectors ? "head_scores"
+                     : rollout   ? "rollout"
+                                 : "attention_norms",
+                     false);
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput in = input_of(input);
     const mha::ModelConfig& c = model_.config();
@@ -1165,14 +1174,210 @@ class PyModel {
     return out;
   }
 
+  // An encoder-decoder's analyses (docs/analyses.md "Encoder-decoders") take
+  // its target as labels= (transformers' name for the teacher-forced target);
+  // other models refuse labels, and an encoder-decoder refuses every analysis
+  // without them, and those it does not have.
+  bool seq2seq_analysis(const py::object& labels, const char* method, bool supported) const {
+    const mha::ModelConfig& c = model_.config();
+    const std::string& dir = model_.checkpoint().dir();
+    if (!labels.is_none() && !c.encoder_decoder)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(method) + ": labels=: a " + c.model_type + " (" + dir +
+                           ") is not an encoder-decoder; labels are for T5 and BART checkpoints");
+    if (!c.encoder_decoder) return false;
+    if (!supported)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(method) + ": not for an encoder-decoder (" + c.model_type +
+                           "); its analyses are loss, rollout, attention_norms and ablation, "
+                           "each with labels=");
+    if (labels.is_none())
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       std::string(method) + ": " + dir + ": a " + c.model_type +
+                           " is an encoder-decoder; give its target as labels= (a text, a list "
+                           "of texts or token ids), as mha analyze --target_text");
+    return true;
+  }
+
+  // Both sides, held together: the batch's pointers are into source and target.
+  struct Seq2SeqSides {
+    mha::ModelInput source;
+    mha::Seq2SeqInput target;
+    mha::Seq2SeqBatch batch() const {
+      mha::Seq2SeqBatch b;
+      b.source = source.ids.data();
+      b.B = source.B, b.S = source.T, b.T = target.labels.T;
+      b.source_lengths = source.lengths;
+      b.target_lengths = target.decoder.lengths;
+      b.decoder_ids = target.decoder.ids.data();
+      b.labels = target.labels.ids.data();
+      return b;
+    }
+  };
+  std::unique_ptr<Seq2SeqSides> seq2seq_sides(const py::object& input,
+                                              const py::object& labels) const {
+    auto sides = std::make_unique<Seq2SeqSides>();
+    sides->source = input_of(input);
+    const mha::ModelInput target = input_of(labels);
+    if (target.B != sides->source.B)
+      throw mha::Error(mha::ErrorKind::invalid_input,
+                       "labels: " + std::to_string(target.B) + " target rows for " +
+                           std::to_string(sides->source.B) +
+                           " source rows; expected one target per source");
+    sides->target = mha::seq2seq_target(model_, target);
+    return sides;
+  }
+
+  // Layer indices name a layer of both stacks, as `mha analyze`'s; unset: every
+  // layer of each.
+  mha::ModelCall seq2seq_selection(const std::optional<std::vector<std::int64_t>>& layers,
+                                   const std::optional<std::vector<std::int64_t>>& heads,
+                                   std::int64_t threads) const {
+    const mha::ModelConfig& c = model_.config();
+    mha::ModelConfig both = c;
+    both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
+    mha::ModelCall call = mha::check_model_call(both, {true, layers, heads, 5, threads});
+    if (!layers) {
+      call.map_layers.clear();
+      for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
+        call.map_layers.push_back(l);
+    }
+    return call;
+  }
+
+  py::dict seq2seq_loss(const py::object& input, const py::object& labels,
+                        std::int64_t threads) const {
+    const mha::ModelCall call = seq2seq_selection(std::nullopt, std::nullopt, threads);
+    const auto sides = seq2seq_sides(input, labels);
+    const mha::Seq2SeqBatch in = sides->batch();
+    std::vector<double> loss;
+    {
+      py::gil_scoped_release release;
+      mha::Seq2SeqOptions so;
+      so.threads = call.threads;
+      mha::Seq2SeqResult r =
+          mha::forward_seq2seq(model_.checkpoint(), in.source, in.B, in.S, in.source_lengths,
+                               in.decoder_ids, in.T, in.target_lengths, so);
+      mha::ForwardResult finite;
+      finite.output = std::move(r.output);
+      mha::check_finite_output(finite, model_.checkpoint().dir());
+      loss = mha::seq2seq_token_loss(model_.checkpoint(), finite.output.data(), in, call.threads);
+    }
+    double sum = 0;
+    std::size_t n = 0;
+    for (double v : loss)
+      if (!std::isnan(v)) sum += v, ++n;
+    py::dict out;
+    out["loss"] = array(loss, {py::ssize_t(in.B), py::ssize_t(in.T)});
+    out["mean"] = n ? sum / double(n) : std::nan("");
+    out["perplexity"] = std::exp(n ? sum / double(n) : std::nan(""));
+    out["tokens"] = n;
+    return out;
+  }
+
+  // {"encoder", "decoder", "cross"}: the rollouts (layers, B, queries, keys), or
+  // the norms (layers, B, heads, queries, keys), as `mha analyze` writes them.
+  py::dict seq2seq_maps(const py::object& input, const py::object& labels, bool rollout,
+                        const std::optional<std::vector<std::int64_t>>& layers,
+                        const std::optional<std::vector<std::int64_t>>& heads,
+                        std::int64_t threads) const {
+    const mha::ModelConfig& c = model_.config();
+    const mha::ModelCall call = seq2seq_selection(layers, heads, threads);
+    const auto sides = seq2seq_sides(input, labels);
+    const mha::Seq2SeqBatch in = sides->batch();
+    const std::size_t B = in.B, S = in.S, T = in.T, Hs = call.map_heads.size();
+    const auto chosen = [&](std::size_t n) {  // the chosen layers a stack of n has
+      return std::size_t(std::lower_bound(call.map_layers.begin(), call.map_layers.end(), n) -
+                         call.map_layers.begin());
+    };
+    const std::size_t layers_of[3] = {chosen(c.num_layers), chosen(c.num_decoder_layers),
+                                      chosen(c.num_decoder_layers)};
+    const std::size_t queries[3] = {S, T, T}, keys[3] = {S, T, S};
+    std::uint64_t bytes = mha::seq2seq_memory(c, model_.checkpoint().layer_float32_bytes(), B, S, T,
+                                              mha::resolve_threads(call.threads));
+    bytes += std::uint64_t{12} * B * c.h * (S * S + T * T + T * S);  // a layer's maps, rollouts
+    for (int k = 0; k < 3; ++k)
+      bytes += std::uint64_t{4} * layers_of[k] * B * (rollout ? 1 : Hs) * queries[k] * keys[k];
+    check_memory(bytes, rollout ? "rollout" : "attention_norms");
+    py::array_t<float> maps[3];
+    float* data[3];
+    for (int k = 0; k < 3; ++k) {
+      std::vector<py::ssize_t> shape = {py::ssize_t(layers_of[k]), py::ssize_t(B),
+                                        py::ssize_t(queries[k]), py::ssize_t(keys[k])};
+      if (!rollout) shape.insert(shape.begin() + 2, py::ssize_t(Hs));
+      maps[k] = py::array_t<float>(shape);
+      data[k] = maps[k].mutable_data();
+    }
+    {
+      py::gil_scoped_release release;
+      mha::Seq2SeqMapOptions o;
+      o.rollout = rollout;
+      o.norms = !rollout;
+      o.layers = call.map_layers;
+      o.heads = call.map_heads;
+      o.threads = call.threads;
+      o.rollout_sink = [&](mha::MapKind k, std::size_t l, std::size_t b, const float* R) {
+        const std::size_t n = queries[int(k)] * keys[int(k)];
+        std::copy_n(R, n, data[int(k)] + (l * B + b) * n);
+      };
+      o.norms_sink = [&](mha::MapKind k, std::size_t slot, std::size_t b, std::size_t hs,
+                         const float* v) {
+        const std::size_t n = queries[int(k)] * keys[int(k)];
+        std::copy_n(v, n, data[int(k)] + ((slot * B + b) * Hs + hs) * n);
+      };
+      mha::ForwardResult finite;
+      finite.output = mha::analyze_seq2seq_maps(model_.checkpoint(), in, o).output;
+      mha::check_finite_output(finite, model_.checkpoint().dir());
+    }
+    py::dict out;
+    out["encoder"] = maps[0];
+    out["decoder"] = maps[1];
+    out["cross"] = maps[2];
+    return out;
+  }
+
+  py::dict seq2seq_ablation(const py::object& input, const py::object& labels,
+                            const std::string& kind, const std::string& metric,
+                            const std::optional<std::string>& target,
+                            const std::optional<std::string>& foil,
+                            const std::optional<std::vector<std::int64_t>>& layers,
+                            const std::optional<std::vector<std::int64_t>>& heads,
+                            std::int64_t threads) const {
+    const mha::ModelCall call = seq2seq_selection(layers, heads, threads);
+    const auto sides = seq2seq_sides(input, labels);
+    const mha::Seq2SeqBatch in = sides->batch();
+    mha::InterventionOptions io = mha::intervention_options(model_, call, metric, target, foil);
+    io.layers = call.map_layers;
+    mha::Seq2SeqAblation a;
+    {
+      py::gil_scoped_release release;
+      a = mha::seq2seq_head_ablation(
+          model_.checkpoint(), in, kind == "mean" ? mha::Ablation::mean : mha::Ablation::zero, io);
+    }
+    const mha::ModelConfig& c = model_.config();
+    const auto chosen = [&](std::size_t n) {
+      return py::ssize_t(std::lower_bound(a.layers.begin(), a.layers.end(), n) - a.layers.begin());
+    };
+    const py::ssize_t B = py::ssize_t(in.B), H = py::ssize_t(a.heads.size());
+    py::dict out;
+    out["encoder"] = array(a.encoder, {B, chosen(c.num_layers), H});
+    out["decoder"] = array(a.decoder, {B, chosen(c.num_decoder_layers), H});
+    out["cross"] = array(a.cross, {B, chosen(c.num_decoder_layers), H});
+    out["clean"] = a.clean;
+    out["metric"] = mha::to_string(io.metric);
+    return out;
+  }
+
   py::dict ablation(const py::object& input, const std::string& kind, const std::string& metric,
                     const std::optional<std::string>& target,
                     const std::optional<std::string>& foil,
                     const std::optional<std::vector<std::int64_t>>& layers,
-                    const std::optional<std::vector<std::int64_t>>& heads,
-                    std::int64_t threads) const {
+                    const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads,
+                    const py::object& labels) const {
     if (kind != "zero" && kind != "mean")
       throw mha::Error(mha::ErrorKind::invalid_input, "ablation: expected 'zero' or 'mean'");
+    if (seq2seq_analysis(labels, "ablation", true))
+      return seq2seq_ablation(input, labels, kind, metric, target, foil, layers, heads, threads);
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput in = input_of(input);
     if (model_.config().image_input()) mha::check_intervention_head(model_.checkpoint());
@@ -1207,6 +1412,7 @@ class PyModel {
                     const std::optional<std::vector<std::int64_t>>& layers,
                     const std::optional<std::vector<std::int64_t>>& heads,
                     std::int64_t threads) const {
+    seq2seq_analysis(py::none(), "patching", false);
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput a = model_.encode({clean}), b = model_.encode({corrupt});
     if (a.T != b.T)
@@ -1330,21 +1536,29 @@ PYBIND11_MODULE(mha, m) {
            "queries and keys the scores use, after QK-norm and RoPE) or None, and top_k (per "
            "row, (id, token, p)) for causal LMs or None.")
       .def("loss", &PyModel::loss, py::arg("input"), py::kw_only(), py::arg("threads") = 0,
-           "loss(input) -> dict: loss (B, T), each next token's cross-entropy (NaN where there "
-           "is none), mean, perplexity, tokens (docs/analyses.md)")
+           py::arg("labels") = py::none(),
+           "loss(input, labels=None) -> dict: loss (B, T), each next token's cross-entropy (NaN "
+           "where there is none), mean, perplexity, tokens (docs/analyses.md); for an "
+           "encoder-decoder, labels= is its target and loss[b, t] is target token t's")
       .def("logit_lens", &PyModel::logit_lens, py::arg("input"), py::kw_only(),
            py::arg("top_k") = 5, py::arg("threads") = 0,
            "logit_lens(input, top_k=5) -> dict: p_next and rank (layers + 1, B, T), top_ids and "
            "top_p (layers + 1, B, T, top_k)")
       .def(
           "rollout",
-          [](const PyModel& m, const py::object& input, std::int64_t threads) {
+          [](const PyModel& m, const py::object& input, std::int64_t threads,
+             const py::object& labels) {
+            if (m.seq2seq_analysis(labels, "rollout", true))
+              return py::object(
+                  m.seq2seq_maps(input, labels, true, std::nullopt, std::nullopt, threads));
             const py::dict d = m.maps_analysis(input, true, false, false, false, std::nullopt,
                                                std::nullopt, threads);
             return py::object(d["rollout"]);
           },
-          py::arg("input"), py::kw_only(), py::arg("threads") = 0,
-          "rollout(input) -> array (layers, B, T, T): attention rollout (Abnar & Zuidema 2020)")
+          py::arg("input"), py::kw_only(), py::arg("threads") = 0, py::arg("labels") = py::none(),
+          "rollout(input, labels=None) -> array (layers, B, T, T): attention rollout (Abnar & "
+          "Zuidema 2020); for an encoder-decoder with labels= (its target), a dict of the "
+          "encoder's, the decoder's and the cross rollout")
       .def(
           "attention_flow",
           [](const PyModel& m, const py::object& input, std::int64_t threads) {
@@ -1359,15 +1573,20 @@ PYBIND11_MODULE(mha, m) {
           "attention_norms",
           [](const PyModel& m, const py::object& input,
              const std::optional<std::vector<std::int64_t>>& layers,
-             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
+             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads,
+             const py::object& labels) {
+            if (m.seq2seq_analysis(labels, "attention_norms", true))
+              return py::object(m.seq2seq_maps(input, labels, false, layers, heads, threads));
             const py::dict d =
                 m.maps_analysis(input, false, true, false, false, layers, heads, threads);
             return py::object(d["attention_norms"]);
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
           py::arg("head_indices") = py::none(), py::arg("threads") = 0,
-          "attention_norms(input) -> array (layers, B, heads, T, T): ||a_ij f_h(x_j)|| "
-          "(Kobayashi et al. 2020)")
+          py::arg("labels") = py::none(),
+          "attention_norms(input, labels=None) -> array (layers, B, heads, T, T): ||a_ij "
+          "f_h(x_j)|| (Kobayashi et al. 2020); for an encoder-decoder with labels=, a dict of "
+          "the encoder's, the decoder's and the cross-attention's")
       .def(
           "head_scores",
           [](const PyModel& m, const py::object& input,
@@ -1383,9 +1602,12 @@ PYBIND11_MODULE(mha, m) {
            py::arg("ablation") = "zero", py::arg("metric") = "", py::arg("target") = py::none(),
            py::arg("foil") = py::none(), py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("threads") = 0,
-           "ablation(input, ablation='zero', metric='', target=None, foil=None) -> dict: effect "
-           "(B, layers, heads), clean, metric; for an image classifier (input: images), target "
-           "and foil name classes by label, and predicted lists each row's clean (id, label)")
+           py::arg("labels") = py::none(),
+           "ablation(input, ablation='zero', metric='', target=None, foil=None, labels=None) -> "
+           "dict: effect (B, layers, heads), clean, metric; for an image classifier (input: "
+           "images), target and foil name classes by label, and predicted lists each row's clean "
+           "(id, label); for an encoder-decoder with labels= (its target), encoder, decoder and "
+           "cross (B, layers, heads) for each kind of attention")
       .def("patching", &PyModel::patching, py::arg("clean"), py::arg("corrupt"), py::kw_only(),
            py::arg("metric") = "", py::arg("target") = py::none(), py::arg("foil") = py::none(),
            py::arg("layer_indices") = py::none(), py::arg("head_indices") = py::none(),

@@ -225,6 +225,61 @@ class Python(Seq2SeqTest):
             self.assertEqual([[i for i, _, _ in row] for row in r["top_k"]], [[e["id"] for e in row] for row in top])
             self.assertIsNone(r["attention"])
 
+    def test_analyses_equal_cli(self):
+        """Model.loss, rollout, attention_norms and ablation with labels= (the target) return the
+        bits `mha analyze --target_tokens` writes."""
+        import mha
+        for variant in ("t5_v1_1", "bart"):
+            family, kw = VARIANTS[variant]
+            d, config, _ = self.checkpoint(variant, family, **kw)
+            src, src_path = self.ids(config, "src.npy", 2, 9, 3)
+            labels, lab_path = self.ids(config, "labels.npy", 2, 7, 4)
+            out = self.path("analysis_" + variant)
+            p = subprocess.run([MHA, "analyze", "-q", "--model", d, "--tokens", src_path, "--target_tokens",
+                                lab_path, "--out_dir", out, "--head_indices", "1,2", "--method", "loss",
+                                "--method", "rollout", "--method", "norms", "--method", "ablation",
+                                "--ablation", "mean"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            m = mha.Model(d)
+            got = {"loss": m.loss(src, labels=labels)["loss"]}
+            for kind, a in m.rollout(src, labels=labels).items():
+                got[kind + "_rollout"] = a
+            for kind, a in m.attention_norms(src, labels=labels, head_indices=[1, 2]).items():
+                got[kind + "_attention_norms"] = a
+            ab = m.ablation(src, labels=labels, ablation="mean", head_indices=[1, 2])
+            for kind in ("encoder", "decoder", "cross"):
+                got[kind + "_ablation"] = ab[kind]
+            self.assertEqual(ab["clean"], self.read_json(out, "run.json")["summary"]["ablation"]["clean"])
+            self.assertEqual(len(got), 10)
+            for name, a in got.items():
+                if name != "loss":
+                    np.testing.assert_array_equal(a, np.load(os.path.join(out, name + ".npy")), err_msg=name)
+            # loss beside the map methods shares their pass, whose attention takes the maps' exact
+            # path (docs/analyses.md "In Python"): bit for bit against a loss-only analysis
+            np.testing.assert_allclose(got["loss"], np.load(os.path.join(out, "loss.npy")), rtol=1e-5)
+            p = subprocess.run([MHA, "analyze", "-q", "--model", d, "--tokens", src_path, "--target_tokens",
+                                lab_path, "--out_dir", out + "_loss", "--method", "loss"],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            np.testing.assert_array_equal(got["loss"], np.load(os.path.join(out + "_loss", "loss.npy")))
+
+    def test_analysis_refusals(self):
+        import mha
+        d, _, _ = self.checkpoint("t5", "t5")
+        g, _, _ = self.checkpoint("gpt2", "gpt2")
+        ids = np.array([[3, 4, 5]])
+        t5, gpt2 = mha.Model(d), mha.Model(g)
+        for call, words in ((lambda: t5.rollout(ids), "labels="),
+                            (lambda: t5.ablation(ids), "labels="),
+                            (lambda: t5.logit_lens(ids), "not for an encoder-decoder"),
+                            (lambda: t5.head_scores(ids), "not for an encoder-decoder"),
+                            (lambda: t5.attention_flow(ids), "not for an encoder-decoder"),
+                            (lambda: t5.loss(ids, labels=np.array([[3], [4]])), "2 target rows"),
+                            (lambda: gpt2.rollout(ids, labels=ids), "not an encoder-decoder")):
+            with self.assertRaises(ValueError) as e:
+                call()
+            self.assertIn(words, str(e.exception))
+
     def test_refusals(self):
         import mha
         d, config, _ = self.checkpoint("t5", "t5")
