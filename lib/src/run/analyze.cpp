@@ -673,6 +673,12 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   run["arrays"] = arrays;
   run["summary"] = summary;
   run["threads"] = threads;
+  commit_analysis(config, std::move(run), out, report, need, max_memory, start);
+  return report;
+}
+
+void commit_analysis(const AnalyzeConfig& config, json run, OutputSet& out, AnalyzeReport& report,
+                     std::uint64_t need, std::uint64_t max_memory, Clock::time_point start) {
   run["dtype"] = config.dtype;
   run.update(compute_json(config.dtype));
   run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
@@ -687,11 +693,11 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   out.stage_bytes("run.json", run.dump(2) + "\n");
   out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
     std::error_code ec;
-    return config.tokens && std::filesystem::equivalent(*config.tokens, p, ec);
+    return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
+           (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
   }));
   out.commit();
   report.run = std::move(run);
-  return report;
 }
 
 }  // namespace mha

@@ -5,13 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/seq2seq_analysis.hpp"
-#include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
@@ -254,25 +252,7 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
   run["arrays"] = arrays;
   run["summary"] = summary;
   run["threads"] = threads;
-  run["dtype"] = config.dtype;
-  run.update(compute_json(config.dtype));
-  run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
-  json outputs = json::object();
-  for (const std::string& name : report.outputs) {
-    const FileChecksum sum = out.checksum(name);
-    outputs[name] = {{"bytes", sum.bytes}, {"crc32", crc32_hex(sum.crc32)}};
-  }
-  run["outputs"] = outputs;
-  run["total_ms"] = ms_since(start);
-  report.outputs.push_back("run.json");
-  out.stage_bytes("run.json", run.dump(2) + "\n");
-  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
-    std::error_code ec;
-    return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
-           (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
-  }));
-  out.commit();
-  report.run = std::move(run);
+  commit_analysis(config, std::move(run), out, report, need, max_memory, start);
   return report;
 }
 

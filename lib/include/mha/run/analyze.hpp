@@ -19,6 +19,7 @@
 // (run_analyze_seq2seq).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -31,6 +32,8 @@
 #include "mha/run/model_run.hpp"
 
 namespace mha {
+
+class OutputSet;
 
 struct AnalyzeConfig {
   std::string model;
@@ -105,5 +108,14 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config);
 //             (B, layers, heads)
 // with tokens.json of both sides and run.json.
 AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& model);
+
+// The end every analysis shares: run.json's dtype, compute, memory (`need`
+// against `max_memory`), every output's checksum and total_ms (since
+// `start`) added to `run`, written beside the outputs, the outputs of an earlier run in out_dir
+// removed (the input ids files kept), and all of it committed; report.run and report.outputs
+// filled.
+void commit_analysis(const AnalyzeConfig& config, nlohmann::json run, OutputSet& out,
+                     AnalyzeReport& report, std::uint64_t need, std::uint64_t max_memory,
+                     std::chrono::steady_clock::time_point start);
 
 }  // namespace mha
