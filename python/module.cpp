@@ -913,10 +913,8 @@ class PyModel {
       throw mha::Error(mha::ErrorKind::invalid_input,
                        std::string(qk ? "qk=True" : "hidden_states=True") +
                            ": not supported for encoder-decoder models");
-    mha::ModelConfig both = c;  // layer indices name a layer of both stacks
-    both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
     const mha::ModelCall options =
-        mha::check_model_call(both, {attention, layers, heads, top_k, threads});
+        mha::check_seq2seq_call(c, {attention, layers, heads, top_k, threads});
     mha::ModelInput in = input_of(input);
     const mha::ModelInput labels = input_of(target);
     if (labels.B != in.B)
@@ -928,11 +926,7 @@ class PyModel {
     so.threads = options.threads;
     so.top_k = options.top_k;
     so.map_heads = options.map_heads;
-    if (attention && !layers)
-      for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
-        so.map_layers.push_back(l);
-    else
-      so.map_layers = options.map_layers;
+    so.map_layers = options.map_layers;
     auto count = [&](std::size_t n) {  // the selected layers a stack of n has
       return static_cast<std::size_t>(
           std::lower_bound(so.map_layers.begin(), so.map_layers.end(), n) - so.map_layers.begin());
@@ -1233,16 +1227,7 @@ class PyModel {
   mha::ModelCall seq2seq_selection(const std::optional<std::vector<std::int64_t>>& layers,
                                    const std::optional<std::vector<std::int64_t>>& heads,
                                    std::int64_t threads) const {
-    const mha::ModelConfig& c = model_.config();
-    mha::ModelConfig both = c;
-    both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
-    mha::ModelCall call = mha::check_model_call(both, {true, layers, heads, 5, threads});
-    if (!layers) {
-      call.map_layers.clear();
-      for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
-        call.map_layers.push_back(l);
-    }
-    return call;
+    return mha::check_seq2seq_call(model_.config(), {true, layers, heads, 5, threads});
   }
 
   py::dict seq2seq_loss(const py::object& input, const py::object& labels,

@@ -59,6 +59,15 @@ class Seq2SeqTest(unittest.TestCase):
         d = self.path(name)
         return d, dict(config, torch_dtype=checkpoints.TORCH_DTYPE[dtype]), checkpoints.write(d, config, t, dtype)
 
+    def t5_with_tokenizer(self):
+        """A T5 checkpoint with make_unigram.py's T5-layout Unigram tokenizer.json (32000 pieces)."""
+        import make_unigram
+        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
+        d, config, sd = self.checkpoint("t5", "t5", vocab=32000)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        return d, config, sd
+
     def ids(self, config, name, B, T, seed):
         a = np.random.default_rng(seed).integers(3, config["vocab_size"], (B, T)).astype(np.int64)
         p = self.path(name)
@@ -167,12 +176,7 @@ class Text(Seq2SeqTest):
     two targets of different lengths, right-padded and masked in every attention."""
 
     def test_t5_unigram_batch(self):
-        import make_unigram
-        modules = os.path.join(HERE, "..", "tokenizer", "node_modules")
-        tok = make_unigram.tokenizers(modules)["unigram"][0]
-        d, config, sd = self.checkpoint("t5", "t5", vocab=32000)
-        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(tok, f, ensure_ascii=False)
+        d, config, sd = self.t5_with_tokenizer()
         sources = ["Translate English to German: the house is wonderful.", "Hello there"]
         targets = ["Das Haus ist wunderbar.", "Hallo zusammen, wie geht es?"]
         out = self.path("out")
@@ -303,11 +307,7 @@ class View(Seq2SeqTest):
         sys.path.insert(0, os.path.join(HERE, "..", "view"))
         from browser import Browser, require_chromium
         require_chromium(["view.CrossAttention"])
-        import make_unigram
-        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
-        d, _, _ = self.checkpoint("t5", "t5", vocab=32000)
-        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(tok, f, ensure_ascii=False)
+        d, _, _ = self.t5_with_tokenizer()
         out = self.path("out")
         self.mha("--model", d, "--out_dir", out, "--save_attention", "--text", "the house is big",
                  "--target_text", "das Haus")
@@ -352,11 +352,7 @@ class View(Seq2SeqTest):
         sys.path.insert(0, os.path.join(HERE, "..", "view"))
         from browser import Browser, require_chromium
         require_chromium(["view.CrossAttention"])
-        import make_unigram
-        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
-        d, _, _ = self.checkpoint("t5", "t5", vocab=32000)
-        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(tok, f, ensure_ascii=False)
+        d, _, _ = self.t5_with_tokenizer()
         out = self.path("analysis")
         p = subprocess.run([MHA, "analyze", "-q", "--model", d, "--out_dir", out, "--text", "the house is big",
                             "--target_text", "das Haus", "--method", "loss", "--method", "rollout",
@@ -496,11 +492,7 @@ class Analyze(Seq2SeqTest):
             np.testing.assert_allclose(self.load(out, kind + "_attention_norms.npy"), want, err_msg=kind, **TOL)
 
     def test_padded_batch_from_text(self):
-        import make_unigram
-        tok = make_unigram.tokenizers(os.path.join(HERE, "..", "tokenizer", "node_modules"))["unigram"][0]
-        d, config, sd = self.checkpoint("t5", "t5", vocab=32000)
-        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(tok, f, ensure_ascii=False)
+        d, config, sd = self.t5_with_tokenizer()
         out, _ = self.analyze("--model", d, "--text", "the house is wonderful today", "--target_text", "das Haus",
                               "--text", "hello", "--target_text", "Hallo zusammen, wie geht es dir?",
                               "--method", "loss", "--method", "rollout", "--method", "norms")

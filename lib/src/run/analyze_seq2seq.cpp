@@ -57,11 +57,9 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
   if (lm_methods && !c.has_lm_head())
     fail_input(config.model + ": a " + c.model_type +
                " has no LM head; loss and ablation need the target's predictions");
-  // Layer indices name a layer of both stacks, as `mha run`'s.
-  ModelConfig both = c;
-  both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
+  // Layer indices name a layer of both stacks, as `mha run`'s; unset, every layer of each.
   const ModelCall call =
-      check_model_call(both, {true, config.layers, config.heads, config.top_k, config.threads});
+      check_seq2seq_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
   const int threads = resolve_threads(call.threads);
   Seq2SeqSides sides = read_seq2seq_sides(
       whole, {config.texts, config.tokens, config.target_texts, config.target_tokens});
@@ -70,13 +68,7 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
   const ModelInput& decoder = sides.target.decoder;
   InterventionOptions io =
       intervention_options(whole, call, config.metric, config.target, config.foil);
-  // Unset --layer_indices: every layer of each stack.
-  std::vector<std::size_t> layers = call.map_layers;
-  if (!config.layers) {
-    layers.clear();
-    for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
-      layers.push_back(l);
-  }
+  const std::vector<std::size_t>& layers = call.map_layers;
   io.layers = layers;
   const std::size_t B = source.B, S = source.T, T = labels.T, h = c.h, Hs = call.map_heads.size();
   const auto layers_of = [&](std::size_t n) {

@@ -80,6 +80,18 @@ Seq2SeqSides read_seq2seq_sides(const Model& model, const Seq2SeqFlags& f) {
   return sides;
 }
 
+ModelCall check_seq2seq_call(const ModelConfig& c, const ModelCallOptions& o) {
+  ModelConfig both = c;
+  both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
+  ModelCall call = check_model_call(both, o);
+  if (o.attention && !o.layers) {
+    call.map_layers.clear();
+    for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
+      call.map_layers.push_back(l);
+  }
+  return call;
+}
+
 ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   const auto start = Clock::now();
   const Checkpoint& model = whole.checkpoint();
@@ -98,18 +110,9 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
       whole, {config.texts, config.tokens, config.target_texts, config.target_tokens});
   report.input = std::move(sides.source);
   const ModelInput& labels = sides.target.labels;
-  // Layer indices name a layer of both stacks.
-  ModelConfig both = c;
-  both.num_layers = std::min(c.num_layers, c.num_decoder_layers);
-  const ModelCall call = check_model_call(
-      both, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
-  if (config.save_attention && !config.layers) {  // every layer of each stack
-    report.map_layers.clear();
-    for (std::size_t l = 0; l < std::max(c.num_layers, c.num_decoder_layers); ++l)
-      report.map_layers.push_back(l);
-  } else {
-    report.map_layers = call.map_layers;
-  }
+  const ModelCall call = check_seq2seq_call(
+      c, {config.save_attention, config.layers, config.heads, config.top_k, config.threads});
+  report.map_layers = call.map_layers;
   report.map_heads = call.map_heads;
   report.threads = resolve_threads(call.threads);
   const std::size_t B = report.input.B, S = report.input.T, T = labels.T, d = c.d_model;

@@ -262,4 +262,9 @@ struct Seq2SeqSides {
 };
 Seq2SeqSides read_seq2seq_sides(const Model& model, const Seq2SeqFlags& flags);
 
+// check_model_call for an encoder-decoder: a layer index names a layer of
+// both stacks (it must be under both layer counts); with o.attention and no
+// o.layers, map_layers holds every layer of each stack (0 to the larger count).
+ModelCall check_seq2seq_call(const ModelConfig& c, const ModelCallOptions& o);
+
 }  // namespace mha
