@@ -150,6 +150,15 @@ foreach(group Forward Preprocess Refusals Analyze Classifier Ablation)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.vit.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# DeiT (tests/models/test_vit.py Deit*): the distillation token and the teacher's heads against
+# reference.deit, DeiTImageProcessor's centre crop against its transcription and PIL, the
+# refusals, rollout and ablation; the view's overlay of its patches is in view.ImageOverlay.
+foreach(group Forward Preprocess Classifier Refusals Analyze)
+  add_test(NAME models.deit.${group}
+           COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_vit.py Deit${group}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(models.deit.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
+endforeach()
 # `mha analyze` against the references (tests/models/test_analyze.py): loss and logit lens,
 # rollout, value-weighted norms and head detectors, ablation and patching, refusals.
 foreach(group Lens Maps Interventions Corpus Errors)

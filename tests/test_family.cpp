@@ -19,6 +19,7 @@
 
 #include "mha/checkpoint/checkpoint.hpp"
 #include "mha/checkpoint/family.hpp"
+#include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/model_config.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/kernel/packed_weights.hpp"
@@ -756,16 +757,24 @@ json vit_config() {
           {"id2label", {{"0", "cat"}, {"1", "dog"}, {"2", "car"}}}};
 }
 
+json deit_config() {
+  json j = vit_config();
+  j["model_type"] = "deit";
+  return j;
+}
+
 // ViT's embeddings of two images, each black but for one pixel of 1 (a
 // channel, row and column): that pixel's patch is the Conv2d's column of
 // it (weight (d_model, channels, p, p) flattened as (channel, row, column)
 // within the patch) plus its bias, every other patch the bias alone, the
-// CLS token first; the position table's rows added to all.
+// CLS token first (and DeiT's distillation token second); the position
+// table's rows added to all.
 void check_patch_embeddings(const mha::Checkpoint& ck, const std::map<std::string, Stored>& s) {
   const ModelConfig& c = ck.config();
   const std::size_t d = c.d_model, p = c.patch_size, C = c.num_channels, H = c.image_height,
-                    W = c.image_width, K = C * p * p, T = c.patch_rows() * c.patch_cols() + 1;
-  REQUIRE(T == c.position_rows);
+                    W = c.image_width, K = C * p * p, P = c.distillation_token ? 2 : 1,
+                    T = c.patch_rows() * c.patch_cols() + P;
+  REQUIRE((T == c.position_rows && T == c.image_tokens() && P == c.prefix_tokens()));
   const std::size_t lit[2][3] = {{C - 1, H - 2, W - 3}, {0, 1, 2}};  // channel, row, column
   std::vector<float> pixels(2 * C * H * W, 0.0f), got(2 * T * d);
   for (std::size_t b = 0; b < 2; ++b)
@@ -775,13 +784,18 @@ void check_patch_embeddings(const mha::Checkpoint& ck, const std::map<std::strin
   const std::vector<float>& bias = s.at("embeddings.patch_embeddings.projection.bias").v;
   const std::vector<float>& cls = s.at("embeddings.cls_token").v;
   const std::vector<float>& pos = s.at("embeddings.position_embeddings").v;
+  const std::vector<float>* dist =
+      c.distillation_token ? &s.at("embeddings.distillation_token").v : nullptr;
   std::vector<float> want(2 * T * d);
   for (std::size_t b = 0; b < 2; ++b) {
     const auto [ch, y, x] = lit[b];
     const std::size_t patch = (y / p) * c.patch_cols() + x / p, k = (ch * p + y % p) * p + x % p;
     for (std::size_t n = 0; n < T; ++n)
       for (std::size_t j = 0; j < d; ++j) {
-        float e = n == 0 ? cls[j] : (n - 1 == patch ? w[j * K + k] : 0.0f) + bias[j];
+        float e = n == 0           ? cls[j]
+                  : n == 1 && dist ? (*dist)[j]
+                  : n - P == patch ? w[j * K + k] + bias[j]
+                                   : bias[j];
         e += pos[n * d + j];
         want[(b * T + n) * d + j] = e;
       }
@@ -1047,6 +1061,92 @@ TEST_CASE("checkpoint.family.vit", "[checkpoint][family]") {
   j = vit_config();
   j["image_size"] = 70000;
   require_refused(j, "(and image_size at most 65536)");
+}
+
+TEST_CASE("checkpoint.family.deit", "[checkpoint][family]") {
+  // DeiTForImageClassification: ViT's keys, the distillation token after the CLS token (6
+  // positions for 4 patches), one classifier on the CLS token
+  json j = deit_config();
+  check_model_type(
+      "deit", j,
+      [](const ModelConfig& c) {
+        CHECK((c.image_input() && c.patch_rows() == 2 && c.patch_cols() == 2));
+        CHECK((c.distillation_token && c.prefix_tokens() == 2 && c.image_tokens() == 6));
+        CHECK((c.position_rows == 6 && c.max_positions == 6));
+        CHECK((c.classifier && !c.distillation_head && c.labels.size() == 3));
+        CHECK((c.qkv_bias && !c.causal && !c.lm_head && !c.rms_norm && c.final_norm));
+        CHECK((c.norm_placement == mha::NormPlacement::pre && c.norm_eps == 1e-12));
+      },
+      [](const mha::Checkpoint& ck, const std::map<std::string, Stored>& s) {
+        CHECK((!ck.config().distillation_head && ck.classifier().distillation_weight.empty()));
+        check_patch_embeddings(ck, s);
+      });
+  // ViT keeps one token before its patches
+  CHECK((parse(vit_config()).prefix_tokens() == 1 && !parse(vit_config()).distillation_token));
+
+  // DeiTForImageClassificationWithTeacher: deit.* and two heads, cls_classifier on the CLS
+  // token and distillation_classifier on the distillation token, the logits their mean
+  ModelConfig teacher = parse(j);
+  teacher.distillation_head = true;
+  const auto tensors = stored_tensors(teacher);
+  REQUIRE((tensors.count("cls_classifier.weight") &&
+           tensors.count("distillation_classifier.bias") && !tensors.count("classifier.weight")));
+  std::map<std::string, Stored> prefixed;
+  for (const auto& [name, s] : tensors)
+    prefixed[name.find("classifier.") != std::string::npos ? name : "deit." + name] = s;
+  mha::test::TempDir tmp("family_deit");
+  write_checkpoint(tmp / "teacher", j, prefixed);
+  {
+    const mha::Checkpoint ck(tmp / "teacher");
+    const ModelConfig& c = ck.config();
+    CHECK((c.classifier && c.distillation_head && c.num_labels == 3));
+    check_checkpoint(ck, tensors, check_patch_embeddings);
+    const mha::ClassifierHead head = ck.classifier();
+    check_values(head.weight, tensors.at("cls_classifier.weight").v, "cls_classifier.weight");
+    check_values(head.bias, tensors.at("cls_classifier.bias").v, "cls_classifier.bias");
+    check_values(head.distillation_weight, tensors.at("distillation_classifier.weight").v,
+                 "distillation_classifier.weight");
+    check_values(head.distillation_bias, tensors.at("distillation_classifier.bias").v,
+                 "distillation_classifier.bias");
+    // Two rows of T = 6 tokens: the logits read tokens 0 and 1 of each row only
+    const std::size_t d = c.d_model, T = c.image_tokens(), L = c.num_labels;
+    std::vector<float> hidden(2 * T * d);
+    for (std::size_t i = 0; i < hidden.size(); ++i)
+      hidden[i] = static_cast<float>((i * 7) % 13) / 8.0f - 0.75f;
+    const std::vector<float> z = mha::classifier_logits(ck, head, hidden.data(), 2, T * d);
+    REQUIRE(z.size() == 2 * L);
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t o = 0; o < L; ++o) {
+        double cls = head.bias[o], dist = head.distillation_bias[o];
+        for (std::size_t k = 0; k < d; ++k) {
+          cls += double(head.weight[o * d + k]) * hidden[r * T * d + k];
+          dist += double(head.distillation_weight[o * d + k]) * hidden[r * T * d + d + k];
+        }
+        CHECK(std::abs(z[r * L + o] - (cls + dist) / 2) <= 1e-5 * std::abs((cls + dist) / 2));
+      }
+  }
+  // A teacher checkpoint missing its CLS head, or with a distillation head of another shape
+  auto missing = prefixed;
+  missing.erase("cls_classifier.weight");
+  write_checkpoint(tmp / "no_cls", j, missing);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "no_cls"); },
+                             "no weights file has tensor \"cls_classifier.weight\"");
+  auto wrong = prefixed;
+  wrong.at("distillation_classifier.weight").shape[0] = 2;
+  wrong.at("distillation_classifier.weight").v.resize(2 * 8);
+  write_checkpoint(tmp / "wrong", j, wrong);
+  mha::test::require_invalid([&] { mha::Checkpoint(tmp / "wrong"); },
+                             "tensor \"distillation_classifier.weight\" has shape (2, 8); "
+                             "config.json implies (3, 8)");
+  // DeiTModel: no head, the distillation token still in place
+  auto base = tensors;
+  for (const char* name : {"cls_classifier.weight", "cls_classifier.bias",
+                           "distillation_classifier.weight", "distillation_classifier.bias"})
+    base.erase(name);
+  write_checkpoint(tmp / "base", j, base);
+  const mha::Checkpoint ck(tmp / "base");
+  CHECK((!ck.config().classifier && !ck.config().distillation_head && ck.config().labels.empty()));
+  check_checkpoint(ck, base, check_patch_embeddings);
 }
 
 TEST_CASE("checkpoint.family: the registry", "[checkpoint][family]") {

@@ -619,24 +619,29 @@
   // ---- a vision model's attention over its image ----
   const IMAGE_PX = 320;  // the longer side of the drawn image, CSS pixels
   let PIXELS = null;     // D.images' (B, H, W, 3) bytes
-  // The map set drawn over the image: a query row over the keys [CLS, patch (0, 0), ...] of the
-  // run's patch grid (run.json's input.patch_grid), one token per patch after the first.
+  // The map set drawn over the image: a query row over the keys [CLS, (DIST,) patch (0, 0), ...]
+  // of the run's patch grid (run.json's input.patch_grid), one token per patch after the
+  // `prefix` tokens before them (input.prefix_tokens: 1, or DeiT's 2; a page without it, as
+  // mha.show's, counts them from the keys: 1 or 2 more than the patches).
   function imageGrid(m) {
-    const g = D.run && D.run.input && D.run.input.patch_grid;
+    const input = D.run && D.run.input, g = input && input.patch_grid;
     if (!PIXELS || !Array.isArray(g) || m.factor > 1 || m.B !== D.images.B) return null;
     const [rows, cols] = g;
-    return m.S === 1 + rows * cols ? { rows, cols } : null;
+    const given = input.prefix_tokens, prefix = Number.isInteger(given) ? given : m.S - rows * cols;
+    if (!Number.isInteger(given) && prefix !== 1 && prefix !== 2) return null;
+    return m.S === prefix + rows * cols ? { rows, cols, prefix } : null;
   }
   // Query t's weights on the patches, (rows, cols) row-major over the grid, of one head or the
-  // mean over heads ('mean'), divided by their largest (the CLS key left out), and that largest.
+  // mean over heads ('mean'), divided by their largest (the CLS and DIST keys left out), and
+  // that largest.
   function overlay(l, b, head, t) {
     const m = M(), grid = imageGrid(m), n = grid.rows * grid.cols;
     const heads = head === 'mean' ? [...Array(m.h).keys()] : [head];
     const v = new Float64Array(n);
-    for (const i of heads) for (let p = 0; p < n; p++) v[p] += weight(state.map, l, b, i, t, 1 + p) / heads.length;
+    for (const i of heads) for (let p = 0; p < n; p++) v[p] += weight(state.map, l, b, i, t, grid.prefix + p) / heads.length;
     let most = 0;
     for (const x of v) if (x > most) most = x;
-    return { values: Array.from(v, (x) => (most > 0 ? x / most : 0)), most, rows: grid.rows, cols: grid.cols };
+    return { values: Array.from(v, (x) => (most > 0 ? x / most : 0)), most, rows: grid.rows, cols: grid.cols, prefix: grid.prefix };
   }
   function drawImage() {
     const m = M(), grid = imageGrid(m), section = $('image-section');
@@ -687,7 +692,7 @@
       const r = blended.getBoundingClientRect();
       const c = Math.floor((e.clientX - r.left) / r.width * o.cols), row = Math.floor((e.clientY - r.top) / r.height * o.rows);
       if (c < 0 || row < 0 || c >= o.cols || row >= o.rows) { tip(e, null); return; }
-      tip(e, 'patch (' + row + ', ' + c + ') · key ' + (1 + row * o.cols + c) + '\nweight ' +
+      tip(e, 'patch (' + row + ', ' + c + ') · key ' + (o.prefix + row * o.cols + c) + '\nweight ' +
         (o.values[row * o.cols + c] * o.most).toPrecision(6));
     };
     blended.onmouseleave = (e) => tip(e, null);

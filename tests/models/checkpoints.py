@@ -48,7 +48,7 @@ import safetensors_write as st  # noqa: E402
 FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gemma", "gemma2",
             "gemma3_text", "phi3", "opt", "roberta", "xlm-roberta", "stablelm")
 # Image models (read from --image, not text): kept out of FAMILIES, which the text tests walk.
-IMAGE_FAMILIES = ("vit",)
+IMAGE_FAMILIES = ("vit", "deit")
 # Encoder-decoders (run with a target, teacher-forced): kept out of FAMILIES too. t5 draws T5 v1.0
 # (relu, tied, d_model**-0.5 before the head) by default, v1.1 / FLAN-T5 with gated=True,
 # tied=False; bart BartForConditionalGeneration (model.* + final_logits_bias, lm_head tied).
@@ -104,6 +104,11 @@ DEFAULTS = {
     # ViT: 32 x 24 images of 8-pixel patches, a 4 x 3 grid: 13 tokens with the CLS token
     "vit": dict(layers=2, hidden=32, heads=4, intermediate=64, image_height=32, image_width=24,
                 patch_size=8, qkv_bias=True, prefixed=False),
+    # DeiT: the same grid, 14 tokens with the CLS and distillation tokens; head "teacher"
+    # (DeiTForImageClassificationWithTeacher: cls_classifier and distillation_classifier),
+    # "classifier" (DeiTForImageClassification) or None (DeiTModel, with its pooler)
+    "deit": dict(layers=2, hidden=32, heads=4, intermediate=64, image_height=32, image_width=24,
+                 patch_size=8, qkv_bias=True, head="teacher"),
 }
 ROPE_SCALING = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
@@ -145,6 +150,10 @@ def make(family, seed=0, prefixed=None, rope_scaling=None, **sizes):
     r = _Draw(seed)
     if family == "vit":
         return _vit(r, s if prefixed is None else dict(s, prefixed=bool(prefixed)))
+    if family == "deit":
+        if prefixed is not None:
+            raise ValueError("deit: choose the head with head= (teacher, classifier or None)")
+        return _vit(r, s, "deit")
     if family == "t5":
         return _t5(r, s)
     if family == "bart":
@@ -600,20 +609,26 @@ def _opt(r, s, prefixed):
     return c, t
 
 
-def _vit(r, s):
+def _vit(r, s, family="vit"):
     """ViTModel (embeddings.*, encoder.layer.N.*, layernorm.*, pooler.*), or with
     prefixed=True ViTForImageClassification (vit.* without the pooler, classifier.*). The
     Conv2d's weight is (hidden, 3, p, p); the CLS token (1, 1, hidden) and the position table
-    (1, N + 1, hidden) are nn.Parameters."""
+    (1, N + 1, hidden) are nn.Parameters. family "deit": DeiT's names, with
+    embeddings.distillation_token (1, 1, hidden) and N + 2 positions; s["head"] "teacher"
+    (deit.*, cls_classifier.*, distillation_classifier.*), "classifier" (deit.*, classifier.*)
+    or None (DeiTModel: unprefixed, with the pooler)."""
     E, I, L, p = s["hidden"], s["intermediate"], s["layers"], s["patch_size"]
     Hh, Ww = s["image_height"], s["image_width"]
     N = (Hh // p) * (Ww // p)
-    t = {"embeddings.cls_token": r.embed(1, E, 0.5)[None],
-         "embeddings.position_embeddings": r.embed(N + 1, E, 0.3)[None],
-         "embeddings.patch_embeddings.projection.weight":
-             r.linear(E, 3 * p * p, 2.0).reshape(E, 3, p, p),
-         "embeddings.patch_embeddings.projection.bias": r.bias(E),
-         "layernorm.weight": r.norm(E), "layernorm.bias": r.bias(E)}
+    deit = family == "deit"
+    t = {"embeddings.cls_token": r.embed(1, E, 0.5)[None]}
+    if deit:
+        t["embeddings.distillation_token"] = r.embed(1, E, 0.5)[None]
+    t.update({"embeddings.position_embeddings": r.embed(N + 1 + deit, E, 0.3)[None],
+              "embeddings.patch_embeddings.projection.weight":
+                  r.linear(E, 3 * p * p, 2.0).reshape(E, 3, p, p),
+              "embeddings.patch_embeddings.projection.bias": r.bias(E),
+              "layernorm.weight": r.norm(E), "layernorm.bias": r.bias(E)})
     for n in range(L):
         q = f"encoder.layer.{n}."
         t[q + "layernorm_before.weight"], t[q + "layernorm_before.bias"] = r.norm(E), r.bias(E)
@@ -626,13 +641,18 @@ def _vit(r, s):
         t[q + "layernorm_after.weight"], t[q + "layernorm_after.bias"] = r.norm(E), r.bias(E)
         t[q + "intermediate.dense.weight"], t[q + "intermediate.dense.bias"] = r.linear(I, E), r.bias(I)
         t[q + "output.dense.weight"], t[q + "output.dense.bias"] = r.linear(E, I), r.bias(E)
-    if s["prefixed"]:
-        t = {"vit." + k: v for k, v in t.items()}
-        t["classifier.weight"], t["classifier.bias"] = r.linear(3, E), r.bias(3)
+    head = s["head"] if deit else ("classifier" if s["prefixed"] else None)
+    if head:
+        t = {family + "." + k: v for k, v in t.items()}
+        for name in (("cls_classifier", "distillation_classifier") if head == "teacher"
+                     else ("classifier",)):
+            t[name + ".weight"], t[name + ".bias"] = r.linear(3, E), r.bias(3)
     else:
         t["pooler.dense.weight"], t["pooler.dense.bias"] = r.linear(E, E), r.bias(E)
+    arch = {"classifier": "ForImageClassification", "teacher": "ForImageClassificationWithTeacher",
+            None: "Model"}[head]
     config = {
-        "architectures": ["ViTForImageClassification" if s["prefixed"] else "ViTModel"],
+        "architectures": [("DeiT" if deit else "ViT") + arch],
         "attention_probs_dropout_prob": 0.0,
         "encoder_stride": p,
         "hidden_act": "gelu",
@@ -642,7 +662,7 @@ def _vit(r, s):
         "initializer_range": 0.02,
         "intermediate_size": I,
         "layer_norm_eps": 1e-12,
-        "model_type": "vit",
+        "model_type": family,
         "num_attention_heads": s["heads"],
         "num_channels": 3,
         "num_hidden_layers": L,
@@ -651,19 +671,24 @@ def _vit(r, s):
         "torch_dtype": "float32",
         "transformers_version": "4.41.2",
     }
-    if s["prefixed"]:
+    if head:
         config["id2label"] = {"0": "cat", "1": "dog", "2": "car"}
         config["label2id"] = {"cat": 0, "dog": 1, "car": 2}
     return config, t
 
 
 def preprocessor_config(height, width, resample=2, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
-                        **extra):
-    """preprocessor_config.json as ViTImageProcessor.save_pretrained writes it."""
-    return dict({"do_normalize": True, "do_rescale": True, "do_resize": True,
-                 "image_mean": list(mean), "image_processor_type": "ViTImageProcessor",
-                 "image_std": list(std), "resample": resample, "rescale_factor": 1 / 255,
-                 "size": {"height": height, "width": width}}, **extra)
+                        crop=None, **extra):
+    """preprocessor_config.json as ViTImageProcessor.save_pretrained writes it; with crop
+    (height, width), DeiTImageProcessor's, which center-crops the resized image to crop_size."""
+    c = {"do_normalize": True, "do_rescale": True, "do_resize": True,
+         "image_mean": list(mean), "image_processor_type": "ViTImageProcessor",
+         "image_std": list(std), "resample": resample, "rescale_factor": 1 / 255,
+         "size": {"height": height, "width": width}}
+    if crop is not None:
+        c.update({"image_processor_type": "DeiTImageProcessor", "do_center_crop": True,
+                  "crop_size": {"height": crop[0], "width": crop[1]}})
+    return dict(c, **extra)
 
 
 def write_preprocessor(directory, config):

@@ -660,8 +660,22 @@ def vit(config, state_dict, pixel_values):
     residual), the final layernorm. Returns {"hidden_states", "attentions", "output"} as
     forward() does, and with ViTForImageClassification's classifier.weight in the state dict
     "logits" (B, num_labels): classifier(sequence_output[:, 0, :]). The pooler is not run."""
+    return _vit_encoder(config, state_dict, pixel_values, "vit.", distillation=False)
+
+
+def deit(config, state_dict, pixel_values):
+    """DeiTModel's forward (modeling_deit.py), in float64: ViT's, with DeiTEmbeddings'
+    distillation token after the CLS token, x = cat(cls, distillation, patches) + the position
+    table (N + 2 rows). "logits": DeiTForImageClassification's classifier(sequence_output[:, 0]),
+    or DeiTForImageClassificationWithTeacher's (cls_classifier(sequence_output[:, 0]) +
+    distillation_classifier(sequence_output[:, 1])) / 2, with "cls_logits" and
+    "distillation_logits" beside it."""
+    return _vit_encoder(config, state_dict, pixel_values, "deit.", distillation=True)
+
+
+def _vit_encoder(config, state_dict, pixel_values, prefix, distillation):
     c = config
-    sd = {k[4:] if k.startswith("vit.") else k: _t(v) for k, v in state_dict.items()}
+    sd = {k[len(prefix):] if k.startswith(prefix) else k: _t(v) for k, v in state_dict.items()}
     E, h = c["hidden_size"], c["num_attention_heads"]
     d, eps, p = E // h, c.get("layer_norm_eps", 1e-12), c["patch_size"]
     act = activation(c.get("hidden_act", "gelu"))
@@ -672,7 +686,10 @@ def vit(config, state_dict, pixel_values):
         x = torch.nn.functional.conv2d(px, sd[e + "patch_embeddings.projection.weight"],
                                        sd[e + "patch_embeddings.projection.bias"], stride=p)
         x = x.flatten(2).transpose(1, 2)  # (B, N, E), patches row by row
-        x = torch.cat([sd[e + "cls_token"].expand(B, -1, -1), x], 1) + sd[e + "position_embeddings"]
+        first = [sd[e + "cls_token"].expand(B, -1, -1)]
+        if distillation:
+            first.append(sd[e + "distillation_token"].expand(B, -1, -1))
+        x = torch.cat(first + [x], 1) + sd[e + "position_embeddings"]
         T = x.shape[1]
         mask = key_mask([T] * B, T, causal=False)
         hs, maps = [x], []
@@ -688,15 +705,17 @@ def vit(config, state_dict, pixel_values):
             hs.append(x)
             maps.append(a)
         out = layer_norm(x, sd["layernorm.weight"], sd["layernorm.bias"], eps)
-        logits = None
+        heads = {}
         if "classifier.weight" in sd:
-            logits = torch.nn.functional.linear(out[:, 0, :], sd["classifier.weight"],
-                                                sd["classifier.bias"])
+            heads["logits"] = linear(sd, "classifier", out[:, 0, :])
+        if "cls_classifier.weight" in sd:  # DeiTForImageClassificationWithTeacher
+            heads["cls_logits"] = linear(sd, "cls_classifier", out[:, 0, :])
+            heads["distillation_logits"] = linear(sd, "distillation_classifier", out[:, 1, :])
+            heads["logits"] = (heads["cls_logits"] + heads["distillation_logits"]) / 2
     hs[-1] = out
     r = {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
          "output": out.numpy()}
-    if logits is not None:
-        r["logits"] = logits.numpy()
+    r.update({k: v.numpy() for k, v in heads.items()})
     return r
 
 

@@ -19,6 +19,17 @@ to PIL's own where python3-pil is installed (setup.sh's python3-matplotlib depen
               with that head's columns of the output projection zeroed (loss of the clean
               class, KL over the classes, logit_diff of two labels) at 1e-5; refusals
 
+DeiT (modeling_deit.py, reference.deit; ctest models.deit.*, the Deit* groups):
+  DeitForward     [CLS], [DIST], the patches: maps, hidden states, output at 1e-5 (F32, BF16;
+                  the teacher's heads, one classifier, a DeiTModel)
+  DeitPreprocess  DeiTImageProcessor's resize then centre crop (padded where the crop is the
+                  larger) against the transcription of transformers' center_crop below and PIL;
+                  its defaults, the hub's legacy keys; a vit with DeiT's processor
+  DeitClassifier  (cls_classifier(CLS) + distillation_classifier(DIST)) / 2, top-k at 1e-5
+  DeitRefusals    hostile crop_size, do_center_crop, size, processor class; a crop that is not
+                  image_size; a head's tensor missing or of the wrong shape; --text
+  DeitAnalyze     rollout at 1e-5, flow and norms; ablation of the teacher's heads at 1e-5
+
   /usr/bin/python3 tests/models/test_vit.py [Group]   (MHA_BIN = path to mha)
 """
 import json
@@ -40,6 +51,7 @@ import checkpoints  # noqa: E402
 import reference  # noqa: E402
 
 MHA = os.path.abspath(os.environ.get("MHA_BIN", "build/bin/mha"))
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 TOL = dict(rtol=1e-5, atol=1e-5)
 OUTPUTS = ("output.npy", "self_attention.npy", "hidden_states.npy", "tokens.json", "run.json",
            "images.npy")
@@ -164,6 +176,46 @@ def resize(rows, width, height, resample):
     return rows
 
 
+def center_crop(rows, height, width):
+    """transformers' image_transforms.center_crop of [[(r, g, b), ...] per row] to height x
+    width, transcribed: top = (h - height) // 2, left = (w - width) // 2; where the crop is the
+    larger, the image is first padded with zeros (ceil of half the difference before it)."""
+    h, w = len(rows), len(rows[0])
+    top, left = (h - height) // 2, (w - width) // 2
+    bottom, right = top + height, left + width
+    if top >= 0 and bottom <= h and left >= 0 and right <= w:
+        return [row[left:right] for row in rows[top:bottom]]
+    new_h, new_w = max(height, h), max(width, w)
+    top_pad, left_pad = math.ceil((new_h - h) / 2), math.ceil((new_w - w) / 2)
+    padded = [[(0, 0, 0)] * new_w for _ in range(new_h)]
+    for y in range(h):
+        padded[top_pad + y][left_pad:left_pad + w] = rows[y]
+    top, bottom, left, right = top + top_pad, bottom + top_pad, left + left_pad, right + left_pad
+    return [row[max(0, left):min(new_w, right)] for row in padded[max(0, top):min(new_h, bottom)]]
+
+
+def processed(a, pre):
+    """What DeiTImageProcessor (ViTImageProcessor without crop_size) makes of (h, w, 3) uint8
+    before rescaling: the plain-Python resize, then the crop; and the same through PIL
+    (Image.resize, then Image.crop of the box center_crop takes, which fills with zeros
+    outside the image), or None without PIL."""
+    rows = [[tuple(int(v) for v in px) for px in row] for row in a]
+    Image = pil()
+    im = Image.fromarray(a) if Image is not None else None
+    if pre.get("do_resize", True):
+        size = pre["size"]
+        rows = resize(rows, size["width"], size["height"], pre["resample"])
+        if im is not None:
+            im = im.resize((size["width"], size["height"]), resample=pre["resample"])
+    if pre.get("do_center_crop") and pre.get("image_processor_type") != "ViTImageProcessor":
+        ch, cw = pre["crop_size"]["height"], pre["crop_size"]["width"]
+        if im is not None:
+            top, left = (len(rows) - ch) // 2, (len(rows[0]) - cw) // 2
+            im = im.crop((left, top, left + cw, top + ch))
+        rows = center_crop(rows, ch, cw)
+    return np.array(rows, np.uint8), None if im is None else np.asarray(im)
+
+
 def pixel_values(rgb, pre):
     """ViTImageProcessor's rescale and normalize of (H, W, 3) uint8: (3, H, W) float32."""
     x = (rgb.astype(np.float64) * pre["rescale_factor"]).astype(np.float32)
@@ -189,12 +241,17 @@ class VitTest(unittest.TestCase):
     def path(self, *p):
         return os.path.join(self.dir, *p)
 
-    def checkpoint(self, name="vit", dtype="F32", pre=None, **kw):
-        config, t = checkpoints.make("vit", **kw)
+    def checkpoint(self, name="vit", dtype="F32", pre=None, family="vit", **kw):
+        config, t = checkpoints.make(family, **kw)
         d = self.path(name)
         sd = checkpoints.write(d, config, t, dtype)
-        pre = pre or checkpoints.preprocessor_config(config_height(config), config_width(config))
-        checkpoints.write_preprocessor(d, pre)
+        H, W = config_height(config), config_width(config)
+        if pre is None and family == "deit":  # DeiTImageProcessor's steps: resize, then crop
+            pre = checkpoints.preprocessor_config(H + 5, W + 3, resample=3, mean=IMAGENET_MEAN,
+                                                  std=IMAGENET_STD, crop=(H, W))
+        pre = pre or checkpoints.preprocessor_config(H, W)
+        if pre != "none":
+            checkpoints.write_preprocessor(d, pre)
         return d, config, sd, pre
 
     def image(self, name, pixels, **kw):
@@ -675,6 +732,21 @@ class Python(VitTest):
             m.ablation(a, target="bird", foil="cat")
 
 
+    def test_deit(self):
+        """A DeiT with the teacher's heads: the CLI's bits, tokens and classes."""
+        import mha
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        a = np.random.default_rng(14).integers(0, 256, (40, 30, 3)).astype(np.uint8)
+        f = self.image("d.png", a)
+        out, _ = self.mha("--model", d, "--image", f, "--save_attention")
+        r = mha.Model(d)(a)
+        np.testing.assert_array_equal(r["output"], np.load(os.path.join(out, "output.npy")))
+        np.testing.assert_array_equal(r["images"], np.load(os.path.join(out, "images.npy")))
+        self.assertEqual(r["tokens"][0][:3], ["[CLS]", "[DIST]", "patch (0, 0)"])
+        want = read_json(os.path.join(out, "run.json"))["top_k"]
+        self.assertEqual(r["top_k"], [[(e["id"], e["label"], e["p"]) for e in row] for row in want])
+
+
 class Analyze(VitTest):
     """`mha analyze --image`: rollout from the reference's maps (0.5 A + 0.5 I, the heads' mean,
     rows renormalised, multiplied from layer 0 up) at 1e-5; flow and norms written with the
@@ -814,6 +886,408 @@ class View(VitTest):
             self.assertIn("layer %d" % last, b.evaluate("document.getElementById('image-caption')"
                                                         ".textContent"))
             self.assertEqual(b.errors, [])
+
+    def test_deit_overlay(self):
+        """A DeiT's two tokens before the patches (run.json's input.prefix_tokens): the grid
+        is the query's row from key 2 on, and hovering patch (1, 2) names key 2 + cols + 2."""
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "view"))
+        from browser import Browser
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        a = np.random.default_rng(30).integers(0, 256, (40, 30, 3)).astype(np.uint8)
+        out, _ = self.mha("--model", d, "--image", self.image("d.png", a), "--save_attention")
+        r = subprocess.run([MHA, "view", out, "-q"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        maps = np.load(os.path.join(out, "self_attention.npy"))  # (layers, 1, h, 2 + N, 2 + N)
+        rows, cols = read_json(os.path.join(out, "run.json"))["input"]["patch_grid"]
+        self.assertEqual(maps.shape[-1], 2 + rows * cols)
+        with Browser(width=1200, height=900) as b:
+            b.open(os.path.join(out, "view.html"))
+            b.wait_for("document.body.dataset.ready === '1'")
+            self.assertFalse(b.evaluate("document.getElementById('image-section').hidden"))
+            for head, t in (("'mean'", 0), ("'mean'", 1), ("3", 7)):
+                got = b.evaluate("mhaView.overlay(0, 0, %s, %d)" % (head, t))
+                row = maps[0, 0, :, t, 2:].mean(0) if head == "'mean'" else maps[0, 0, 3, t, 2:]
+                np.testing.assert_allclose(got["values"], row / row.max(), rtol=1e-6, atol=1e-7)
+                self.assertEqual((got["rows"], got["cols"], got["prefix"]), (rows, cols, 2))
+            spot = b.evaluate("(() => { const c = document.getElementById('image-overlay'); "
+                              "c.scrollIntoView(); const r = c.getBoundingClientRect(); "
+                              "return [r.left + r.width * 2.5 / %d, r.top + r.height * 1.5 / %d]; })()"
+                              % (cols, rows))
+            b.mouse_move(spot[0], spot[1])
+            b.wait_for("document.getElementById('tooltip').hidden === false")
+            tip = b.evaluate("document.getElementById('tooltip').textContent")
+            self.assertIn("patch (1, 2) · key %d" % (2 + cols + 2), tip)
+            self.assertEqual(b.errors, [])
+
+
+# ---- DeiT (modeling_deit.py): the distillation token, the teacher's heads, the centre crop ----
+
+def deit_images(self, seed, shapes=((50, 37), (20, 30))):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.integers(0, 256, (h, w, 3)).astype(np.uint8) for h, w in shapes]
+    return arrays, [self.image(f"d{seed}_{i}.png", a) for i, a in enumerate(arrays)]
+
+
+class DeitForward(VitTest):
+    """DeiT checkpoints (checkpoints.py's deit: DeiTForImageClassificationWithTeacher,
+    DeiTForImageClassification, DeiTModel; F32 and BF16 files) through `mha run --image`
+    against reference.deit at 1e-5: every map, the hidden states and the output; the tokens
+    [CLS], [DIST], then the patches; images.npy the resized and centre-cropped image."""
+
+    def run_case(self, dtype="F32", head="teacher", **kw):
+        d, config, sd, pre = self.checkpoint("deit", dtype=dtype, family="deit", head=head, **kw)
+        arrays, files = deit_images(self, 3)
+        out, _ = self.mha("--model", d, "--image", files[0], "--image", files[1],
+                          "--save_attention", "--save_hidden_states")
+        seen = np.stack([processed(a, pre)[0] for a in arrays])
+        np.testing.assert_array_equal(np.load(os.path.join(out, "images.npy")), seen)
+        ref = reference.deit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        maps = np.load(os.path.join(out, "self_attention.npy"))
+        p = config["patch_size"]
+        rows, cols = config_height(config) // p, config_width(config) // p
+        T = rows * cols + 2
+        self.assertEqual(maps.shape, (config["num_hidden_layers"], 2, config["num_attention_heads"],
+                                      T, T))
+        worst = 0.0
+        for n, a in enumerate(ref["attentions"]):
+            np.testing.assert_allclose(maps[n], a, **TOL, err_msg=f"layer {n}")
+            worst = max(worst, float(np.abs(maps[n] - a).max()))
+        for name, key in (("output.npy", "output"), ("hidden_states.npy", "hidden_states")):
+            got = np.load(os.path.join(out, name))
+            np.testing.assert_allclose(got, ref[key], **TOL, err_msg=name)
+            worst = max(worst, float(np.abs(got - ref[key]).max()))
+        tokens = read_json(os.path.join(out, "tokens.json"))["tokens"][0]
+        self.assertEqual(tokens[:4], ["[CLS]", "[DIST]", "patch (0, 0)", "patch (0, 1)"])
+        self.assertEqual((len(tokens), tokens[-1]), (T, f"patch ({rows - 1}, {cols - 1})"))
+        run = read_json(os.path.join(out, "run.json"))
+        self.assertEqual(run["input"]["patch_grid"], [rows, cols])
+        self.assertEqual(run["input"]["prefix_tokens"], 2)
+        prep = run["preprocessing"]
+        self.assertEqual((prep["processor"], prep["do_center_crop"], prep["resample_name"]),
+                         ("DeiTImageProcessor", True, "bicubic"))
+        self.assertEqual(prep["crop_size"], {"height": config_height(config),
+                                             "width": config_width(config)})
+        self.assertEqual(prep["size"], pre["size"])
+        return worst
+
+    def test_teacher_float32(self):
+        print(f"\ndeit F32: max |x - reference| {self.run_case():.2e}", file=sys.stderr)
+
+    def test_teacher_bfloat16_file(self):
+        print(f"\ndeit BF16: max |x - reference| {self.run_case('BF16'):.2e}", file=sys.stderr)
+
+    def test_classifier_head_no_qkv_bias(self):
+        self.run_case(head="classifier", qkv_bias=False)
+
+    def test_base_model_square(self):
+        self.run_case(head=None, image_height=24, image_width=24, patch_size=6)
+
+
+class DeitPreprocess(VitTest):
+    """DeiTImageProcessor's centre crop (transformers' center_crop: top = (h - crop_h) // 2,
+    left = (w - crop_w) // 2, zeros where the crop passes the image) after PIL's resize, held
+    to the plain-Python transcription above and to PIL bit for bit; the processor's class and
+    defaults as AutoImageProcessor picks them."""
+
+    def test_crops(self):
+        a = np.random.default_rng(21).integers(0, 256, (41, 19, 3)).astype(np.uint8)
+        f = self.image("a.png", a)
+        mean = dict(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        cases = [  # size, crop (32 x 24, the model's), resample, extra keys
+            ((37, 27), 1, {}),   # inside, odd margins: top 2, left 1
+            ((37, 27), 3, {}),
+            ((40, 30), 5, {}),   # even margins: top 4, left 3
+            ((29, 21), 2, {}),   # the crop the larger: padded with zeros, 2 before and 1 after
+            ((30, 26), 4, {}),   # padded in height, cropped in width
+            ((32, 24), 3, {}),   # the crop is the whole image
+            (None, 3, {"do_resize": False}),  # 41 x 19 itself: cropped in height, padded in width
+        ]
+        for i, (size, resample, extra) in enumerate(cases):
+            h, w = size or (1, 1)
+            pre = checkpoints.preprocessor_config(h, w, resample=resample, crop=(32, 24),
+                                                  **mean, **extra)
+            d, config, sd, pre = self.checkpoint(f"deit{i}", family="deit", pre=pre)
+            out, _ = self.mha("--model", d, "--image", f, "--save_attention", out=f"out{i}")
+            got = np.load(os.path.join(out, "images.npy"))[0]
+            want, by_pil = processed(a, pre)
+            np.testing.assert_array_equal(got, want, err_msg=f"case {i}: {size} {extra}")
+            if by_pil is not None:
+                np.testing.assert_array_equal(got, by_pil, err_msg=f"PIL, case {i}")
+            ref = reference.deit(config, sd, pixel_values(want, pre)[None])
+            np.testing.assert_allclose(np.load(os.path.join(out, "output.npy")), ref["output"],
+                                       **TOL, err_msg=f"case {i}")
+
+    def test_defaults_and_legacy_keys(self):
+        """A deit without preprocessor_config.json: DeiTImageProcessor's defaults (256 x 256
+        bicubic, then the centre 224 x 224, mean and std 0.5); and DeiTFeatureExtractor's keys
+        (size 256 and crop_size 224 as ints)."""
+        a = np.random.default_rng(22).integers(0, 256, (300, 280, 3)).astype(np.uint8)
+        f = self.image("big.png", a)
+        Image = pil()
+        for i, pre in enumerate(("none", {
+                "crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+                "feature_extractor_type": "DeiTFeatureExtractor", "image_mean": list(IMAGENET_MEAN),
+                "image_std": list(IMAGENET_STD), "resample": 3, "size": 256})):
+            d, config, sd, _ = self.checkpoint(f"deit224_{i}", family="deit", pre=pre, layers=1,
+                                               image_height=224, image_width=224, patch_size=56)
+            out, _ = self.mha("--model", d, "--image", f, out=f"out{i}")
+            got = np.load(os.path.join(out, "images.npy"))[0]
+            if Image is not None:
+                want = np.asarray(Image.fromarray(a).resize((256, 256), resample=3)
+                                  .crop((16, 16, 240, 240)))
+                np.testing.assert_array_equal(got, want, err_msg=f"case {i}")
+            prep = read_json(os.path.join(out, "run.json"))["preprocessing"]
+            self.assertEqual((prep["processor"], prep["size"], prep["crop_size"], prep["resample"]),
+                             ("DeiTImageProcessor", {"height": 256, "width": 256},
+                              {"height": 224, "width": 224}, 3))
+            self.assertEqual(prep["image_mean"], [0.5] * 3 if pre == "none" else list(IMAGENET_MEAN))
+            px = pixel_values(got, {"rescale_factor": 1 / 255, "image_mean": prep["image_mean"],
+                                    "image_std": prep["image_std"]})
+            ref = reference.deit(config, sd, px[None])
+            np.testing.assert_allclose(np.load(os.path.join(out, "output.npy")), ref["output"],
+                                       **TOL)
+
+    def test_vit_checkpoints(self):
+        """A vit checkpoint with DeiTImageProcessor's preprocessor_config.json (a
+        ViTForImageClassification trained the DeiT way) is cropped the same way;
+        ViTImageProcessor has no crop step and ignores do_center_crop and crop_size."""
+        a = np.random.default_rng(23).integers(0, 256, (45, 33, 3)).astype(np.uint8)
+        f = self.image("v.png", a)
+        pre = checkpoints.preprocessor_config(37, 27, resample=3, crop=(32, 24))
+        d, config, sd, pre = self.checkpoint("vit_crop", pre=pre, prefixed=True)
+        out, _ = self.mha("--model", d, "--image", f, "--save_attention", out="crop")
+        got = np.load(os.path.join(out, "images.npy"))[0]
+        want, by_pil = processed(a, pre)
+        np.testing.assert_array_equal(got, want)
+        if by_pil is not None:
+            np.testing.assert_array_equal(got, by_pil)
+        ref = reference.vit(config, sd, pixel_values(want, pre)[None])
+        np.testing.assert_allclose(np.load(os.path.join(out, "output.npy")), ref["output"], **TOL)
+        run = read_json(os.path.join(out, "run.json"))
+        self.assertEqual(run["input"]["prefix_tokens"], 1)
+        self.assertTrue(run["preprocessing"]["do_center_crop"])
+        # ViTImageProcessor: the crop keys stay unread (transformers keeps them as attributes)
+        pre = checkpoints.preprocessor_config(32, 24, do_center_crop=True,
+                                              crop_size={"height": 8, "width": 8})
+        checkpoints.write_preprocessor(d, pre)
+        out, _ = self.mha("--model", d, "--image", f, out="nocrop")
+        got = np.load(os.path.join(out, "images.npy"))[0]
+        np.testing.assert_array_equal(got, processed(a, pre)[0])
+        self.assertEqual(got.shape, (32, 24, 3))
+        self.assertFalse(read_json(os.path.join(out, "run.json"))["preprocessing"]["do_center_crop"])
+
+
+class DeitClassifier(VitTest):
+    """DeiTForImageClassificationWithTeacher's classes: p the softmax of (cls_classifier(CLS)
+    + distillation_classifier(DIST)) / 2, against reference.deit at 1e-5 (F32 and BF16 files);
+    DeiTForImageClassification's of classifier(CLS); a DeiTModel has none."""
+
+    def run_case(self, dtype="F32", head="teacher"):
+        d, config, sd, pre = self.checkpoint("deit", dtype=dtype, family="deit", head=head)
+        arrays, files = deit_images(self, 11, ((40, 30), (50, 20)))
+        out, _ = self.mha("--model", d, "--image", files[0], "--image", files[1], "--top_k", "3")
+        seen = np.load(os.path.join(out, "images.npy"))
+        ref = reference.deit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        run = read_json(os.path.join(out, "run.json"))
+        self.assertEqual(run["model"]["num_labels"], 3)
+        worst = 0.0
+        for b in range(2):
+            p = softmax(ref["logits"][b])
+            order = np.argsort(-p, kind="stable")
+            got = run["top_k"][b]
+            self.assertEqual([e["id"] for e in got], order.tolist())
+            self.assertEqual([e["label"] for e in got], [config["id2label"][str(i)] for i in order])
+            np.testing.assert_allclose([e["p"] for e in got], p[order], **TOL)
+            lp = np.log([e["p"] for e in got])
+            np.testing.assert_allclose(lp - lp[0], ref["logits"][b][order] -
+                                       ref["logits"][b][order[0]], **TOL)
+            worst = max(worst, float(np.abs(np.array([e["p"] for e in got]) - p[order]).max()))
+            if head == "teacher":  # the distillation head counts: not the CLS head's alone
+                self.assertGreater(np.abs(softmax(ref["cls_logits"][b]) - p).max(), 1e-3)
+        return worst
+
+    def test_teacher_float32(self):
+        print(f"\ndeit teacher F32: max |p - reference| {self.run_case():.2e}", file=sys.stderr)
+
+    def test_teacher_bfloat16_file(self):
+        print(f"\ndeit teacher BF16: max |p - reference| {self.run_case('BF16'):.2e}",
+              file=sys.stderr)
+
+    def test_classifier_head(self):
+        print(f"\ndeit classifier F32: max |p - reference| "
+              f"{self.run_case(head='classifier'):.2e}", file=sys.stderr)
+
+    def test_base_model(self):
+        d, *_ = self.checkpoint("base", family="deit", head=None)
+        f = self.image("a.png", np.zeros((32, 24, 3), np.uint8))
+        out, _ = self.mha("--model", d, "--image", f)
+        self.assertNotIn("top_k", read_json(os.path.join(out, "run.json")))
+
+
+class DeitRefusals(VitTest):
+    """Exit 2, one line naming the file and key, nothing written: a hostile crop_size or
+    do_center_crop, a crop that is not the model's image_size, a size too large to hold, a
+    processor class that is not a name; a teacher checkpoint missing a head's tensor; --text."""
+
+    def refused(self, d, pattern, image=None):
+        f = image or self.image("r.png", np.zeros((40, 30, 3), np.uint8))
+        out = self.path("refused")
+        _, p = self.mha("--model", d, "--image", f, code=2, out="refused")
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], pattern)
+        self.assertFalse(os.path.exists(out))
+
+    def test_preprocessor_keys(self):
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        for key, value, pattern in (
+                ("crop_size", 0, r"key 'crop_size' is 0; expected .* from 1 to 65536"),
+                ("crop_size", -224, r"key 'crop_size' is -224; expected"),
+                ("crop_size", 70000, r"key 'crop_size' is 70000; expected"),
+                ("crop_size", 2.5, r"key 'crop_size' is 2.5; expected"),
+                ("crop_size", "224", r"key 'crop_size' is \"224\"; expected"),
+                ("crop_size", {"height": 32}, r"key 'crop_size' is \{\"height\":32\}; expected"),
+                ("crop_size", {"shortest_edge": 24}, r"key 'crop_size' is .*shortest_edge"),
+                ("crop_size", {"height": 32, "width": 24, "x": 1}, r"key 'crop_size' is"),
+                ("crop_size", {"height": True, "width": 24}, r"key 'crop_size' is"),
+                ("crop_size", [32, 24], r"key 'crop_size' is \[32,24\]"),
+                ("do_center_crop", "yes", r"key 'do_center_crop' is \"yes\"; expected true or false"),
+                ("size", {"height": 65536, "width": 65536},
+                 r"key 'size' is .*; expected at most 2\^27 pixels"),
+                ("image_processor_type", "Dei\u001b[31mT", r"key 'image_processor_type' is .*"
+                                                            r"expected a processor's class name"),
+                ("image_processor_type", 7, r"key 'image_processor_type' is 7"),
+                ("image_processor_type", "x" * 500, r"key 'image_processor_type' is .*; expected"),
+                ("crop_size", {"height": 30, "width": 24},
+                 r"r.png: the model sees a 30 x 24 image \(height x width, "
+                 r"preprocessor_config.json's crop_size\), but config.json's image_size is 32 x 24")):
+            checkpoints.write_preprocessor(d, dict(pre, **{key: value}))
+            with self.subTest(key=key, value=value):
+                self.refused(d, pattern)
+        # no preprocessor_config.json: DeiTImageProcessor's 224 x 224 crop, not this model's size
+        os.remove(os.path.join(d, "preprocessor_config.json"))
+        self.refused(d, r"the model sees a 224 x 224 image \(height x width, "
+                        r"DeiTImageProcessor's default crop_size\), but config.json's image_size "
+                        r"is 32 x 24")
+
+    def test_checkpoints(self):
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        _, p = self.mha("--model", d, "--text", "a cat", code=2, out="refused")
+        self.assertRegex(p.stderr.strip(), "--text: .* is a deit checkpoint, which reads images")
+        import safetensors_write as st
+        for drop, pattern in (("cls_classifier.bias", r"no weights file has tensor "
+                                                      r"\"cls_classifier.bias\""),
+                              ("cls_classifier.weight", r"no weights file has tensor "
+                                                        r"\"cls_classifier.weight\""),
+                              ("distillation_classifier.bias", r"no weights file has tensor "
+                                                               r"\"distillation_classifier.bias\""),
+                              ("deit.embeddings.distillation_token",
+                               r"no weights file has tensor \"deit.embeddings.distillation_token\"")):
+            t = {k: np.asarray(v, np.float32) for k, v in sd.items() if k != drop}
+            st.save_file(os.path.join(d, "model.safetensors"), t, "F32")
+            self.refused(d, pattern)
+        # the distillation head of another width, a position table without the DIST row
+        for name, shape, pattern in (
+                ("distillation_classifier.weight", (3, 31),
+                 r"tensor \"distillation_classifier.weight\" has shape \(3, 31\); config.json "
+                 r"implies \(3, 32\)"),
+                ("deit.embeddings.position_embeddings", (1, 13, 32),
+                 r"tensor \"deit.embeddings.position_embeddings\" has shape \(1, 13, 32\); "
+                 r"config.json implies \(1, 14, 32\)")):
+            t = {k: np.asarray(v, np.float32) for k, v in sd.items()}
+            t[name] = np.zeros(shape, np.float32)
+            st.save_file(os.path.join(d, "model.safetensors"), t, "F32")
+            self.refused(d, pattern)
+
+
+class DeitAnalyze(VitTest):
+    """`mha analyze --image` on a DeiT: rollout from the reference's maps at 1e-5 over the 14
+    tokens named [CLS], [DIST], patch (r, c); flow and norms written; head ablation of the
+    teacher's classifier is the reference with the head's columns of the output projection
+    zeroed (loss of the clean class, KL, logit_diff) at 1e-5."""
+
+    def test_rollout(self):
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        arrays, files = deit_images(self, 6, ((40, 30), (30, 40)))
+        out = self.path("an")
+        p = subprocess.run([MHA, "analyze", "--model", d, "--image", files[0], "--image", files[1],
+                            "--method", "rollout", "--method", "flow", "--method", "norms",
+                            "--out_dir", out, "-q"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        seen = np.load(os.path.join(out, "images.npy"))
+        np.testing.assert_array_equal(seen, np.stack([processed(a, pre)[0] for a in arrays]))
+        ref = reference.deit(config, sd, np.stack([pixel_values(s, pre) for s in seen]))
+        rollout = np.load(os.path.join(out, "rollout.npy"))
+        R, worst = None, 0.0
+        for layer, A in enumerate(ref["attentions"]):
+            Ahat = 0.5 * A.mean(1) + 0.5 * np.eye(A.shape[-1])
+            Ahat /= Ahat.sum(-1, keepdims=True)
+            R = Ahat if R is None else Ahat @ R
+            np.testing.assert_allclose(rollout[layer], R, err_msg=f"layer {layer}", **TOL)
+            worst = max(worst, float(np.abs(rollout[layer] - R).max()))
+        print(f"\ndeit rollout: max |R - reference| {worst:.2e}", file=sys.stderr)
+        L, h, T = len(ref["attentions"]), config["num_attention_heads"], 14
+        self.assertEqual(R.shape[-1], T)
+        self.assertEqual(np.load(os.path.join(out, "flow.npy")).shape, (2, T, T))
+        self.assertEqual(np.load(os.path.join(out, "attention_norms.npy")).shape, (L, 2, h, T, T))
+        tokens = read_json(os.path.join(out, "tokens.json"))["tokens"]
+        self.assertEqual([t[:3] for t in tokens], [["[CLS]", "[DIST]", "patch (0, 0)"]] * 2)
+        run = read_json(os.path.join(out, "run.json"))
+        self.assertEqual((run["input"]["patch_grid"], run["input"]["prefix_tokens"]), ([4, 3], 2))
+        self.assertTrue(run["preprocessing"]["do_center_crop"])
+
+    def ablate(self, d, files, *args, out):
+        out = self.path(out)
+        cmd = [MHA, "analyze", "--model", d, "--method", "ablation", "--out_dir", out, "-q"]
+        for f in files:
+            cmd += ["--image", f]
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return out
+
+    def test_ablation(self):
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        arrays, files = deit_images(self, 8, ((40, 30), (33, 25)))
+        L, h = config["num_hidden_layers"], config["num_attention_heads"]
+        dh = config["hidden_size"] // h
+        out = self.ablate(d, files, "--metric", "loss", out="loss")
+        px = np.stack([pixel_values(s, pre) for s in np.load(os.path.join(out, "images.npy"))])
+        z = reference.deit(config, sd, px)["logits"]
+        pred, clean_lp, rows = z.argmax(-1), log_softmax(z), np.arange(2)
+        summary = read_json(os.path.join(out, "run.json"))["summary"]["ablation"]
+        self.assertEqual([p["id"] for p in summary["predicted"]], pred.tolist())
+        np.testing.assert_allclose(summary["clean"], -clean_lp[rows, pred], **TOL)
+        loss = np.load(os.path.join(out, "ablation.npy"))
+        kl = np.load(os.path.join(self.ablate(d, files, "--metric", "kl", out="kl"), "ablation.npy"))
+        ld = np.load(os.path.join(self.ablate(d, files, "--target", "dog", "--foil", "cat",
+                                              out="ld"), "ablation.npy"))
+        worst = 0.0
+        for layer, head in ((0, 1), (L - 1, h - 1)):
+            name = f"deit.encoder.layer.{layer}.attention.output.dense.weight"
+            zeroed = dict(sd)
+            w = np.array(sd[name], np.float64)
+            w[:, head * dh:(head + 1) * dh] = 0
+            zeroed[name] = w
+            za = reference.deit(config, zeroed, px)["logits"]
+            lp = log_softmax(za)
+            want = {"loss": -lp[rows, pred] + clean_lp[rows, pred],
+                    "kl": (np.exp(clean_lp) * (clean_lp - lp)).sum(-1),
+                    "logit_diff": (za[:, 1] - za[:, 0]) - (z[:, 1] - z[:, 0])}
+            for metric, got in (("loss", loss), ("kl", kl), ("logit_diff", ld)):
+                np.testing.assert_allclose(got[:, layer, head], want[metric],
+                                           err_msg=f"{metric} {layer}.{head}", **TOL)
+                worst = max(worst, float(np.abs(got[:, layer, head] - want[metric]).max()))
+        print(f"\ndeit ablation: max |effect - reference| {worst:.2e}", file=sys.stderr)
+        # a DeiTModel has no classifier
+        base, *_ = self.checkpoint("base", family="deit", head=None)
+        out = self.path("refused")
+        p = subprocess.run([MHA, "analyze", "--model", base, "--method", "ablation", "--image",
+                            files[0], "--out_dir", out, "-q"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("a deit has no classifier (no classifier.weight: a ViTModel or DeiTModel",
+                      p.stderr)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ void check_intervention_head(const Checkpoint& model) {
   const ModelConfig& c = model.config();
   if (c.image_input() && !c.classifier)
     fail_input(model.dir() + ": a " + c.model_type +
-               " has no classifier (no classifier.weight: a ViTModel, not "
-               "ViTForImageClassification); ablation on images measures the classifier's output");
+               " has no classifier (no classifier.weight: a ViTModel or DeiTModel, not an "
+               "image classifier); ablation on images measures the classifier's output");
   if (!c.image_input() && !c.has_lm_head())
     fail_input(model.dir() + ": a " + c.model_type +
                " has no LM head; ablation and patching measure next-token predictions");
@@ -109,7 +109,8 @@ class Probe {
   }
 
  private:
-  // An image classifier's metric: the classifier on each row's CLS token (position 0).
+  // An image classifier's metric: the classifier on each row's CLS token (position 0; DeiT's
+  // teacher head also on its distillation token, position 1).
   std::vector<double> classes(const float* output, bool keep) {
     const ModelConfig& c = model_.config();
     if (!head_) head_ = std::make_shared<const ClassifierHead>(model_.classifier());

@@ -145,11 +145,20 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   if (const TensorSpec* bias = find_role(config_, Role::logits_bias, Part::weight);
       bias && !where_.count(bias->name))
     config_.logits_bias = false;
+  // DeiTForImageClassificationWithTeacher: its distillation head beside the
+  // CLS token's (cls_classifier where DeiTForImageClassification has classifier).
+  for (const TensorSpec& t : config_.family->tensors)
+    if (config_.classifier && t.role == Role::distillation_classifier && t.part == Part::weight &&
+        where_.count(t.name))
+      config_.distillation_head = true;
   // An image classifier's head (ViTForImageClassification): its rows are the
-  // classes, named by id2label. A ViTModel has none and runs without it.
+  // classes, named by id2label. A ViTModel has none and runs without it; with
+  // the distillation head, a missing CLS head is refused with the other tensors.
   if (const TensorSpec* head = find_role(config_, Role::classifier, Part::weight); head) {
     const auto it = where_.find(head->name);
-    if (it == where_.end()) {
+    if (it == where_.end() && config_.distillation_head) {
+      config_.num_labels = std::max<std::size_t>(config_.labels.size(), 1);
+    } else if (it == where_.end()) {
       config_.classifier = false;
       config_.labels.clear();
     } else {
@@ -241,7 +250,8 @@ void Checkpoint::index_weights(const std::map<std::string, std::string>& weight_
 
 std::string Checkpoint::stored_name(const TensorSpec& t, const std::string& name) const {
   // The heads (the LM head, BART's bias of its logits, a classifier) are outside the base model.
-  return t.role == Role::lm_head || t.role == Role::logits_bias || t.role == Role::classifier
+  return t.role == Role::lm_head || t.role == Role::logits_bias || t.role == Role::classifier ||
+                 t.role == Role::distillation_classifier
              ? name
              : prefix_ + name;
 }
@@ -576,7 +586,7 @@ void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) c
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model, p = c.patch_size, C = c.num_channels, H = c.image_height,
                     Wd = c.image_width, rows = c.patch_rows(), cols = c.patch_cols(),
-                    N = rows * cols, K = C * p * p, T = N + 1;
+                    N = rows * cols, K = C * p * p, P = c.prefix_tokens(), T = P + N;
   auto read_role = [&](Role role, Part part, std::size_t n) {
     std::vector<float> v(n);
     const TensorSpec* t = find_role(c, role, part);
@@ -587,6 +597,9 @@ void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) c
   const std::vector<float> w = read_role(Role::patch_projection, Part::weight, d * K),
                            bias = read_role(Role::patch_projection, Part::bias, d),
                            cls = read_role(Role::cls_token, Part::weight, d),
+                           dist = c.distillation_token
+                                      ? read_role(Role::distillation_token, Part::weight, d)
+                                      : std::vector<float>(),
                            pos = read_role(Role::position_embedding, Part::weight, T * d);
   std::vector<float> patches(N * K);  // (N, K): patch n = (row, col), row-major as flatten(2)
   for (std::size_t b = 0; b < B; ++b) {
@@ -597,26 +610,32 @@ void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) c
           for (std::size_t i = 0; i < p; ++i)
             std::copy_n(image + (ch * H + r * p + i) * Wd + q * p, p,
                         patches.data() + (r * cols + q) * K + (ch * p + i) * p);
-    float* x = out + b * T * d;  // (T, d): the CLS token, then the patches
-    // x[1:] (N, d) = patches (N, K) w^T (K, d)
-    gemm<float>(false, true, N, d, K, 1.0f, patches.data(), K, w.data(), K, 0.0f, x + d, d,
+    // (T, d): the CLS token, DeiT's distillation token, then the patches
+    float* x = out + b * T * d;
+    // x[P:] (N, d) = patches (N, K) w^T (K, d)
+    gemm<float>(false, true, N, d, K, 1.0f, patches.data(), K, w.data(), K, 0.0f, x + P * d, d,
                 bf16_gemm_);
-    for (std::size_t n = 1; n < T; ++n)
+    for (std::size_t n = P; n < T; ++n)
       for (std::size_t j = 0; j < d; ++j) x[n * d + j] += bias[j];
     std::copy_n(cls.data(), d, x);
+    if (c.distillation_token) std::copy_n(dist.data(), d, x + d);
     for (std::size_t i = 0; i < T * d; ++i) x[i] += pos[i];
   }
 }
 
 ClassifierHead Checkpoint::classifier() const {
   ClassifierHead head;
-  const TensorSpec* w = find_role(config_, Role::classifier, Part::weight);
-  const TensorSpec* b = find_role(config_, Role::classifier, Part::bias);
-  if (!w || !b) return head;
-  head.weight.resize(config_.num_labels * config_.d_model);
-  head.bias.resize(config_.num_labels);
-  read(stored_name(*w, w->name), head.weight.data());
-  read(stored_name(*b, b->name), head.bias.data());
+  auto read_head = [&](Role role, std::vector<float>& weight, std::vector<float>& bias) {
+    const TensorSpec* w = find_role(config_, role, Part::weight);
+    const TensorSpec* b = find_role(config_, role, Part::bias);
+    if (!w || !b) return;
+    weight.resize(config_.num_labels * config_.d_model);
+    bias.resize(config_.num_labels);
+    read(stored_name(*w, w->name), weight.data());
+    read(stored_name(*b, b->name), bias.data());
+  };
+  read_head(Role::classifier, head.weight, head.bias);
+  read_head(Role::distillation_classifier, head.distillation_weight, head.distillation_bias);
   return head;
 }
 

@@ -43,7 +43,9 @@ bool has_tensor(const TensorSpec& t, const ModelConfig& c) {
     case When::plain_ffn:
       return !c.gated_ffn;
     case When::classifier:
-      return c.classifier;
+      return c.classifier && !c.distillation_head;
+    case When::distillation_head:
+      return c.classifier && c.distillation_head;
   }
   return false;
 }

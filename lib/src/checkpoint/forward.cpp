@@ -141,13 +141,21 @@ std::vector<NextToken> top_of(const float* logits, std::size_t stride, std::size
 std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHead& head,
                                      const float* hidden, std::size_t rows, std::size_t ld) {
   const std::size_t d = model.config().d_model, n = head.bias.size();
-  std::vector<float> logits(rows * n);
-  if (!rows || !n) return logits;
-  // logits (rows, n) = hidden (rows, d; stride ld) W^T (d, n), then + b
-  gemm<float>(false, true, rows, n, d, 1.0f, hidden, ld, head.weight.data(), d, 0.0f, logits.data(),
-              n, model.bf16_gemm());
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < n; ++j) logits[r * n + j] += head.bias[j];
+  // z (rows, n) = hidden (rows, d; stride ld) W^T (d, n), then + b
+  auto linear = [&](const float* x, const std::vector<float>& W, const std::vector<float>& b) {
+    std::vector<float> z(rows * n);
+    if (!rows || !n) return z;
+    gemm<float>(false, true, rows, n, d, 1.0f, x, ld, W.data(), d, 0.0f, z.data(), n,
+                model.bf16_gemm());
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < n; ++j) z[r * n + j] += b[j];
+    return z;
+  };
+  std::vector<float> logits = linear(hidden, head.weight, head.bias);
+  if (head.distillation_weight.empty()) return logits;
+  // DeiT's teacher head on the distillation token (position 1): (cls + distillation) / 2
+  const std::vector<float> z = linear(hidden + d, head.distillation_weight, head.distillation_bias);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = (logits[i] + z[i]) / 2.0f;
   return logits;
 }
 
@@ -272,7 +280,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
       std::copy_n(x.data() + (b * T + lengths[b] - 1) * d, d, last.data() + b * d);
     result.top_k = next_tokens(model, last.data(), B, options.top_k);
   }
-  if (options.top_k && c.classifier) {  // the classes, from each row's CLS token (position 0)
+  if (options.top_k && c.classifier) {  // the classes, from each row's CLS token (and DIST)
     const auto t0 = Clock::now();
     const ClassifierHead head = model.classifier();
     read += seconds_since(t0);
@@ -308,7 +316,9 @@ std::uint64_t forward_memory(const ModelConfig& c, std::uint64_t layer_bytes, st
   bytes += 4 * u128(resolve_threads(threads)) * 64 * T * 2;  // attention slabs
   if (c.has_lm_head())
     bytes += 4 * std::min<u128>(c.vocab_size, kHeadRows) * d + 8 * 2 * u128{c.vocab_size};
-  if (c.classifier) bytes += 4 * u128{c.num_labels} * (d + 1 + u128{B}) + 4 * u128{c.num_labels};
+  if (c.classifier)  // the heads (two with DeiT's distillation head), their logits
+    bytes += 4 * u128{c.num_labels} * (d + 1 + u128{B}) * (1 + u128{c.distillation_head}) +
+             4 * u128{c.num_labels};
   const u128 most = std::numeric_limits<std::uint64_t>::max();
   return static_cast<std::uint64_t>(std::min(bytes, most));
 }

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 
@@ -172,10 +174,34 @@ RgbImage resize_image(const RgbImage& in, std::size_t width, std::size_t height,
   return out;
 }
 
-ImageProcessor read_image_processor(const std::string& dir) {
+namespace {
+
+// The defaults of the processor class `p.processor` names (DeiTImageProcessor's
+// differ from ViTImageProcessor's in the resize and the crop).
+void class_defaults(ImageProcessor& p) {
+  if (p.processor.rfind("DeiTImageProcessor", 0) == 0) {
+    p.height = p.width = 256;
+    p.resample = 3;
+    p.do_center_crop = true;
+  }
+}
+
+// ViTImageProcessor's preprocess has no crop step: do_center_crop and crop_size are kept
+// as attributes and never read. Every other class that has the keys crops.
+bool has_crop_step(const std::string& processor) {
+  return processor != "ViTImageProcessor" && processor != "ViTImageProcessorFast";
+}
+
+}  // namespace
+
+ImageProcessor read_image_processor(const std::string& dir, const std::string& model_type) {
   ImageProcessor p;
+  if (model_type == "deit") p.processor = "DeiTImageProcessor";
   const std::string path = dir + "/preprocessor_config.json";
-  if (!is_file(path)) return p;
+  if (!is_file(path)) {
+    class_defaults(p);
+    return p;
+  }
   p.path = path;
   const json j = read_json_file(path, json_kind::model_config);
   if (!j.is_object()) fail_input(path + ": expected a JSON object (an image processor's config)");
@@ -183,29 +209,58 @@ ImageProcessor read_image_processor(const std::string& dir) {
     fail_input(path + ": key '" + key + "' is " + one_line(j[key].dump(), kEchoChars) +
                "; expected " + expected);
   };
+  auto given = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  // AutoImageProcessor's choice of class: image_processor_type, else a feature
+  // extractor's, whose class is the image processor of the same name.
+  for (const char* key : {"image_processor_type", "feature_extractor_type"}) {
+    if (!given(key)) continue;
+    const std::string name = j[key].is_string() ? j[key].get<std::string>() : "";
+    if (name.empty() || name.size() > 100 || !std::all_of(name.begin(), name.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+        }))
+      bad(key, "a processor's class name (letters, digits, _)");
+    p.processor = name;
+    const std::string extractor = "FeatureExtractor";
+    const std::size_t at = p.processor.find(extractor);
+    if (at != std::string::npos) p.processor.replace(at, extractor.size(), "ImageProcessor");
+    break;
+  }
+  class_defaults(p);
   auto flag = [&](const char* key, bool& v) {
-    if (!j.contains(key) || j[key].is_null()) return;
+    if (!given(key)) return;
     if (!j[key].is_boolean()) bad(key, "true or false");
     v = j[key].get<bool>();
   };
   flag("do_resize", p.do_resize);
   flag("do_rescale", p.do_rescale);
   flag("do_normalize", p.do_normalize);
+  // get_size_dict: {"height": H, "width": W}, or an int for a square
   auto size_value = [&](const json& v, const char* key) {
     if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > 65536)
-      bad(key, "{\"height\": H, \"width\": W} of positive integers");
+      bad(key, "{\"height\": H, \"width\": W} of integers from 1 to 65536");
     return v.get<std::size_t>();
   };
-  if (j.contains("size") && !j["size"].is_null()) {
-    const json& s = j["size"];
-    if (s.is_number()) {  // get_size_dict: an int is a square
-      p.height = p.width = size_value(s, "size");
-    } else if (s.is_object() && s.contains("height") && s.contains("width")) {
-      p.height = size_value(s["height"], "size");
-      p.width = size_value(s["width"], "size");
+  auto size_pair = [&](const char* key, std::size_t& height, std::size_t& width) {
+    if (!given(key)) return;
+    const json& s = j[key];
+    if (s.is_number()) {
+      height = width = size_value(s, key);
+    } else if (s.is_object() && s.size() == 2 && s.contains("height") && s.contains("width")) {
+      height = size_value(s["height"], key);
+      width = size_value(s["width"], key);
     } else {
-      bad("size", "{\"height\": H, \"width\": W}");
+      bad(key, "{\"height\": H, \"width\": W}");
     }
+  };
+  size_pair("size", p.height, p.width);
+  // The resized image is held whole before any crop: bounded as a decoded image is.
+  if (p.do_resize && std::uint64_t{p.height} * p.width > kMaxImagePixels)
+    bad("size", "at most 2^27 pixels");
+  if (has_crop_step(p.processor)) {
+    flag("do_center_crop", p.do_center_crop);
+    size_pair("crop_size", p.crop_height, p.crop_width);
+  } else {
+    p.do_center_crop = false;
   }
   if (j.contains("resample") && !j["resample"].is_null()) {
     if (!j["resample"].is_number_integer()) bad("resample", "one of PIL's resample codes");
@@ -242,17 +297,53 @@ ImageProcessor read_image_processor(const std::string& dir) {
   return p;
 }
 
+RgbImage center_crop(const RgbImage& in, std::size_t width, std::size_t height) {
+  // Python's floor division of a possibly negative difference
+  auto offset = [](std::size_t size, std::size_t crop) {
+    return size >= crop ? static_cast<std::int64_t>((size - crop) / 2)
+                        : -static_cast<std::int64_t>((crop - size + 1) / 2);
+  };
+  const std::int64_t top = offset(in.height, height), left = offset(in.width, width);
+  RgbImage out;
+  out.width = width;
+  out.height = height;
+  out.rgb.assign(width * height * 3, 0);
+  for (std::size_t y = 0; y < height; ++y) {
+    const std::int64_t sy = static_cast<std::int64_t>(y) + top;
+    if (sy < 0 || sy >= static_cast<std::int64_t>(in.height)) continue;
+    for (std::size_t x = 0; x < width; ++x) {
+      const std::int64_t sx = static_cast<std::int64_t>(x) + left;
+      if (sx < 0 || sx >= static_cast<std::int64_t>(in.width)) continue;
+      std::copy_n(in.rgb.data() +
+                      (static_cast<std::size_t>(sy) * in.width + static_cast<std::size_t>(sx)) * 3,
+                  3, out.rgb.data() + (y * width + x) * 3);
+    }
+  }
+  return out;
+}
+
 std::vector<float> preprocess_image(const ImageProcessor& p, const ModelConfig& c,
                                     const RgbImage& image, const std::string& what,
                                     RgbImage& resized) {
-  resized = p.do_resize ? resize_image(image, p.width, p.height, p.resample) : image;
-  const std::size_t H = resized.height, W = resized.width;
+  // The size the steps leave, checked before any of them runs.
+  const std::string source =
+      p.path.empty() ? p.processor + "'s default " : "preprocessor_config.json's ";
+  const std::size_t H = p.do_center_crop ? p.crop_height
+                        : p.do_resize    ? p.height
+                                         : image.height,
+                    W = p.do_center_crop ? p.crop_width
+                        : p.do_resize    ? p.width
+                                         : image.width;
   if (H != c.image_height || W != c.image_width)
     fail_input(what + ": the model sees a " + std::to_string(H) + " x " + std::to_string(W) +
                " image (height x width" +
-               (p.do_resize ? ", preprocessor_config.json's size" : ", do_resize false") +
+               (p.do_center_crop ? ", " + source + "crop_size"
+                : p.do_resize    ? ", " + source + "size"
+                                 : std::string(", do_resize false")) +
                "), but config.json's image_size is " + std::to_string(c.image_height) + " x " +
                std::to_string(c.image_width));
+  resized = p.do_resize ? resize_image(image, p.width, p.height, p.resample) : image;
+  if (p.do_center_crop) resized = center_crop(resized, p.crop_width, p.crop_height);
   std::vector<float> out(3 * H * W);  // (3, H, W)
   for (std::size_t ch = 0; ch < 3; ++ch) {
     const float mean = static_cast<float>(p.mean[ch]), sd = static_cast<float>(p.std[ch]);

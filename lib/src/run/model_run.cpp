@@ -159,7 +159,8 @@ Model::Model(const std::string& dir, const std::string& dtype)
               .share()),
       checkpoint_(dir) {
   checkpoint_.set_bf16_gemm(dtype_ == "bfloat16");
-  if (checkpoint_.config().image_input()) processor_ = read_image_processor(dir);
+  if (checkpoint_.config().image_input())
+    processor_ = read_image_processor(dir, checkpoint_.config().model_type);
 }
 
 const std::optional<Tokenizer>& Model::tokenizer() const {
@@ -259,9 +260,10 @@ ModelInput Model::encode_images(const std::vector<RgbImage>& images,
   if (images.empty()) fail_input("expected at least one image");
   ModelInput in;
   in.B = images.size();
-  in.T = c.patch_rows() * c.patch_cols() + 1;
+  in.T = c.image_tokens();
   in.lengths.assign(in.B, in.T);
   std::vector<std::string> row = {"[CLS]"};
+  if (c.distillation_token) row.push_back("[DIST]");
   for (std::size_t r = 0; r < c.patch_rows(); ++r)
     for (std::size_t q = 0; q < c.patch_cols(); ++q)
       row.push_back("patch (" + std::to_string(r) + ", " + std::to_string(q) + ")");

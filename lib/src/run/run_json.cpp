@@ -702,7 +702,8 @@ json image_input_json(const ModelInput& in, const ModelConfig& c) {
                       {"converted", im.converted}});
   return {{"images", images},
           {"patch_grid", {c.patch_rows(), c.patch_cols()}},
-          {"patch_size", c.patch_size}};
+          {"patch_size", c.patch_size},
+          {"prefix_tokens", c.prefix_tokens()}};
 }
 
 json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
@@ -715,11 +716,14 @@ json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers
 
 json preprocessing_json(const ImageProcessor& p) {
   return {{"config", p.path.empty() ? json(nullptr) : json(p.path)},
+          {"processor", p.processor},
           {"to_rgb", "PIL's convert(\"RGB\"): grey repeated, palette looked up, alpha dropped"},
           {"do_resize", p.do_resize},
           {"size", {{"height", p.height}, {"width", p.width}}},
           {"resample", p.resample},
           {"resample_name", resample_name(p.resample)},
+          {"do_center_crop", p.do_center_crop},
+          {"crop_size", {{"height", p.crop_height}, {"width", p.crop_width}}},
           {"do_rescale", p.do_rescale},
           {"rescale_factor", p.rescale_factor},
           {"do_normalize", p.do_normalize},

@@ -22,9 +22,12 @@ namespace mha {
 class TensorSource;
 
 // An image classifier's head (ViTForImageClassification's classifier):
-// weight (num_labels, d_model) as nn.Linear stores it, bias (num_labels).
+// weight (num_labels, d_model) as nn.Linear stores it, bias (num_labels), on
+// the CLS token; DeiTForImageClassificationWithTeacher's second head on the
+// distillation token (distillation_classifier; empty for one head).
 struct ClassifierHead {
   std::vector<float> weight, bias;
+  std::vector<float> distillation_weight, distillation_bias;
 };
 
 struct TensorSpec;
@@ -96,12 +99,13 @@ class Checkpoint {
   void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count, float* out,
              Stack stack) const;
   // ViT: the embeddings of B images, `pixels` (B, num_channels, image_height,
-  // image_width) as the image processor leaves them: out (B, N + 1, d_model)
-  // = [the CLS token; each patch's projection (the Conv2d, bias added)] + the
-  // position table, patches row by row (image_input() configs only).
+  // image_width) as the image processor leaves them: out (B, P + N, d_model)
+  // = [the CLS token; DeiT's distillation token; each patch's projection
+  // (the Conv2d, bias added)] + the position table, patches row by row (P =
+  // prefix_tokens(); image_input() configs only).
   void embed_patches(const float* pixels, std::size_t B, float* out) const;
   // The classifier of an image classifier (ModelConfig::classifier), read
-  // now; empty when the checkpoint has none.
+  // now, with the distillation head where it has one; empty when it has none.
   ClassifierHead classifier() const;
   // The LM head's rows [v0, v0 + count) (vocabulary entries, d_model each):
   // lm_head.weight, or the input embedding when tied. Causal LMs only.

@@ -34,7 +34,7 @@ enum class Dim {
   vocab,          //
   position_rows,  // the learned position table's rows
   type_vocab,     // BERT's token types
-  one,            // a size of 1 (ViT's CLS token: one row)
+  one,            // a size of 1 (ViT's CLS token, DeiT's distillation token: one row)
   patch_pixels,   // num_channels * patch_size^2: a patch's values, as a Conv2d's in
   heads,          // h: a relative position bias table's columns
   buckets,        // relative position buckets (T5's relative_attention_num_buckets)
@@ -50,12 +50,17 @@ enum class Role {
   final_norm,
   lm_head,
   // ViT: the Conv2d of kernel = stride = patch_size (a linear map of each patch), and the CLS
-  // token's embedding before the patches
+  // token's embedding before the patches; DeiT's distillation token after it (position 1)
   patch_projection,
   cls_token,
-  relative_bias,   // T5: (buckets, h), layer 0's, shared by every self-attention of its stack
-  logits_bias,     // BART: final_logits_bias (1, vocab), added to the LM head's logits
-  classifier,      // ViTForImageClassification's head on the CLS token: (num_labels, d_model)
+  distillation_token,
+  relative_bias,  // T5: (buckets, h), layer 0's, shared by every self-attention of its stack
+  logits_bias,    // BART: final_logits_bias (1, vocab), added to the LM head's logits
+  // An image classifier's head on the CLS token (position 0): (num_labels, d_model); with the
+  // teacher's head (DeiTForImageClassificationWithTeacher) a second one on the distillation
+  // token (position 1), the logits the mean of the two
+  classifier,
+  distillation_classifier,
   attn_norm,       // the norm before (pre-norm) or after (post-norm) attention
   q,               //
   k,               //
@@ -114,7 +119,8 @@ enum class When {
   logits_bias,        // ModelConfig::logits_bias
   gated_ffn,          // ModelConfig::gated_ffn (T5 v1.1's wi_0 and wi_1)
   plain_ffn,          // !ModelConfig::gated_ffn (T5 v1.0's wi)
-  classifier,         // ModelConfig::classifier
+  classifier,         // ModelConfig::classifier, one head (not distillation_head)
+  distillation_head,  // ModelConfig::classifier with distillation_head: the two heads
 };
 
 struct TensorSpec {

@@ -93,7 +93,10 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
 // An image classifier's logits (rows, num_labels) = hidden W^T + b, as
 // ViTForImageClassification's classifier(sequence_output[:, 0, :]): hidden
 // holds each row's CLS token's final hidden state (d_model values, row
-// stride `ld`), `head` is Checkpoint::classifier().
+// stride `ld`), `head` is Checkpoint::classifier(). With a distillation head
+// (DeiTForImageClassificationWithTeacher) the distillation token's state
+// follows the CLS token's (hidden + d_model), and the logits are
+// (cls_classifier(CLS) + distillation_classifier(DIST)) / 2 in float32.
 std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHead& head,
                                      const float* hidden, std::size_t rows, std::size_t ld);
 

@@ -92,13 +92,19 @@ struct ModelConfig {
   bool gated_ffn = false;    // T5: feed_forward_proj "gated-ACT" (the other families: their table)
   // Images (ViT): the input is an image of image_height x image_width pixels
   // in num_channels channels, cut into patch_size squares; its tokens are a
-  // CLS token, then the patches row by row. patch_size 0: a text model.
+  // CLS token, DeiT's distillation token (distillation_token), then the
+  // patches row by row. patch_size 0: a text model.
   std::size_t image_height = 0, image_width = 0, patch_size = 0, num_channels = 0;
+  bool distillation_token = false;
   // Image classifiers (ViTForImageClassification): a linear head on the CLS
   // token's final hidden state. Read when the weights hold classifier.weight
   // (the checkpoint turns `classifier` off otherwise); num_labels is its
-  // rows, labels[i] config.json's id2label[i], else "LABEL_i".
+  // rows, labels[i] config.json's id2label[i], else "LABEL_i". With
+  // distillation_head (DeiTForImageClassificationWithTeacher: the weights
+  // hold distillation_classifier.weight) a second head reads the
+  // distillation token, and the logits are the mean of the two.
   bool classifier = false;
+  bool distillation_head = false;
   std::size_t num_labels = 0;
   std::vector<std::string> labels;
 
@@ -106,6 +112,10 @@ struct ModelConfig {
   bool image_input() const { return patch_size > 0; }
   std::size_t patch_rows() const { return patch_size ? image_height / patch_size : 0; }
   std::size_t patch_cols() const { return patch_size ? image_width / patch_size : 0; }
+  // The tokens before the patches: [CLS] (and DeiT's [DIST]); 0 for a text model.
+  std::size_t prefix_tokens() const { return patch_size ? 1 + std::size_t{distillation_token} : 0; }
+  // An image's tokens: the prefix, then one per patch.
+  std::size_t image_tokens() const { return prefix_tokens() + patch_rows() * patch_cols(); }
   bool layer_sliding(std::size_t l) const {
     return sliding_window > 0 && l < sliding.size() && sliding[l];
   }

@@ -40,7 +40,8 @@ nlohmann::json to_json(const ModelRunReport& report);
 // the mask keeps (causal, key padding, each layer's window; 0 = none), of the
 // logits scale * q.k, soft-capped (softcap > 0: c tanh(logits / c)).
 // An image model's input as run.json's "input" adds it: each image file (path,
-// bytes, crc32, stored size, format, what was converted), patch_grid and patch_size.
+// bytes, crc32, stored size, format, what was converted), patch_grid, patch_size and
+// prefix_tokens (the tokens before the patches: [CLS], and DeiT's [DIST]).
 nlohmann::json image_input_json(const ModelInput& in, const ModelConfig& c);
 nlohmann::json attention_json(const ModelConfig& c, const std::vector<std::size_t>& layers,
                               const std::vector<std::size_t>& heads);

@@ -11,6 +11,10 @@ namespace mha {
 #include "registry.def"
 #undef MHA_FAMILY
 
+// ViT's config.json keys (families/vit.cpp), which DeiT's config shares: call
+// with c.distillation_token set for a position table that counts it.
+void read_vit_config(const ConfigKeys& k, ModelConfig& c);
+
 // Short names the families' tables use.
 namespace table {
 constexpr Part W = Part::weight, B = Part::bias;

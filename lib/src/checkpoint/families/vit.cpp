@@ -11,10 +11,8 @@
 
 namespace mha {
 
-namespace {
-
-void read_config(const ConfigKeys& k, ModelConfig& c) {
-  // ViTConfig's defaults (google/vit-base-patch16-224)
+void read_vit_config(const ConfigKeys& k, ModelConfig& c) {
+  // ViTConfig's defaults (google/vit-base-patch16-224; DeiTConfig's are the same)
   c.num_layers = k.size({"num_hidden_layers"}, 12);
   c.d_model = k.size({"hidden_size"}, 768);
   c.h = k.size({"num_attention_heads"}, 12);
@@ -44,8 +42,9 @@ void read_config(const ConfigKeys& k, ModelConfig& c) {
     k.fail("key 'patch_size' is " + std::to_string(c.patch_size) + " for images of " +
            std::to_string(c.image_height) + " x " + std::to_string(c.image_width) +
            "; expected a patch inside the image (and image_size at most 65536)");
-  // num_patches = (H // p) * (W // p): the border past the last whole patch is not seen
-  c.position_rows = c.patch_rows() * c.patch_cols() + 1;
+  // num_patches = (H // p) * (W // p): the border past the last whole patch is not seen; a
+  // position row for each of the tokens before the patches too
+  c.position_rows = c.image_tokens();
   c.max_positions = c.position_rows;
   // The classifier when the weights hold it (Checkpoint), its rows' names from id2label.
   c.classifier = true;
@@ -55,15 +54,15 @@ void read_config(const ConfigKeys& k, ModelConfig& c) {
   c.norm_placement = NormPlacement::pre;
 }
 
+namespace {
 using namespace table;
-
 }  // namespace
 
 const Family vit_family = {
     "vit",
     {"vit"},
     {"vit."},
-    read_config,
+    read_vit_config,
     {
         {Role::patch_projection, W, "embeddings.patch_embeddings.projection.weight", d,
          Dim::patch_pixels, Layout::conv2d},
