@@ -673,6 +673,8 @@ class PyModel {
   // An image model's input: a path (PNG or JPEG), a uint8 array (H, W, 3), or
   // a list of them, through the CLI's reader and image processor.
   mha::ModelInput images_of(const py::object& input) const {
+    const bool many = py::isinstance<py::list>(input) || py::isinstance<py::tuple>(input);
+    mha::check_image_batch(model_, many ? py::len(input) : 1, max_memory_);
     std::vector<mha::RgbImage> images;
     std::vector<std::string> names;
     const std::uint64_t limit = mha::image_byte_limit(max_memory_);

@@ -432,6 +432,15 @@ class Refusals(VitTest):
         checkpoints.write_preprocessor(nearest, checkpoints.preprocessor_config(32, 24, resample=0))
         self.refused(["--model", nearest, "--image", self.image("n.png", np.zeros((4, 4, 3)))],
                      r"resample' is 0 \(nearest\), which is not supported")
+        # a crop larger than the resized image is zero-padded to its size: 20000 x 20000 refused
+        crop = self.path("crop")
+        shutil.copytree(d, crop)
+        checkpoints.write_preprocessor(crop, checkpoints.preprocessor_config(32, 24, crop=(20000, 20000)))
+        self.refused(["--model", crop, "--image", self.image("c.png", np.zeros((4, 4, 3)))],
+                     r"crop_size.*at most 2\^27 pixels")
+        # the batch's pixel values (B, 3, 32, 24) float32 against max_memory, before decoding
+        self.refused(["--model", d, "--max_memory", "20000"] + ["--image", self.path("cut.png")] * 8,
+                     r"8 images of 32 x 24 pixels need .* as float32, over max_memory")
 
     def test_huge_header_bounded(self):
         d, *_ = self.checkpoint()

@@ -259,6 +259,9 @@ ImageProcessor read_image_processor(const std::string& dir, const std::string& m
   if (has_crop_step(p.processor)) {
     flag("do_center_crop", p.do_center_crop);
     size_pair("crop_size", p.crop_height, p.crop_width);
+    // A crop larger than the resized image is zero-padded to its size: bounded the same way.
+    if (p.do_center_crop && std::uint64_t{p.crop_height} * p.crop_width > kMaxImagePixels)
+      bad("crop_size", "at most 2^27 pixels");
   } else {
     p.do_center_crop = false;
   }

@@ -288,8 +288,19 @@ ModelInput Model::encode_images(const std::vector<RgbImage>& images,
   return in;
 }
 
+void check_image_batch(const Model& model, std::size_t n, std::uint64_t max_memory) {
+  const ModelConfig& c = model.config();
+  const std::uint64_t pixel_bytes = std::uint64_t{4} * 3 * n * c.image_height * c.image_width;
+  if (c.image_input() && pixel_bytes > max_memory)
+    fail_input(model.checkpoint().dir() + ": " + std::to_string(n) + " images of " +
+               std::to_string(c.image_height) + " x " + std::to_string(c.image_width) +
+               " pixels need " + format_bytes(pixel_bytes) + " as float32, over max_memory " +
+               format_bytes(max_memory));
+}
+
 ModelInput read_image_input(const Model& model, const std::vector<std::string>& paths,
                             std::uint64_t max_memory) {
+  check_image_batch(model, paths.size(), max_memory);
   std::vector<RgbImage> images;
   for (const std::string& path : paths)
     images.push_back(read_image(path, image_byte_limit(max_memory)));

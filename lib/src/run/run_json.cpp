@@ -616,10 +616,9 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
   // An encoder-decoder's decoder inputs: the queries of its decoder and cross maps.
   if (t.contains("target") && t["target"].is_object()) {
     const json& target = t["target"];
-    for (const auto& [key, rows] :
-         {std::pair{"tokens", &v.target_tokens},
-          {"pieces", &v.target_pieces},
-          {"label_tokens", &v.label_tokens}}) {
+    for (const auto& [key, rows] : {std::pair{"tokens", &v.target_tokens},
+                                    {"pieces", &v.target_pieces},
+                                    {"label_tokens", &v.label_tokens}}) {
       if (!target.contains(key) || !target[key].is_array()) continue;
       for (const json& row : target[key]) {
         rows->emplace_back();

@@ -203,6 +203,10 @@ void name_top_k(const Model& model, ModelRunReport& report);
 
 // The bytes an image may take decoded (3 a pixel): max_memory's, at most.
 std::uint64_t image_byte_limit(std::uint64_t max_memory);
+// Throws mha::Error (invalid_input) when n images' pixel values, (n, 3, H, W)
+// float32 at the model's image size, would pass max_memory: checked before
+// any image is decoded.
+void check_image_batch(const Model& model, std::size_t n, std::uint64_t max_memory);
 // An image model's input from image files: each read (bounded by
 // image_byte_limit), preprocessed, and recorded with its size and crc32.
 ModelInput read_image_input(const Model& model, const std::vector<std::string>& paths,
