@@ -449,15 +449,15 @@ class Analyze(Seq2SeqTest):
         return out, p
 
     def test_loss_rollout_norms(self):
-        for variant in ("t5_v1_1", "bart"):
-            with self.subTest(variant=variant):
+        for variant, dtype in (("t5_v1_1", "F32"), ("t5_v1_1", "BF16"), ("bart", "F32"), ("bart", "BF16")):
+            with self.subTest(variant=variant, dtype=dtype):
                 family, kw = VARIANTS[variant]
-                d, config, sd = self.checkpoint(variant, family, **kw)
+                d, config, sd = self.checkpoint(variant + dtype, family, dtype, **kw)
                 src, src_path = self.ids(config, "src.npy", 2, 11, 3)
                 labels, lab_path = self.ids(config, "labels.npy", 2, 8, 4)
                 out, _ = self.analyze("--model", d, "--tokens", src_path, "--target_tokens", lab_path,
                                       "--method", "loss", "--method", "rollout", "--method", "norms",
-                                      out="out_" + variant)
+                                      out="out_" + variant + dtype)
                 ref = reference.seq2seq(config, sd, src, labels)
                 want = target_loss(ref["logits"], labels, [8, 8])
                 np.testing.assert_allclose(np.load(os.path.join(out, "loss.npy")), want, **TOL)
