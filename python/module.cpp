@@ -31,6 +31,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/ablation.hpp"
 #include "mha/checkpoint/attention_analysis.hpp"
+#include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/lens.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
 #include "mha/checkpoint/seq2seq_analysis.hpp"
@@ -911,10 +912,9 @@ class PyModel {
                        dir + ": a " + c.model_type +
                            " is an encoder-decoder; give the decoder's side as target= (a text, "
                            "a list of texts or token ids)");
-    if (hidden_states || qk)
+    if (qk)
       throw mha::Error(mha::ErrorKind::invalid_input,
-                       std::string(qk ? "qk=True" : "hidden_states=True") +
-                           ": not supported for encoder-decoder models");
+                       "qk=True: not supported for encoder-decoder models");
     const mha::ModelCall options =
         mha::check_seq2seq_call(c, {attention, layers, heads, top_k, threads});
     mha::ModelInput in = input_of(input);
@@ -938,6 +938,10 @@ class PyModel {
     std::uint64_t bytes = mha::seq2seq_memory(c, model_.checkpoint().layer_float32_bytes(), B, S, T,
                                               mha::resolve_threads(options.threads));
     if (attention) bytes += std::uint64_t{4} * B * Hs * (Le * S * S + Ld * T * (T + S));
+    if (hidden_states)
+      bytes +=
+          std::uint64_t{4} * B * d *
+          ((std::uint64_t{c.num_layers} + 1) * S + (std::uint64_t{c.num_decoder_layers} + 1) * T);
     check_memory(bytes, "the call");
     py::array_t<float> maps[3];
     if (attention) {
@@ -957,6 +961,22 @@ class PyModel {
         std::memcpy(
             data[static_cast<int>(kind)] + (((slot * B + b) * Hs + head) * queries + t0) * keys,
             block, rows * keys * sizeof(float));
+      };
+    }
+    // Each stack's hidden states (layers + 1, B, L, d): the encoder's, the decoder's.
+    py::array_t<float> hidden[2];
+    if (hidden_states) {
+      const std::size_t layers[2] = {c.num_layers, c.num_decoder_layers}, lengths[2] = {S, T};
+      float* data[2];
+      for (int i = 0; i < 2; ++i) {
+        hidden[i] = py::array_t<float>(std::vector<py::ssize_t>{
+            py::ssize_t(layers[i] + 1), py::ssize_t(B), py::ssize_t(lengths[i]), py::ssize_t(d)});
+        data[i] = hidden[i].mutable_data();
+      }
+      so.hidden_sink = [data, B, S, T, d](mha::Stack stack, std::size_t i, const float* x) {
+        const bool decoder = stack == mha::Stack::decoder;
+        const std::size_t n = B * (decoder ? T : S) * d;
+        std::memcpy(data[decoder ? 1 : 0] + i * n, x, n * sizeof(float));
       };
     }
     mha::Seq2SeqResult r;
@@ -1006,6 +1026,8 @@ class PyModel {
       out["head_indices"] = so.map_heads;
     }
     for (const char* none : {"hidden_states", "q", "k"}) out[none] = py::none();
+    out["encoder_hidden_states"] = hidden_states ? py::object(hidden[0]) : py::none();
+    out["decoder_hidden_states"] = hidden_states ? py::object(hidden[1]) : py::none();
     out["top_k"] = top_k_list(r.top_k);
     return out;
   }
@@ -1514,7 +1536,9 @@ PYBIND11_MODULE(mha, m) {
            "target= (the same kinds, one row per input row; teacher-forced, shifted right after "
            "decoder_start_token_id) and return encoder_attention (layers, B, heads, S, S), "
            "decoder_attention (layers, B, heads, T, T), cross_attention (layers, B, heads, T, "
-           "S) and target (the decoder's ids, lengths, tokens, pieces, and labels) besides "
+           "S), with hidden_states=True encoder_hidden_states (encoder layers + 1, B, S, d_model) "
+           "and decoder_hidden_states (decoder layers + 1, B, T, d_model), and target (the "
+           "decoder's ids, lengths, tokens, pieces, and labels) besides "
            "the source's ids, lengths, tokens, pieces and output (B, T, d_model). Returns ids, "
            "lengths, tokens, output (B, T, d_model), "
            "attention (layers, B, heads, T, T) or None with layer_indices, head_indices and "

@@ -813,8 +813,9 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
     x = sd["shared.weight"][src]
     bias = _t5_bias(c, sd["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], S, True)
     enc_bias = bias + _additive(key_mask(src_lengths, S, False))
-    enc_maps = []
+    enc_maps, enc_states = [], []
     for i in range(c["num_layers"]):
+        enc_states.append(x)  # T5Stack's all_hidden_states: each block's input
         p = f"encoder.block.{i}.layer."
         o, a = attention(p + "0.SelfAttention.", rms_norm(x, sd[p + "0.layer_norm.weight"], eps),
                          rms_norm(x, sd[p + "0.layer_norm.weight"], eps), enc_bias)
@@ -822,13 +823,15 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
         enc_maps.append(a)
         x = ffn(p + "1.", x)
     memory = rms_norm(x, sd["encoder.final_layer_norm.weight"], eps)
+    enc_states.append(memory)  # then final_layer_norm's output
     # the decoder: causal position bias (unidirectional) + causal and padding masks
     y = sd["shared.weight"][dec]
     bias = _t5_bias(c, sd["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], T, False)
     dec_bias = bias + _additive(key_mask(tgt_lengths, T, True))
     cross_bias = _additive(_cross_mask(src_lengths, T, S))
-    dec_maps, cross_maps = [], []
+    dec_maps, cross_maps, dec_states = [], [], []
     for i in range(c.get("num_decoder_layers") or c["num_layers"]):
+        dec_states.append(y)
         p = f"decoder.block.{i}.layer."
         h = rms_norm(y, sd[p + "0.layer_norm.weight"], eps)
         o, a = attention(p + "0.SelfAttention.", h, h, dec_bias)
@@ -840,11 +843,12 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
         cross_maps.append(a)
         y = ffn(p + "2.", y)
     out = rms_norm(y, sd["decoder.final_layer_norm.weight"], eps)
+    dec_states.append(out)
     if c.get("tie_word_embeddings", True):
         logits = (out * E ** -0.5) @ sd["shared.weight"].T
     else:
         logits = out @ sd["lm_head.weight"].T
-    return enc_maps, dec_maps, cross_maps, out, logits, norms
+    return enc_maps, dec_maps, cross_maps, out, logits, norms, enc_states, dec_states
 
 
 def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
@@ -878,19 +882,22 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
 
     x = embed("encoder", src)
     enc_mask = _additive(key_mask(src_lengths, S, False))
-    enc_maps = []
+    enc_maps, enc_states = [], []
     for i in range(c["encoder_layers"]):
+        enc_states.append(x)  # encoder_states: each layer's input (0: after layernorm_embedding)
         p = f"model.encoder.layers.{i}."
         o, a = attention(p + "self_attn.", x, x, enc_mask)
         x = ln(p + "self_attn_layer_norm", x + o)
         enc_maps.append(a)
         x = ln(p + "final_layer_norm", x + lin(p + "fc2", act(lin(p + "fc1", x))))
     memory = x
+    enc_states.append(x)  # then the last layer's output (no final norm)
     y = embed("decoder", dec)
     dec_mask = _additive(key_mask(tgt_lengths, T, True))
     cross_mask = _additive(_cross_mask(src_lengths, T, S))
-    dec_maps, cross_maps = [], []
+    dec_maps, cross_maps, dec_states = [], [], []
     for i in range(c["decoder_layers"]):
+        dec_states.append(y)
         p = f"model.decoder.layers.{i}."
         o, a = attention(p + "self_attn.", y, y, dec_mask)
         y = ln(p + "self_attn_layer_norm", y + o)
@@ -901,7 +908,8 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
         y = ln(p + "final_layer_norm", y + lin(p + "fc2", act(lin(p + "fc1", y))))
     head = sd["lm_head.weight"] if not c.get("tie_word_embeddings", True) else sd["model.shared.weight"]
     logits = y @ head.T + sd["final_logits_bias"]
-    return enc_maps, dec_maps, cross_maps, y, logits, norms
+    dec_states.append(y)
+    return enc_maps, dec_maps, cross_maps, y, logits, norms, enc_states, dec_states
 
 
 def _value_weighted(a, v, Wo, H, K):
@@ -916,7 +924,10 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
     "decoder_attentions": [L_dec × (B, h, T, T)], "cross_attentions": [L_dec × (B, h, T, S)],
     "output": (B, T, d) the decoder's final hidden states, "logits": (B, T, V),
     "decoder_input_ids": (B, T), "encoder_norms", "decoder_norms", "cross_norms": each map's
-    value-weighted norms (_value_weighted)}. Padding (past each row's length) is masked as keys in every
+    value-weighted norms (_value_weighted), "encoder_hidden_states": [L_enc + 1 × (B, S, d)],
+    "decoder_hidden_states": [L_dec + 1 × (B, T, d)] as output_hidden_states gives them (each
+    stack's embeddings, after BART's layernorm_embedding; each layer's input; the stack's output
+    after its final norm, T5's final_layer_norm)}. Padding (past each row's length) is masked as keys in every
     attention (attention_mask and decoder_attention_mask)."""
     mt = config["model_type"]
     if mt not in SEQ2SEQ:
@@ -931,7 +942,8 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
     sd = {k: _t(v) for k, v in state_dict.items()}
     with torch.no_grad():
         fn = _t5 if mt == "t5" else _bart
-        enc, dmaps, cmaps, out, logits, norms = fn(config, sd, src, src_lengths, dec, tgt_lengths)
+        enc, dmaps, cmaps, out, logits, norms, enc_states, dec_states = fn(
+            config, sd, src, src_lengths, dec, tgt_lengths)
     # the norms in call order: the encoder's layers, then each decoder layer's self and cross
     Le = len(enc)
     return {"encoder_norms": [n.numpy() for n in norms[:Le]],
@@ -940,4 +952,6 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
             "encoder_attentions": [a.numpy() for a in enc],
             "decoder_attentions": [a.numpy() for a in dmaps],
             "cross_attentions": [a.numpy() for a in cmaps], "output": out.numpy(),
-            "logits": logits.numpy(), "decoder_input_ids": dec.numpy()}
+            "logits": logits.numpy(), "decoder_input_ids": dec.numpy(),
+            "encoder_hidden_states": [h.numpy() for h in enc_states],
+            "decoder_hidden_states": [h.numpy() for h in dec_states]}

@@ -8,14 +8,17 @@ checkpoints of checkpoints.py, float32 and bfloat16 files, and the refusals.
 What is held:
 - encoder_attention.npy (L_enc, B, h, S, S), decoder_attention.npy (L_dec, B, h, T, T),
   cross_attention.npy (L_dec, B, h, T, S) with --save_attention; output.npy (B, T, d_model) the
-  decoder's final hidden states; all at rtol = atol = 1e-5;
+  decoder's final hidden states; encoder_hidden_states.npy (L_enc + 1, B, S, d_model) and
+  decoder_hidden_states.npy (L_dec + 1, B, T, d_model) with --save_hidden_states, as
+  output_hidden_states; all at rtol = atol = 1e-5;
 - the decoder reads the target's ids shifted right after decoder_start_token_id;
 - run.json "top_k": the LM head's most likely tokens at each row's last target position (T5's
   d_model**-0.5 when tied, BART's final_logits_bias);
 - tokens.json: the source at the top level, "target" the decoder's inputs and "labels";
 - --layer_indices / --head_indices select in both stacks;
 - refusals (exit 2, one line, nothing written): a target for a model that is not an
-  encoder-decoder, an encoder-decoder without one, mismatched batches, hostile config keys.
+  encoder-decoder, an encoder-decoder without one, mismatched batches, --save_qk, hostile config
+  keys.
 
   /usr/bin/python3 tests/models/test_seq2seq.py [Group]   (MHA_BIN = path to mha)
 """
@@ -150,6 +153,37 @@ class Families(Seq2SeqTest):
         self.check("bart", "BF16")
         self.check("bart_unscaled", "F32")
 
+    def test_hidden_states(self):
+        """--save_hidden_states: each stack's output_hidden_states (the embeddings, each layer's
+        input, the output after the final norm), T5 v1.0 and v1.1 and BART."""
+        for variant in ("t5", "t5_v1_1", "bart"):
+            with self.subTest(variant=variant):
+                family, kw = VARIANTS[variant]
+                d, config, sd = self.checkpoint(variant, family, "F32", **kw)
+                src, src_path = self.ids(config, "src.npy", 2, 11, 5)
+                labels, lab_path = self.ids(config, "labels.npy", 2, 9, 6)
+                out = self.path("out_" + variant)
+                self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out,
+                         "--save_hidden_states")
+                ref = reference.seq2seq(config, sd, src, labels)
+                t5 = family == "t5"
+                layers = {"encoder": config["num_layers" if t5 else "encoder_layers"],
+                          "decoder": config["num_decoder_layers" if t5 else "decoder_layers"]}
+                for stack, L in (("encoder", 11), ("decoder", 9)):
+                    want = np.stack(ref[stack + "_hidden_states"])
+                    got = self.load(out, stack + "_hidden_states.npy")
+                    self.assertEqual(got.shape, (layers[stack] + 1, 2, L, config["d_model"]), stack)
+                    self.assertEqual(want.shape, got.shape, stack)
+                    np.testing.assert_allclose(got, want, err_msg=stack, **TOL)
+                    if os.environ.get("MHA_PRINT_DIFF"):
+                        print(variant, stack, float(np.abs(got - want).max()), file=sys.stderr)
+                np.testing.assert_array_equal(self.load(out, "decoder_hidden_states.npy")[-1],
+                                              self.load(out, "output.npy"))
+                run = self.read_json(out, "run.json")
+                self.assertEqual(run["outputs"].keys(), {"tokens.json", "output.npy", "encoder_hidden_states.npy",
+                                                         "decoder_hidden_states.npy"})
+                self.assertEqual(sorted(os.listdir(out)), sorted(list(run["outputs"]) + ["run.json"]))
+
     def test_selection_in_both_stacks(self):
         d, config, sd = self.checkpoint("t5", "t5")
         src, src_path = self.ids(config, "src.npy", 2, 9, 3)
@@ -217,9 +251,10 @@ class Python(Seq2SeqTest):
             labels, lab_path = self.ids(config, "labels.npy", 2, 7, 4)
             out = self.path("out_" + variant)
             self.mha("--model", d, "--tokens", src_path, "--target_tokens", lab_path, "--out_dir", out,
-                     "--save_attention", "--head_indices", "1,2")
-            r = mha.Model(d)(src, target=labels, head_indices=[1, 2])
-            for name in ("encoder_attention", "decoder_attention", "cross_attention", "output"):
+                     "--save_attention", "--head_indices", "1,2", "--save_hidden_states")
+            r = mha.Model(d)(src, target=labels, head_indices=[1, 2], hidden_states=True)
+            for name in ("encoder_attention", "decoder_attention", "cross_attention", "output",
+                         "encoder_hidden_states", "decoder_hidden_states"):
                 np.testing.assert_array_equal(r[name], self.load(out, name + ".npy"), err_msg=name)
             tokens = self.read_json(out, "tokens.json")
             self.assertEqual(r["ids"].tolist(), tokens["ids"])
@@ -228,6 +263,10 @@ class Python(Seq2SeqTest):
             top = self.read_json(out, "run.json")["top_k"]
             self.assertEqual([[i for i, _, _ in row] for row in r["top_k"]], [[e["id"] for e in row] for row in top])
             self.assertIsNone(r["attention"])
+            self.assertIsNone(r["hidden_states"])
+            plain = mha.Model(d)(src, target=labels, attention=False)
+            self.assertIsNone(plain["encoder_hidden_states"])
+            self.assertIsNone(plain["decoder_hidden_states"])
 
     def test_analyses_equal_cli(self):
         """Model.loss, rollout, attention_norms and ablation with labels= (the target) return the
@@ -290,7 +329,7 @@ class Python(Seq2SeqTest):
         g, _, _ = self.checkpoint("gpt2", "gpt2")
         ids = np.array([[3, 4, 5]])
         for model, kw, words in ((d, {}, "target="), (g, dict(target=ids), "not an encoder-decoder"),
-                                 (d, dict(target=ids, hidden_states=True), "hidden_states"),
+                                 (d, dict(target=ids, qk=True), "qk=True"),
                                  (d, dict(target=np.array([[3], [4]])), "2 target rows")):
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as e:
@@ -600,8 +639,8 @@ class Errors(Seq2SeqTest):
                      names=("--target_tokens and --target_text",))
         self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--layer_indices", "2",
                      names=("--layer_indices",))  # 2 decoder layers
-        self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--save_hidden_states",
-                     names=("--save_hidden_states",))
+        self.refused("--model", d, "--tokens", src, "--target_tokens", lab, "--save_attention", "--save_qk",
+                     names=("--save_qk",))
         self.refused("--model", d, "--text", "a", "--text", "b", "--target_text", "c",
                      names=("--target_text",))
         g, gconfig, _ = self.checkpoint("gpt2", "gpt2")

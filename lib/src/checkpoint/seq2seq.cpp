@@ -201,6 +201,7 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
     const bool decoder = stack == Stack::decoder;
     for (std::size_t l = 0; l < layers; ++l) {
       if (options.on_layer) options.on_layer(stack, l);
+      if (options.hidden_sink) options.hidden_sink(stack, l, x.data());
       const auto t0 = Clock::now();
       model.layer(l, w.layers[0], threads, stack);
       read += seconds_since(t0);
@@ -241,6 +242,7 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
                  threads);
       std::swap(x, y);
     }
+    if (options.hidden_sink) options.hidden_sink(stack, layers, x.data());
   };
 
   // The encoder: (B, S) ids -> memory (B, S, d).

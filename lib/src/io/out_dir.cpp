@@ -43,6 +43,8 @@ const std::vector<std::string>& run_output_names() {
                                                  "encoder_attention.npy",
                                                  "decoder_attention.npy",
                                                  "hidden_states.npy",
+                                                 "encoder_hidden_states.npy",
+                                                 "decoder_hidden_states.npy",
                                                  "images.npy",
                                                  "q.npy",
                                                  "k.npy",

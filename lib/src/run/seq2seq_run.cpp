@@ -1,7 +1,8 @@
 // `mha run --model DIR --text SOURCE --target_text TARGET` on an
 // encoder-decoder (T5, BART): the encoder over the source, the decoder
-// teacher-forced over the target shifted right (checkpoint/seq2seq.hpp), and
-// the three kinds of maps, all-or-nothing as every run writes.
+// teacher-forced over the target shifted right (checkpoint/seq2seq.hpp), the
+// three kinds of maps and both stacks' hidden states, all-or-nothing as every
+// run writes.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/out_dir.hpp"
@@ -100,8 +102,6 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
                       {config.texts, config.tokens, config.target_texts, config.target_tokens,
                        !config.images.empty()});
   if (config.save_qk) fail_input("--save_qk: not supported for encoder-decoder models");
-  if (config.save_hidden_states)
-    fail_input("--save_hidden_states: not supported for encoder-decoder models");
   ModelRunReport report;
   report.config = config;
   report.model = c;
@@ -147,6 +147,14 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
     maps[1] = &out.stage_npy_stream("decoder_attention.npy", DType::f4, {Ld, B, Hs, T, T});
     maps[2] = &out.stage_npy_stream("cross_attention.npy", DType::f4, {Ld, B, Hs, T, S});
   }
+  // Each stack's hidden states (layers + 1, B, L, d), streamed as the stacks run.
+  const OutputSet::NpyStream* hidden[2] = {nullptr, nullptr};
+  if (config.save_hidden_states) {
+    hidden[0] =
+        &out.stage_npy_stream("encoder_hidden_states.npy", DType::f4, {c.num_layers + 1, B, S, d});
+    hidden[1] = &out.stage_npy_stream("decoder_hidden_states.npy", DType::f4,
+                                      {c.num_decoder_layers + 1, B, T, d});
+  }
   Seq2SeqOptions so;
   so.threads = report.threads;
   so.map_layers = report.map_layers;
@@ -159,6 +167,11 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
                         keys = kind == MapKind::decoder ? T : S;
       maps[static_cast<int>(kind)]->write_elements(
           (((slot * B + b) * Hs + head) * queries + t0) * keys, block, rows * keys);
+    };
+  if (config.save_hidden_states)
+    so.hidden_sink = [&](Stack stack, std::size_t i, const float* x) {
+      const std::size_t n = B * (stack == Stack::decoder ? T : S) * d;
+      hidden[stack == Stack::decoder ? 1 : 0]->write_elements(i * n, x, n);
     };
   const Seq2SeqInput& target_in = sides.target;
   const auto t0 = Clock::now();
@@ -181,6 +194,9 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   if (config.save_attention)
     report.outputs.insert(report.outputs.end(), {"encoder_attention.npy", "decoder_attention.npy",
                                                  "cross_attention.npy"});
+  if (config.save_hidden_states)
+    report.outputs.insert(report.outputs.end(),
+                          {"encoder_hidden_states.npy", "decoder_hidden_states.npy"});
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);

@@ -37,6 +37,15 @@ struct Seq2SeqOptions {
       attention_sink;
   std::size_t top_k = 0;  // the LM head's k most likely tokens at each row's last target position
   std::function<void(Stack stack, std::size_t l)> on_layer;  // layer l of a stack starts
+  // Receives hidden state i of `stack` (Stack::main: the encoder, (B, S,
+  // d_model); Stack::decoder: (B, T, d_model)) for i = 0 to the stack's
+  // layers, as transformers' output_hidden_states gives them (T5Stack's
+  // all_hidden_states, BART's encoder_states and all_hidden_states): state 0
+  // the embeddings (after BART's layernorm_embedding), state i < layers layer
+  // i's input, the last the stack's output after its final norm (T5's
+  // final_layer_norm; BART has none). Not the encoder's when encoder_output
+  // is given. On the pass's thread.
+  std::function<void(Stack stack, std::size_t i, const float* hidden)> hidden_sink;
   // Layer l's heads' outputs of map kind `kind` before its output projection,
   // to change in place (LayerOptions::context_hook: ablation): context
   // (B*L, h*head_dim), L the query side's length (S for the encoder, else T).

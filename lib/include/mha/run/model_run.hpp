@@ -232,8 +232,11 @@ ModelRunReport run_model(const ModelRunConfig& config);
 // An encoder-decoder's teacher-forced run (run_model's part for T5 and BART,
 // run/seq2seq_run.cpp): encoder_attention.npy (layers, B, heads, S, S),
 // decoder_attention.npy (layers, B, heads, T, T) and cross_attention.npy
-// (layers, B, heads, T, S) with save_attention, output.npy (B, T, d_model)
-// the decoder's final hidden states, tokens.json with both sides, run.json.
+// (layers, B, heads, T, S) with save_attention, encoder_hidden_states.npy
+// (encoder layers + 1, B, S, d_model) and decoder_hidden_states.npy (decoder
+// layers + 1, B, T, d_model) with save_hidden_states, output.npy (B, T,
+// d_model) the decoder's final hidden states, tokens.json with both sides,
+// run.json. Refuses save_qk.
 // Refuses a target for a model that is not an encoder-decoder, and an
 // encoder-decoder without one. `model` is opened; out_dir's lock is held.
 ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& model);
