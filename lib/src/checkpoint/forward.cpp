@@ -7,6 +7,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/family.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
 
@@ -295,8 +296,15 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
 }
 
 std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads) {
-  std::vector<TransformerLayer<float>> layers(model.config().num_layers);
-  for (std::size_t l = 0; l < layers.size(); ++l) model.layer(l, layers[l], threads);
+  return read_layers(model, threads, Stack::main);
+}
+
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads,
+                                                 Stack stack) {
+  const ModelConfig& c = model.config();
+  std::vector<TransformerLayer<float>> layers(stack == Stack::decoder ? c.num_decoder_layers
+                                                                      : c.num_layers);
+  for (std::size_t l = 0; l < layers.size(); ++l) model.layer(l, layers[l], threads, stack);
   return layers;
 }
 

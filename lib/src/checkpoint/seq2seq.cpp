@@ -203,7 +203,20 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
       if (options.on_layer) options.on_layer(stack, l);
       if (options.hidden_sink) options.hidden_sink(stack, l, x.data());
       const auto t0 = Clock::now();
-      model.layer(l, w.layers[0], threads, stack);
+      // A resident layer lent to the pass, handed back however the layer ends.
+      std::vector<TransformerLayer<float>>* resident =
+          decoder ? options.decoder_layers : options.encoder_layers;
+      struct Lend {
+        TransformerLayer<float>* from;
+        TransformerLayer<float>& to;
+        ~Lend() {
+          if (from) std::swap(*from, to);
+        }
+      } lend{resident ? &(*resident)[l] : nullptr, w.layers[0]};
+      if (resident)
+        std::swap(w.layers[0], (*resident)[l]);
+      else
+        model.layer(l, w.layers[0], threads, stack);
       read += seconds_since(t0);
       so.self_attn = so.cross_attn = attention;
       const MapKind self_kind = decoder ? MapKind::decoder : MapKind::encoder;

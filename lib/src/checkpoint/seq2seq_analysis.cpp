@@ -276,6 +276,8 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
   };
   Seq2SeqOptions base;
   base.threads = o.threads;
+  base.encoder_layers = o.layers_read;
+  base.decoder_layers = o.decoder_layers_read;
   const Seq2SeqResult clean = run(base);
   r.clean = probe(clean.output, true);
   if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);

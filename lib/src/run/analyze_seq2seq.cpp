@@ -9,6 +9,8 @@
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/family.hpp"
+#include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/seq2seq_analysis.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
@@ -188,6 +190,14 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
   if (wants(config, "ablation")) {
     const Ablation kind = config.ablation == "mean" ? Ablation::mean : Ablation::zero;
     const auto t0 = Clock::now();
+    // One pass per head: both stacks' weights read once when they fit beside the pass.
+    std::vector<TransformerLayer<float>> encoder_layers, decoder_layers;
+    if (need + model.layer_float32_bytes() * (Le + Ld) <= max_memory) {
+      encoder_layers = read_layers(model, threads, Stack::main);
+      decoder_layers = read_layers(model, threads, Stack::decoder);
+      io.layers_read = &encoder_layers;
+      io.decoder_layers_read = &decoder_layers;
+    }
     const Seq2SeqAblation a = seq2seq_head_ablation(model, in, kind, io);
     const std::string effect =
         metric == Metric::kl
@@ -207,11 +217,9 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
               (kind == Ablation::zero ? "zero" : "its mean over the row's queries") + ": " +
               effect);
     }
-    summary["ablation"] = {{"kind", to_string(kind)},
-                           {"metric", to_string(metric)},
-                           {"clean", a.clean},
-                           {"passes", a.passes},
-                           {"ms", ms_since(t0)}};
+    summary["ablation"] = {{"kind", to_string(kind)}, {"metric", to_string(metric)},
+                           {"clean", a.clean},        {"passes", a.passes},
+                           {"ms", ms_since(t0)},      {"weights_held", io.layers_read != nullptr}};
     report.summary.push_back("ablation: " + std::to_string((Les + 2 * Lds) * Hs) +
                              " heads (encoder, decoder, cross) in " + std::to_string(a.passes) +
                              " forwards, " + std::to_string(ms_since(t0)) + " ms");

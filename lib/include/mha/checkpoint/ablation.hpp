@@ -35,8 +35,10 @@ struct InterventionOptions {
   std::int32_t target = -1, foil = -1;     // logit_diff's tokens (a classifier's classes)
   std::vector<std::size_t> layers, heads;  // ascending and distinct; empty: all
   int threads = 0;
-  // Every layer's weights (read_layers), or null to read them on each pass.
+  // Every layer's weights (read_layers), or null to read them on each pass;
+  // an encoder-decoder's: the encoder's, and its decoder's below.
   std::vector<TransformerLayer<float>>* layers_read = nullptr;
+  std::vector<TransformerLayer<float>>* decoder_layers_read = nullptr;
   std::function<void(std::size_t done, std::size_t total)> progress;
   // An image model's passes start from its patch embeddings (B, T, d_model)
   // (ForwardOptions::first_hidden), instead of the ids' embeddings.

@@ -105,10 +105,12 @@ std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHe
 std::vector<NextToken> top_of(const float* logits, std::size_t stride, std::size_t n,
                               std::size_t k);
 
-// Every layer's weights, read and laid out for the kernel (float32 bytes:
-// Checkpoint::float32_bytes() less the embeddings and head; half that when
-// packed for bfloat16, Checkpoint::layer), `threads` packing them.
+// Every layer's weights of `stack` (an encoder-decoder's decoder: Stack::decoder),
+// read and laid out for the kernel (float32 bytes: Checkpoint::float32_bytes()
+// less the embeddings and head; half that when packed for bfloat16,
+// Checkpoint::layer), `threads` packing them.
 std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads = 1);
+std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads, Stack stack);
 
 // The bytes forward() holds at its peak for (B, T) with `threads` threads:
 // one layer's weights in float32 (and the stored copy being converted), the

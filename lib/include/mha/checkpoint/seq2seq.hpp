@@ -59,6 +59,9 @@ struct Seq2SeqOptions {
   // The encoder's output (B, S, d_model) of an earlier pass over the same
   // source: the encoder is not run again (interventions in the decoder).
   const std::vector<float>* encoder_output = nullptr;
+  // Every layer of each stack already read (read_layers(model, threads,
+  // stack)): lent to the pass in place of reading each layer, and given back.
+  std::vector<TransformerLayer<float>>*encoder_layers = nullptr, *decoder_layers = nullptr;
 };
 
 struct Seq2SeqResult {

@@ -17,7 +17,8 @@
 //             again (the encoder's output reused for decoder and cross heads);
 //             the effect on the target's loss (its mean cross-entropy), the KL
 //             of the last target position's distribution, or a logit
-//             difference there.
+//             difference there; both stacks' weights read once when given
+//             (InterventionOptions::layers_read, decoder_layers_read).
 #pragma once
 
 #include <cstddef>
