@@ -194,12 +194,12 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
   w.layers.resize(1);
 
   // One stack over x (B, L, d): each layer read, run and its maps handed on.
-  auto run_stack = [&](Stack stack, std::size_t layers, const StackShape& shape,
+  auto run_stack = [&](Stack stack, std::size_t first, std::size_t layers, const StackShape& shape,
                        std::vector<float>& x, const float* memory, const Mask<float>& self_mask,
                        const Mask<float>& cross_mask) {
     std::vector<float> y(x.size());
     const bool decoder = stack == Stack::decoder;
-    for (std::size_t l = 0; l < layers; ++l) {
+    for (std::size_t l = first; l < layers; ++l) {
       if (options.on_layer) options.on_layer(stack, l);
       if (options.hidden_sink) options.hidden_sink(stack, l, x.data());
       const auto t0 = Clock::now();
@@ -279,13 +279,22 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
     shape.self = dims_of(c, B, S, S);
     Mask<float> mask = mask_of(source_lengths, S, false);
     if (!table.empty()) add_bias(mask, position_bias(c, table, S, true), S);
-    run_stack(Stack::main, c.num_layers, shape, x, nullptr, mask, Mask<float>{});
+    run_stack(Stack::main, 0, c.num_layers, shape, x, nullptr, mask, Mask<float>{});
     result.encoder_output = std::move(x);
   }
 
   // The decoder: (B, T) ids, causal, with the cross-attention over the encoder's (B, S) rows.
   t0 = Clock::now();
-  x = embed(model, decoder_ids, B, T, Stack::decoder, threads);
+  const std::size_t first = options.decoder_first_hidden ? options.decoder_first_layer : 0;
+  if (options.decoder_first_hidden) {
+    if (!options.encoder_output || first >= c.num_decoder_layers)
+      fail_input("forward_seq2seq: a decoder pass from layer " + std::to_string(first) +
+                 " needs the encoder's output and a layer under " +
+                 std::to_string(c.num_decoder_layers));
+    x.assign(options.decoder_first_hidden, options.decoder_first_hidden + B * T * d);
+  } else {
+    x = embed(model, decoder_ids, B, T, Stack::decoder, threads);
+  }
   table = c.relative_buckets ? model.relative_bias(Stack::decoder) : std::vector<float>{};
   read += seconds_since(t0);
   {
@@ -297,7 +306,7 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
     Mask<float> self_mask = mask_of(target_lengths, T, true);
     if (!table.empty()) add_bias(self_mask, position_bias(c, table, T, false), T);
     const Mask<float> cross_mask = mask_of(source_lengths, S, false);
-    run_stack(Stack::decoder, c.num_decoder_layers, shape, x, result.encoder_output.data(),
+    run_stack(Stack::decoder, first, c.num_decoder_layers, shape, x, result.encoder_output.data(),
               self_mask, cross_mask);
   }
 

@@ -278,7 +278,16 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
   base.threads = o.threads;
   base.encoder_layers = o.layers_read;
   base.decoder_layers = o.decoder_layers_read;
-  const Seq2SeqResult clean = run(base);
+  // The clean pass keeps each decoder layer's input: an intervention in
+  // decoder layer l reruns the decoder from l on.
+  const std::size_t n = B * in.T * c.d_model;
+  std::vector<float> decoder_inputs(c.num_decoder_layers * n);
+  Seq2SeqOptions first = base;
+  first.hidden_sink = [&](Stack stack, std::size_t i, const float* x) {
+    if (stack == Stack::decoder && i < c.num_decoder_layers)
+      std::copy_n(x, n, decoder_inputs.begin() + static_cast<std::ptrdiff_t>(i * n));
+  };
+  const Seq2SeqResult clean = run(first);
   r.clean = probe(clean.output, true);
   if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);
   const std::size_t H = r.heads.size();
@@ -305,7 +314,11 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
       for (std::size_t hi = 0; hi < H; ++hi) {
         const std::size_t l = r.layers[li], head = r.heads[hi];
         Seq2SeqOptions so = base;
-        if (k != MapKind::encoder) so.encoder_output = &clean.encoder_output;
+        if (k != MapKind::encoder) {
+          so.encoder_output = &clean.encoder_output;
+          so.decoder_first_layer = l;
+          so.decoder_first_hidden = decoder_inputs.data() + l * n;
+        }
         // context (B*Lq, h*dv): the head's columns zeroed, or each row's set to
         // their mean over its real queries
         so.context_hook = [&, k, l, head](MapKind kk, std::size_t ll, float* context) {

@@ -59,6 +59,11 @@ struct Seq2SeqOptions {
   // The encoder's output (B, S, d_model) of an earlier pass over the same
   // source: the encoder is not run again (interventions in the decoder).
   const std::vector<float>* encoder_output = nullptr;
+  // With encoder_output: the decoder runs from layer decoder_first_layer on,
+  // from that layer's input (B, T, d_model) of an earlier pass
+  // (hidden_sink's state decoder_first_layer), its earlier layers not run.
+  std::size_t decoder_first_layer = 0;
+  const float* decoder_first_hidden = nullptr;
   // Every layer of each stack already read (read_layers(model, threads,
   // stack)): lent to the pass in place of reading each layer, and given back.
   std::vector<TransformerLayer<float>>*encoder_layers = nullptr, *decoder_layers = nullptr;

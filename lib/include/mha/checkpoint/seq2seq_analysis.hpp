@@ -72,7 +72,8 @@ struct Seq2SeqAblation {
   // the encoder's heads, the decoder's self-attention heads and its
   // cross-attention heads; a kind's layers are those of `layers` its stack has.
   std::vector<double> encoder, decoder, cross;
-  std::size_t passes = 0;  // forwards run (encoder heads: whole; the others: the decoder's)
+  std::size_t passes =
+      0;  // forwards run (encoder heads: whole; the others: the decoder's from the head's layer on)
 };
 // Throws mha::Error (invalid_input) for a model without an LM head, or
 // logit_diff without target and foil in the vocabulary.
