@@ -21,8 +21,9 @@ namespace mha::cli {
 void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   CLI::App* a = app.add_subcommand(
       "analyze",
-      "Analyses of attention inside a whole model: loss, logit lens, rollout, "
-      "value-weighted norms, head detectors, head ablation, activation patching");
+      "Analyses of attention inside a whole model: loss, logit lens, rollout, attention flow, "
+      "value-weighted norms, head detectors, head ablation, activation patching, corpus "
+      "statistics");
   a->fallthrough();
   a->footer(
       "Examples:\n"
@@ -41,19 +42,23 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
                 "a JSON file of these options, as a sweep's runs are written (docs/sweeps.md)")
       ->type_name("FILE");
   a->add_option("--method", args.methods,
-                "loss, logit_lens, rollout, norms, detectors, ablation, patching or corpus "
+                "loss, logit_lens, rollout, flow, norms, detectors, ablation, patching or corpus "
                 "(repeatable)")
       ->type_name("NAME");
-  a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")->type_name("TEXT");
+  a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   a->add_option("--tokens", args.tokens, ".npy of token ids, (T) or (B, T)")->type_name("PATH");
   a->add_option("--image", args.images,
                 "a PNG or JPEG file for an image model (vit; repeat for a batch): rollout, flow, "
                 "norms and (an image classifier) ablation")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->allow_extra_args(false);
   a->add_option("--target_text", args.target_texts,
                 "an encoder-decoder's target, teacher-forced (t5, bart; one per --text): loss, "
                 "rollout, norms and ablation")
-      ->type_name("TEXT");
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   a->add_option("--target_tokens", args.target_tokens,
                 ".npy of the target's token ids, (T) or (B, T)")
       ->type_name("PATH");

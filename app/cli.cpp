@@ -22,6 +22,7 @@
 #include "inspect_command.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/inspect/compare.hpp"
 #include "mha/io/npy.hpp"
@@ -219,6 +220,7 @@ BenchPlan bench_plan(const BenchArgs& args) {
   if (!args.config_file.empty()) {
     Config c;
     base_config = read_config_file(args.config_file);
+    check_config_paths(base_config, args.config_file);
     c.apply(base_config, args.config_file);
     shapes.push_back({"config", resolve_dims(c, FileShapes{})});
     for (const auto& v : bench_variants()) cases.emplace_back("config", v);
@@ -503,11 +505,27 @@ int do_model_job_run(const RunArgs& args, nlohmann::json file) {
   return run_model_job(std::get<ModelRunConfig>(job), args.print_json);
 }
 
+// --html: the same page `mha view OUT_DIR` writes, from the files just committed.
+void write_view_page(const std::string& out_dir) {
+  ViewArgs view;
+  view.path = out_dir;
+  try {
+    write_attention_view(view, (std::filesystem::path(out_dir) / "view.html").string());
+  } catch (const Error& e) {
+    throw Error(e.kind(),
+                std::string("the run's outputs are written, view.html is not: ") + e.what());
+  }
+}
+
 int do_run(const RunArgs& args) {
   nlohmann::json file;
   if (!args.config_file.empty()) {
     file = read_config_file(args.config_file);  // once: it may be a pipe
     if (file.is_object() && file.contains("model")) return do_model_job_run(args, file);
+    std::vector<std::string> flags;
+    for (const auto& [name, opt] : args.keys)
+      if (opt->count()) flags.push_back(name);
+    check_config_paths(file, args.config_file, flags);
   }
   Config config = build_config(args, file);
   if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty() ||
@@ -520,14 +538,18 @@ int do_run(const RunArgs& args) {
     if (args.model.model.empty())
       throw Error(ErrorKind::invalid_input,
                   "--text, --tokens, --image and --target_text need --model DIR");
-    if (!args.config_file.empty() || args.html)
+    if (!args.config_file.empty())
       throw Error(ErrorKind::invalid_input,
-                  std::string(args.html ? "--html" : "--config") +
-                      ": not used with --model (run `mha view OUT_DIR` afterwards for the page)");
+                  "--config: not used with --model (a config file holding \"model\" gives a "
+                  "model run's options: docs/models.md)");
     std::vector<std::string> given;
     for (const auto& [name, opt] : args.keys)
       if (opt->count()) given.push_back(name);
-    return do_model_run(args.model, config, given, args.print_json);
+    ModelArgs model = args.model;
+    model.html = args.html;
+    const int code = do_model_run(model, config, given, args.print_json);
+    if (code == 0 && args.html) write_view_page(config.out_dir);
+    return code;
   }
   if (args.model.layers || args.model.heads || args.model.save_qk)
     throw Error(ErrorKind::invalid_input,
@@ -573,17 +595,7 @@ int do_run(const RunArgs& args) {
         "compute repeated {} times after a warm call: median {:.3f} ms (min {:.3f}, max "
         "{:.3f})",
         t->samples.size(), t->median, t->min, t->max);
-  if (args.html) {
-    // The same page `mha view OUT_DIR` writes, from the files just committed.
-    ViewArgs view;
-    view.path = config.out_dir;
-    try {
-      write_attention_view(view, (std::filesystem::path(config.out_dir) / "view.html").string());
-    } catch (const Error& e) {
-      throw Error(e.kind(),
-                  std::string("the run's outputs are written, view.html is not: ") + e.what());
-    }
-  }
+  if (args.html) write_view_page(config.out_dir);
   if (args.print_json) std::cout << to_json(r).dump(2) << std::endl;
   return 0;
 }
@@ -599,6 +611,13 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
     if (known.count(name)) continue;
     std::string hint = nearest_key(name);
     return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");
+  }
+  // A second value after an option that takes one per use (--text a b): say how to give a batch.
+  static const std::set<std::string> one_each{"--text", "--image", "--target_text"};
+  for (std::size_t i = 0; i + 2 < args.size(); ++i) {
+    if (!one_each.count(args[i]) || args[i + 2].rfind("-", 0) == 0) continue;
+    return args[i] + " takes one value, got " + echo(args[i + 1]) + " then " + echo(args[i + 2]) +
+           "; repeat " + args[i] + " for each element of a batch (quote a value with spaces)";
   }
   // A stray value: usually the option before it took no value, or one too many.
   return std::string(e.what()) + " (is an option before it missing its value?)";

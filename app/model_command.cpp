@@ -41,16 +41,19 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
                  "tokenizer.json): run the whole model (docs/models.md)")
       ->type_name("DIR");
   run.add_option("--text", args.texts, "--model: a text to tokenize (repeat for a batch)")
-      ->type_name("TEXT");
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   run.add_option("--image", args.images,
                  "--model: a PNG or JPEG file for an image model (vit; repeat for a batch)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->allow_extra_args(false);
   run.add_option("--tokens", args.tokens, "--model: .npy of token ids, (T) or (B, T)")
       ->type_name("PATH");
   run.add_option("--target_text", args.target_texts,
                  "--model: encoder-decoders (t5, bart): the decoder's text, teacher-forced (one "
                  "per --text)")
-      ->type_name("TEXT");
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   run.add_option("--target_tokens", args.target_tokens,
                  "--model: encoder-decoders: .npy of the target's token ids, (T) or (B, T)")
       ->type_name("PATH");
@@ -61,7 +64,8 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
   run.add_flag("--save_qk", args.save_qk,
                "--model: also write q.npy and k.npy, the queries and keys of the maps written "
                "(the view's neuron view)");
-  run.add_option("--top_k", args.top_k, "--model: next tokens reported for causal LMs (default 5)")
+  run.add_option("--top_k", args.top_k,
+                 "--model: next tokens reported for causal LMs (default 5; given: printed per row)")
       ->type_name("INT");
 }
 
@@ -89,21 +93,37 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   if (!args.target_tokens.empty()) mc.target_tokens = args.target_tokens;
   if (!args.tokens.empty()) mc.tokens = args.tokens;
   mc.out_dir = config.out_dir;
-  mc.save_attention = config.save_attention;
+  // q and k are written for the maps written, and the page draws the maps: either turns them on.
+  mc.save_attention = config.save_attention || args.save_qk || args.html;
   mc.save_hidden_states = config.save_hidden_states;
   mc.save_qk = args.save_qk;
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
   mc.dtype = to_string(config.dtype);
-  mc.top_k = args.top_k;
+  mc.top_k = args.top_k.value_or(mc.top_k);
   if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
   if (args.heads) mc.heads = index_list(*args.heads, "head_indices");
-  return run_model_job(mc, print_json);
+  return run_model_job(mc, print_json, args.top_k.has_value());
 }
 
-int run_model_job(const ModelRunConfig& mc, bool print_json) {
+int run_model_job(const ModelRunConfig& mc, bool print_json, bool print_top_k) {
   const ModelRunReport r = run_model(mc);
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", mc.out_dir, f);
+  if (print_top_k) {
+    if (r.top_k.empty())
+      spdlog::info("top_k: {} has no LM head or classifier to rank", r.model.model_type);
+    for (std::size_t b = 0; b < r.top_k.size(); ++b) {
+      std::string line;
+      for (std::size_t i = 0; i < r.top_k[b].size(); ++i) {
+        const bool named = b < r.top_k_tokens.size() && i < r.top_k_tokens[b].size();
+        line += fmt::format(
+            "{}{} {:.4f}", i ? ", " : "",
+            named ? echo(r.top_k_tokens[b][i], 24) : "id " + std::to_string(r.top_k[b][i].id),
+            r.top_k[b][i].p);
+      }
+      spdlog::info("row {} next: {}", b, line);
+    }
+  }
   spdlog::info(
       "{} ({} layers, d_model {}, h {}), B={} T={}: {:.1f} ms forward ({:.1f} ms reading weights)",
       r.model.model_type, r.model.num_layers, r.model.d_model, r.model.h, r.input.B, r.input.T,

@@ -25,8 +25,10 @@ struct ModelArgs {
   // Encoder-decoders: the decoder's side (one per --text), or its ids.
   std::vector<std::string> target_texts;
   std::string target_tokens;
-  std::int64_t top_k = 5;  // checked by check_model_call, with mha.Model's
+  // Checked by check_model_call, with mha.Model's; given: each row's top tokens are printed.
+  std::optional<std::int64_t> top_k;
   bool save_qk = false;
+  bool html = false;  // --html: view.html beside the outputs (turns on save_attention)
 };
 
 void add_model_options(CLI::App& run, ModelArgs& args);
@@ -41,6 +43,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
                  bool print_json);
 // The run itself, logged as `mha run --model` logs it (also for `mha run
 // --config FILE` with a model job, run/model_job.hpp).
-int run_model_job(const ModelRunConfig& config, bool print_json);
+// `print_top_k`: log each row's top next tokens (classes) with their probabilities.
+int run_model_job(const ModelRunConfig& config, bool print_json, bool print_top_k = false);
 
 }  // namespace mha::cli

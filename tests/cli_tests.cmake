@@ -119,7 +119,7 @@ set_tests_properties(cli.presets PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}")
 # Whole Hugging Face-layout checkpoints (`mha run --model`) against the float64 PyTorch
 # references of tests/models/reference.py on random checkpoints of every model_type
 # (tests/models/checkpoints.py); one ctest test per TestCase class.
-foreach(group Families Bfloat16 Features Presets Selections Layouts Text Memory Errors)
+foreach(group Families Bfloat16 Features Presets Selections Layouts Text Options Memory Errors)
   add_test(NAME models.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_models.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
@@ -161,7 +161,7 @@ foreach(group Forward Preprocess Classifier Refusals Analyze)
 endforeach()
 # `mha analyze` against the references (tests/models/test_analyze.py): loss and logit lens,
 # rollout, value-weighted norms and head detectors, ablation and patching, refusals.
-foreach(group Lens Maps Interventions Corpus Errors)
+foreach(group Summary Lens Maps Interventions Corpus Errors)
   add_test(NAME models.analyze.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_analyze.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -439,6 +439,36 @@ class Errors(Case):
         self.assertIn("d_model", line)
         self.assertIn("c.json", line)
 
+    def test_config_paths_relative_to_the_working_directory(self):
+        # A bundled config from another directory: its input named with the config file, the
+        # key and the working directory, before anything is opened; a flag given instead wins.
+        config = os.path.join(os.path.abspath(ROOT), "configs", "causal_padded.json")
+
+        def run(args, cwd):  # from another directory
+            p = subprocess.run([os.path.abspath(MHA)] + args, cwd=cwd, capture_output=True,
+                               text=True, timeout=120)
+            return p.returncode, p.stdout, p.stderr
+
+        rc, _, err = run(["run", "--config", config, "--out_dir", self.path("out")], self.tmp)
+        self.assertEqual(rc, 2, err)
+        self.assertEqual(err.count("\n"), 1, err)
+        self.assertIn(config + ': query "data/tokens.npy": no such file; paths in a config file '
+                      "are relative to the working directory", err)
+        self.assertIn(json.dumps(os.path.realpath(self.tmp)), err)
+        self.assertFalse(os.path.exists(self.path("out")))
+        query = self.save("q.npy", np.random.default_rng(0).random((3, 8, 16), np.float32))
+        rc, _, err = run(["run", "--config", config, "--query", query, "--out_dir", self.path("out"), "-q"],
+                         self.tmp)
+        self.assertEqual(rc, 0, err)
+        # Beside the config file it would be found: the message says where.
+        os.makedirs(self.path("cfg", "data"))
+        np.save(self.path("cfg", "data", "q.npy"), np.zeros((3, 8, 16), np.float32))
+        cfg = self.write_config(os.path.join("cfg", "c.json"), {"query": "data/q.npy", "h": 2})
+        rc, _, err = run(["run", "--config", cfg, "--out_dir", self.path("out2")], self.tmp)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("relative to the config file it would be " +
+                      json.dumps(os.path.join(self.tmp, "cfg", "data", "q.npy")), err)
+
     def test_unknown_flag_suggests(self):
         line = self.expect_error(["run", "--h", "2", "--d-modl", "8"], 2, "--d-modl")
         self.assertIn("did you mean --d_model", line)

@@ -89,6 +89,49 @@ class AnalyzeTest(unittest.TestCase):
             return json.load(f)
 
 
+class Summary(AnalyzeTest):
+    """Every method prints a short summary on stdout, its figures those of the arrays it wrote."""
+
+    def test_each_method_summarised_from_its_arrays(self):
+        d, config, t, sd, ids = self.model("gpt2", B=2, T=9)
+        methods = ["loss", "logit_lens", "rollout", "flow", "norms", "detectors", "ablation"]
+        out, p = self.analyze(d, *sum([["--method", m] for m in methods], []))
+        lines = p.stdout.splitlines()
+        for m in methods:
+            self.assertTrue(any(x.startswith(m + ": ") for x in lines), (m, p.stdout))
+        with open(os.path.join(out, "tokens.json")) as f:
+            tokens = json.load(f)["tokens"]
+
+        def top(values, labels):  # the summary's "label value" of the largest entry
+            i = int(np.argmax(values))
+            return f"{labels[i]} {float(values[i]):.3g}"
+
+        L = sizes(config)[0]
+        for name, arr in (("rollout", self.load(out, "rollout.npy")[L - 1]), ("flow", self.load(out, "flow.npy"))):
+            for b in range(2):
+                line = [x for x in lines if x.startswith(f"{name}: row {b}, ")]
+                self.assertEqual(len(line), 1, p.stdout)
+                labels = [json.dumps(x) for x in tokens[b]]
+                self.assertIn(" from " + top(arr[b, 8, :9], labels), line[0])
+        norms = self.load(out, "attention_norms.npy")  # (L, B, h, T, T)
+        per_head = norms.sum(axis=(1, 3, 4)) / (2 * 9)
+        line = [x for x in lines if x.startswith("norms: ")][0]
+        self.assertIn(": " + top(per_head.ravel(), [f"L{l}H{h}" for l in range(L) for h in range(per_head.shape[1])]),
+                      line)
+        scores = self.load(out, "head_scores.npy")
+        names = self.run_json(out)["summary"]["detectors"]
+        for k, det in enumerate(names):
+            line = [x for x in lines if x.startswith(f"detectors: {det}: ")][0]
+            if scores[k].max() > 0:
+                self.assertIn(top(scores[k].ravel(), [f"L{l}H{h}" for l in range(L) for h in range(scores.shape[2])]),
+                              line)
+            else:
+                self.assertTrue(line.endswith("all 0"), line)
+        agree = self.run_json(out)["summary"]["logit_lens"]["top1_accuracy_per_state"]
+        line = [x for x in lines if x.startswith("logit_lens: ")][0]
+        self.assertTrue(line.endswith(" ".join(f"{a:.2f}" for a in agree)), line)
+
+
 class Lens(AnalyzeTest):
     def test_loss_and_logit_lens_every_causal_family(self):
         for family in CAUSAL:

@@ -693,6 +693,45 @@ class Text(ModelTest):
         self.assertFalse(os.path.exists(out) and [n for n in os.listdir(out) if n in OUTPUTS])
 
 
+class Options(ModelTest):
+    """What `mha run --model` does with the options a newcomer gives: one value per --text,
+    --html writes the page, --top_k prints each row's next tokens as run.json holds them."""
+
+    def test_text_takes_one_value(self):
+        d, config, _ = self.checkpoint("gpt2", "gpt2")
+        out = self.path("out")
+        p = subprocess.run([MHA, "run", "--model", d, "--text", "one", "two", "words", "--out_dir", out],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn('--text takes one value, got "one" then "two"; repeat --text for each element '
+                      "of a batch", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_html_and_top_k(self):
+        d, config, sd = self.checkpoint("gpt2", "gpt2")
+        ids, ids_path = self.ids(config, B=2, T=6)
+        out, p = self.mha(d, ids_path, "--html", "--top_k", "3")
+        self.assertTrue(os.path.getsize(os.path.join(out, "view.html")) > 0)
+        self.assertTrue(os.path.exists(os.path.join(out, "self_attention.npy")))  # --html turns it on
+        # Under -q nothing is printed; without it each row's next tokens, as run.json has them.
+        args = [MHA, "run", "--model", d, "--tokens", ids_path, "--top_k", "3", "--out_dir", self.path("o2")]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        top = self.read_json(self.path("o2"), "run.json")["top_k"]
+        for b in range(2):
+            line = [x for x in p.stderr.splitlines() if f"row {b} next: " in x]
+            self.assertEqual(len(line), 1, p.stderr)
+            want = ", ".join(f"id {e['id']} {e['p']:.4f}" for e in top[b])
+            self.assertTrue(line[0].endswith(want), (line[0], want))
+        # Without --top_k: the default 5 in run.json, nothing printed.
+        p = subprocess.run(args[:6] + ["--out_dir", self.path("o3")], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn(" next: ", p.stderr)
+        self.assertEqual(len(self.read_json(self.path("o3"), "run.json")["top_k"][0]), 5)
+
+
 class Memory(ModelTest):
     """A checkpoint larger than --max_memory in float32 whose layers each fit runs (the layers are
     read one at a time), and gives the same results; a limit below one layer is refused."""

@@ -140,18 +140,22 @@ class Families(QkTest):
 
 
 class Errors(QkTest):
-    def test_save_qk_needs_the_maps(self):
+    def test_save_qk_turns_the_maps_on(self):
         config, t = checkpoints.make("gpt2")
         d = self.path("gpt2")
         checkpoints.write(d, config, t)
         np.save(self.path("ids.npy"), np.arange(5))
         out = self.path("out")
-        p = self.run_mha("--model", d, "--tokens", self.path("ids.npy"), "--save_qk",
-                         "--out_dir", out, code=2)
-        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
-        self.assertIn("--save_qk writes the queries and keys of the maps written: give "
-                      "--save_attention too", p.stderr)
-        self.assertFalse(os.path.exists(out))
+        self.run_mha("--model", d, "--tokens", self.path("ids.npy"), "--save_qk", "--out_dir", out)
+        maps = np.load(os.path.join(out, "self_attention.npy"))
+        q = np.load(os.path.join(out, "q.npy"))
+        self.assertEqual(maps.shape[:3], q.shape[:3])  # (layers, B, heads) of the maps written
+        self.assertEqual(q.shape[3], 5)
+        # The same maps as --save_attention gives them.
+        both = self.path("both")
+        self.run_mha("--model", d, "--tokens", self.path("ids.npy"), "--save_qk", "--save_attention",
+                     "--out_dir", both)
+        np.testing.assert_array_equal(np.load(os.path.join(both, "self_attention.npy")), maps)
         # An attention layer's run has no --save_qk: a model's option.
         p = self.run_mha("--h", "2", "--d_model", "8", "--seq_len", "4", "--save_qk",
                          "--out_dir", out, code=2)

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/model/memory.hpp"
 
 namespace mha {
@@ -669,6 +670,32 @@ json parse_config_text(const std::string& text, const std::string& source) {
 
 json read_config_file(const std::string& path) {
   return read_json_file(path, json_kind::tool_config);
+}
+
+void check_config_paths(const json& file, const std::string& config_path,
+                        const std::vector<std::string>& overridden) {
+  namespace fs = std::filesystem;
+  if (!file.is_object()) return;
+  for (const auto& k : kKeys) {
+    if (std::string_view(k.value_hint) != "PATH" ||
+        std::find(overridden.begin(), overridden.end(), k.name) != overridden.end())
+      continue;
+    const auto it = file.find(k.name);
+    if (it == file.end() || !it->is_string()) continue;
+    const fs::path p(it->get<std::string>());
+    std::error_code ec;
+    if (p.empty() || p.is_absolute() ||
+        fs::symlink_status(p, ec).type() != fs::file_type::not_found)
+      continue;
+    std::string msg = config_path + ": " + k.name + " " + echo(p.string()) +
+                      ": no such file; paths in a config file are relative to the working "
+                      "directory, " +
+                      echo(fs::current_path(ec).string());
+    const fs::path beside = fs::path(config_path).parent_path() / p;
+    if (fs::symlink_status(beside, ec).type() != fs::file_type::not_found)
+      msg += " (relative to the config file it would be " + echo(beside.string()) + ")";
+    fail_input(msg);
+  }
 }
 
 const std::vector<ConfigKey>& config_keys() {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -41,6 +42,34 @@ double ms_since(Clock::time_point t) {
 bool wants(const AnalyzeConfig& c, const char* method) {
   return std::find(c.methods.begin(), c.methods.end(), method) != c.methods.end();
 }
+
+// The summary's "a 0.412, b 0.120, c 0.051": the `n` largest of `values` (NaN
+// skipped), each after its label.
+std::string top_entries(const std::vector<double>& values,
+                        const std::function<std::string(std::size_t)>& label, std::size_t n = 3) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!std::isnan(values[i])) order.push_back(i);
+  n = std::min(n, order.size());
+  if (std::all_of(order.begin(), order.end(), [&](std::size_t i) { return values[i] == 0; }))
+    return "all 0";
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](std::size_t a, std::size_t b) { return values[a] > values[b]; });
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    char v[32];
+    std::snprintf(v, sizeof v, " %.3g", values[order[i]]);
+    out += (i ? ", " : "") + label(order[i]) + v;
+  }
+  return out;
+}
+
+std::string head_name(std::size_t layer, std::size_t head) {
+  return "L" + std::to_string(layer) + "H" + std::to_string(head);
+}
+
+// Rows a summary lists, one line each; the arrays hold them all.
+constexpr std::size_t kSummaryRows = 4;
 
 // A text that must be one token (--target, --foil), as the tokenizer gives
 // it without special tokens.
@@ -364,13 +393,27 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     mo.layers = call.map_layers;
     mo.heads = call.map_heads;
     mo.threads = threads;
+    // The summary's figures: what reaches each row's last token through every layer, and
+    // each chosen head's mean norm over its real query rows.
+    std::vector<std::vector<double>> reach(B);
+    std::vector<double> norm_sum(Ls * Hs, 0.0);
+    std::size_t real_rows = 0;
+    for (std::size_t b = 0; b < B; ++b) real_rows += in.lengths[b];
     if (rollout)
       mo.rollout_sink = [&](std::size_t l, std::size_t b, const float* R) {
         rollout->write_elements((l * B + b) * T * T, R, T * T);
+        if (l + 1 == L && in.lengths[b] > 0) {
+          const float* row = R + (in.lengths[b] - 1) * T;
+          reach[b].assign(row, row + in.lengths[b]);
+        }
       };
     if (norms)
       mo.norms_sink = [&](std::size_t slot, std::size_t b, std::size_t hs, const float* v) {
         norms->write_elements(((slot * B + b) * Hs + hs) * T * T, v, T * T);
+        double sum = 0;  // over the row's real queries and keys
+        for (std::size_t i = 0; i < in.lengths[b]; ++i)
+          for (std::size_t j = 0; j < in.lengths[b]; ++j) sum += v[i * T + j];
+        norm_sum[slot * Hs + hs] += sum;
       };
     // each finished layer's arrays to disk in the background, as `mha run`'s maps
     mo.layer_done = [&](std::size_t l) {
@@ -390,6 +433,19 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     const MapAnalysisResult ma = analyze_maps(model, in.ids.data(), B, T, in.lengths, mo);
     const ForwardResult& r = ma.forward;
     check_finite_output(r, config.model);
+    if (in.tokens.empty()) whole.name_tokens(in);
+    // "row b, to 'tok': a 0.41, b 0.12, ..." for the first rows of a (B, ...) summary.
+    const auto per_row = [&](const char* method,
+                             const std::function<std::vector<double>(std::size_t)>& row_of) {
+      for (std::size_t b = 0; b < std::min(B, kSummaryRows); ++b) {
+        if (in.lengths[b] == 0) continue;
+        const std::vector<std::string>& tok = in.tokens[b];
+        report.summary.push_back(
+            std::string(method) + ": row " + std::to_string(b) + ", into " +
+            echo(tok[in.lengths[b] - 1], 20) + " from " +
+            top_entries(row_of(b), [&](std::size_t j) { return echo(tok[j], 20); }));
+      }
+    };
     const std::vector<double>& scores = ma.head_scores;
     const auto& dets = all_detectors();
     if (wants(config, "loss")) {
@@ -452,6 +508,14 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       for (double& a : agree) a = n ? a / double(n) : 0.0;
       summary["logit_lens"] = {{"top1_accuracy_last_state", agree[L]},
                                {"top1_accuracy_per_state", agree}};
+      std::string line = "logit_lens: the next token ranked first, state 0 (embeddings) to " +
+                         std::to_string(L) + " (output):";
+      for (const double a : agree) {
+        char v[16];
+        std::snprintf(v, sizeof v, " %.2f", a);
+        line += v;
+      }
+      report.summary.push_back(line);
     }
     if (wants(config, "flow")) {
       out.stage_npy("flow.npy", ma.flow.data(), {B, T, T});
@@ -459,17 +523,29 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
           "attention flow to the last layer: the max flow from input token j to position i "
           "through the layers' graph of 0.5 A + 0.5 I (heads' mean, rows renormalised); 0 "
           "beyond each row's tokens");
+      per_row("flow", [&](std::size_t b) {
+        const float* row = ma.flow.data() + (b * T + in.lengths[b] - 1) * T;
+        return std::vector<double>(row, row + in.lengths[b]);
+      });
     }
     if (wants(config, "rollout")) {
       add("rollout.npy", {L, B, T, T},
           "attention rollout up to layer l: the product of 0.5 A + 0.5 I (heads' mean, rows "
           "renormalised) from layer 0 to l; row i: how much of each input token reaches "
           "position i");
+      per_row("rollout", [&](std::size_t b) { return reach[b]; });
     }
     if (wants(config, "norms")) {
       add("attention_norms.npy", {Ls, B, Hs, T, T},
           "||a_ij f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h: each head's weight times the "
           "norm of what key j sends (layers and heads as chosen)");
+      for (double& v : norm_sum) v /= double(std::max<std::size_t>(1, real_rows));
+      report.summary.push_back(
+          "norms: the heads whose weighted values are largest (sum over keys, mean over real "
+          "queries): " +
+          top_entries(norm_sum, [&](std::size_t i) {
+            return head_name(call.map_layers[i / Hs], call.map_heads[i % Hs]);
+          }));
     }
     if (wants(config, "detectors")) {
       out.stage_npy("head_scores.npy", scores.data(), {dets.size(), Ls, Hs});
@@ -479,6 +555,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
           "TransformerLens's detect_head scores (mul): sum(A * P) / sum(A) per head, the mean over "
           "rows; detectors in the order of run.json's \"detectors\"");
       summary["detectors"] = names;
+      for (std::size_t k = 0; k < dets.size(); ++k) {
+        const std::vector<double> of(
+            scores.begin() + static_cast<std::ptrdiff_t>(k * Ls * Hs),
+            scores.begin() + static_cast<std::ptrdiff_t>((k + 1) * Ls * Hs));
+        report.summary.push_back(std::string("detectors: ") + to_string(dets[k]) + ": " +
+                                 top_entries(of, [&](std::size_t i) {
+                                   return head_name(call.map_layers[i / Hs],
+                                                    call.map_heads[i % Hs]);
+                                 }));
+      }
     }
   }
   if (wants(config, "ablation")) {
@@ -540,6 +626,13 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
                            {"clean", p.clean},
                            {"corrupt", p.corrupt},
                            {"ms", ms_since(t0)}};
+    const std::vector<double> restored(p.heads_patched.begin(), p.heads_patched.end());
+    report.summary.push_back(
+        "patching: " + std::string(to_string(metric)) + " clean " + std::to_string(p.clean) +
+        ", corrupt " + std::to_string(p.corrupt) +
+        "; the heads that restore most: " + top_entries(restored, [&](std::size_t i) {
+          return head_name(p.layers[i / p.heads.size()], p.heads[i % p.heads.size()]);
+        }));
   }
   if (corpus) {
     // Many passes: every layer's weights read once when they fit beside a batch.

@@ -115,6 +115,12 @@ struct Config {
 nlohmann::json read_config_file(const std::string& path);
 // The same for text already in memory; `source` names it in errors.
 nlohmann::json parse_config_text(const std::string& text, const std::string& source);
+// Input paths in a config file are relative to the working directory, not to the file: a
+// relative one that names nothing there is refused naming the config file, the key and the
+// working directory (and where it would be, were it relative to the file), before any input
+// is opened. Keys in `overridden` (given as flags, which win) are not checked.
+void check_config_paths(const nlohmann::json& file, const std::string& config_path,
+                        const std::vector<std::string>& overridden = {});
 
 struct ConfigKey {
   const char* name;
