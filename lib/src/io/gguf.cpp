@@ -526,7 +526,10 @@ double GgufFile::get_f64(const std::string& key) const {
   const double x = float_at(v, 0);
   if (!std::isfinite(x))
     fail_input(path_ + ": metadata key " + echo(key) + " is " +
-               (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + ", expected a finite number");
+               (std::isnan(x) ? "nan"
+                : x > 0       ? "inf"
+                              : "-inf") +
+               ", expected a finite number");
   return x;
 }
 
