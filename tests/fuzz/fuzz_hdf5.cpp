@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const mha_fuzz::ScratchFile scratch(".weights.h5");
   mha_fuzz::write_file(scratch.path(), data, size);
   try {
-    for (const auto& [name, a] : mha::read_keras_weights(scratch.path(), std::nullopt,
-                                                         std::uint64_t{64} << 20, {})) {
+    for (const auto& [name, a] :
+         mha::read_keras_weights(scratch.path(), std::nullopt, std::uint64_t{64} << 20, {})) {
       FUZZ_CHECK(!name.empty());
       FUZZ_CHECK(std::find(a.shape.begin(), a.shape.end(), std::size_t{0}) == a.shape.end());
       mha_fuzz::check_array(a, name);
