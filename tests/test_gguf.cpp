@@ -380,6 +380,25 @@ TEST_CASE("gguf: hostile metadata refused by key", "[gguf]") {
           "metadata key \"k\\n\\xff\": uint64 needs 8 bytes, more than the 0 left");
 }
 
+TEST_CASE("gguf: float metadata is finite or refused by key", "[gguf]") {
+  TempDir dir("gguf");
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::string path = dir.write(
+      "m.gguf",
+      gguf({kv("nan32", GgufValueType::float32).le(std::numeric_limits<float>::quiet_NaN()),
+            kv("inf32", GgufValueType::float32).le(std::numeric_limits<float>::infinity()),
+            kv("minus_inf64", GgufValueType::float64).le(-inf),
+            kv("big64", GgufValueType::float64).le(1e308)},
+           {}, "", 32, 3));
+  const mha::GgufFile f(path);  // read as they are; refused when a float is asked of them
+  require_invalid([&] { f.get_f64("nan32"); },
+                  path + ": metadata key \"nan32\" is nan, expected a finite number");
+  require_invalid([&] { f.get_f64("inf32"); }, "\"inf32\" is inf, expected a finite number");
+  require_invalid([&] { f.get_f64("minus_inf64"); },
+                  "\"minus_inf64\" is -inf, expected a finite number");
+  CHECK(f.get_f64("big64") == 1e308);
+}
+
 TEST_CASE("gguf: hostile tensor infos refused by tensor", "[gguf]") {
   TempDir dir("gguf");
   auto refused = [&](const std::vector<Info>& infos, const std::string& data,

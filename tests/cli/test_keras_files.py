@@ -315,6 +315,12 @@ class Hostile(Base):
                           "soft link"),
             "soft_link_inside": (lambda f: (f.__delitem__(q), f.__setitem__(
                 q, h5py.SoftLink("/layers/multi_head_attention/key_dense/vars/0"))), "soft link"),
+            # d_model 0 (which --d_model 0 refuses) ran, or not, by chance of the inputs
+            "zero_rows": (lambda f: replace(f, np.zeros((0, 2, 4), np.float32)),
+                          'dataset "/' + q + '" has shape (0, 2, 4); expected weights without '
+                          "an empty dimension"),
+            "zero_heads": (lambda f: replace(f, np.zeros((8, 0, 4), np.float32)),
+                           "has shape (8, 0, 4); expected weights without an empty dimension"),
         }
         for name, (mutate, expect) in cases.items():
             with self.subTest(name):
@@ -333,6 +339,7 @@ class Hostile(Base):
         self.refused(path, "external")
 
     def test_keras_zips(self):
+        q = "layers/multi_head_attention/query_dense/vars/0"
         path = self.path("empty.keras")
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("config.json", "{}")
@@ -344,6 +351,24 @@ class Hostile(Base):
             zf.writestr("model.weights.h5", b"\0" * (64 << 20))
         self.assertLess(os.path.getsize(path), 1 << 20)
         self.refused(path, "max_memory", ["--max_memory", "16MiB"])
+        # a 300 KB member inflating to 300 MiB without HDF5's signature, which is in its first
+        # 8 bytes: refused from them (it was inflated whole first: 527 MB)
+        path = self.path("not_hdf5.keras")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            with zf.open("model.weights.h5", "w", force_zip64=True) as f:
+                for _ in range(300):
+                    f.write(bytes(1 << 20))
+        self.assertLess(os.path.getsize(path), 1 << 20)
+        self.refused(path, "not_hdf5.keras:model.weights.h5: not an HDF5 file (no HDF5 signature "
+                     "at its start)")
+        # a .keras whose kernel has an empty dimension
+        good = self.path("zero.weights.h5")
+        self.base(good, lambda f: (f.__delitem__(q), f.create_dataset(
+            q, data=np.zeros((0, 2, 4), np.float32))))
+        path = self.path("zero.keras")
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.write(good, "model.weights.h5")
+        self.refused(path, "zero.keras:model.weights.h5: dataset \"/" + q + "\" has shape (0, 2, 4)")
         # a directory entry declaring 2 GiB - 1 bytes it does not hold
         small = self.path("small.keras")
         with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as zf:

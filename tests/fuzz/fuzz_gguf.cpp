@@ -5,7 +5,10 @@
 // find() and find_tensor() agreeing with the lists, the typed getters either
 // answering or refusing with invalid_input; every tensor of a type mha reads
 // is read whole (bounded: its bytes are in the file) and row by row, the rows
-// equal to the whole bit for bit; the others are refused by name.
+// equal to the whole bit for bit; the others are refused by name. The file is
+// then opened as a checkpoint (mha::Checkpoint), which refuses it or accepts
+// no more blocks than tensors and only finite float metadata.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +18,7 @@
 
 #include "fuzz_common.hpp"
 #include "mha/base/error.hpp"
+#include "mha/checkpoint/checkpoint.hpp"
 #include "mha/io/gguf.hpp"
 
 namespace {
@@ -90,6 +94,32 @@ void check(const mha::GgufFile& f, std::uint64_t file_size) {
   }
 }
 
+// The file as a checkpoint (gguf_source.cpp: config.json rebuilt from the metadata, tensors
+// checked by name and shape; no weights read). Refused as an input error, or accepted with
+// no more blocks than tensors and every float metadata key of its architecture finite (NaN
+// once became JSON null, the key's default).
+void check_checkpoint(const std::string& path, const mha::GgufFile& f) {
+  std::unique_ptr<mha::Checkpoint> c;
+  try {
+    c = std::make_unique<mha::Checkpoint>(path);
+  } catch (const mha::Error& e) {
+    FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
+    FUZZ_CHECK(std::strchr(e.what(), '\n') == nullptr);
+    return;
+  }
+  FUZZ_CHECK(c->gguf());
+  FUZZ_CHECK(c->config().num_layers > 0 && c->config().num_layers <= f.tensors().size());
+  const std::string arch = c->gguf_architecture() + ".";
+  for (const auto& [key, v] : f.metadata())
+    if (key.compare(0, arch.size(), arch) == 0 && !v.is_array &&
+        (v.type == mha::GgufValueType::float32 || v.type == mha::GgufValueType::float64)) {
+      const double x = v.type == mha::GgufValueType::float32
+                           ? std::get<std::vector<float>>(v.values)[0]
+                           : std::get<std::vector<double>>(v.values)[0];
+      FUZZ_CHECK(std::isfinite(x));
+    }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -106,5 +136,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   check(*f, size);  // an accepted file reads without an error
+  check_checkpoint(path, *f);
   return 0;
 }

@@ -2,9 +2,11 @@
 """Seeds for tests/fuzz/fuzz_gguf.cpp, from gguf_writer.py: small GGUF files (under 4 KiB,
 fuzz_gguf's -max_len) with metadata of every value type, tensors of every type mha reads and
 of some it lists but refuses, versions 2 and 3, several alignments, empty and 4-D tensors, and
-two files the reader refuses. Named by their SHA-1, as libFuzzer names corpus files.
+two files the reader refuses, and a whole one-block llama checkpoint. Named by their SHA-1, as
+libFuzzer names corpus files. With a second directory, also the named regressions (a
+block_count of 2^32, NaN and infinite float metadata, in that checkpoint).
 
-  /usr/bin/python3 tests/gguf/make_fuzz_seeds.py tests/fuzz/corpus/gguf
+  /usr/bin/python3 tests/gguf/make_fuzz_seeds.py tests/fuzz/corpus/gguf tests/fuzz/regressions/gguf
 """
 import hashlib
 import os
@@ -75,13 +77,54 @@ def seeds():
     yield good[:-1]  # refused: the tensor runs past the end
 
 
+def tiny_llama(rng, **changed):
+    """A whole llama checkpoint of one block (d_model 8, 2 heads, vocab 4) in under 4 KiB, which
+    fuzz_gguf also opens as a checkpoint; `changed` replaces metadata values (key after
+    "llama.": (kind, value))."""
+    meta = {"block_count": ("uint32", 1), "context_length": ("uint32", 16),
+            "embedding_length": ("uint32", 8), "feed_forward_length": ("uint32", 8),
+            "attention.head_count": ("uint32", 2), "attention.head_count_kv": ("uint32", 2),
+            "attention.layer_norm_rms_epsilon": ("float32", 1e-5),
+            "rope.freq_base": ("float32", 10000.0)}
+    meta.update(changed)
+    specs = [("token_embd.weight", "F32", [8, 4]), ("output_norm.weight", "F32", [8])]
+    for name, dims in (("attn_norm", [8]), ("attn_q", [8, 8]), ("attn_k", [8, 8]),
+                       ("attn_v", [8, 8]), ("attn_output", [8, 8]), ("ffn_norm", [8]),
+                       ("ffn_gate", [8, 8]), ("ffn_up", [8, 8]), ("ffn_down", [8, 8])):
+        specs.append((f"blk.0.{name}.weight", "F32", dims))
+    ts = [(n, T[t], d, rng.standard_normal(int(np.prod(d))).astype("<f4").tobytes())
+          for n, t, d in specs]
+    return gguf_writer.encode(
+        metadata=[("general.architecture", "string", "llama")] +
+        [("llama." + k, kind, v) for k, (kind, v) in meta.items()], tensors=ts)
+
+
+def regressions():
+    """Inputs the checkpoint reader once looped on or took as the key's default: named files
+    for tests/fuzz/regressions/gguf (fuzz_regression.gguf replays them)."""
+    rng = np.random.default_rng(1)
+    yield "block_count_2e32_loop.gguf", tiny_llama(rng, block_count=("uint64", 2**32))
+    yield "block_count_2e40_loop.gguf", tiny_llama(rng, block_count=("uint64", 2**40))
+    yield "block_count_past_blocks.gguf", tiny_llama(rng, block_count=("uint32", 2))
+    yield "rms_epsilon_nan_default.gguf", tiny_llama(
+        rng, **{"attention.layer_norm_rms_epsilon": ("float32", float("nan"))})
+    yield "freq_base_minus_inf_default.gguf", tiny_llama(
+        rng, **{"rope.freq_base": ("float64", float("-inf"))})
+
+
 def main():
+    """make_fuzz_seeds.py CORPUS_DIR [REGRESSIONS_DIR]"""
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    for data in seeds():
+    for data in list(seeds()) + [tiny_llama(np.random.default_rng(2))]:
         assert len(data) <= 4096, len(data)
         with open(os.path.join(out, hashlib.sha1(data).hexdigest()), "wb") as f:
             f.write(data)
+    if len(sys.argv) > 2:
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for name, data in regressions():
+            with open(os.path.join(sys.argv[2], name), "wb") as f:
+                f.write(data)
 
 
 if __name__ == "__main__":

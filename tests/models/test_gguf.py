@@ -19,8 +19,9 @@ docs/gguf.md). The inverse mha applies is not used here: the test only converts 
              dequantized by tests/gguf/ggml_reference.py, to 1e-5.
   Errors     an architecture mha has no family for, a tensor missing, Llama 3's rope_freqs, a
              truncated file, sizes declared past the file (a string of 2^63 bytes, an array of
-             2^40 elements, 2^60 tensors, a tensor of 2^40 floats): exit 2, one line naming the
-             file, nothing written, peak RSS under 200 MB.
+             2^40 elements, 2^60 tensors, a tensor of 2^40 floats), a block_count past the
+             tensors held (2^32) or the blocks held, NaN or infinite float metadata: exit 2, one
+             line naming the file (and key), nothing written, peak RSS under 200 MB.
 
     MHA_BIN=build/bin/mha /usr/bin/python3 tests/models/test_gguf.py [TestCase ...]
 """
@@ -460,6 +461,83 @@ class Errors(unittest.TestCase):
                     self.assertEqual(len(err.strip().splitlines()), 1, err)
                     self.assertIn(path, err)
                     self.assertLess(usage.ru_maxrss / 1024, 200, err)
+
+    def run_bounded(self, path, tmp, seconds=30):
+        """`mha run --model path`: (exit code, stderr, peak RSS in MiB, wall seconds); killed
+        after `seconds` (exit -9)."""
+        import signal
+        import time
+        ids = os.path.join(tmp, "ids.npy")
+        np.save(ids, np.zeros((1, 4), np.int64))
+        out = os.path.join(tmp, "out-" + os.path.basename(path))
+        start = time.monotonic()
+        with tempfile.TemporaryFile() as err:
+            p = subprocess.Popen([MHA, "run", "--model", path, "--tokens", ids, "--out_dir", out,
+                                  "-q"], stdout=subprocess.DEVNULL, stderr=err)
+            while True:  # wait4 for the peak RSS, polled for the time limit
+                pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() - start > seconds:
+                    os.kill(p.pid, signal.SIGKILL)
+                    _, status, usage = os.wait4(p.pid, 0)
+                    break
+                time.sleep(0.02)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            text = err.read().decode()
+        self.assertFalse(os.path.exists(out))
+        return p.returncode, text, usage.ru_maxrss / 1024, time.monotonic() - start
+
+    def test_counts_against_tensors(self):
+        """block_count past the tensors the file holds: refused before a name is built per block
+        (2^32 blocks looped for minutes before), and a last block the file lacks named."""
+        config, tensors = make("llama")
+        meta, arrays = convert("llama", config, tensors)
+        with tempfile.TemporaryDirectory() as tmp:
+            for blocks, kind, expect in (
+                    (2**32, "uint64", '"llama.block_count" is 4294967296, but the file holds only '
+                                      f"{len(arrays)} tensors"),
+                    (2**40, "uint64", '"llama.block_count" is 1099511627776'),
+                    (3, "uint32", '"llama.block_count" is 3, but the file holds no tensor of '
+                                  "block 2 (blk.2.*)")):
+                with self.subTest(blocks=blocks):
+                    p = os.path.join(tmp, f"blocks_{blocks}.gguf")
+                    write_gguf(p, [(k, kind, blocks) if k == "llama.block_count" else (k, t, v)
+                                   for k, t, v in meta], arrays)
+                    code, err, rss, seconds = self.run_bounded(p, tmp)
+                    self.assertEqual(code, 2, err)
+                    self.assertEqual(len(err.strip().splitlines()), 1, err)
+                    self.assertIn(p + ": metadata key " + expect, err)
+                    self.assertLess(seconds, 10, err)
+                    self.assertLess(rss, 200, err)
+
+    def test_non_finite_metadata(self):
+        """NaN and infinities in float metadata refused by key (a NaN became JSON null, the
+        key's default, and ran; -1 and 0 were refused by the config's own checks)."""
+        cases = [("llama", "attention.layer_norm_rms_epsilon", "float32", float("nan"), "nan"),
+                 ("llama", "rope.freq_base", "float32", float("-inf"), "-inf"),
+                 ("llama", "rope.scaling.factor", "float64", float("inf"), "inf"),
+                 ("gemma2", "attn_logit_softcapping", "float32", float("nan"), "nan"),
+                 ("gemma2", "final_logit_softcapping", "float32", float("inf"), "inf"),
+                 ("gemma3_text", "rope.freq_base_swa", "float32", float("nan"), "nan"),
+                 ("gpt2", "attention.layer_norm_epsilon", "float64", float("-inf"), "-inf")]
+        made = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for family, key, kind, value, shown in cases:
+                with self.subTest(family=family, key=key):
+                    if family not in made:
+                        config, tensors = make(family)
+                        made[family] = convert(family, config, tensors)
+                    meta, arrays = made[family]
+                    k = ARCH[family] + "." + key
+                    extra = ([(ARCH[family] + ".rope.scaling.type", "string", "linear")]
+                             if key.startswith("rope.scaling") else [])
+                    p = os.path.join(tmp, f"{family}-{key}.gguf")
+                    write_gguf(p, [m for m in meta if m[0] != k] + extra + [(k, kind, value)],
+                               arrays)
+                    self.refused(p, f'metadata key "{k}" is {shown}, expected a finite number',
+                                 tmp)
 
     def test_refusals(self):
         config, tensors = make("llama")

@@ -229,6 +229,19 @@ GgufView open_gguf(const std::string& path) {
                "mha does not read that scaling from a GGUF file");
 
   const std::size_t layers = size_key(f, k + "block_count", std::nullopt);
+  // Every block has tensors of its own (blk.N.*): a block_count past the tensors the file holds
+  // is refused before a name is built for each block, and so is one whose last block is absent.
+  if (layers > f.tensors().size())
+    fail_input(path + ": metadata key " + echo(k + "block_count") + " is " +
+               std::to_string(layers) + ", but the file holds only " +
+               std::to_string(f.tensors().size()) +
+               " tensors; expected the tensors of each block (blk.N.*)");
+  const std::string last = "blk." + std::to_string(layers - 1) + ".";
+  if (std::none_of(f.tensors().begin(), f.tensors().end(),
+                   [&](const GgufTensor& t) { return t.name.compare(0, last.size(), last) == 0; }))
+    fail_input(path + ": metadata key " + echo(k + "block_count") + " is " +
+               std::to_string(layers) + ", but the file holds no tensor of block " +
+               std::to_string(layers - 1) + " (" + last + "*); expected the tensors of each block");
   const std::size_t d = size_key(f, k + "embedding_length", std::nullopt);
   const std::size_t heads = size_key(f, k + "attention.head_count", std::nullopt);
   const std::size_t kv_heads = size_key(f, k + "attention.head_count_kv", heads);

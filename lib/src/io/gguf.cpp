@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -520,7 +521,16 @@ double GgufFile::get_f64(const std::string& key) const {
   const GgufValue& v = value(key, "a float");
   if (v.is_array || (v.type != GgufValueType::float32 && v.type != GgufValueType::float64))
     wrong_kind(path_, key, v, "float32 or float64");
-  return float_at(v, 0);
+  // NaN and infinities would pass every range check a caller makes (and a NaN turns into
+  // JSON's null, the key's default, in the config rebuilt from the metadata).
+  const double x = float_at(v, 0);
+  if (!std::isfinite(x))
+    fail_input(path_ + ": metadata key " + echo(key) + " is " +
+               (std::isnan(x) ? "nan"
+                : x > 0       ? "inf"
+                              : "-inf") +
+               ", expected a finite number");
+  return x;
 }
 
 bool GgufFile::get_bool(const std::string& key) const {

@@ -31,22 +31,35 @@ const Libzip& libzip() {
 }
 
 std::string read_member_bytes(zip_t* za, zip_uint64_t index, std::uint64_t declared,
-                              const std::string& what) {
+                              const std::string& what, std::size_t head_bytes,
+                              const std::function<void(const std::string& head)>& check_head) {
   const Libzip& lz = libzip();
   ZipFilePtr file(lz.zip_fopen_index(za, index, 0));
   if (!file) fail_input(what + ": cannot open: " + lz.zip_strerror(za));
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   std::string bytes;
-  bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(declared, 64 * kChunk)));
   std::string chunk(kChunk, '\0');
+  bool head_checked = !check_head;
   for (;;) {
-    const zip_int64_t n = lz.zip_fread(file.get(), chunk.data(), chunk.size());
+    // Until the head is checked, only as much is asked for (libzip inflates what is asked).
+    const std::size_t want =
+        head_checked ? kChunk
+                     : std::min(kChunk, std::max<std::size_t>(1, head_bytes - bytes.size()));
+    const zip_int64_t n = lz.zip_fread(file.get(), chunk.data(), want);
     if (n < 0) fail_input(what + ": cannot read: " + lz.zip_file_strerror(file.get()));
-    if (n == 0) break;
-    bytes.append(chunk.data(), static_cast<std::size_t>(n));
-    if (bytes.size() > declared)
+    if (n > 0 && static_cast<std::uint64_t>(n) > declared - bytes.size())
       fail_input(what + ": holds more data than the " + std::to_string(declared) +
                  " bytes its directory entry declares");
+    // Grown by doubling as data arrives, but never past what the entry declares.
+    if (bytes.size() + static_cast<std::size_t>(n) > bytes.capacity())
+      bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(
+          declared, std::max<std::uint64_t>(2 * bytes.capacity(), bytes.size() + n))));
+    bytes.append(chunk.data(), static_cast<std::size_t>(n));
+    if (!head_checked && (n == 0 || bytes.size() >= head_bytes)) {
+      head_checked = true;
+      check_head(bytes);
+    }
+    if (n == 0) break;
   }
   if (bytes.size() != declared)
     fail_input(what + ": holds " + std::to_string(bytes.size()) +

@@ -8,6 +8,7 @@
 #include <zip.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,10 +68,14 @@ using ZipFilePtr = std::unique_ptr<zip_file_t, ZipFileClose>;
 
 // The bytes of member `index` of `za`, whose directory entry declares
 // `declared` bytes uncompressed. Memory grows as data arrives rather than as
-// the entry declares, reading stops as soon as the member yields more, and a
-// member that yields more or fewer bytes (or fails its CRC) is refused;
-// errors (mha::Error, invalid_input) start with `what`.
+// the entry declares (and never past it), reading stops as soon as the member
+// yields more, and a member that yields more or fewer bytes (or fails its CRC)
+// is refused; errors (mha::Error, invalid_input) start with `what`.
+// `check_head`, when given, is called on the member's first `head_bytes`
+// bytes (all of it, when shorter) as soon as they are inflated and before
+// anything more is: a signature it refuses costs no more than those bytes.
 std::string read_member_bytes(zip_t* za, zip_uint64_t index, std::uint64_t declared,
-                              const std::string& what);
+                              const std::string& what, std::size_t head_bytes = 0,
+                              const std::function<void(const std::string& head)>& check_head = {});
 
 }  // namespace mha::detail

@@ -51,7 +51,9 @@ std::vector<std::string> zip_member_names(const std::string& path) {
 }
 
 std::string read_zip_member(const std::string& path, const std::string& member,
-                            std::uint64_t max_bytes, const std::string& limit) {
+                            std::uint64_t max_bytes, const std::string& limit,
+                            std::size_t head_bytes,
+                            const std::function<void(const std::string& head)>& check_head) {
   ZipPtr za = open_zip(path);
   const std::string what = path + ": member " + echo(member);
   zip_int64_t index = -1;
@@ -75,7 +77,8 @@ std::string read_zip_member(const std::string& path, const std::string& member,
       !lz().zip_compression_method_supported(st.comp_method, 0))
     fail_input(what + ": compression method " + std::to_string(st.comp_method) +
                " is not supported; expected stored or deflated");
-  return detail::read_member_bytes(za.get(), static_cast<zip_uint64_t>(index), st.size, what);
+  return detail::read_member_bytes(za.get(), static_cast<zip_uint64_t>(index), st.size, what,
+                                   head_bytes, check_head);
 }
 
 }  // namespace mha

@@ -269,6 +269,10 @@ NpyHeaderInfo header_of(const Hdf5File& f, const std::string& path) {
   if (!d.dtype)
     fail_input(f.name() + ": dataset " + echo("/" + path) + " has dtype " + d.type +
                "; expected float16, float32 or float64");
+  // A kernel of shape (0, 2, 4) would make d_model 0, which no layer has.
+  if (std::find(d.shape.begin(), d.shape.end(), std::size_t{0}) != d.shape.end())
+    fail_input(f.name() + ": dataset " + echo("/" + path) + " has shape " + shape_str(d.shape) +
+               "; expected weights without an empty dimension");
   NpyHeaderInfo h;
   h.dtype = *d.dtype;
   h.shape = d.shape;
@@ -299,9 +303,13 @@ std::map<std::string, NpyArray> read_keras_weights(const std::string& path,
                                   : "max_memory " + format_bytes(static_cast<double>(cap)) +
                                         " (raise max_memory, or unzip model.weights.h5 and read "
                                         "that: only the chosen layer is read from it)";
-    auto bytes =
-        std::make_shared<const std::string>(read_zip_member(path, "model.weights.h5", cap, limit));
     name = path + ":model.weights.h5";
+    // HDF5's signature is the member's first 8 bytes: checked before the rest is inflated.
+    auto bytes = std::make_shared<const std::string>(
+        read_zip_member(path, "model.weights.h5", cap, limit, 8, [&](const std::string& head) {
+          if (!looks_like_hdf5(head))
+            fail_input(name + ": not an HDF5 file (no HDF5 signature at its start)");
+        }));
     file = std::make_unique<Hdf5File>(std::move(bytes), name);
   } else {
     file = std::make_unique<Hdf5File>(path);

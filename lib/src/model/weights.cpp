@@ -1,5 +1,6 @@
 #include "mha/model/weights.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "mha/base/error.hpp"
@@ -44,6 +45,14 @@ Tensor<T, N> take(const std::map<std::string, NpyArray>& arrays, const std::stri
 
 namespace {
 
+// A weight with an empty dimension (W_q of shape (0, 8) would make d_model 0,
+// which no layer has), refused by name before anything is read.
+void refuse_empty(const std::string& name, const std::vector<std::size_t>& shape) {
+  if (std::find(shape.begin(), shape.end(), std::size_t{0}) != shape.end())
+    fail_input(name + ": shape " + shape_str(shape) +
+               "; expected weights without an empty dimension");
+}
+
 // The native arrays' ranks, and the sizes the config gives, from their headers
 // (WeightsCheck::d_model ...). The plan checks the rest once the arrays are read.
 void check_native_headers(const std::map<std::string, NpyHeaderInfo>& headers,
@@ -52,24 +61,28 @@ void check_native_headers(const std::map<std::string, NpyHeaderInfo>& headers,
   struct Matrix {
     const char* name;
     const char* meaning;
-    const char* size;   // the config key of the axis `given` fixes
-    std::size_t given;  // 0: not given
+    const char* size;         // the config key of the axis `given` fixes
+    std::size_t given;        // 0: not given
+    const std::string& from;  // where `given` comes from; empty: the config
     int axis;
   };
-  const Matrix matrices[] = {{"W_q", "(d_model, h*d_k)", "d_model", check.d_model, 0},
-                             {"W_k", "(kdim, kv_heads*d_k)", "kdim", check.kdim, 0},
-                             {"W_v", "(vdim, kv_heads*d_v)", "vdim", check.vdim, 0},
-                             {"W_o", "(h*d_v, d_out)", "d_out", check.d_out, 1}};
+  const Matrix matrices[] = {
+      {"W_q", "(d_model, h*d_k)", "d_model", check.d_model, check.d_model_from, 0},
+      {"W_k", "(kdim, h*d_k)", "kdim", check.kdim, check.kdim_from, 0},
+      {"W_v", "(vdim, h*d_v)", "vdim", check.vdim, check.vdim_from, 0},
+      {"W_o", "(h*d_v, d_out)", "d_out", check.d_out, check.d_out_from, 1}};
   for (const Matrix& m : matrices) {
     const auto it = headers.find(m.name);
     if (it == headers.end()) continue;
     const std::vector<std::size_t>& s = it->second.shape;
     if (s.size() != 2)
       fail_input(names.at(m.name) + ": shape " + shape_str(s) + "; expected a matrix " + m.meaning);
+    const std::string given = std::string(m.size) + " = " + std::to_string(m.given);
     if (m.given && s[m.axis] != m.given)  // the plan's wording for the same mismatch
-      fail_input(std::string(m.size) + " mismatch: " + m.size + " = " + std::to_string(m.given) +
-                 " in the config, but " + names.at(m.name) + " of shape " + shape_str(s) + " " +
-                 m.meaning + " implies " + m.size + " = " + std::to_string(s[m.axis]));
+      fail_input(std::string(m.size) + " mismatch: " +
+                 (m.from.empty() ? given + " in the config" : m.from + " implies " + given) +
+                 ", but " + names.at(m.name) + " of shape " + shape_str(s) + " " + m.meaning +
+                 " implies " + m.size + " = " + std::to_string(s[m.axis]));
   }
   for (const char* b : {"b_q", "b_k", "b_v", "b_o"}) {
     const auto it = headers.find(b);
@@ -82,6 +95,7 @@ void check_native_headers(const std::map<std::string, NpyHeaderInfo>& headers,
 // ("weights.npz:W_q"): before any data is read.
 void check_headers(const std::string& path, const std::map<std::string, NpyHeaderInfo>& headers,
                    const std::map<std::string, std::string>& names, const WeightsCheck& check) {
+  for (const auto& [key, header] : headers) refuse_empty(names.at(key), header.shape);
   check_native_headers(headers, names, check);
   if (check.names) {
     std::vector<std::string> keys;
@@ -119,7 +133,11 @@ std::map<std::string, NpyArray> read_weight_arrays(const std::string& path,
   if (check.keras_layer)
     fail_input(path + ": keras_layer " + echo(*check.keras_layer) +
                " applies to Keras weights files (.h5, .weights.h5, .keras) only");
-  if (kind == FileKind::safetensors) return read_safetensors(path);
+  if (kind == FileKind::safetensors) {
+    std::map<std::string, NpyArray> arrays = read_safetensors(path);
+    for (const auto& [name, a] : arrays) refuse_empty(path + ":" + name, a.shape);
+    return arrays;
+  }
   // A .npy is not a weights file: read_npz says why.
   if (kind != FileKind::npy_directory)
     return read_npz(path, [&](const std::string&, const std::vector<NpzMember>& members) {

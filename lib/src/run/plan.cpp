@@ -74,13 +74,20 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
                                         const std::string& preset,
                                         std::optional<std::int64_t> layer_index,
                                         const std::optional<std::string>& prefix,
-                                        std::optional<std::uint64_t> max_bytes, const Config* sizes,
+                                        std::optional<std::uint64_t> max_bytes,
+                                        const WeightsCheck* sizes,
                                         const std::optional<std::string>& keras_layer) {
   const Family* named = named_family(format, preset);
+  // The sizes checked are part of the key: a sweep's run of other inputs may
+  // fit the file that one run's inputs do not.
+  const std::string checked =
+      sizes ? std::to_string(sizes->d_model) + "," + std::to_string(sizes->kdim) + "," +
+                  std::to_string(sizes->vdim) + "," + std::to_string(sizes->d_out) + ":"
+            : "";
   const std::string key = std::string(to_string(format)) + ":" + preset + ":" +
                           (keras_layer ? "keras:" + *keras_layer + ":" : "") +
                           (layer_index ? std::to_string(*layer_index) : "") + ":" +
-                          prefix.value_or("") + ":" + path;
+                          prefix.value_or("") + ":" + checked + path;
   if (errors_.count(key)) fail_input(errors_[key]);
   if (!weights_.count(key)) {
     try {
@@ -93,13 +100,10 @@ const NativeWeights& PlanFiles::weights(const std::string& path, WeightsFormat f
       check.max_bytes = max_bytes;
       check.keras_layer = keras_layer;
       if (sizes) {
-        const auto given = [](const std::optional<std::int64_t>& v) {
-          return v && *v > 0 ? static_cast<std::size_t>(*v) : std::size_t{0};
-        };
-        check.d_model = given(sizes->d_model);
-        check.kdim = given(sizes->kdim);
-        check.vdim = given(sizes->vdim);
-        check.d_out = given(sizes->d_out);
+        check.d_model = sizes->d_model, check.d_model_from = sizes->d_model_from;
+        check.kdim = sizes->kdim, check.kdim_from = sizes->kdim_from;
+        check.vdim = sizes->vdim, check.vdim_from = sizes->vdim_from;
+        check.d_out = sizes->d_out, check.d_out_from = sizes->d_out_from;
       }
       weights_[key] = given ? to_native(*given, format, path, named)
                             : to_native(layer_arrays(path, named, layer_index, prefix, check),
@@ -333,17 +337,55 @@ RunPlan plan_stack(const Config& c, PlanFiles& files, RunPlan p) {
   return p;
 }
 
+// The sizes an attention run's weights file is checked against from its headers, before
+// its data are inflated: the config's, else the input files' (their last axis, from the .npy
+// headers), as resolve_dims agrees them. A file that cannot be read gives no size here: its
+// error comes where it came before.
+WeightsCheck expected_sizes(const Config& c, PlanFiles& files) {
+  WeightsCheck s;
+  const auto config = [](const std::optional<std::int64_t>& v, std::size_t& size) {
+    if (v && *v > 0) size = static_cast<std::size_t>(*v);
+  };
+  config(c.d_model, s.d_model);
+  config(c.kdim, s.kdim);
+  config(c.vdim, s.vdim);
+  config(c.d_out, s.d_out);
+  const auto input = [&](const std::optional<std::string>& path, const std::string& role,
+                         std::size_t& size, std::string& from) {
+    if (size || !path) return;
+    try {
+      const std::vector<std::size_t>& shape = files.npy_shape(*path);
+      if (shape.size() < 2 || shape.back() == 0) return;  // refused by name later
+      size = shape.back();
+      from = role + " '" + *path + "' of shape " + shape_str(shape);
+    } catch (const Error&) {
+    }
+  };
+  input(c.query, "query", s.d_model, s.d_model_from);
+  // Without key and value files the query is both (self-attention); a value alone is the key.
+  const std::optional<std::string>& key = c.key ? c.key : c.value ? c.value : c.query;
+  const std::optional<std::string>& value = c.value ? c.value : key;
+  const char* self = c.key || c.value ? "" : " used as key (self-attention)";
+  input(key, (c.key ? "key" : c.value ? "value" : "query"), s.kdim, s.kdim_from);
+  if (*self && !s.kdim_from.empty()) s.kdim_from += self;
+  input(value, (c.value ? "value" : c.key ? "key" : "query"), s.vdim, s.vdim_from);
+  if (!c.key && !c.value && !s.vdim_from.empty()) s.vdim_from += " used as value (self-attention)";
+  return s;
+}
+
 }  // namespace
 
 RunPlan plan_run(const Config& given, PlanFiles& files) {
   RunPlan p;
   Config c = given;
+  const WeightsCheck sizes =
+      c.weights && c.layer == LayerKind::attention ? expected_sizes(c, files) : WeightsCheck{};
   // A checkpoint preset (a model family's names) brings the model's settings (presets.hpp).
   if (c.weights) {
     const NativeWeights& w =
         c.layer == LayerKind::attention
             ? files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                            c.weights_prefix, weights_limit(c), &c, c.keras_layer)
+                            c.weights_prefix, weights_limit(c), &sizes, c.keras_layer)
             : files.layer_weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
                                   c.weights_prefix, weights_limit(c), c.keras_layer);
     if (w.format == WeightsFormat::preset && w.family)
@@ -360,7 +402,7 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   p.axes = plan_attention_axes(c, shapes);
   if (c.weights) {
     p.weights = &files.weights(*c.weights, c.weights_format, c.weights_preset, c.layer_index,
-                               c.weights_prefix, weights_limit(c), &c, c.keras_layer);
+                               c.weights_prefix, weights_limit(c), &sizes, c.keras_layer);
     shapes.weights_name = *c.weights;
     shapes.weights_h = p.weights->h;
     for (const auto& [name, array] : p.weights->arrays) shapes.weights[name] = array.shape;

@@ -109,7 +109,7 @@ class GgufFile {
   // A scalar of the key; each throws (invalid_input) naming the file and the
   // key when it is absent or of another kind. get_u64 takes any integer type
   // holding a value >= 0, get_i64 any integer type that fits int64, get_f64
-  // float32 or float64.
+  // a finite float32 or float64 (NaN and infinities refused by the key).
   std::string get_string(const std::string& key) const;
   std::uint64_t get_u64(const std::string& key) const;
   std::int64_t get_i64(const std::string& key) const;

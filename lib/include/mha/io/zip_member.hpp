@@ -3,7 +3,9 @@
 // only the last is read.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,8 +20,13 @@ std::vector<std::string> zip_member_names(const std::string& path);
 // before anything is inflated, and reading stops as soon as the member yields
 // more than it declared (a zip bomb costs nothing); a member that yields
 // less, or fails its CRC, is refused. `limit` says in messages what
-// `max_bytes` is ("max_memory 8 GiB"). Errors name the archive and member.
+// `max_bytes` is ("max_memory 8 GiB"). `check_head`, when given, sees the
+// member's first `head_bytes` bytes (a signature) as soon as they are
+// inflated, before the rest is, and throws to refuse the member. Errors name
+// the archive and member.
 std::string read_zip_member(const std::string& path, const std::string& member,
-                            std::uint64_t max_bytes, const std::string& limit);
+                            std::uint64_t max_bytes, const std::string& limit,
+                            std::size_t head_bytes = 0,
+                            const std::function<void(const std::string& head)>& check_head = {});
 
 }  // namespace mha

@@ -28,11 +28,14 @@ struct WeightsCheck {
   std::optional<WeightsFormat> names;
   // The most bytes the arrays may hold together: the run's max_memory.
   std::optional<std::uint64_t> max_bytes;
-  // The sizes the config gives (0: not given), checked against the native
-  // arrays' headers (W_q's rows d_model, W_k's kdim, W_v's vdim, W_o's
-  // columns d_out; matrices 2-D, biases 1-D), so that an array of a valid
-  // name but a shape no such layer has is refused before it is inflated.
+  // The sizes the config or the input files give (0: not given), checked
+  // against the native arrays' headers (W_q's rows d_model, W_k's kdim, W_v's
+  // vdim, W_o's columns d_out; matrices 2-D, biases 1-D), so that an array of
+  // a valid name but a shape no such layer has is refused before it is
+  // inflated. Each *_from says where its size comes from ("query 'q.npy' of
+  // shape (2, 4, 8)"); empty: the config.
   std::size_t d_model = 0, kdim = 0, vdim = 0, d_out = 0;
+  std::string d_model_from, kdim_from, vdim_from, d_out_from;
   // The layer to take from a Keras file (.h5, .weights.h5, .keras) holding
   // several (keras_file.hpp); refused for other files.
   std::optional<std::string> keras_layer;

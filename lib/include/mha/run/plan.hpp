@@ -17,6 +17,7 @@
 #include "mha/model/layer_weights.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/model/weight_formats.hpp"
+#include "mha/model/weights.hpp"
 
 namespace mha {
 
@@ -32,8 +33,9 @@ class PlanFiles {
   // The names and, with `max_bytes` (max_memory), the arrays' sizes are
   // checked from the .npy headers of an .npz or directory before its data
   // are read (read_weight_arrays).
-  // `sizes`: the config whose given sizes the arrays' headers are checked
-  // against before anything is inflated (WeightsCheck::d_model ...).
+  // `sizes`: the sizes (from the config or the input files' headers) the
+  // arrays' headers are checked against before anything is inflated
+  // (WeightsCheck::d_model ...; its other fields are ignored).
   // `preset`: the family weights_format names (format preset).
   // `keras_layer`: the layer to take from a Keras file (keras_file.hpp).
   const NativeWeights& weights(const std::string& path, WeightsFormat format,
@@ -41,7 +43,7 @@ class PlanFiles {
                                std::optional<std::int64_t> layer_index = std::nullopt,
                                const std::optional<std::string>& prefix = std::nullopt,
                                std::optional<std::uint64_t> max_bytes = std::nullopt,
-                               const Config* sizes = nullptr,
+                               const WeightsCheck* sizes = nullptr,
                                const std::optional<std::string>& keras_layer = std::nullopt);
   // A Transformer layer weights file, in native layer names.
   const NativeWeights& layer_weights(const std::string& path, WeightsFormat format,
