@@ -24,6 +24,7 @@
 #include "mha/base/large_array.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/inspect/compare.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/kernel/attention.hpp"
@@ -392,7 +393,7 @@ int do_bench(const BenchArgs& args) {
       out["bf16_gemm_gflops"] = bf16_gemm;
       out["bf16_gemm_backend"] = bf16_gemm_backend();
     }
-    std::cout << out.dump(2) << std::endl;
+    std::cout << dump_json(out, 2) << std::endl;
   }
   return 0;
 }
@@ -584,7 +585,7 @@ int do_run(const RunArgs& args) {
                   std::string("the run's outputs are written, view.html is not: ") + e.what());
     }
   }
-  if (args.print_json) std::cout << to_json(r).dump(2) << std::endl;
+  if (args.print_json) std::cout << dump_json(to_json(r), 2) << std::endl;
   return 0;
 }
 
