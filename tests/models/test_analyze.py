@@ -574,18 +574,21 @@ class Corpus(AnalyzeTest):
         """A line over the model's positions, or not UTF-8, is named by its file and line (a JSON
         array's text by its element), as the corpus reader's own errors are."""
         P = self.config["n_positions"]
+        long_txt, long_json = "the cat " * P, "a dog " * P
         with open(self.path("long.txt"), "w") as f:
-            f.write("the cat\n\n" + "the cat " * P + "\na dog\n")
+            f.write("the cat\n\n" + long_txt + "\na dog\n")
         with open(self.path("long.json"), "w") as f:
-            json.dump(["the cat", "a dog " * P], f)
+            json.dump(["the cat", long_json], f)
+        n_txt, n_json = len(self.encode(long_txt)[0]), len(self.encode(long_json)[0])
+        self.assertGreater(min(n_txt, n_json), P)
         with open(self.path("bad.txt"), "wb") as f:
             f.write(b"the cat\r\na \xff dog\r\n")
         with open(self.path("bad.jsonl"), "wb") as f:
             f.write(b'{"text": "the cat"}\n{"text": "a \xc0\xaf dog"}\n')
         for name, fragment in (("long.txt", "long.txt: line 3: %d tokens are more than the model's %d "
-                                            "positions" % (2 * P, P)),
+                                            "positions" % (n_txt, P)),
                                ("long.json", "long.json: element 1: %d tokens are more than the "
-                                             "model's %d positions" % (2 * P, P)),
+                                             "model's %d positions" % (n_json, P)),
                                ("bad.txt", 'bad.txt: line 2: "a \\xff dog": invalid UTF-8 at byte 2 '
                                            '(0xff); expected UTF-8 text'),
                                ("bad.jsonl", 'bad.jsonl: line 2: "{"text": "a \\xc0\\xaf dog"}": '
