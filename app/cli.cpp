@@ -538,7 +538,7 @@ int do_run(const RunArgs& args) {
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);
   if (args.html) config.save_attention = true;
-  spdlog::debug("config: {}", config.to_json().dump());
+  spdlog::debug("config: {}", dump_json(config.to_json()));
   StageProgress progress;
   RunProgressLine line(progress, ::isatty(STDERR_FILENO) == 1 &&
                                      spdlog::default_logger()->should_log(spdlog::level::info));

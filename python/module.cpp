@@ -39,6 +39,7 @@
 #include "mha/checkpoint/seq2seq_analysis.hpp"
 #include "mha/io/image.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/model/config.hpp"
@@ -258,7 +259,7 @@ void warn_all(const std::vector<std::string>& warnings) {
 }
 
 py::object json_to_py(const json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return py::module_::import("json").attr("loads")(mha::dump_json(j));
 }
 
 bool is_torch(const py::handle& v) {
