@@ -509,6 +509,7 @@ add_json("cfg_no_seq_len.json", {"h": 2, "d_model": 8})
 sweep_base = {"query": "files/q.npy", "h": 2}
 add_json("sweep_grid_1000x1000.json", {"base": sweep_base, "grid": {"seed": list(range(1000)), "batch": list(range(1, 1001))}})
 add("sweep_list_100001.json", '{"base": {"query": "files/q.npy", "h": 2}, "grid": {"seed": [' + ",".join(map(str, range(100001))) + "]}}\n")
+add("sweep_base_list_x400.json", json.dumps({"base": dict(sweep_base, key_lengths=[1] * 100000), "grid": {"seed": list(range(400))}}) + "\n")
 add_json("sweep_zip_500_grid_500.json", {"base": sweep_base, "grid": {"seed": list(range(500))}, "zip": [{"batch": list(range(1, 501)), "seq_len": list(range(1, 501))}]})
 add_json("cfg_causal_word.json", {"query": "files/q.npy", "h": 2, "causal": "upper"})
 add_json("cfg_bool_as_string.json", {"query": "files/q.npy", "h": 2, "save_attention": "yes"})

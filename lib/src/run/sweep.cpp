@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -40,6 +41,10 @@ using ordered_json = nlohmann::ordered_json;
 // A sweep's runs are expanded in memory (their configs, names and directories):
 // at most this many, counted from the lists' lengths before any is expanded.
 constexpr std::size_t kMaxRuns = 100000;
+// ... and at most this many JSON values in their configs together (each run's
+// is the base plus one value of every axis): a base holding a long list is
+// copied into every run.
+constexpr double kMaxRunValues = 4e6;
 constexpr std::size_t kMaxNameLength = 200;
 const std::vector<std::string> kTopKeys = {"base", "grid", "zip", "name", "out_dir", "description"};
 // Keys that may differ between a finished run and its plan without changing
@@ -260,6 +265,39 @@ void check_run_count(const ordered_json& file, const std::string& path) {
     std::snprintf(count, sizeof count, "%.0f", total);
     fail_input(path + ": the grid makes " + count + " runs (" + one_line(factors, 80) +
                "), more than " + std::to_string(kMaxRuns) + "; split it into several sweeps");
+  }
+  // The values one run's config can hold: the base's, and the largest step of each axis.
+  std::function<double(const ordered_json&)> values = [&](const ordered_json& v) {
+    double n = 1;  // nesting is at most 64 deep (the JSON reader)
+    if (v.is_structured())
+      for (const auto& x : v) n += values(x);
+    return n;
+  };
+  double per_run = file.contains("base") ? values(file["base"]) : 1;
+  const auto largest = [&](const ordered_json& list) {
+    double most = 0;
+    if (list.is_array())
+      for (const auto& x : list) most = std::max(most, values(x));
+    return most;
+  };
+  if (file.contains("grid") && file["grid"].is_object())
+    for (const auto& [key, list] : file["grid"].items()) per_run += largest(list);
+  const auto group_values = [&](const ordered_json& g) {
+    if (g.is_object())
+      for (const auto& [key, list] : g.items()) per_run += largest(list);
+  };
+  if (file.contains("zip")) {
+    if (file["zip"].is_array())
+      for (const auto& g : file["zip"]) group_values(g);
+    else
+      group_values(file["zip"]);
+  }
+  if (total * per_run > kMaxRunValues) {
+    char count[64];
+    std::snprintf(count, sizeof count, "%.0f JSON values (%.0f runs of up to %.0f each)",
+                  total * per_run, total, per_run);
+    fail_input(path + ": the runs' configs would hold " + count + ", more than 4000000; give " +
+               "long lists as files (an .npy) or split the sweep");
   }
 }
 
