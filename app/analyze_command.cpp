@@ -9,6 +9,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
@@ -189,7 +190,7 @@ int run_analysis(AnalyzeConfig& c, bool print_json) {
   if (bar) bar->done();
   for (const std::string& f : r.outputs) spdlog::info("wrote {}/{}", c.out_dir, f);
   for (const std::string& line : r.summary) std::cout << line << "\n";
-  if (print_json) std::cout << r.run.dump(2) << std::endl;
+  if (print_json) std::cout << dump_json(r.run, 2) << std::endl;
   return 0;
 }
 

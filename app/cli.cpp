@@ -25,6 +25,7 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/inspect/compare.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/kernel/attention.hpp"
@@ -394,7 +395,7 @@ int do_bench(const BenchArgs& args) {
       out["bf16_gemm_gflops"] = bf16_gemm;
       out["bf16_gemm_backend"] = bf16_gemm_backend();
     }
-    std::cout << out.dump(2) << std::endl;
+    std::cout << dump_json(out, 2) << std::endl;
   }
   return 0;
 }
@@ -559,7 +560,7 @@ int do_run(const RunArgs& args) {
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);
   if (args.html) config.save_attention = true;
-  spdlog::debug("config: {}", config.to_json().dump());
+  spdlog::debug("config: {}", dump_json(config.to_json()));
   StageProgress progress;
   RunProgressLine line(progress, ::isatty(STDERR_FILENO) == 1 &&
                                      spdlog::default_logger()->should_log(spdlog::level::info));
@@ -596,7 +597,7 @@ int do_run(const RunArgs& args) {
         "{:.3f})",
         t->samples.size(), t->median, t->min, t->max);
   if (args.html) write_view_page(config.out_dir);
-  if (args.print_json) std::cout << to_json(r).dump(2) << std::endl;
+  if (args.print_json) std::cout << dump_json(to_json(r), 2) << std::endl;
   return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run_json.hpp"
 
@@ -128,7 +129,7 @@ int run_model_job(const ModelRunConfig& mc, bool print_json, bool print_top_k) {
       "{} ({} layers, d_model {}, h {}), B={} T={}: {:.1f} ms forward ({:.1f} ms reading weights)",
       r.model.model_type, r.model.num_layers, r.model.d_model, r.model.h, r.input.B, r.input.T,
       r.forward_ms, r.read_ms);
-  if (print_json) std::cout << to_json(r).dump(2) << std::endl;
+  if (print_json) std::cout << dump_json(to_json(r), 2) << std::endl;
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/run/run_json.hpp"
 
 extern char** environ;
@@ -80,7 +81,7 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
   const std::string config_path = dir.path + "/config.json";
   {
     std::ofstream f(config_path);
-    f << c.dump(2) << "\n";
+    f << dump_json(c, 2) << "\n";
     if (!f) fail_runtime(config_path + ": cannot write the one-shot config");
   }
   std::vector<std::string> args = {exe, "run", "--config", config_path};
@@ -112,7 +113,7 @@ OneShot time_one_shot(const std::string& exe, const json& config, int repeat) {
       std::string line, last;
       while (std::getline(log, line))
         if (!line.empty()) last = line;
-      fail_runtime("--one_shot: `mha run` of " + c.dump() + " failed (" +
+      fail_runtime("--one_shot: `mha run` of " + dump_json(c) + " failed (" +
                    (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                       : "signal " + std::to_string(WTERMSIG(status))) +
                    "): " + last);

@@ -29,6 +29,7 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/dir_lock.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"
@@ -221,7 +222,7 @@ class Runner {
     check_run_dir(run.dir);
     {
       OutputSet staged(run.dir);  // creates the directory; config.json lands atomically
-      staged.stage_bytes("config.json", config.dump(2) + "\n");
+      staged.stage_bytes("config.json", dump_json(config, 2) + "\n");
       staged.commit();
     }
     remove_stale_temporaries(run.dir);

@@ -11,6 +11,8 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
+#include "mha/base/message.hpp"
+#include "mha/base/utf8.hpp"
 #include "mha/io/gguf.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
@@ -70,6 +72,7 @@ int do_tokenize(const TokenizeArgs& args) {
   }
   if (args.texts.empty() && args.texts_file.empty() && !args.vocab)
     fail_input("mha tokenize: no texts (expected --text, --texts or --vocab)");
+  for (const std::string& t : args.texts) check_utf8(t, "--text");
   std::vector<std::string> texts = args.texts;
   if (!args.texts_file.empty()) {
     const std::vector<std::string> more = read_texts(args.texts_file);

@@ -17,8 +17,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -37,6 +39,7 @@
 #include "mha/checkpoint/seq2seq_analysis.hpp"
 #include "mha/io/image.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/model/config.hpp"
@@ -88,6 +91,26 @@ mha::NpyArray mha_python::to_npy(const py::array& in, const std::string& what) {
   const auto* p = static_cast<const unsigned char*>(a.data());
   out.data.assign(p, p + static_cast<std::size_t>(a.nbytes()));
   return out;
+}
+
+bool mha_python::int_value(py::handle src, std::int64_t& out) {
+  // An int or anything with __index__ (a NumPy integer); not a float.
+  if (!src || PyFloat_Check(src.ptr()) || !PyIndex_Check(src.ptr())) return false;
+  const py::object n = py::reinterpret_steal<py::object>(PyNumber_Index(src.ptr()));
+  if (!n) {
+    PyErr_Clear();
+    return false;
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(n.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  out = overflow > 0   ? std::numeric_limits<std::int64_t>::max()
+        : overflow < 0 ? std::numeric_limits<std::int64_t>::min()
+                       : std::int64_t{v};
+  return true;
 }
 
 namespace {
@@ -184,11 +207,19 @@ json to_json(const std::string& key, const py::handle& v, Provided& provided, in
     return provided.input(v, key);
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   if (py::isinstance<py::int_>(v)) {
-    try {
-      return v.cast<std::int64_t>();
-    } catch (const py::cast_error&) {
-      return v.cast<std::uint64_t>();
+    // Beyond 64 bits, a number as a config file's parser reads one (a double),
+    // which the key's range check refuses with the CLI's message.
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (!overflow) return std::int64_t{i};
+    if (overflow > 0) {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+      if (!PyErr_Occurred()) return std::uint64_t{u};
+      PyErr_Clear();
     }
+    const double d = PyLong_AsDouble(v.ptr());
+    if (PyErr_Occurred()) PyErr_Clear();  // past double's range: its largest
+    return std::isfinite(d) ? d : overflow * std::numeric_limits<double>::max();
   }
   if (py::isinstance<py::float_>(v)) return v.cast<double>();
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
@@ -228,7 +259,7 @@ void warn_all(const std::vector<std::string>& warnings) {
 }
 
 py::object json_to_py(const json& j) {
-  return py::module_::import("json").attr("loads")(j.dump());
+  return py::module_::import("json").attr("loads")(mha::dump_json(j));
 }
 
 bool is_torch(const py::handle& v) {
@@ -635,7 +666,13 @@ mha::WeightsFormat layout(const std::string& name) {
 }
 
 py::dict convert_weights(const py::object& weights, const std::string& to, const std::string& from,
-                         std::optional<std::size_t> h) {
+                         std::optional<mha_python::Int> given_h) {
+  // As `mha weights convert --h` takes it (its flag's range, checked by CLI11 there).
+  if (given_h && (*given_h < 1 || *given_h > 1073741824))
+    throw mha::Error(mha::ErrorKind::invalid_input, "--h: Value " + std::to_string(given_h->value) +
+                                                        " not in range 1 to 1073741824");
+  const std::optional<std::size_t> h =
+      given_h ? std::optional<std::size_t>(static_cast<std::size_t>(given_h->value)) : std::nullopt;
   const bool mapping = is_mapping(weights);
   const std::map<std::string, mha::NpyArray> arrays =
       mapping ? arrays_of(weights) : mha::read_weight_arrays(py::str(weights));
@@ -654,8 +691,13 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
 // mha.Model: a whole checkpoint (mha/run/model_run.hpp) called on text or ids.
 class PyModel {
  public:
-  PyModel(const std::string& dir, std::optional<std::uint64_t> max_memory, const std::string& dtype)
-      : model_(dir, dtype), max_memory_(max_memory ? *max_memory : mha::default_max_memory()) {}
+  // max_memory: a number of bytes, read as `--max_memory` reads one.
+  PyModel(const std::string& dir, std::optional<mha_python::Int> max_memory,
+          const std::string& dtype)
+      : model_(dir, dtype),
+        max_memory_(max_memory
+                        ? mha::parse_byte_size(std::to_string(max_memory->value), "--max_memory")
+                        : mha::default_max_memory()) {}
 
   // A Python str as UTF-8; a lone surrogate (which UTF-8 cannot hold) is bad input.
   static std::string utf8_text(const py::handle& t, std::size_t i) {
@@ -768,9 +810,9 @@ class PyModel {
   }
 
   py::dict call(const py::object& input, bool attention, bool hidden_states,
-                const std::optional<std::vector<std::int64_t>>& layers,
-                const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
-                std::int64_t threads, bool qk, const py::object& target) const {
+                const mha_python::Indices& layers, const mha_python::Indices& heads,
+                mha_python::Int top_k, mha_python::Int threads, bool qk,
+                const py::object& target) const {
     const mha::ModelConfig& c = model_.config();
     if (c.encoder_decoder || !target.is_none())
       return call_seq2seq(input, target, attention, hidden_states, layers, heads, top_k, threads,
@@ -898,9 +940,9 @@ class PyModel {
   // An encoder-decoder's call (T5, BART), as `mha run --model --text --target_text`
   // (run/seq2seq_run.cpp): the three kinds of maps, both sides' tokens.
   py::dict call_seq2seq(const py::object& input, const py::object& target, bool attention,
-                        bool hidden_states, const std::optional<std::vector<std::int64_t>>& layers,
-                        const std::optional<std::vector<std::int64_t>>& heads, std::int64_t top_k,
-                        std::int64_t threads, bool qk) const {
+                        bool hidden_states, const mha_python::Indices& layers,
+                        const mha_python::Indices& heads, mha_python::Int top_k,
+                        mha_python::Int threads, bool qk) const {
     const mha::ModelConfig& c = model_.config();
     const std::string& dir = model_.checkpoint().dir();
     if (!c.encoder_decoder)
@@ -1042,9 +1084,8 @@ class PyModel {
                            ", over max_memory " + mha::format_bytes(double(max_memory_)));
   }
 
-  mha::ModelCall selection(const std::optional<std::vector<std::int64_t>>& layers,
-                           const std::optional<std::vector<std::int64_t>>& heads,
-                           std::int64_t threads) const {
+  mha::ModelCall selection(const mha_python::Indices& layers, const mha_python::Indices& heads,
+                           mha_python::Int threads) const {
     return mha::check_model_call(model_.config(), {true, layers, heads, 5, threads});
   }
 
@@ -1055,7 +1096,7 @@ class PyModel {
     return a;
   }
 
-  py::dict loss(const py::object& input, std::int64_t threads, const py::object& labels) const {
+  py::dict loss(const py::object& input, mha_python::Int threads, const py::object& labels) const {
     if (seq2seq_analysis(labels, "loss", true)) return seq2seq_loss(input, labels, threads);
     const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
     const mha::ModelInput in = input_of(input);
@@ -1082,7 +1123,8 @@ class PyModel {
     return out;
   }
 
-  py::dict logit_lens(const py::object& input, std::int64_t top_k, std::int64_t threads) const {
+  py::dict logit_lens(const py::object& input, mha_python::Int top_k,
+                      mha_python::Int threads) const {
     seq2seq_analysis(py::none(), "logit_lens", false);
     const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
     const mha::ModelInput in = input_of(input);
@@ -1122,9 +1164,8 @@ class PyModel {
 
   // rollout (layers, B, T, T), norms (layers, B, heads, T, T), head scores.
   py::dict maps_analysis(const py::object& input, bool rollout, bool norms, bool detectors,
-                         bool flow, const std::optional<std::vector<std::int64_t>>& layers,
-                         const std::optional<std::vector<std::int64_t>>& heads,
-                         std::int64_t threads) const {
+                         bool flow, const mha_python::Indices& layers,
+                         const mha_python::Indices& heads, mha_python::Int threads) const {
     seq2seq_analysis(py::none(),
                      flow        ? "attention_flow"
                      : detectors ? "head_scores"
@@ -1248,14 +1289,14 @@ class PyModel {
 
   // Layer indices name a layer of both stacks, as `mha analyze`'s; unset: every
   // layer of each.
-  mha::ModelCall seq2seq_selection(const std::optional<std::vector<std::int64_t>>& layers,
-                                   const std::optional<std::vector<std::int64_t>>& heads,
-                                   std::int64_t threads) const {
+  mha::ModelCall seq2seq_selection(const mha_python::Indices& layers,
+                                   const mha_python::Indices& heads,
+                                   mha_python::Int threads) const {
     return mha::check_seq2seq_call(model_.config(), {true, layers, heads, 5, threads});
   }
 
   py::dict seq2seq_loss(const py::object& input, const py::object& labels,
-                        std::int64_t threads) const {
+                        mha_python::Int threads) const {
     const mha::ModelCall call = seq2seq_selection(std::nullopt, std::nullopt, threads);
     const auto sides = seq2seq_sides(input, labels);
     const mha::Seq2SeqBatch in = sides->batch();
@@ -1287,9 +1328,8 @@ class PyModel {
   // {"encoder", "decoder", "cross"}: the rollouts (layers, B, queries, keys), or
   // the norms (layers, B, heads, queries, keys), as `mha analyze` writes them.
   py::dict seq2seq_maps(const py::object& input, const py::object& labels, bool rollout,
-                        const std::optional<std::vector<std::int64_t>>& layers,
-                        const std::optional<std::vector<std::int64_t>>& heads,
-                        std::int64_t threads) const {
+                        const mha_python::Indices& layers, const mha_python::Indices& heads,
+                        mha_python::Int threads) const {
     const mha::ModelConfig& c = model_.config();
     const mha::ModelCall call = seq2seq_selection(layers, heads, threads);
     const auto sides = seq2seq_sides(input, labels);
@@ -1349,9 +1389,8 @@ class PyModel {
                             const std::string& kind, const std::string& metric,
                             const std::optional<std::string>& target,
                             const std::optional<std::string>& foil,
-                            const std::optional<std::vector<std::int64_t>>& layers,
-                            const std::optional<std::vector<std::int64_t>>& heads,
-                            std::int64_t threads) const {
+                            const mha_python::Indices& layers, const mha_python::Indices& heads,
+                            mha_python::Int threads) const {
     const mha::ModelCall call = seq2seq_selection(layers, heads, threads);
     const auto sides = seq2seq_sides(input, labels);
     const mha::Seq2SeqBatch in = sides->batch();
@@ -1379,9 +1418,8 @@ class PyModel {
 
   py::dict ablation(const py::object& input, const std::string& kind, const std::string& metric,
                     const std::optional<std::string>& target,
-                    const std::optional<std::string>& foil,
-                    const std::optional<std::vector<std::int64_t>>& layers,
-                    const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads,
+                    const std::optional<std::string>& foil, const mha_python::Indices& layers,
+                    const mha_python::Indices& heads, mha_python::Int threads,
                     const py::object& labels) const {
     if (kind != "zero" && kind != "mean")
       throw mha::Error(mha::ErrorKind::invalid_input, "ablation: expected 'zero' or 'mean'");
@@ -1417,10 +1455,8 @@ class PyModel {
 
   py::dict patching(const std::string& clean, const std::string& corrupt, const std::string& metric,
                     const std::optional<std::string>& target,
-                    const std::optional<std::string>& foil,
-                    const std::optional<std::vector<std::int64_t>>& layers,
-                    const std::optional<std::vector<std::int64_t>>& heads,
-                    std::int64_t threads) const {
+                    const std::optional<std::string>& foil, const mha_python::Indices& layers,
+                    const mha_python::Indices& heads, mha_python::Int threads) const {
     seq2seq_analysis(py::none(), "patching", false);
     const mha::ModelCall call = selection(layers, heads, threads);
     const mha::ModelInput a = model_.encode({clean}), b = model_.encode({corrupt});
@@ -1521,7 +1557,7 @@ PYBIND11_MODULE(mha, m) {
       "and forward would need more than max_memory bytes (default 80% of physical memory) raises "
       "ValueError before computing. dtype=\"bfloat16\" runs every GEMM on bfloat16 operands "
       "summed in float32 (natively with AVX512_BF16), as `mha run --model --dtype bfloat16`.")
-      .def(py::init<const std::string&, std::optional<std::uint64_t>, const std::string&>(),
+      .def(py::init<const std::string&, std::optional<mha_python::Int>, const std::string&>(),
            py::arg("dir"), py::arg("max_memory") = py::none(), py::arg("dtype") = "float32")
       .def("__call__", &PyModel::call, py::arg("input"), py::kw_only(), py::arg("attention") = true,
            py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
@@ -1557,7 +1593,7 @@ PYBIND11_MODULE(mha, m) {
            "top_p (layers + 1, B, T, top_k)")
       .def(
           "rollout",
-          [](const PyModel& m, const py::object& input, std::int64_t threads,
+          [](const PyModel& m, const py::object& input, mha_python::Int threads,
              const py::object& labels) {
             if (m.seq2seq_analysis(labels, "rollout", true))
               return py::object(
@@ -1572,7 +1608,7 @@ PYBIND11_MODULE(mha, m) {
           "encoder's, the decoder's and the cross rollout")
       .def(
           "attention_flow",
-          [](const PyModel& m, const py::object& input, std::int64_t threads) {
+          [](const PyModel& m, const py::object& input, mha_python::Int threads) {
             const py::dict d = m.maps_analysis(input, false, false, false, true, std::nullopt,
                                                std::nullopt, threads);
             return py::object(d["flow"]);
@@ -1582,10 +1618,8 @@ PYBIND11_MODULE(mha, m) {
           "Zuidema 2020), up to 128 tokens")
       .def(
           "attention_norms",
-          [](const PyModel& m, const py::object& input,
-             const std::optional<std::vector<std::int64_t>>& layers,
-             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads,
-             const py::object& labels) {
+          [](const PyModel& m, const py::object& input, const mha_python::Indices& layers,
+             const mha_python::Indices& heads, mha_python::Int threads, const py::object& labels) {
             if (m.seq2seq_analysis(labels, "attention_norms", true))
               return py::object(m.seq2seq_maps(input, labels, false, layers, heads, threads));
             const py::dict d =
@@ -1600,9 +1634,8 @@ PYBIND11_MODULE(mha, m) {
           "the encoder's, the decoder's and the cross-attention's")
       .def(
           "head_scores",
-          [](const PyModel& m, const py::object& input,
-             const std::optional<std::vector<std::int64_t>>& layers,
-             const std::optional<std::vector<std::int64_t>>& heads, std::int64_t threads) {
+          [](const PyModel& m, const py::object& input, const mha_python::Indices& layers,
+             const mha_python::Indices& heads, mha_python::Int threads) {
             return m.maps_analysis(input, false, false, true, false, layers, heads, threads);
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),

@@ -4,7 +4,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "mha/io/npy.hpp"
 
@@ -18,4 +21,59 @@ mha::NpyArray to_npy(const pybind11::array& in, const std::string& what);
 // mha.show and mha.View (show.cpp).
 void add_show(pybind11::module_& m);
 
+// An integer argument (top_k, threads, an index, a size) as the CLI reads an
+// integer flag: any Python int or NumPy integer, one beyond 64 bits saturated
+// to the nearest 64-bit value, so that the library's range check refuses it
+// with the CLI's message (`--top_k 2**70` reads as 2^63 - 1 there too)
+// instead of pybind11's signature dump. Indices: None or a list of them.
+struct Int {
+  std::int64_t value = 0;
+  Int() = default;
+  Int(std::int64_t v) : value(v) {}  // NOLINT: a default argument, an internal call
+  operator std::int64_t() const { return value; }
+};
+struct Indices {
+  std::optional<std::vector<std::int64_t>> value;
+  Indices() = default;
+  Indices(std::nullopt_t) {}  // NOLINT: "every layer", as None
+  operator const std::optional<std::vector<std::int64_t>>&() const { return value; }
+};
+bool int_value(pybind11::handle src, std::int64_t& out);  // false: not an integer
+
 }  // namespace mha_python
+
+namespace pybind11::detail {
+
+template <>
+struct type_caster<mha_python::Int> {
+  PYBIND11_TYPE_CASTER(mha_python::Int, const_name("int"));
+  bool load(handle src, bool) { return mha_python::int_value(src, value.value); }
+  static handle cast(const mha_python::Int& v, return_value_policy, handle) {
+    return PyLong_FromLongLong(v.value);
+  }
+};
+
+template <>
+struct type_caster<mha_python::Indices> {
+  PYBIND11_TYPE_CASTER(mha_python::Indices, const_name("Optional[List[int]]"));
+  bool load(handle src, bool) {
+    if (src.is_none()) {
+      value.value.reset();
+      return true;
+    }
+    if (!isinstance<sequence>(src) || isinstance<str>(src) || isinstance<bytes>(src)) return false;
+    std::vector<std::int64_t> out;
+    for (const handle item : reinterpret_borrow<sequence>(src)) {
+      std::int64_t v = 0;
+      if (!mha_python::int_value(item, v)) return false;
+      out.push_back(v);
+    }
+    value.value = std::move(out);
+    return true;
+  }
+  static handle cast(const mha_python::Indices& v, return_value_policy p, handle parent) {
+    return make_caster<std::optional<std::vector<std::int64_t>>>::cast(v.value, p, parent);
+  }
+};
+
+}  // namespace pybind11::detail

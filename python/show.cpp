@@ -155,18 +155,20 @@ std::vector<std::vector<std::string>> token_lists(const py::handle& v, const cha
 }
 
 PyView show(const py::object& result, const std::optional<std::string>& name,
-            const py::object& tokens, std::optional<std::size_t> batch_index, int height,
-            double max_mb) {
+            const py::object& tokens, std::optional<mha_python::Int> batch_index,
+            mha_python::Int height, double max_mb) {
   if (height < 100 || height > 20000)
-    throw mha::Error(mha::ErrorKind::invalid_input, "mha.show: height " + std::to_string(height) +
-                                                        "; expected 100 to 20000 pixels");
+    throw mha::Error(
+        mha::ErrorKind::invalid_input,
+        "mha.show: height " + std::to_string(height.value) + "; expected 100 to 20000 pixels");
   if (!(max_mb > 0) || !std::isfinite(max_mb))
     throw mha::Error(mha::ErrorKind::invalid_input,
                      "mha.show: max_mb must be a positive number of megabytes");
   mha::ViewOptions options;
-  options.batch_index = batch_index;
+  // As `mha view --batch_index` reads it: a negative index wraps (and is refused by the range).
+  if (batch_index) options.batch_index = static_cast<std::size_t>(batch_index->value);
   PyView view;
-  view.height = height;
+  view.height = static_cast<int>(height.value);
   const py::module_ os = py::module_::import("os");
   if (py::isinstance<py::str>(result) || py::isinstance(result, os.attr("PathLike"))) {
     if (name || !tokens.is_none())

@@ -133,7 +133,7 @@ TEST_CASE("sweep file errors name the file and the key") {
   bad(R"({"grid": {"h": )" + ten + R"(, "seed": )" + ten + R"(, "batch": )" + ten +
           R"(, "seq_len": )" + ten + R"(, "d_k": )" + ten + R"(, "d_v": )" + ten + R"(, "kdim": )" +
           ten + "}}",
-      "more than 1000000 runs");
+      "the grid makes 10000000 runs (10 x 10 x 10 x 10 x 10 x 10 x 10), more than 100000");
 }
 
 TEST_CASE("sweep validate_sweep: every invalid run is found before anything runs") {

@@ -1121,7 +1121,11 @@ class SweepFileErrors(Case):
         self.expect_error('{%s, "grid": [["h", 1]]}' % base, '"grid" must be an object')
         self.expect_error('{%s, "grid": {"h": [1]}, "name": ""}' % base, '"name" must be')
         self.expect_error('{%s, "grid": {"seed": %s, "batch": %s}}'
-                          % (base, list(range(1001)), list(range(1, 1001))), "more than 1000000")
+                          % (base, list(range(1001)), list(range(1, 1001))),
+                          "the grid makes 1001000 runs (1001 x 1000), more than 100000")
+        self.expect_error('{%s, "grid": {"seed": %s}, "zip": {"batch": %s, "seq_len": %s}}'
+                          % (base, list(range(400)), list(range(1, 501)), list(range(1, 501))),
+                          "the grid makes 200000 runs (400 x 500), more than 100000")
 
     def test_missing_file(self):
         out = self.path("out")

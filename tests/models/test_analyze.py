@@ -613,6 +613,65 @@ class Corpus(AnalyzeTest):
                               out="bad", code=2, tokens=False)
         self.assertIn("--texts: used by --method corpus only", p.stderr)
 
+    def test_corpus_errors_name_the_file_and_line(self):
+        """A line over the model's positions, or not UTF-8, is named by its file and line (a JSON
+        array's text by its element), as the corpus reader's own errors are."""
+        P = self.config["n_positions"]
+        long_txt, long_json = "the cat " * P, "a dog " * P
+        with open(self.path("long.txt"), "w") as f:
+            f.write("the cat\n\n" + long_txt + "\na dog\n")
+        with open(self.path("long.json"), "w") as f:
+            json.dump(["the cat", long_json], f)
+        n_txt, n_json = len(self.encode(long_txt)[0]), len(self.encode(long_json)[0])
+        self.assertGreater(min(n_txt, n_json), P)
+        with open(self.path("bad.txt"), "wb") as f:
+            f.write(b"the cat\r\na \xff dog\r\n")
+        with open(self.path("bad.jsonl"), "wb") as f:
+            f.write(b'{"text": "the cat"}\n{"text": "a \xc0\xaf dog"}\n')
+        for name, fragment in (("long.txt", "long.txt: line 3: %d tokens are more than the model's %d "
+                                            "positions" % (n_txt, P)),
+                               ("long.json", "long.json: element 1: %d tokens are more than the "
+                                             "model's %d positions" % (n_json, P)),
+                               ("bad.txt", 'bad.txt: line 2: "a \\xff dog": invalid UTF-8 at byte 2 '
+                                           '(0xff); expected UTF-8 text'),
+                               ("bad.jsonl", 'bad.jsonl: line 2: "{"text": "a \\xc0\\xaf dog"}": '
+                                             'invalid UTF-8 at byte 12 (0xc0)')):
+            with self.subTest(file=name):
+                out, p = self.analyze(self.d, "--method", "corpus", "--texts", self.path(name),
+                                      out="bad", code=2, tokens=False)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(fragment, p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_text_that_is_not_utf8_is_refused_by_every_command(self):
+        """Invalid UTF-8 in any text option: exit 2, one line naming the option, the text and the
+        byte, in run, analyze and tokenize alike; nothing written."""
+        cases = [
+            (["run", "--model", self.d, "--text", b"the \xff cat"], '--text "the \\xff cat": invalid '
+             "UTF-8 at byte 4 (0xff); expected UTF-8 text"),
+            (["run", "--model", self.d, "--text", "the cat", "--text", b"a \xed\xa0\x80"],
+             '--text "a \\xed\\xa0\\x80": invalid UTF-8 at byte 2 (0xed)'),
+            (["analyze", "--model", self.d, "--method", "loss", "--text", b"the \xff cat"],
+             '--text "the \\xff cat": invalid UTF-8 at byte 4 (0xff)'),
+            (["analyze", "--model", self.d, "--method", "patching", "--clean", b"the \xc0\xaf",
+              "--corrupt", "the cat"], '--clean "the \\xc0\\xaf": invalid UTF-8 at byte 4 (0xc0)'),
+            (["analyze", "--model", self.d, "--method", "ablation", "--text", "the cat",
+              "--target", b"\xf8"], '--target "\\xf8": invalid UTF-8 at byte 0 (0xf8)'),
+            (["tokenize", self.d, "--text", b"the \xff cat"], '--text "the \\xff cat": invalid UTF-8 '
+             "at byte 4 (0xff)"),
+        ]
+        for args, fragment in cases:
+            with self.subTest(args=args):
+                out = self.path("bad_utf8")
+                argv = [MHA] + args + (["--out_dir", out] if args[0] != "tokenize" else [])
+                p = subprocess.run(argv, capture_output=True, timeout=120)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                err = p.stderr.decode("utf-8")  # the message itself is UTF-8
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(fragment, err)
+                self.assertEqual(p.stdout, b"")
+                self.assertFalse(os.path.exists(out))
+
 
 class Errors(AnalyzeTest):
     def test_refusals(self):

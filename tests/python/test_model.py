@@ -153,3 +153,56 @@ def test_every_new_family_from_python_and_in_view(tmp_path, family):
     p = subprocess.run([MHA, "view", out, "-o", page], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert os.path.getsize(page) > 0
+
+
+def test_integers_beyond_64_bits_get_the_cli_message(tmp_path):
+    """top_k, threads, layer_indices, head_indices and max_memory beyond 64 bits raise the
+    ValueError the CLI gives for the same flag (its integers saturate to 2^63 - 1), never
+    pybind11's TypeError listing the signature."""
+    d, config, t, encode = gpt2_with_tokenizer(tmp_path)
+    model = mha.Model(d)
+    V = config["vocab_size"]
+    big = str(2 ** 63 - 1)
+
+    def refused(match, call):
+        with pytest.raises(ValueError, match=match) as e:
+            call()
+        assert "\n" not in str(e.value)
+
+    out = str(tmp_path / "o")
+    p = subprocess.run([MHA, "run", "--model", d, "--text", "the cat", "--top_k", str(2 ** 70),
+                        "--out_dir", out], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    cli = p.stderr.strip().split("mha: error: ", 1)[1]
+    assert cli == "--top_k: expected an integer from 0 to the vocabulary's %d, got %s" % (V, big)
+    for top_k in (2 ** 70, 10 ** 30, np.int64(2 ** 62)):
+        with pytest.raises(ValueError) as e:
+            model("the cat", top_k=top_k)
+        assert str(e.value) == cli.replace(big, str(min(int(top_k), 2 ** 63 - 1)))
+    refused(r"^--top_k: expected an integer from 0 to the vocabulary's %d, got -%d" % (V, 2 ** 63),
+            lambda: model("the cat", top_k=-2 ** 70))
+    refused(r"^--threads: expected an integer from 0 to 1024 \(0 = all cores\), got " + big,
+            lambda: model("the cat", threads=2 ** 70))
+    refused(r"^--layer_indices: %s is outside \[0, " % big,
+            lambda: model("the cat", layer_indices=[10 ** 20]))
+    refused(r"^--head_indices: %s is outside \[0, " % big,
+            lambda: model("the cat", head_indices=[0, 2 ** 64]))
+    refused(r"top_k: expected 1 to the vocabulary's %d" % V,
+            lambda: model.logit_lens("the cat", top_k=2 ** 70))
+    refused(r"^--threads: ", lambda: model.loss("the cat", threads=2 ** 70))
+    refused(r"^--threads: ", lambda: model.rollout("the cat", threads=-2 ** 70))
+    refused(r"^--layer_indices: ", lambda: model.attention_norms("the cat", layer_indices=[2 ** 80]))
+    refused(r"^--head_indices: ", lambda: model.head_scores("the cat", head_indices=[2 ** 80]))
+    refused(r"^--layer_indices: ", lambda: model.ablation("the cat", layer_indices=[2 ** 80]))
+    refused(r"^--max_memory: expected a size such as 512MiB, 8GiB or a number of bytes, got '%s'"
+            % big, lambda: mha.Model(d, max_memory=2 ** 70))
+    refused(r"^--max_memory: expected a size .* got '-1'", lambda: mha.Model(d, max_memory=-1))
+    # A config key of a Layer: beyond 64 bits it is the number a config file's parser reads.
+    q = np.zeros((1, 4, 8), np.float32)
+    refused(r"key 'h': expected an integer in \[1, 1073741824\], got 1\.1805916207174113e\+21",
+            lambda: mha.attention(q, h=2 ** 70))
+    refused(r"key 'seed': ", lambda: mha.attention(q, h=2, seed=2 ** 70))
+    refused(r"^--h: Value %s not in range 1 to 1073741824" % big,
+            lambda: mha.convert_weights({}, "keras", h=2 ** 64))
+    # Within 64 bits nothing changed: the same call works with NumPy integers.
+    assert model("the cat", top_k=np.int64(2), layer_indices=[np.int32(0)])["top_k"] is not None

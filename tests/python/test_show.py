@@ -138,6 +138,18 @@ def test_bad_results_raise_one_line(model, tmp_path):
     refused(r"name= and tokens= are for arrays", str(tmp_path), name="attention")
     refused(r"no such file or directory", str(tmp_path / "missing"))
     refused(r"height 10; expected 100 to 20000", att, height=10)
+    refused(r"height 9223372036854775807; expected 100 to 20000", att, height=2 ** 70)
+    refused(r"--batch_index 9223372036854775807: .* holds B = 1", att, batch_index=2 ** 70)
+    # NaN only as a whole masked row, as `mha view` reads an attention.npy (same message).
+    refused(r"^mha\.show: attention: every weight is NaN; expected attention weights in \[0, 1\]",
+            np.full((1, 2, 3, 3), np.nan, np.float32))
+    one = att.copy()
+    one[0, 1, 2, 1] = np.nan
+    refused(r"^mha\.show: attention: element 16 is nan; expected attention weights in \[0, 1\]",
+            one)
+    masked = att.copy()
+    masked[0, 1, 2, :] = np.nan  # a fully masked query row: shown
+    assert len(mha.show(masked).html) > 1000
     # Over the size cap: the size, the cap, and what to do.
     big = np.full((1, 4, 400, 400), 1 / 400, np.float32) + \
         np.random.default_rng(0).random((1, 4, 400, 400)).astype(np.float32) * 1e-4
@@ -183,3 +195,21 @@ def test_an_image_call_shows_the_images_on_their_patch_grid(tmp_path):
     np.testing.assert_array_equal(seen.reshape(r["images"].shape), r["images"])
     assert data["run"]["input"]["patch_grid"] == list(r["patch_grid"])
     assert data["query_labels"][:2] == ["[CLS]", "patch (0, 0)"]
+
+
+def test_nan_maps_get_the_message_mha_view_gives(tmp_path):
+    """An all-NaN attention.npy, or a NaN inside a row of weights, is refused by `mha view` and by
+    mha.show with the same words; a fully masked (all-NaN) row is not."""
+    for name, a in (("all_nan", np.full((1, 2, 3, 3), np.nan, np.float32)),
+                    ("nan_in_row", np.where(np.arange(18).reshape(1, 2, 3, 3) == 16, np.nan,
+                                            np.float32(1 / 3)).astype(np.float32))):
+        path = str(tmp_path / (name + ".npy"))
+        np.save(path, a)
+        p = subprocess.run([MHA, "view", path, "-o", str(tmp_path / (name + ".html"))],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        cli = p.stderr.strip().split(path + ": ", 1)[1]
+        with pytest.raises(ValueError) as e:
+            mha.show(a)
+        assert str(e.value) == "mha.show: attention: " + cli
+        assert not os.path.exists(tmp_path / (name + ".html"))

@@ -3,6 +3,9 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "mha/base/error.hpp"
+#include "mha/base/utf8.hpp"
+
 namespace mha {
 namespace {
 
@@ -79,6 +82,25 @@ bool append_escaped(std::string& out, std::string_view text, std::size_t max_cha
 }
 
 }  // namespace
+
+std::size_t invalid_utf8_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    std::uint32_t cp = 0;
+    const std::size_t n = utf8_length(text, i, cp);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+void check_utf8(std::string_view text, const std::string& what) {
+  const std::size_t at = invalid_utf8_at(text);
+  if (at == std::string_view::npos) return;
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[at]));
+  fail_input(what + " " + echo(text) + ": invalid UTF-8 at byte " + std::to_string(at) + " (" +
+             byte + "); expected UTF-8 text");
+}
 
 std::string echo(std::string_view value, std::size_t max_chars) {
   std::string out = "\"";

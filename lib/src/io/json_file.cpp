@@ -1,4 +1,5 @@
 #include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -262,6 +263,14 @@ nlohmann::json read_json_file(const std::string& path, const JsonKind& kind) {
 }
 nlohmann::ordered_json read_ordered_json_file(const std::string& path, const JsonKind& kind) {
   return parse_ordered_json(read_json_text(path, kind), path, kind);
+}
+
+std::string dump_json(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string dump_json(const nlohmann::ordered_json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace mha

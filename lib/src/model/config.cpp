@@ -15,6 +15,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
+#include "mha/base/utf8.hpp"
 #include "mha/model/memory.hpp"
 
 namespace mha {
@@ -115,6 +116,9 @@ std::string quote(const std::string& s) {
 }
 
 std::string json_excerpt(const json& v) {
+  // A flag's bytes that are not UTF-8 cannot be dumped: echo() escapes them.
+  if (v.is_string() && invalid_utf8_at(v.get_ref<const std::string&>()) != std::string::npos)
+    return echo(v.get_ref<const std::string&>(), 37);
   std::string s = v.dump();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;

@@ -14,12 +14,14 @@
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/base/utf8.hpp"
 #include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/lens.hpp"
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
@@ -184,7 +186,7 @@ const std::vector<std::string>& analysis_methods() {
   return m;
 }
 
-std::vector<std::string> read_corpus(const std::string& path) {
+std::vector<std::string> read_corpus(const std::string& path, std::vector<std::size_t>* lines) {
   const std::string text = read_json_text(path, json_kind::text_list);
   const bool jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
   std::vector<std::string> out;
@@ -208,19 +210,23 @@ std::vector<std::string> read_corpus(const std::string& path) {
     ++line;
     if (!row.empty() && row.back() == '\r') row.pop_back();
     if (row.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string at_line = path + ": line " + std::to_string(line);
+    if (lines) lines->push_back(line);
     if (!jsonl) {
+      check_utf8(row, at_line + ":");
       out.push_back(row);
       continue;
     }
-    const std::string where = path + ": line " + std::to_string(line);
     nlohmann::json j;
     try {
-      j = parse_json(row, where, json_kind::text_list);
+      j = parse_json(row, at_line, json_kind::text_list);
     } catch (const Error& e) {
-      fail_input(where + ": not JSON; expected {\"text\": \"...\"} on each line of a .jsonl file");
+      check_utf8(row, at_line + ":");
+      fail_input(at_line +
+                 ": not JSON; expected {\"text\": \"...\"} on each line of a .jsonl file");
     }
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-      fail_input(where + ": expected an object with a \"text\" string, got " +
+      fail_input(at_line + ": expected an object with a \"text\" string, got " +
                  one_line(j.dump(), kEchoChars));
     out.push_back(j["text"].get<std::string>());
   }
@@ -253,8 +259,16 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   if (!corpus && config.texts_file) fail_input("--texts: used by --method corpus only");
   if (config.batch < 1 || config.batch > 1024)
     fail_input("--batch: expected 1 to 1024 texts per pass, got " + std::to_string(config.batch));
+  for (const std::string& t : config.texts) check_utf8(t, "--text");
+  for (const std::string& t : config.target_texts) check_utf8(t, "--target_text");
+  for (const auto& [flag, text] : {std::pair{"--clean", &config.clean},
+                                   {"--corrupt", &config.corrupt},
+                                   {"--target", &config.target},
+                                   {"--foil", &config.foil}})
+    if (*text) check_utf8(**text, flag);
+  std::vector<std::size_t> corpus_lines;
   const std::vector<std::string> corpus_texts =
-      corpus ? read_corpus(*config.texts_file) : std::vector<std::string>{};
+      corpus ? read_corpus(*config.texts_file, &corpus_lines) : std::vector<std::string>{};
   if (patching && (!config.clean || !config.corrupt))
     fail_input("--method patching: expected --clean TEXT and --corrupt TEXT");
   if (!patching && (config.clean || config.corrupt))
@@ -343,7 +357,13 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
       const std::vector<std::string> part(
           corpus_texts.begin() + static_cast<std::ptrdiff_t>(i),
           corpus_texts.begin() + static_cast<std::ptrdiff_t>(std::min(N, i + per)));
-      const ModelInput b = whole.encode(part);
+      // Each text named by its file and line, as the reader's messages name them.
+      std::vector<std::string> names;
+      for (std::size_t k = i; k < i + part.size(); ++k)
+        names.push_back(*config.texts_file + (corpus_lines.empty()
+                                                  ? ": element " + std::to_string(k)
+                                                  : ": line " + std::to_string(corpus_lines[k])));
+      const ModelInput b = whole.encode(part, names);
       corpus_T = std::max(corpus_T, b.T);
       for (std::size_t n : b.lengths) corpus_tokens += n;
     }
@@ -488,7 +508,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
         }
         top.push_back(rows);
       }
-      out.stage_bytes("logit_lens.json", json{{"top_tokens", top}}.dump() + "\n");
+      out.stage_bytes("logit_lens.json", dump_json(json{{"top_tokens", top}}) + "\n");
       add("logit_lens_p_next.npy", {S, B, T},
           "state s (the input of layer s; s = layers: the output) through the final norm and the "
           "LM head: the probability of token t + 1 at position t; NaN where there is none");
@@ -724,7 +744,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   }
   if (others) {
     if (in.tokens.empty()) whole.name_tokens(in);
-    out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
+    out.stage_bytes("tokens.json", dump_json(tokens_json(in)) + "\n");
     report.outputs.insert(report.outputs.begin(), "tokens.json");
     if (!in.images.empty()) {  // what the model saw, for the view's overlay
       out.stage_npy("images.npy", in.images.data(),
@@ -739,7 +759,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
     both.lengths = {clean_in.T, corrupt_in.T};
     both.tokens = {clean_in.tokens.at(0), corrupt_in.tokens.at(0)};
     both.pieces = {clean_in.pieces.at(0), corrupt_in.pieces.at(0)};
-    out.stage_bytes("tokens.json", tokens_json(both).dump() + "\n");
+    out.stage_bytes("tokens.json", dump_json(tokens_json(both)) + "\n");
     report.outputs.insert(report.outputs.begin(), "tokens.json");
   }
   json run;
@@ -783,7 +803,7 @@ void commit_analysis(const AnalyzeConfig& config, json run, OutputSet& out, Anal
   run["outputs"] = outputs;
   run["total_ms"] = ms_since(start);
   report.outputs.push_back("run.json");
-  out.stage_bytes("run.json", run.dump(2) + "\n");
+  out.stage_bytes("run.json", dump_json(run, 2) + "\n");
   out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
     std::error_code ec;
     return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||

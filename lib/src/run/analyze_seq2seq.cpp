@@ -12,6 +12,7 @@
 #include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/seq2seq_analysis.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/analyze.hpp"
@@ -225,7 +226,7 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
                              " forwards, " + std::to_string(ms_since(t0)) + " ms");
   }
   if (source.tokens.empty()) whole.name_tokens(source);
-  out.stage_bytes("tokens.json", seq2seq_tokens_json(source, decoder, labels).dump() + "\n");
+  out.stage_bytes("tokens.json", dump_json(seq2seq_tokens_json(source, decoder, labels)) + "\n");
   report.outputs.insert(report.outputs.begin(), "tokens.json");
 
   json run;

@@ -13,10 +13,12 @@
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/base/utf8.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/io/gguf.hpp"
 #include "mha/io/image.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
@@ -179,7 +181,8 @@ void check_positions(const ModelConfig& c, std::size_t T, const std::string& wha
 
 }  // namespace
 
-ModelInput Model::encode(const std::vector<std::string>& texts) const {
+ModelInput Model::encode(const std::vector<std::string>& texts,
+                         const std::vector<std::string>& names) const {
   const ModelConfig& c = config();
   const std::string& dir = checkpoint_.dir();
   if (c.image_input())
@@ -194,13 +197,20 @@ ModelInput Model::encode(const std::vector<std::string>& texts) const {
   if (texts.empty()) fail_input("expected at least one text");
   ModelInput in;
   in.tokenizer = tokenizer_path_;
+  // Text i's name in messages: names[i] (a corpus's "FILE: line N"), else "text #i".
+  const auto name = [&](std::size_t i) {
+    return i < names.size() ? names[i] : "text #" + std::to_string(i + 1);
+  };
   std::vector<Encoding> rows;
+  std::size_t longest = 0;
   for (std::size_t i = 0; i < texts.size(); ++i) {
+    check_utf8(texts[i], name(i));
     rows.push_back(tokenizer_->encode(texts[i]));
-    if (rows.back().ids.empty()) fail_input("text #" + std::to_string(i + 1) + ": gives no tokens");
+    if (rows.back().ids.empty()) fail_input(name(i) + ": gives no tokens");
+    if (rows.back().ids.size() > in.T) longest = i;
     in.T = std::max(in.T, rows.back().ids.size());
   }
-  check_positions(c, in.T, "text", dir);
+  check_positions(c, in.T, names.empty() ? std::string("text") : name(longest), dir);
   in.B = rows.size();
   std::int32_t pad = 0;
   if (tokenizer_->pad_id())
@@ -438,6 +448,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     fail_input(
         "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
         "--image FILE (image models)");
+  for (const std::string& t : config.texts) check_utf8(t, "--text");
+  for (const std::string& t : config.target_texts) check_utf8(t, "--target_text");
   const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
   const Model whole(config.model, config.dtype);
   const Checkpoint& model = whole.checkpoint();
@@ -555,7 +567,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   name_top_k(whole, report);
   check_finite_output(r, config.model);
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
-  out.stage_bytes("tokens.json", tokens_json(in).dump() + "\n");
+  out.stage_bytes("tokens.json", dump_json(tokens_json(in)) + "\n");
   report.outputs = {"tokens.json", "output.npy"};
   if (!in.images.empty()) {
     out.stage_npy("images.npy", in.images.data(),
@@ -568,7 +580,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
-  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
   out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
     std::error_code ec;

@@ -15,6 +15,7 @@
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/provided_input.hpp"
@@ -598,7 +599,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
     file.crc32 = crc32_hex(sum.crc32);
   }
   RunResult result;
-  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (its inputs stay).
   out.remove_on_commit(
       earlier_run_outputs(out.dir(), [&](const std::string& p) { return input_at(c, p); }));

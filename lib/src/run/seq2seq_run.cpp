@@ -14,6 +14,7 @@
 #include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
 #include "mha/io/checksum.hpp"
+#include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
@@ -189,7 +190,7 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   check_finite_output(finite, config.model);
   out.stage_npy("output.npy", finite.output.data(), {B, T, d});
   out.stage_bytes("tokens.json",
-                  seq2seq_tokens_json(report.input, report.target, labels).dump() + "\n");
+                  dump_json(seq2seq_tokens_json(report.input, report.target, labels)) + "\n");
   report.outputs = {"tokens.json", "output.npy"};
   if (config.save_attention)
     report.outputs.insert(report.outputs.end(), {"encoder_attention.npy", "decoder_attention.npy",
@@ -200,7 +201,7 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
-  out.stage_bytes("run.json", to_json(report).dump(2) + "\n");
+  out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids files stay).
   out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
     std::error_code ec;

@@ -1,19 +1,23 @@
 #include "mha/run/sweep.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/kernel/mask.hpp"
@@ -34,7 +38,13 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
-constexpr std::size_t kMaxRuns = 1000000;
+// A sweep's runs are expanded in memory (their configs, names and directories):
+// at most this many, counted from the lists' lengths before any is expanded.
+constexpr std::size_t kMaxRuns = 100000;
+// ... and at most this many JSON values in their configs together (each run's
+// is the base plus one value of every axis): a base holding a long list is
+// copied into every run.
+constexpr double kMaxRunValues = 4e6;
 constexpr std::size_t kMaxNameLength = 200;
 const std::vector<std::string> kTopKeys = {"base", "grid", "zip", "name", "out_dir", "description"};
 // Keys that may differ between a finished run and its plan without changing
@@ -174,11 +184,8 @@ std::string fill_template(const std::string& tmpl, const SweepRun& run, const js
 std::string read_text(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) fail_input(path + ": is a directory; expected a sweep file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail_input(path + ": cannot open sweep file: " + std::strerror(errno));
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  // Bounded as every JSON file is (16 MiB): /dev/zero is refused, not read forever.
+  return read_json_text(path, json_kind::sweep_file);
 }
 
 std::string csv_cell(const ordered_json& v) {
@@ -227,6 +234,73 @@ std::vector<Axis> sweep_axes(const ordered_json& file, const std::string& path, 
   return axes;
 }
 
+// The number of runs the grid and zip make, from their lists' lengths alone
+// (a zip group by its first list): refused above kMaxRuns before any value is
+// converted, named by the count and its factors.
+void check_run_count(const ordered_json& file, const std::string& path) {
+  std::vector<std::size_t> sizes;
+  const auto length = [](const ordered_json& v) -> std::size_t {
+    return v.is_array() ? v.size() : 1;  // not a list: refused by its key after this
+  };
+  if (file.contains("grid") && file["grid"].is_object())
+    for (const auto& [key, values] : file["grid"].items()) sizes.push_back(length(values));
+  const auto group = [&](const ordered_json& g) {
+    if (g.is_object() && !g.empty()) sizes.push_back(length(g.begin().value()));
+  };
+  if (file.contains("zip")) {
+    if (file["zip"].is_array())
+      for (const auto& g : file["zip"]) group(g);
+    else
+      group(file["zip"]);
+  }
+  // The product in floating point: it cannot overflow, and is exact up to 2^53.
+  double total = 1;
+  std::string factors;
+  for (const std::size_t n : sizes) {
+    total *= static_cast<double>(n);
+    factors += (factors.empty() ? "" : " x ") + std::to_string(n);
+  }
+  if (total > static_cast<double>(kMaxRuns)) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.0f", total);
+    fail_input(path + ": the grid makes " + count + " runs (" + one_line(factors, 80) +
+               "), more than " + std::to_string(kMaxRuns) + "; split it into several sweeps");
+  }
+  // The values one run's config can hold: the base's, and the largest step of each axis.
+  std::function<double(const ordered_json&)> values = [&](const ordered_json& v) {
+    double n = 1;  // nesting is at most 64 deep (the JSON reader)
+    if (v.is_structured())
+      for (const auto& x : v) n += values(x);
+    return n;
+  };
+  double per_run = file.contains("base") ? values(file["base"]) : 1;
+  const auto largest = [&](const ordered_json& list) {
+    double most = 0;
+    if (list.is_array())
+      for (const auto& x : list) most = std::max(most, values(x));
+    return most;
+  };
+  if (file.contains("grid") && file["grid"].is_object())
+    for (const auto& [key, list] : file["grid"].items()) per_run += largest(list);
+  const auto group_values = [&](const ordered_json& g) {
+    if (g.is_object())
+      for (const auto& [key, list] : g.items()) per_run += largest(list);
+  };
+  if (file.contains("zip")) {
+    if (file["zip"].is_array())
+      for (const auto& g : file["zip"]) group_values(g);
+    else
+      group_values(file["zip"]);
+  }
+  if (total * per_run > kMaxRunValues) {
+    char count[64];
+    std::snprintf(count, sizeof count, "%.0f JSON values (%.0f runs of up to %.0f each)",
+                  total * per_run, total, per_run);
+    fail_input(path + ": the runs' configs would hold " + count + ", more than 4000000; give " +
+               "long lists as files (an .npy) or split the sweep");
+  }
+}
+
 // --out_dir, else the file's "out_dir", else base's, else out/sweeps/STEM.
 std::string sweep_out_dir(const ordered_json& file, const json& base, const std::string& path,
                           const std::optional<std::string>& out_dir_override) {
@@ -250,10 +324,7 @@ void add_runs(Sweep& sweep, const std::vector<Axis>& axes, const json& base,
   for (const auto& axis : axes) {
     for (const auto& key : axis.keys) sweep.swept_keys.push_back(key);
     sweep.axis_sizes.push_back(axis.size());
-    if (total > kMaxRuns / axis.size())
-      fail_input(path + ": the grid has more than " + std::to_string(kMaxRuns) +
-                 " runs; split it into several sweeps");
-    total *= axis.size();
+    total *= axis.size();  // at most kMaxRuns (check_run_count)
   }
   std::map<std::string, std::size_t> names;
   sweep.runs.reserve(total);
@@ -318,6 +389,7 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
     probe.apply(base, path + ": base");
   }
 
+  check_run_count(file, path);
   const std::vector<Axis> axes = sweep_axes(file, path, models);
   std::string tmpl;
   if (file.contains("name")) {
@@ -512,7 +584,7 @@ void append_row(const std::string& path, const ordered_json& row) {
                ": is a symbolic link; the sweep appends its results only to a file of "
                "its own (remove the link)");
   if (fd < 0) fail_runtime(path + ": cannot open results file: " + std::strerror(errno));
-  const std::string line = row.dump() + "\n";
+  const std::string line = dump_json(row) + "\n";
   // One write of the whole line: O_APPEND puts it at the end atomically, so
   // concurrent shards appending to one file never interleave inside a line.
   const ssize_t n = ::write(fd, line.data(), line.size());
@@ -596,7 +668,7 @@ CollectSummary collect_results(const Sweep& sweep) {
     }
   }
   std::string jsonl;
-  for (const auto& row : rows) jsonl += row.dump() + "\n";
+  for (const auto& row : rows) jsonl += dump_json(row) + "\n";
   OutputSet out(sweep.out_dir);
   out.stage_bytes("results.jsonl", jsonl);
   out.stage_bytes("results.csv", results_csv(rows));
@@ -605,7 +677,7 @@ CollectSummary collect_results(const Sweep& sweep) {
                      {"sweep_file", sweep.path},
                      {"swept_keys", sweep.swept_keys},
                      {"runs", sweep.runs.size()}};
-  out.stage_bytes("sweep.json", meta.dump(2) + "\n");
+  out.stage_bytes("sweep.json", dump_json(meta, 2) + "\n");
   out.commit();
   summary.files = out.committed();
   return summary;

@@ -52,17 +52,36 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
   return run && name == "attention" ? run->attention_shape : std::vector<std::size_t>{};
 }
 
-// Refuses a weight outside [0, 1] (NaN is a masked row's); `index` is its
-// position in the page's array of full-resolution maps.
+[[noreturn]] void refuse_weight(const AttentionMapSet& m, std::uint64_t index, double w) {
+  std::ostringstream os;
+  os << m.file << ": element " << index << " is " << w << "; expected attention weights in [0, 1] "
+     << "(an attention.npy, self_attention.npy or cross_attention.npy)";
+  fail_input(os.str());
+}
+
+// Refuses a weight outside [0, 1]; `index` is its position in the page's
+// array of full-resolution maps.
 template <class V>
 void check_weight(const AttentionMapSet& m, std::uint64_t index, V x) {
   const double w = x;
   if (!m.weights && !std::isinf(w)) return;
   if (std::isnan(w) || (w >= -kSlack && w <= 1 + kSlack)) return;
-  std::ostringstream os;
-  os << m.file << ": element " << index << " is " << w << "; expected attention weights in [0, 1] "
-     << "(an attention.npy, self_attention.npy or cross_attention.npy)";
-  fail_input(os.str());
+  refuse_weight(m, index, w);
+}
+
+// NaN is a fully masked query row's (PyTorch's masked_rows "nan"): a row is
+// all NaN or holds none. Returns whether the row holds weights.
+template <class V>
+bool check_row(const AttentionMapSet& m, std::uint64_t index, const V* row, std::size_t S) {
+  std::size_t nan = 0;
+  for (std::size_t s = 0; s < S; ++s) {
+    check_weight(m, index + s, row[s]);
+    nan += std::isnan(row[s]);
+  }
+  if (m.weights && nan != 0 && nan != S)
+    for (std::size_t s = 0; s < S; ++s)
+      if (std::isnan(row[s])) refuse_weight(m, index + s, row[s]);
+  return nan == 0;
 }
 
 // Reads the kept maps (every layer, the batch elements `batches`, every head)
@@ -81,7 +100,8 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
   std::vector<V> rows(std::min(chunk, T) * S);
   m.stats = nlohmann::json::array();
   m.stats_all = nlohmann::json::array();
-  std::size_t map = 0;  // the page's maps in order (layer, batch, head)
+  std::size_t map = 0;    // the page's maps in order (layer, batch, head)
+  bool weighted = false;  // a row that is not all NaN was seen
   for (std::size_t l = 0; l < m.layers; ++l) {
     AttentionStats all(m.h, T, S);
     nlohmann::json per_batch = nlohmann::json::array();
@@ -94,8 +114,8 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
         for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
           const std::size_t count = std::min(chunk, T - t0);
           r.read(first + std::uint64_t{t0} * S, count * S, rows.data());
-          for (std::size_t k = 0; k < count * S; ++k)
-            check_weight(m, std::uint64_t{map} * T * S + std::uint64_t{t0} * S + k, rows[k]);
+          for (std::size_t t = 0; t < count; ++t)
+            weighted |= check_row(m, (std::uint64_t{map} * T + t0 + t) * S, rows.data() + t * S, S);
           one.add_rows(i, t0, count, rows.data());
           all.add_rows(i, t0, count, rows.data());
           if (f == 1) {
@@ -121,6 +141,10 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
     m.stats.push_back(std::move(per_batch));
     m.stats_all.push_back(all.to_json());
   }
+  if (m.weights && !weighted && map > 0)
+    fail_input(m.file +
+               ": every weight is NaN; expected attention weights in [0, 1] (NaN only "
+               "in a fully masked query row)");
 }
 
 }  // namespace

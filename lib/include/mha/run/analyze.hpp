@@ -67,8 +67,11 @@ struct AnalyzeConfig {
 // A corpus file's texts: a JSON array of strings (as `mha tokenize --texts`
 // takes), one text per line (empty lines skipped), or, for a .jsonl file,
 // one JSON object with a "text" string per line. Throws
-// mha::Error (invalid_input) naming the file and line, or for no text at all.
-std::vector<std::string> read_corpus(const std::string& path);
+// mha::Error (invalid_input) naming the file and line (or for text that is
+// not UTF-8), or for no text at all. `lines`, if given, gets each text's line
+// number (1-based); it stays empty for a JSON array (text i is element i).
+std::vector<std::string> read_corpus(const std::string& path,
+                                     std::vector<std::size_t>* lines = nullptr);
 
 // The metric named (loss, logit_diff, kl; "": logit_diff with a target and
 // foil, else loss); throws mha::Error (invalid_input) naming --metric.

@@ -168,8 +168,10 @@ class Model {
 
   // A batch of texts, tokenized and right-padded (pad_id, else config.json's
   // pad_token_id, else 0). Throws mha::Error (invalid_input) without a
-  // tokenizer, for a text with no tokens, or over the model's positions.
-  ModelInput encode(const std::vector<std::string>& texts) const;
+  // tokenizer, for a text that is not UTF-8 or has no tokens, or over the
+  // model's positions; `names` (a corpus's "FILE: line N") name the texts.
+  ModelInput encode(const std::vector<std::string>& texts,
+                    const std::vector<std::string>& names = {}) const;
   // Ids (B, T) given as they are; `what` (a file name) starts messages.
   // Their token strings (from the tokenizer when there is one, else the
   // ids) come with name_tokens(), which waits for the tokenizer.

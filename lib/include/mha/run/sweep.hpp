@@ -65,7 +65,9 @@ struct Sweep {
 // (invalid_input) naming the file and key: unknown top-level or config keys,
 // empty or non-list grid values, zip lists of different lengths, a key swept
 // twice, unknown {placeholders} in the name template, duplicate run names, and
-// more than 1,000,000 runs.
+// more than 100,000 runs (counted from the lists' lengths before any run is
+// expanded; the message gives the count), or runs whose configs would hold more
+// than 4,000,000 JSON values together.
 Sweep load_sweep(const std::string& path,
                  const std::optional<std::string>& out_dir_override = std::nullopt);
 // The same from text in memory; `path` names it in errors and gives the STEM.
