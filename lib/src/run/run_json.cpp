@@ -628,6 +628,28 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
       }
     }
   }
+  // Each row's real tokens: "lengths" (mha pads rows on the right), else each row's tokens,
+  // which tokens.json cuts at its length.
+  const auto lengths_of = [&](const json& side, const std::vector<std::vector<std::string>>& rows,
+                              const char* where) {
+    std::vector<std::size_t> n;
+    if (!side.contains("lengths")) {
+      for (const auto& row : rows) n.push_back(row.size());
+      return n;
+    }
+    const json& l = side["lengths"];
+    if (!l.is_array() || l.size() != rows.size())
+      fail_input(tokens + ": " + where + " is not a list of " + std::to_string(rows.size()) +
+                 " row lengths");
+    for (const json& x : l) {
+      if (!x.is_number_unsigned()) fail_input(tokens + ": " + where + " holds a non-count");
+      n.push_back(x.get<std::size_t>());
+    }
+    return n;
+  };
+  v.lengths = lengths_of(t, v.tokens, "\"lengths\"");
+  if (t.contains("target") && t["target"].is_object())
+    v.target_lengths = lengths_of(t["target"], v.target_tokens, "\"target\" \"lengths\"");
   // "pieces" (the raw tokens): the page shows them on hover; older tokens.json lack them.
   if (t.contains("pieces") && t["pieces"].is_array() && t["pieces"].size() == v.tokens.size()) {
     for (const json& row : t["pieces"]) {
