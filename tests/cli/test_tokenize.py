@@ -219,7 +219,8 @@ def test_a_word_start_shows_as_the_same_mark_for_every_tokenizer(workdir, name):
         assert token == ("\u2423" if starts else "") + body, (name, got)
     words = "".join(got["tokens"]).split("\u2423")
     assert [w for w in words if w] == ["The", "house"], (name, got)
-    assert sum(t.startswith("\u2423") for t in got["tokens"]) == (1 if name == "gpt2" else 2), got
+    if name in ("llama2", "unigram"):  # they prepend ▁ to the text: its first word starts too
+        assert got["tokens"][0].startswith("\u2423T"), got
 
 
 VISIBLE = {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}
@@ -267,8 +268,8 @@ def test_display_text_is_the_reference_decode_of_each_id(workdir, name):
     bad, partial = [], 0
     for v, ref in zip(vocab, want):
         shown = v["token"]
-        if strips and v["piece"].startswith("\u2581"):
-            ref = " " + ref
+        if strips and (v["piece"].startswith("\u2581") or v["piece"] == "<0x20>"):
+            ref = " " + ref  # (the byte-fallback space, too)
         if ref == "":
             ok = shown == v["piece"]  # nothing left to show: the piece
         elif "\ufffd" in ref and shown != visible(ref):  # else a real U+FFFD (GPT-2 has some)
