@@ -787,6 +787,24 @@ class PaddedBatchNumbers(unittest.TestCase, PaddedRuns):
         self.assertIn("%d distributions" % (layers * h * sum(self.lengths)), text)
 
 
+    def test_plot_draws_a_row_s_real_tokens(self):
+        """mha plot of a padded row draws its real tokens only, labelled: the size of its text's
+        plot alone; on main it drew the 10 x 10 padded map without labels."""
+        def plot(name, b):
+            png = os.path.join(self.dir, "%s_%d.png" % (name, b))
+            r = mha("plot", os.path.join(self.runs[name], "self_attention.npy"), "--layer_index", "1",
+                    "--batch_index", str(b), "-o", png)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(png, "rb") as f:
+                head = f.read(24)
+            return r.stderr, (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
+        for b in range(2):
+            n = self.lengths[b]
+            log, size = plot("batch", b)
+            self.assertIn("panel(s) of %dx%d cells" % (n, n), log)
+            self.assertEqual(size, plot("alone%d" % b, 0)[1])
+
+
 class PaddedBatchPage(BrowserCase, PaddedRuns):
     """`mha view` of a two-text run in Chromium: each batch row labelled with its own tokens
     (token view, hover, axis labels), padded cells drawn in the padding grey, not viridis, and
