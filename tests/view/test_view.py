@@ -805,6 +805,32 @@ class PaddedBatchNumbers(unittest.TestCase, PaddedRuns):
             self.assertEqual(size, plot("alone%d" % b, 0)[1])
 
 
+    def test_bad_lengths_refused(self):
+        """A tokens.json whose lengths are not one count per row within padded_length: exit 2,
+        one line naming it, nothing written."""
+        for lengths, needle in (([7], '"lengths" is not a list of 2 row lengths'),
+                                ([7, 11], '"lengths" holds 11; expected each row\'s count'),
+                                ([7, "x"], '"lengths" holds "x"')):
+            bad = os.path.join(self.dir, "bad")
+            shutil.rmtree(bad, ignore_errors=True)
+            shutil.copytree(self.runs["batch"], bad)
+            with open(os.path.join(bad, "tokens.json")) as f:
+                tokens = json.load(f)
+            tokens["lengths"] = lengths
+            with open(os.path.join(bad, "tokens.json"), "w") as f:
+                json.dump(tokens, f)
+            for args in (["view", bad, "-o", os.path.join(bad, "v.html")],
+                         ["inspect", os.path.join(bad, "self_attention.npy")],
+                         ["plot", os.path.join(bad, "self_attention.npy"), "--layer_index", "0",
+                          "-o", os.path.join(bad, "p.png")]):
+                r = mha(*args)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertEqual(r.stdout, "")
+                self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+                self.assertIn("tokens.json: " + needle, r.stderr)
+            self.assertEqual(sorted(os.listdir(bad)), sorted(os.listdir(self.runs["batch"])))
+
+
 class PaddedBatchPage(BrowserCase, PaddedRuns):
     """`mha view` of a two-text run in Chromium: each batch row labelled with its own tokens
     (token view, hover, axis labels), padded cells drawn in the padding grey, not viridis, and

@@ -641,8 +641,12 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
     if (!l.is_array() || l.size() != rows.size())
       fail_input(tokens + ": " + where + " is not a list of " + std::to_string(rows.size()) +
                  " row lengths");
+    const json* padded = side.contains("padded_length") ? &side["padded_length"] : nullptr;
     for (const json& x : l) {
-      if (!x.is_number_unsigned()) fail_input(tokens + ": " + where + " holds a non-count");
+      if (!x.is_number_unsigned() || (padded && padded->is_number_unsigned() &&
+                                      x.get<std::size_t>() > padded->get<std::size_t>()))
+        fail_input(tokens + ": " + where + " holds " + x.dump() +
+                   "; expected each row's count of real tokens, at most \"padded_length\"");
       n.push_back(x.get<std::size_t>());
     }
     return n;
