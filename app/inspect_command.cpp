@@ -11,6 +11,7 @@
 #include "mha/inspect/inspect.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/stream_input.hpp"
+#include "mha/run/run_json.hpp"
 
 namespace mha::cli {
 namespace {
@@ -33,8 +34,8 @@ std::string describe_header(const NpyHeaderInfo& h) {
                      h.fortran_order ? "Fortran" : "C", h.header_bytes, h.data_bytes);
 }
 
-std::string describe_detection(const std::string& by) {
-  if (by == "name") return "named attention.npy";
+std::string describe_detection(const std::string& by, const std::string& file) {
+  if (by == "name") return "named " + std::filesystem::path(file).filename().string();
   if (by == "forced") return "--attention";
   return "detected: every row is a distribution or fully masked";
 }
@@ -56,9 +57,13 @@ void print_report(const InspectResult& r) {
   const AttentionStats& st = *a.stats;
   std::cout << fmt::format("  attention   {} = {}, {} ({})\n", a.layout, shape_str(r.header.shape),
                            a.heads_axis ? std::to_string(st.heads()) + " heads" : "one head, all",
-                           describe_detection(a.detected_by))
-            << fmt::format("  rows        {} distributions, {} fully masked, {} other\n\n",
-                           a.distribution_rows, a.masked_rows, a.other_rows);
+                           describe_detection(a.detected_by, r.file))
+            << fmt::format("  rows        {} distributions, {} fully masked, {} other{}\n\n",
+                           a.distribution_rows, a.masked_rows, a.other_rows,
+                           a.batch_axis ? fmt::format("; {} rows of padding left out, and padded "
+                                                      "keys (tokens.json's lengths)",
+                                                      a.padded_rows)
+                                        : std::string());
   const auto line = [](const std::string& label, const HeadStats& h) {
     const char* f = "{:.4f}";
     return fmt::format("  {:<5} {:>14} {:>14} {:>11} {:>10} {:>9} {:>10} {:>7}  {}\n", label,
@@ -104,6 +109,28 @@ std::vector<std::string> run_files(const std::vector<std::string>& paths) {
   return files;
 }
 
+// A model run's padded batch: the real queries and keys of each row of `file`'s maps, from
+// the tokens.json beside it (an encoder-decoder's target on decoder_ and cross_ queries and
+// decoder_ keys, its source elsewhere); none for other files.
+void padded_lengths(const std::string& file, InspectOptions& options) {
+  namespace fs = std::filesystem;
+  options.query_lengths.clear();
+  options.key_lengths.clear();
+  std::error_code ec;
+  if (is_stream_input(file) || fs::path(file).extension() != ".npy") return;
+  const fs::path dir = fs::path(file).parent_path();
+  const std::string run_json = (dir / "run.json").string();
+  if (!fs::is_regular_file(run_json, ec) || !fs::is_regular_file(dir / "tokens.json", ec)) return;
+  const std::optional<ModelRunView> run = read_model_run_view(run_json);
+  if (!run) return;
+  const std::string name = fs::path(file).stem().string();
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  const bool target_queries = starts("decoder_") || starts("cross_"),
+             target_keys = starts("decoder_");
+  options.query_lengths = target_queries ? run->target_lengths : run->lengths;
+  options.key_lengths = target_keys ? run->target_lengths : run->lengths;
+}
+
 }  // namespace
 
 void add_inspect_command(CLI::App& app, InspectArgs& args) {
@@ -139,6 +166,7 @@ int do_inspect(const InspectArgs& args) {
   nlohmann::json all = nlohmann::json::array();
   bool first = true;
   for (const auto& path : run_files(args.files)) {
+    padded_lengths(path, options);
     for (const InspectResult& r : inspect_file(path, options, warn)) {
       if (args.json) {
         all.push_back(r.to_json());

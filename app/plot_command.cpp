@@ -17,6 +17,7 @@
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/stream_input.hpp"
+#include "mha/run/run_json.hpp"
 
 namespace mha::cli {
 namespace {
@@ -184,14 +185,23 @@ std::string plot_output_path(const PlotArgs& args) {
 
 // The panels' cells from the batch element's maps, read from the file a
 // block of rows at a time (`first`: where the plotted layer begins).
-void fill_panels(NpyReader& a, std::uint64_t first, const MapSizes& m, const PlotOptions& options,
-                 bool mean, AttentionPanels& panels) {
-  const std::size_t T = m.T, S = m.S, n = mean ? 1 : options.heads.size();
+// `shown`: the queries and keys drawn, the first of each map's (a padded row's real ones).
+void fill_panels(NpyReader& a, std::uint64_t first, const MapSizes& m, const MapSizes& shown,
+                 const PlotOptions& options, bool mean, AttentionPanels& panels) {
+  const std::size_t T = shown.T, S = m.S, n = mean ? 1 : options.heads.size();
+  const std::size_t keys = shown.S;
   // Row chunks keep the converted copy small whatever the file's size.
   const std::size_t chunk = std::max<std::size_t>(1, (std::size_t{1} << 20) / S);
   std::vector<double> rows, sum;
   auto at = [&](std::size_t head, std::size_t t) {
-    return first + ((options.batch * m.h + head) * T + t) * S;
+    return first + ((options.batch * m.h + head) * m.T + t) * S;
+  };
+  // Rows of S weights to rows of the first `keys` (in place: row r moves left).
+  const auto cut = [&](std::vector<double>& v, std::size_t count) {
+    if (keys == S) return;
+    for (std::size_t r = 0; r < count; ++r)
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * S), keys,
+                  v.begin() + static_cast<std::ptrdiff_t>(r * keys));
   };
   for (std::size_t t0 = 0; t0 < T; t0 += chunk) {
     const std::size_t count = std::min(chunk, T - t0);
@@ -203,11 +213,13 @@ void fill_panels(NpyReader& a, std::uint64_t first, const MapSizes& m, const Plo
         for (std::size_t k = 0; k < rows.size(); ++k) sum[k] += rows[k];
       }
       for (double& x : sum) x /= static_cast<double>(options.heads.size());
+      cut(sum, count);
       panels.add_rows(0, t0, count, sum.data());
       continue;
     }
     for (std::size_t p = 0; p < n; ++p) {
       a.read(at(options.heads[p], t0), count * S, rows.data());
+      cut(rows, count);
       panels.add_rows(p, t0, count, rows.data());
     }
   }
@@ -244,6 +256,41 @@ void log_plot(const std::string& out_path, const Plot& plot, const AttentionPane
     spdlog::info("downsampled {}x{} to {}x{} cells by block {} ({}x{} weights per cell)", m.T, m.S,
                  panels.rows(), panels.cols(), to_string(options.reduce), panels.factor(),
                  panels.factor());
+}
+
+// The tokens of the plotted batch row of a model run's maps (tokens.json beside the file):
+// its queries' and keys' display texts, as many as its real tokens (rows are padded on the
+// right); an encoder-decoder's target on decoder_ and cross_ queries and decoder_ keys. Empty
+// for other files, or when the row's lengths do not fit the maps.
+struct RunRow {
+  std::vector<std::string> queries, keys;
+};
+RunRow run_row(const PlotArgs& args, const MapSizes& m) {
+  std::error_code ec;
+  if (is_stream_input(args.file) || m.rank < 3) return {};
+  const fs::path dir = fs::path(args.file).parent_path();
+  const std::string run_json = (dir / "run.json").string();
+  if (!fs::is_regular_file(run_json, ec) || !fs::is_regular_file(dir / "tokens.json", ec))
+    return {};
+  const std::optional<ModelRunView> run = read_model_run_view(run_json);
+  if (!run) return {};
+  const std::string name = fs::path(args.file).stem().string();
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  const bool target_queries = starts("decoder_") || starts("cross_"),
+             target_keys = starts("decoder_");
+  const auto& q = target_queries ? run->target_tokens : run->tokens;
+  const auto& ql = target_queries ? run->target_lengths : run->lengths;
+  const auto& k = target_keys ? run->target_tokens : run->tokens;
+  const auto& kl = target_keys ? run->target_lengths : run->lengths;
+  const std::size_t b = args.batch;
+  if (q.size() != m.B || k.size() != m.B || ql.size() != m.B || kl.size() != m.B) return {};
+  if (ql[b] == 0 || kl[b] == 0 || ql[b] > m.T || kl[b] > m.S || q[b].size() < ql[b] ||
+      k[b].size() < kl[b])
+    return {};
+  RunRow row;
+  row.queries.assign(q[b].begin(), q[b].begin() + static_cast<std::ptrdiff_t>(ql[b]));
+  row.keys.assign(k[b].begin(), k[b].begin() + static_cast<std::ptrdiff_t>(kl[b]));
+  return row;
 }
 
 // FILE, or a run's out_dir standing for the attention maps its run.json
@@ -296,17 +343,27 @@ int do_plot(const PlotArgs& given) {
   options.reduce = args.reduce == "mean" ? Reduce::mean : Reduce::max;
   options.cell = args.cell;
   read_plot_labels(args, m, options);
+  // A model run's batch row: its real tokens only (the padding cut), labelled with them.
+  MapSizes shown = m;
+  const RunRow row = args.labels.empty() && args.key_labels.empty() ? run_row(args, m) : RunRow{};
+  if (!row.queries.empty()) {
+    shown.T = row.queries.size(), shown.S = row.keys.size();
+    options.query_labels = row.queries, options.key_labels = row.keys;
+  }
   const std::string out_path = plot_output_path(args);
 
   // Panels: the chosen heads, or their mean as one.
   const bool mean = options.average && m.rank == 4;
   const std::size_t n = mean ? 1 : options.heads.size();
   options.max_cells = args.max_cells ? args.max_cells : default_max_cells(n);
-  AttentionPanels panels(n, m.T, m.S, options.max_cells, options.reduce);
-  fill_panels(a, first, m, options, mean, panels);
+  AttentionPanels panels(n, shown.T, shown.S, options.max_cells, options.reduce);
+  fill_panels(a, first, m, shown, options, mean, panels);
   const std::vector<std::string> titles = panel_titles(m.rank, mean, options.heads);
   const std::string name = fs::path(args.file).filename().string();
-  const std::string subject = m.rank == 2 ? name : name + ", batch " + std::to_string(args.batch);
+  std::string subject = m.rank == 2 ? name : name + ", batch " + std::to_string(args.batch);
+  if (shown.T < m.T || shown.S < m.S)
+    subject +=
+        " (" + std::to_string(shown.T) + " of " + std::to_string(m.T) + " tokens, padding cut)";
   const Plot plot = render_attention(panels, titles, options, subject);
 
   const fs::path out_file(out_path);

@@ -231,6 +231,12 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
     mha::ViewedRun run;
     run.token_labels = token_lists(token_rows, "tokens");
     run.token_pieces = token_lists(piece_rows, "pieces");
+    // A Model call's padded batch: each row's real tokens (its "lengths").
+    const auto lengths = [](const py::dict& d) {
+      return d.contains("lengths") && !d["lengths"].is_none()
+                 ? d["lengths"].cast<std::vector<std::size_t>>()
+                 : std::vector<std::size_t>{};
+    };
     nlohmann::json page = {{"mode", "python"}, {"source", view.title}};
     mha::ExtrasToView extras;
     if (py::isinstance<py::dict>(result)) {
@@ -240,7 +246,9 @@ PyView show(const py::object& result, const std::optional<std::string>& name,
         const py::dict target = d["target"];
         if (target.contains("tokens")) run.target_labels = token_lists(target["tokens"], "tokens");
         if (target.contains("pieces")) run.target_pieces = token_lists(target["pieces"], "pieces");
+        run.target_lengths = lengths(target);
       }
+      run.lengths = lengths(d);
       // A vision model's call: the images it saw, on its patch grid.
       if (d.contains("images") && !d["images"].is_none() && d.contains("patch_grid")) {
         extras.images = provided.add(d["images"], "mha.show: images");

@@ -243,6 +243,36 @@ TEST_CASE("attention stats: query rows beyond S and a single key", "[attention_s
   CHECK(one.causal);
 }
 
+TEST_CASE("attention stats: a padded batch row counts its real keys only", "[attention_stats]") {
+  // A (4, 4) map of a row padded from 3 tokens: its first 3 rows over the first 3 keys are
+  // the (3, 3) map of the row alone; entropy_fraction divides by log 3, not log 4.
+  const std::vector<double> alone = {1, 0, 0, 0.25, 0.75, 0, 0.2, 0.3, 0.5};
+  std::vector<double> padded(16, 0.0);
+  for (std::size_t t = 0; t < 3; ++t)
+    for (std::size_t s = 0; s < 3; ++s) padded[t * 4 + s] = alone[t * 3 + s];
+  padded[12] = 1;  // the padded query row attends somewhere
+  AttentionStats a(1, 3, 3), p(1, 4, 4);
+  a.add_rows(0, 0, 3, alone.data());
+  p.add_rows(0, 0, 3, padded.data(), 3);
+  const HeadStats x = a.head(0), y = p.head(0);
+  CHECK(y.rows == 3);
+  for (auto [u, v] : {std::pair{x.entropy, y.entropy},
+                      {x.entropy_fraction, y.entropy_fraction},
+                      {x.max_weight, y.max_weight},
+                      {x.distance, y.distance},
+                      {x.diagonal, y.diagonal},
+                      {x.first_key, y.first_key}})
+    CHECK(u == v);
+  // Rows of different key counts: each row's entropy over the log of its own keys.
+  AttentionStats mixed(1, 4, 4);
+  const std::vector<double> half = {0.5, 0.5, 0, 0};
+  const std::vector<double> quarter = {0.25, 0.25, 0.25, 0.25};
+  mixed.add_rows(0, 1, 1, half.data(), 2);
+  mixed.add_rows(0, 1, 1, quarter.data(), 4);
+  CHECK(mixed.head(0).entropy_fraction == Approx(1.0).epsilon(1e-15));
+  require_runtime([&] { mixed.add_rows(0, 0, 1, quarter.data(), 5); }, "of 5 keys");
+}
+
 TEST_CASE("attention stats: the fast row pass matches the plain definitions", "[attention_stats]") {
   // S across the lane widths and their tails; spread 30 gives weights down to
   // e^-60, causal zeros too.

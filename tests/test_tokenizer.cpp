@@ -325,8 +325,11 @@ TEST_CASE("Unigram in T5's pipeline: WhitespaceSplit, Metaspace, $A </s>", "[tok
   const mha::Tokenizer t = load(j);
   CHECK(t.encode("ab  b").ids == Ids{6, 3, 5, 1});
   CHECK(t.encode("ab  b", false).ids == Ids{6, 3, 5});
-  CHECK(t.display_token(6) == "ab");
-  CHECK(t.display_token(3) == "\u2581");  // the decoder leaves nothing: the piece
+  // A word start shows as ␣ (decode([id]) alone drops it: "ab"), as GPT-2's Ġ does.
+  CHECK(t.decode_token(6) == "ab");
+  CHECK(t.display_token(6) == "\u2423ab");
+  CHECK(t.display_token(5) == "b");       // inside a word: no mark
+  CHECK(t.display_token(3) == "\u2423");  // ▁ alone: the word start
   CHECK(t.display_token(1) == "</s>");
   // The older add_prefix_space: false means no ▁ in front.
   j["pre_tokenizer"]["pretokenizers"][1].erase("prepend_scheme");

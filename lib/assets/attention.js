@@ -8,6 +8,7 @@
   const $ = (id) => document.getElementById(id);
   const VIRIDIS = D.viridis;                      // 256 RGB entries, entry i at i / 255
   const NAN_RGB = [128, 128, 128];                // as the PNG plot draws NaN
+  const PAD_RGB = [232, 232, 232];                // a padded batch row's padding: no token
   const HEAD_COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
                        '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#393b79', '#ad494a'];
   const GRID_PX = 168;     // a head's panel side in the grid, CSS pixels
@@ -48,6 +49,16 @@
   // Offset of map (l, b, head) in its set's array.
   function mapOffset(m, l, b, head) { return (((l * m.B + b) * m.h + head) * m.T) * m.S; }
   function weight(mi, l, b, head, t, s) { const m = D.maps[mi]; return W[mi][mapOffset(m, l, b, head) + t * m.S + s]; }
+  // A model run's padded batch: row b's real queries and keys (tokens.json's lengths; rows are
+  // padded on the right). Cell (t, s) of a shrunk map is a block of factor × factor weights.
+  function realQueries(m, b) { return m.query_lengths ? m.query_lengths[b] : Infinity; }
+  function realKeys(m, b) { return m.key_lengths ? m.key_lengths[b] : Infinity; }
+  function padded(m, b, t, s) {
+    const f = m.factor || 1;
+    return t * f >= realQueries(m, b) || s * f >= realKeys(m, b);
+  }
+  // The file's batch row of kept row b (mha view --batch_index keeps one).
+  function fileRow(m, b) { return m.batch_rows ? m.batch_rows[b] : b; }
 
   // The shortest decimal that reads back as the stored value (float32 or float64).
   function exact(v, dtype) {
@@ -65,15 +76,31 @@
   // and the cross-attention's queries, source tokens on the encoder's and the cross-attention's
   // keys), else the page's.
   const own = (key) => { const m = D.maps[state.map]; return m && m[key] ? m[key] : null; };
-  function queryLabel(t) { const q = own('query_labels') || D.query_labels; return q.length ? q[t] : null; }
+  // A model run's tokens of the batch row shown (each row its own), or null.
+  const ownRow = (key) => { const r = own(key); return r && r[state.batch] ? r[state.batch] : null; };
+  function queryLabel(t) {
+    const r = ownRow('row_query_labels');
+    if (r) return r[t] !== undefined ? r[t] : null;
+    const q = own('query_labels') || D.query_labels;
+    return q.length ? q[t] : null;
+  }
   // A model run's token as tokenizer.json spells it (the label is its decoded text), or null.
-  function tokenPiece(i) { const p = own('query_pieces') || D.query_pieces; return p && p.length ? p[i] : null; }
+  function tokenPiece(i) {
+    const r = ownRow('row_query_pieces');
+    if (r) return r[i] !== undefined ? r[i] : null;
+    const p = own('query_pieces') || D.query_pieces;
+    return p && p.length ? p[i] : null;
+  }
   function keyPiece(i) {
+    const r = ownRow('row_key_pieces');
+    if (r) return r[i] !== undefined ? r[i] : null;
     const p = own('key_pieces');
     if (p) return p.length ? p[i] : null;
     return !D.key_labels.length && M().S === M().T ? tokenPiece(i) : null;
   }
   function keyLabel(s) {
+    const r = ownRow('row_key_labels');
+    if (r) return r[s] !== undefined ? r[s] : null;
     const k = own('key_labels');
     if (k) return k.length ? k[s] : null;
     if (D.key_labels.length) return D.key_labels[s];
@@ -100,9 +127,10 @@
     const m = D.maps[mi], w = W[mi];
     let lo = 0, hi = -Infinity;
     for (const head of heads) {
-      const o = mapOffset(m, l, b, head), n = m.T * m.S;
-      for (let i = 0; i < n; i++) {
-        const v = w[o + i];
+      const o = mapOffset(m, l, b, head);
+      for (let t = 0; t < m.T; t++) for (let s = 0; s < m.S; s++) {
+        if (padded(m, b, t, s)) continue;  // padding takes no part in the colours
+        const v = w[o + t * m.S + s];
         if (v < lo) lo = v;
         if (v > hi) hi = v;
       }
@@ -137,7 +165,7 @@
       const rowMax = new Float64Array(m.T);
       for (let t = 0; t < m.T; t++) {
         let hi = 0;
-        for (let s = 0; s < m.S; s++) { const v = w[o + t * m.S + s]; if (v > hi) hi = v; }
+        for (let s = 0; s < m.S; s++) { const v = w[o + t * m.S + s]; if (v > hi && !padded(m, b, t, s)) hi = v; }
         rowMax[t] = hi;
       }
       // A row of zeros stays at the bottom of the scale.
@@ -171,17 +199,19 @@
     const o = mapOffset(m, l, b, head);
     for (let i = 0; i < rows; i++) {
       for (let j = 0; j < cols; j++) {
-        let v = -Infinity;
+        let v = -Infinity, real = false;
         const ta = region.t0 + i * f, tb = Math.min(region.t1, ta + f);
         const sa = region.s0 + j * f, sb = Math.min(region.s1, sa + f);
         for (let t = ta; t < tb && !Number.isNaN(v); t++) {
           for (let s = sa; s < sb; s++) {
+            if (padded(m, b, t, s)) continue;
+            real = true;
             const x = scale.x(w[o + t * m.S + s], t);
             if (Number.isNaN(x)) { v = NaN; break; }
             if (x > v) v = x;
           }
         }
-        const c = colorAt(v), p = 4 * (i * cols + j);
+        const c = real ? colorAt(v) : PAD_RGB, p = 4 * (i * cols + j);
         img.data[p] = c[0]; img.data[p + 1] = c[1]; img.data[p + 2] = c[2]; img.data[p + 3] = 255;
       }
     }
@@ -224,7 +254,7 @@
   function fileS(m) { return m.factor > 1 ? m.S_file : m.S; }
   function describe(c) {
     const m = D.maps[c.g.mi], f = m.factor || 1;
-    const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + layerName(m, c.g.l) : '') + ' · batch ' + c.g.b];
+    const lines = [headName(m, c.g.head) + (m.layer_axis ? ' · layer ' + layerName(m, c.g.l) : '') + ' · batch row ' + fileRow(m, c.g.b)];
     if (f > 1) {
       let v = -Infinity;
       for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
@@ -238,7 +268,8 @@
       const q = queryLabel(c.t0), k = keyLabel(c.s0);
       lines.push('query ' + c.t0 + (q !== null ? ' "' + q + '"' : ''));
       lines.push('key ' + c.s0 + (k !== null ? ' "' + k + '"' : ''));
-      lines.push('weight ' + exact(weight(c.g.mi, c.g.l, c.g.b, c.g.head, c.t0, c.s0), m.dtype));
+      lines.push('weight ' + exact(weight(c.g.mi, c.g.l, c.g.b, c.g.head, c.t0, c.s0), m.dtype) +
+        (padded(m, c.g.b, c.t0, c.s0) ? ' (padding: this row has ' + Math.min(realQueries(m, c.g.b), m.T) + ' tokens)' : ''));
     } else {
       let v = -Infinity;
       for (let t = c.t0; t < c.t1; t++) for (let s = c.s0; s < c.s1; s++) {
@@ -418,6 +449,8 @@
   function drawTokens() {
     const m = M(), svg = $('tokens');
     const show = m.T <= TOKEN_MAX && m.S <= TOKEN_MAX;
+    // A padded row's real tokens only.
+    const T = Math.min(m.T, realQueries(m, state.batch)), S = Math.min(m.S, realKeys(m, state.batch));
     $('tokens-section').hidden = !show;
     if (!show) return;
     // Every head at first, unless that is too many lines to draw at once.
@@ -436,11 +469,11 @@
     const NS = 'http://www.w3.org/2000/svg', row = 22, width = 600, xq = 170, xk = 430;
     svg.textContent = '';
     svg.setAttribute('width', width);
-    svg.setAttribute('height', Math.max(m.T, m.S) * row + 10);
+    svg.setAttribute('height', Math.max(T, S) * row + 10);
     const lines = [];
     for (let i = 0; i < m.h; i++) {
       if (!state.tokenHeads[i]) continue;
-      for (let t = 0; t < m.T; t++) for (let s = 0; s < m.S; s++) {
+      for (let t = 0; t < T; t++) for (let s = 0; s < S; s++) {
         const v = weight(state.map, state.layer, state.batch, i, t, s);
         if (!(v > 0.005)) continue;
         const line = document.createElementNS(NS, 'line');
@@ -472,8 +505,8 @@
       el.addEventListener('mouseleave', () => focus(attr, null, null));
       svg.append(el);
     };
-    for (let t = 0; t < m.T; t++) { const q = queryLabel(t); text(xq, 10 + (t + 0.5) * row, 'end', (q !== null ? q : 'q' + t), 'query', t); }
-    for (let s = 0; s < m.S; s++) { const k = keyLabel(s); text(xk, 10 + (s + 0.5) * row, 'start', (k !== null ? k : 'k' + s), 'key', s); }
+    for (let t = 0; t < T; t++) { const q = queryLabel(t); text(xq, 10 + (t + 0.5) * row, 'end', (q !== null ? q : 'q' + t), 'query', t); }
+    for (let s = 0; s < S; s++) { const k = keyLabel(s); text(xk, 10 + (s + 0.5) * row, 'start', (k !== null ? k : 'k' + s), 'key', s); }
   }
 
   // ---- the neuron view (bertviz's): how one query's weights come from q and k ----
@@ -843,7 +876,7 @@
       const m = M();
       fillSelect($('layer'), m.layers, (l) => layerName(m, l));
       $('layer-pick').hidden = !m.layer_axis;
-      fillSelect($('batch'), m.B, String);
+      fillSelect($('batch'), m.B, (b) => String(fileRow(m, b)));
       fillSelect($('head'), m.h, (i) => headName(m, i));
       const all = document.createElement('option');
       all.value = ''; all.textContent = 'all (grid)';
@@ -858,7 +891,8 @@
     refill();
     $('map').addEventListener('change', () => { state.map = +$('map').value; state.detail = null; $('detail-section').hidden = true; refill(); render(); });
     $('layer').addEventListener('change', () => { state.layer = +$('layer').value; render(); });
-    $('batch').addEventListener('change', () => { state.batch = +$('batch').value; render(); });
+    // Another row: its own tokens in the selectors of the neuron view and the image.
+    $('batch').addEventListener('change', () => { state.batch = +$('batch').value; state.neuron = null; state.image = null; render(); });
     $('head').addEventListener('change', () => { if ($('head').value === '') closeDetail(); else openDetail(+$('head').value); });
     $('scale').addEventListener('change', () => { state.scale = $('scale').value; state.scaleChosen = true; render(); });
     $('stats-scope').addEventListener('change', drawStats);
@@ -876,7 +910,7 @@
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
     $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
-      'B = ' + m.B + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
+      'B = ' + (m.B_file !== undefined ? m.B_file : m.B) + (m.B_file !== undefined && m.B < m.B_file ? ' (row ' + m.batch_rows.join(', ') + ' shown)' : '') + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
       (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');

@@ -213,3 +213,27 @@ def test_nan_maps_get_the_message_mha_view_gives(tmp_path):
             mha.show(a)
         assert str(e.value) == "mha.show: attention: " + cli
         assert not os.path.exists(tmp_path / (name + ".html"))
+
+
+def test_a_padded_batch_row_is_shown_as_its_text_alone(model):
+    """Issue 50: with two texts the shorter row's statistics counted its padded queries and the
+    page lost every token label. Each row's numbers equal its text's alone (to 1e-6), each row
+    is labelled with its own tokens, and the padding is marked for the page to grey."""
+    m = mha.Model(model)
+    texts = [TEXT, "a dog ran"]
+    both = m(texts)
+    assert len(set(both["lengths"])) == 2  # one row is padded
+    data = page_data(mha.show(both).html)["maps"][0]
+    for b, text in enumerate(texts):
+        alone = page_data(mha.show(m(text)).html)["maps"][0]
+        for layer in range(data["layers"]):
+            got, want = data["stats"][layer][b]["heads"], alone["stats"][layer][0]["heads"]
+            for g, w in zip(got, want):
+                assert g["rows"] == both["lengths"][b]
+                for key in ("entropy", "entropy_fraction", "max_weight", "distance", "diagonal",
+                            "first_key"):
+                    assert abs(g[key] - w[key]) <= 1e-6, (b, layer, key, g[key], w[key])
+    for b, n in enumerate(both["lengths"]):
+        assert data["row_query_labels"][b][:n] == both["tokens"][b]
+        assert data["row_key_pieces"][b][:n] == both["pieces"][b]
+    assert data["query_lengths"] == both["lengths"] and data["key_lengths"] == both["lengths"]

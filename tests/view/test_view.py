@@ -668,6 +668,225 @@ class AnalysisPage(BrowserCase):
         self.assert_clean()
 
 
+def page_data(page):
+    with open(page, encoding="utf-8") as f:
+        return json.loads(re.search(r'<script id="mha-data" type="application/json">(.*?)</script>',
+                                    f.read(), re.S).group(1))
+
+
+def numpy_head_stats(a, n):
+    """Per-head entropy, max weight, distance, diagonal and first key of maps (h, T, S) over
+    their first n queries and n keys (a padded row's real tokens), in NumPy."""
+    a = np.asarray(a, np.float64)[:, :n, :n]
+    t, s = np.arange(n)[:, None], np.arange(n)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(a > 0, a * np.log(a), 0).sum(-1)
+    return {"entropy": ent.mean(-1), "max_weight": a.max(-1).mean(-1),
+            "distance": (a * np.abs(t - s)).sum(-1).mean(-1),
+            "diagonal": np.diagonal(a, axis1=1, axis2=2).mean(-1), "first_key": a[:, :, 0].mean(-1)}
+
+
+class PaddedRuns:
+    """A GPT-2 checkpoint with its tokenizer; two texts of 7 and 10 tokens run as one padded
+    batch and each alone (issue 50: padding counted as tokens, labels lost with two texts)."""
+    TEXTS = ["The cat sat on the mat.", "Hello world, this is a longer second text."]
+
+    @classmethod
+    def make(cls, top):
+        sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+        import checkpoints
+        import tokenizer_files
+        tok, _, V = tokenizer_files.byte_level_bpe(cls.TEXTS)
+        config, t = checkpoints.make("gpt2", vocab=V)
+        cls.model = os.path.join(top, "gpt2")
+        checkpoints.write(cls.model, config, t)
+        with open(os.path.join(cls.model, "tokenizer.json"), "w") as f:
+            json.dump(tok, f)
+        cls.runs = {}
+        for name, texts in (("batch", cls.TEXTS), ("alone0", cls.TEXTS[:1]), ("alone1", cls.TEXTS[1:])):
+            out = os.path.join(top, name)
+            args = ["run", "--model", cls.model, "--save_attention", "--out_dir", out, "-q"]
+            for text in texts:
+                args += ["--text", text]
+            r = mha(*args)
+            assert r.returncode == 0, r.stderr
+            cls.runs[name] = out
+        with open(os.path.join(cls.runs["batch"], "tokens.json")) as f:
+            cls.tokens = json.load(f)
+        cls.lengths = cls.tokens["lengths"]
+        assert cls.lengths[0] < cls.lengths[1]  # row 0 is padded
+
+    @classmethod
+    def view(cls, name, *args):
+        page = os.path.join(cls.runs[name], "view%s.html" % "".join(args).replace("-", "_"))
+        r = mha("view", cls.runs[name], "-o", page, "-q", *args)
+        assert r.returncode == 0, r.stderr
+        return page
+
+
+class PaddedBatchNumbers(unittest.TestCase, PaddedRuns):
+    """The per-head statistics of a padded batch row are those of its text run alone: in
+    `mha view`'s page (each row) and `mha inspect` (over the batch: the alone runs' rows
+    together), to 1e-6, and NumPy's over the row's real tokens; inspect names the axes and the
+    file, and counts real query rows only."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="mha_view_padded_")
+        cls.make(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_view_statistics_of_each_row_are_the_text_alone(self):
+        batch = page_data(self.view("batch"))["maps"][0]
+        maps = np.load(os.path.join(self.runs["batch"], "self_attention.npy"))
+        for b in range(2):
+            alone = page_data(self.view("alone%d" % b))["maps"][0]
+            for layer in range(batch["layers"]):
+                got, want = batch["stats"][layer][b], alone["stats"][layer][0]
+                ref = numpy_head_stats(maps[layer, b], self.lengths[b])
+                for i, (g, w) in enumerate(zip(got["heads"], want["heads"])):
+                    self.assertEqual(g["rows"], self.lengths[b])  # no padded query row
+                    for key in ("entropy", "entropy_fraction", "max_weight", "distance", "diagonal",
+                                "first_key", "max_above_diagonal"):
+                        self.assertAlmostEqual(g[key], w[key], delta=1e-6, msg=(b, layer, i, key))
+                    for key, values in ref.items():
+                        self.assertAlmostEqual(g[key], values[i], delta=1e-6, msg=(b, layer, i, key))
+                    self.assertAlmostEqual(g["entropy_fraction"],
+                                           ref["entropy"][i] / np.log(self.lengths[b]), delta=1e-6)
+                for key in ("entropy", "max_weight", "distance"):
+                    self.assertAlmostEqual(got["mean"][key], want["mean"][key], delta=1e-6)
+        self.assertEqual(batch["query_lengths"], self.lengths)
+        self.assertEqual(batch["key_lengths"], self.lengths)
+
+    def test_inspect_counts_real_tokens_only(self):
+        def inspect(name):
+            r = mha("inspect", os.path.join(self.runs[name], "self_attention.npy"), "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout)["attention"]
+        got, parts = inspect("batch"), [inspect("alone0"), inspect("alone1")]
+        layers, h = 3, 4
+        self.assertEqual(got["layout"], "(layers, B, h, T, S)")
+        self.assertEqual(got["distribution_rows"], layers * h * sum(self.lengths))
+        self.assertEqual(got["padded_rows"], layers * h * (2 * max(self.lengths) - sum(self.lengths)))
+        self.assertEqual(got["batch_axis"], 1)
+        for i in range(h):
+            rows = [p["heads"][i]["rows"] for p in parts]
+            self.assertEqual(got["heads"][i]["rows"], sum(rows))
+            for key in ("entropy", "max_weight", "distance", "diagonal", "first_key"):
+                want = sum(p["heads"][i][key] * n for p, n in zip(parts, rows)) / sum(rows)
+                self.assertAlmostEqual(got["heads"][i][key], want, delta=1e-6, msg=(i, key))
+            # each row's entropy over log of its own keys
+            want = sum(p["heads"][i]["entropy_fraction"] * n for p, n in zip(parts, rows)) / sum(rows)
+            self.assertAlmostEqual(got["heads"][i]["entropy_fraction"], want, delta=1e-6)
+        text = mha("inspect", os.path.join(self.runs["batch"], "self_attention.npy")).stdout
+        self.assertIn("(layers, B, h, T, S) = (3, 2, 4, 10, 10)", text)
+        self.assertIn("(named self_attention.npy)", text)
+        self.assertIn("%d distributions" % (layers * h * sum(self.lengths)), text)
+
+
+    def test_plot_draws_a_row_s_real_tokens(self):
+        """mha plot of a padded row draws its real tokens only, labelled: the size of its text's
+        plot alone; on main it drew the 10 x 10 padded map without labels."""
+        def plot(name, b):
+            png = os.path.join(self.dir, "%s_%d.png" % (name, b))
+            r = mha("plot", os.path.join(self.runs[name], "self_attention.npy"), "--layer_index", "1",
+                    "--batch_index", str(b), "-o", png)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(png, "rb") as f:
+                head = f.read(24)
+            return r.stderr, (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
+        for b in range(2):
+            n = self.lengths[b]
+            log, size = plot("batch", b)
+            self.assertIn("panel(s) of %dx%d cells" % (n, n), log)
+            self.assertEqual(size, plot("alone%d" % b, 0)[1])
+
+
+    def test_bad_lengths_refused(self):
+        """A tokens.json whose lengths are not one count per row within padded_length: exit 2,
+        one line naming it, nothing written."""
+        for lengths, needle in (([7], '"lengths" is not a list of 2 row lengths'),
+                                ([7, 11], '"lengths" holds 11; expected each row\'s count'),
+                                ([7, "x"], '"lengths" holds "x"')):
+            bad = os.path.join(self.dir, "bad")
+            shutil.rmtree(bad, ignore_errors=True)
+            shutil.copytree(self.runs["batch"], bad)
+            with open(os.path.join(bad, "tokens.json")) as f:
+                tokens = json.load(f)
+            tokens["lengths"] = lengths
+            with open(os.path.join(bad, "tokens.json"), "w") as f:
+                json.dump(tokens, f)
+            for args in (["view", bad, "-o", os.path.join(bad, "v.html")],
+                         ["inspect", os.path.join(bad, "self_attention.npy")],
+                         ["plot", os.path.join(bad, "self_attention.npy"), "--layer_index", "0",
+                          "-o", os.path.join(bad, "p.png")]):
+                r = mha(*args)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertEqual(r.stdout, "")
+                self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+                self.assertIn("tokens.json: " + needle, r.stderr)
+            self.assertEqual(sorted(os.listdir(bad)), sorted(os.listdir(self.runs["batch"])))
+
+
+class PaddedBatchPage(BrowserCase, PaddedRuns):
+    """`mha view` of a two-text run in Chromium: each batch row labelled with its own tokens
+    (token view, hover, axis labels), padded cells drawn in the padding grey, not viridis, and
+    left out of the tokens; --batch_index 1 keeps row 1's tokens and says so (B = 2, row 1)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.make(cls.dir)
+
+    def token_texts(self, attr):
+        return self.browser.evaluate(
+            "Array.from(document.querySelectorAll('#tokens text[data-%s]')).map((t) => t.firstChild.textContent)" % attr)
+
+    def pick_batch(self, b):
+        self.browser.evaluate("(() => { const s = document.getElementById('batch'); s.value = '%d';"
+                              " s.dispatchEvent(new Event('change')); })()" % b)
+
+    def test_rows_labelled_and_padding_grey(self):
+        b = self.open(self.view("batch"))
+        self.assertEqual(b.evaluate("Array.from(document.getElementById('batch').options).map((o) => o.textContent)"),
+                         ["0", "1"])
+        # row 0: its 7 tokens, no padded ones, in the token view
+        self.assertEqual(self.token_texts("query"), self.tokens["tokens"][0])
+        self.assertEqual(self.token_texts("key"), self.tokens["tokens"][0])
+        n = self.lengths[0]
+        set_scale(b, "shared")
+        _, _, rows = b.screenshot()
+        for (t, s) in ((n, 0), (max(self.lengths) - 1, 2), (0, n)):  # padded query rows and keys
+            x, y = self.cell_center('#grid canvas[data-head="0"]', t, s)
+            self.assertEqual(rows[int(y)][int(x)], (232, 232, 232), (t, s))
+        x, y = self.cell_center('#grid canvas[data-head="0"]', n - 1, 1)
+        self.assertNotEqual(rows[int(y)][int(x)], (232, 232, 232))
+        b.mouse_move(x, y)
+        self.assertIn('query %d "%s"' % (n - 1, self.tokens["tokens"][0][n - 1]), self.tooltip())
+        self.assertIn('key 1 "%s"' % self.tokens["tokens"][0][1], self.tooltip())
+        b.save_screenshot("/tmp/mha_padded_row0.png")
+        # row 1: its own 10 tokens
+        self.pick_batch(1)
+        self.assertEqual(self.token_texts("query"), self.tokens["tokens"][1])
+        x, y = self.cell_center('#grid canvas[data-head="0"]', 8, 3)
+        b.mouse_move(x, y)
+        self.assertIn('query 8 "%s"' % self.tokens["tokens"][1][8], self.tooltip())
+        self.assertIn("batch row 1", self.tooltip())
+        b.save_screenshot("/tmp/mha_padded_row1.png")
+        self.assert_clean()
+
+    def test_batch_index_keeps_the_row_and_says_which(self):
+        b = self.open(self.view("batch", "--batch_index", "1"))
+        self.assertEqual(b.evaluate("Array.from(document.getElementById('batch').options).map((o) => o.textContent)"),
+                         ["1"])
+        self.assertIn("B = 2 (row 1 shown)", b.evaluate("document.getElementById('subtitle').textContent"))
+        self.assertEqual(self.token_texts("query"), self.tokens["tokens"][1])
+        self.assert_clean()
+
+
 class BadInputs(unittest.TestCase):
     """Exit 2, one line naming the file and what was expected, nothing written."""
 

@@ -187,6 +187,8 @@ double AttentionStats::ExactSum::value() const {
 void AttentionStats::Accumulator::merge(const Accumulator& other) {
   for (int k = 0; k < kSums; ++k) sums[k].add(other.sums[k]);
   max_above_diagonal = std::max(max_above_diagonal, other.max_above_diagonal);
+  min_keys = std::min(min_keys, other.min_keys);
+  max_keys = std::max(max_keys, other.max_keys);
   rows += other.rows;
   skipped_rows += other.skipped_rows;
 }
@@ -198,36 +200,42 @@ AttentionStats::AttentionStats(std::size_t heads, std::size_t T, std::size_t S)
 // row_sums; they are added exactly to this block's sums, and the block's to
 // the head's under the lock, so the lock is taken once per block.
 template <class T>
-void AttentionStats::add_rows(std::size_t head, std::size_t t0, std::size_t rows, const T* block) {
-  if (head >= heads_.size() || t0 > T_ || rows > T_ - t0)
+void AttentionStats::add_rows(std::size_t head, std::size_t t0, std::size_t rows, const T* block,
+                              std::size_t keys) {
+  if (head >= heads_.size() || t0 > T_ || rows > T_ - t0 || keys > S_)
     fail_runtime("attention stats: rows [" + std::to_string(t0) + ", " + std::to_string(t0 + rows) +
-                 ") of head " + std::to_string(head) +
+                 ") of " + std::to_string(keys) + " keys of head " + std::to_string(head) +
                  " lie outside maps of shape (heads, T, S) = " +
                  shape_str(std::vector<std::size_t>{heads_.size(), T_, S_}));
   Accumulator local;
+  const double log_keys = keys > 1 ? std::log(static_cast<double>(keys)) : 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const T* a = block + r * S_;
     const std::size_t t = t0 + r;
-    const RowSums row = row_sums(a, S_, t);
+    const RowSums row = row_sums(a, keys, t);
     if (!row.non_negative || !(std::abs(row.sum - 1) <= kSumTolerance)) {
       ++local.skipped_rows;
       continue;
     }
     ++local.rows;
     local.sums[kEntropy].add(row.entropy);
+    local.sums[kEntropyFraction].add(keys > 1 ? row.entropy / log_keys : 0.0);
     local.sums[kMaxWeight].add(row.max_weight);
     local.sums[kDistance].add(row.distance);
-    local.sums[kDiagonal].add(t < S_ ? static_cast<double>(a[t]) : 0.0);
-    local.sums[kFirstKey].add(S_ > 0 ? static_cast<double>(a[0]) : 0.0);
+    local.sums[kDiagonal].add(t < keys ? static_cast<double>(a[t]) : 0.0);
+    local.sums[kFirstKey].add(keys > 0 ? static_cast<double>(a[0]) : 0.0);
     local.max_above_diagonal = std::max(local.max_above_diagonal, row.above);
+    local.min_keys = std::min(local.min_keys, keys);
+    local.max_keys = std::max(local.max_keys, keys);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   heads_[head].merge(local);
 }
 
-template void AttentionStats::add_rows<float>(std::size_t, std::size_t, std::size_t, const float*);
-template void AttentionStats::add_rows<double>(std::size_t, std::size_t, std::size_t,
-                                               const double*);
+template void AttentionStats::add_rows<float>(std::size_t, std::size_t, std::size_t, const float*,
+                                              std::size_t);
+template void AttentionStats::add_rows<double>(std::size_t, std::size_t, std::size_t, const double*,
+                                               std::size_t);
 
 HeadStats AttentionStats::finish(const Accumulator& acc) const {
   HeadStats h;
@@ -239,9 +247,13 @@ HeadStats AttentionStats::finish(const Accumulator& acc) const {
     return acc.rows ? acc.sums[k].value() / static_cast<double>(acc.rows) : kNaN;
   };
   h.entropy = mean(kEntropy);
-  h.entropy_fraction = !acc.rows ? kNaN
-                       : S_ > 1  ? h.entropy / std::log(static_cast<double>(S_))
-                                 : 0;
+  // Rows of one key count (every row of a map, or of a padded batch row): the mean entropy
+  // over log(keys), as before padding was cut; else each row's own fraction, averaged.
+  const std::size_t keys = acc.min_keys;
+  h.entropy_fraction = !acc.rows                      ? kNaN
+                       : acc.min_keys != acc.max_keys ? mean(kEntropyFraction)
+                       : keys > 1 ? h.entropy / std::log(static_cast<double>(keys))
+                                  : 0;
   h.max_weight = mean(kMaxWeight);
   h.distance = mean(kDistance);
   h.diagonal = mean(kDiagonal);

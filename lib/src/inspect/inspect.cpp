@@ -232,7 +232,8 @@ RowKind classify(const T* a, std::size_t S) {
 // the heads axis.
 class AttentionScan {
  public:
-  AttentionScan(AttentionInfo& info, const std::vector<std::size_t>& shape, bool detecting)
+  AttentionScan(AttentionInfo& info, const std::vector<std::size_t>& shape, bool detecting,
+                const InspectOptions& options, bool layer_maps)
       : info_(info), detecting_(detecting) {
     const std::size_t rank = shape.size();
     info_.T = shape[rank - 2];
@@ -242,6 +243,19 @@ class AttentionScan {
       for (std::size_t k = *info_.heads_axis + 1; k + 2 < rank; ++k) inner_ *= shape[k];
     }
     info_.stats = std::make_unique<AttentionStats>(heads_, info_.T, info_.S);
+    // A padded batch's lengths, when this array's batch axis holds their rows.
+    std::size_t axis = layer_maps ? 1 : 0;
+    if (info_.heads_axis && *info_.heads_axis == axis) ++axis;
+    const std::vector<std::size_t>&q = options.query_lengths, &k = options.key_lengths;
+    const auto within = [](const std::vector<std::size_t>& n, std::size_t most) {
+      return std::all_of(n.begin(), n.end(), [&](std::size_t x) { return x <= most; });
+    };
+    if (axis + 2 < rank && !q.empty() && q.size() == shape[axis] && k.size() == q.size() &&
+        within(q, info_.T) && within(k, info_.S)) {
+      info_.batch_axis = axis;
+      queries_ = q, keys_ = k;
+      for (std::size_t j = axis + 1; j + 2 < rank; ++j) batch_inner_ *= shape[j];
+    }
   }
 
   // Rows [row0, row0 + rows) of all M * T rows, C order. Returns false when
@@ -255,8 +269,17 @@ class AttentionScan {
       const std::size_t t = static_cast<std::size_t>(row % T_);
       const std::size_t n = std::min(rows - r, T_ - t);  // rows of map m in the block
       const T* seg = block + r * S;
-      for (std::size_t i = 0; i < n; ++i) {
-        switch (classify(seg + i * S, S)) {
+      r += n;
+      // A padded batch row: its real queries over its real keys.
+      std::size_t real = n, keys = S;
+      if (!queries_.empty()) {
+        const std::size_t b = static_cast<std::size_t>((m / batch_inner_) % queries_.size());
+        real = t < queries_[b] ? std::min(n, queries_[b] - t) : 0;
+        keys = keys_[b];
+        info_.padded_rows += n - real;
+      }
+      for (std::size_t i = 0; i < real; ++i) {
+        switch (classify(seg + i * S, keys)) {
           case RowKind::distribution:
             ++info_.distribution_rows;
             break;
@@ -269,8 +292,7 @@ class AttentionScan {
             break;
         }
       }
-      info_.stats->add_rows(static_cast<std::size_t>((m / inner_) % heads_), t, n, seg);
-      r += n;
+      info_.stats->add_rows(static_cast<std::size_t>((m / inner_) % heads_), t, real, seg, keys);
     }
     return true;
   }
@@ -280,16 +302,21 @@ class AttentionScan {
   bool detecting_;
   std::size_t heads_ = 1;
   std::uint64_t inner_ = 1;
+  std::vector<std::size_t> queries_, keys_;  // per batch row; empty: all real
+  std::uint64_t batch_inner_ = 1;            // maps per batch row's step
 };
 
 // "(B, h, T, S)": leading axes are B (or B0, B1, ... when there are several)
-// except the heads axis h.
-std::string layout_of(std::size_t rank, std::optional<std::size_t> heads_axis) {
-  const std::size_t leading = rank - 2, batch = leading - (heads_axis ? 1 : 0);
+// except the heads axis h, and a stack's layers axis first (self_attention.npy).
+std::string layout_of(std::size_t rank, std::optional<std::size_t> heads_axis, bool layer_maps) {
+  const std::size_t leading = rank - 2,
+                    batch = leading - (heads_axis ? 1 : 0) - (layer_maps && leading > 1 ? 1 : 0);
   std::string s = "(";
   for (std::size_t k = 0, b = 0; k < leading; ++k) {
     if (heads_axis && k == *heads_axis)
       s += "h";
+    else if (layer_maps && k == 0 && leading > 1)
+      s += "layers";
     else
       s += batch == 1 ? std::string("B") : "B" + std::to_string(b++);
     s += ", ";
@@ -388,9 +415,9 @@ void scan_any(Scan& sc) {
 
 // Where an array's data comes from: a .npy file, or the bytes of an .npz member.
 struct Origin {
-  std::string name;                    // for messages and InspectResult::file
-  bool named_attention = false;        // attention.npy, or member "attention"
-  bool layer_maps = false;             // self_/cross_attention.npy: (layers, B, h, T, S)
+  std::string name;              // for messages and InspectResult::file
+  bool named_attention = false;  // attention.npy, or member "attention"
+  bool layer_maps = false;  // self_, encoder_, decoder_, cross_attention.npy: (layers, B, h, T, S)
   const std::string* bytes = nullptr;  // the member's whole .npy; null: the file `name`
   // Or an .npz member streamed from the archive: its header, and its bytes in order.
   const NpyHeaderInfo* member_header = nullptr;
@@ -482,7 +509,7 @@ std::optional<AttentionInfo> attention_layout(const Origin& origin, const Inspec
   AttentionInfo info;
   info.detected_by = forced ? choice.detected_by : "rows";
   info.heads_axis = axis;
-  info.layout = layout_of(rank, axis);
+  info.layout = layout_of(rank, axis, origin.layer_maps && !options.heads_axis);
   return info;
 }
 
@@ -547,7 +574,7 @@ InspectResult inspect_array(const Origin& origin, const InspectOptions& options,
 
   ValueScan values(h.dtype);
   std::optional<AttentionScan> attention;
-  if (info) attention.emplace(*info, h.shape, !forced);
+  if (info) attention.emplace(*info, h.shape, !forced, options, origin.layer_maps);
   Scan sc(h, values);
   sc.attention = attention ? &*attention : nullptr;
   sc.chunk_bytes = std::max<std::size_t>(options.chunk_bytes, 1);
@@ -594,6 +621,8 @@ nlohmann::json AttentionInfo::to_json() const {
   j["distribution_rows"] = distribution_rows;
   j["masked_rows"] = masked_rows;
   j["other_rows"] = other_rows;
+  j["padded_rows"] = padded_rows;
+  j["batch_axis"] = batch_axis ? nlohmann::json(*batch_axis) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -621,7 +650,8 @@ InspectResult inspect_npy(const std::string& path, const InspectOptions& options
   Origin origin;
   origin.name = path;
   const std::string file = std::filesystem::path(path).filename().string();
-  origin.layer_maps = file == "self_attention.npy" || file == "cross_attention.npy";
+  origin.layer_maps = file == "self_attention.npy" || file == "cross_attention.npy" ||
+                      file == "encoder_attention.npy" || file == "decoder_attention.npy";
   origin.named_attention = file == "attention.npy" || origin.layer_maps;
   if (is_stream_input(path)) origin.bytes = &stream_input_bytes(path);  // a pipe is read once
   return inspect_array(origin, options, warn);
@@ -651,7 +681,8 @@ std::vector<InspectResult> inspect_file(const std::string& path, const InspectOp
     const std::string& key = member.key;
     Origin origin;
     origin.name = member.name;
-    origin.layer_maps = key == "self_attention" || key == "cross_attention";
+    origin.layer_maps = key == "self_attention" || key == "cross_attention" ||
+                        key == "encoder_attention" || key == "decoder_attention";
     origin.named_attention = key == "attention" || origin.layer_maps;
     origin.member_header = &member.header;
     origin.member = &read;

@@ -628,6 +628,32 @@ std::optional<ModelRunView> read_model_run_view(const std::string& path) {
       }
     }
   }
+  // Each row's real tokens: "lengths" (mha pads rows on the right), else each row's tokens,
+  // which tokens.json cuts at its length.
+  const auto lengths_of = [&](const json& side, const std::vector<std::vector<std::string>>& rows,
+                              const char* where) {
+    std::vector<std::size_t> n;
+    if (!side.contains("lengths")) {
+      for (const auto& row : rows) n.push_back(row.size());
+      return n;
+    }
+    const json& l = side["lengths"];
+    if (!l.is_array() || l.size() != rows.size())
+      fail_input(tokens + ": " + where + " is not a list of " + std::to_string(rows.size()) +
+                 " row lengths");
+    const json* padded = side.contains("padded_length") ? &side["padded_length"] : nullptr;
+    for (const json& x : l) {
+      if (!x.is_number_unsigned() || (padded && padded->is_number_unsigned() &&
+                                      x.get<std::size_t>() > padded->get<std::size_t>()))
+        fail_input(tokens + ": " + where + " holds " + x.dump() +
+                   "; expected each row's count of real tokens, at most \"padded_length\"");
+      n.push_back(x.get<std::size_t>());
+    }
+    return n;
+  };
+  v.lengths = lengths_of(t, v.tokens, "\"lengths\"");
+  if (t.contains("target") && t["target"].is_object())
+    v.target_lengths = lengths_of(t["target"], v.target_tokens, "\"target\" \"lengths\"");
   // "pieces" (the raw tokens): the page shows them on hover; older tokens.json lack them.
   if (t.contains("pieces") && t["pieces"].is_array() && t["pieces"].size() == v.tokens.size()) {
     for (const json& row : t["pieces"]) {

@@ -16,6 +16,8 @@ ViewedRun read_viewed_run(const std::string& path) {
     v.target_labels = std::move(model->target_tokens);
     v.target_pieces = std::move(model->target_pieces);
     v.target_label_tokens = std::move(model->label_tokens);
+    v.lengths = std::move(model->lengths);
+    v.target_lengths = std::move(model->target_lengths);
     return v;
   }
   const RunReport r = read_run_report(path);

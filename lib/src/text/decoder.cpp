@@ -77,15 +77,16 @@ void Decoder::add(const json& d, const std::string& where) {
   steps_.push_back(std::move(s));
 }
 
-std::string Decoder::decode(const std::string& piece, bool added) const {
+std::string Decoder::decode(const std::string& piece, bool added, bool first) const {
   if (!supported_) return piece;
   std::string t = piece, bytes;
+  bool fused = false;  // after Fuse, a later token is inside the text Strip sees
   for (const Step& s : steps_) {
     if (s.type == "ByteLevel") {
       if (!added && byte_level_decode(t, bytes)) t = bytes;
     } else if (s.type == "Metaspace") {
       replace_all(t, s.to, " ");
-      if (s.flag && !t.empty() && t[0] == ' ') t.erase(0, 1);
+      if (first && s.flag && !t.empty() && t[0] == ' ') t.erase(0, 1);
     } else if (s.type == "WordPiece") {
       if (s.flag) clean_up(t);
     } else if (s.type == "BPE") {
@@ -94,7 +95,10 @@ std::string Decoder::decode(const std::string& piece, bool added) const {
       auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
       if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4]))
         t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+    } else if (s.type == "Fuse") {
+      fused = true;
     } else if (s.type == "Strip") {
+      if (!first && fused) continue;  // the fused text's ends are other tokens'
       const std::size_t n = s.from.size();
       std::size_t begin = 0, end = t.size();
       for (std::size_t i = 0; i < s.start && n && t.compare(begin, n, s.from) == 0; ++i) begin += n;

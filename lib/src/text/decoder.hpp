@@ -21,8 +21,10 @@ class Decoder {
   Decoder() = default;
   Decoder(const json& decoder, const std::string& where);
   bool supported() const { return supported_; }
-  // `added`: an added token, which the byte-level step leaves as it is.
-  std::string decode(const std::string& piece, bool added) const;
+  // `added`: an added token, which the byte-level step leaves as it is. `first`: decoded as
+  // the text's first token, as decode([id]) does (Metaspace and a Strip after Fuse take the
+  // word-start space off); false: as a token after others, its word-start space kept.
+  std::string decode(const std::string& piece, bool added, bool first = true) const;
 
  private:
   struct Step {

@@ -279,7 +279,10 @@ std::string Tokenizer::decode_token(std::int32_t id) const {
 }
 
 std::string Tokenizer::display_token(std::int32_t id) const {
-  const std::string bytes = decode_token(id);
+  // Decoded as a token after others, so that a SentencePiece word start keeps its space
+  // (▁the → ␣the) as a byte-level one does (Ġthe → ␣the).
+  const std::string& piece = token(id);
+  const std::string bytes = impl_->decoder.decode(piece, impl_->added.count(piece) > 0, false);
   return bytes.empty() ? token(id) : visible_text(bytes);
 }
 

@@ -59,6 +59,28 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
   fail_input(os.str());
 }
 
+
+// Which of an encoder-decoder's sides a map set's queries and keys are: decoder_* maps
+// are target x target, cross_* target x source, the others (encoder_*, a decoder-only
+// model's self_attention, rollout, flow, norms) source x source.
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+bool target_queries(const std::string& name) {
+  return starts_with(name, "decoder_") || starts_with(name, "cross_");
+}
+bool target_keys(const std::string& name) {
+  return starts_with(name, "decoder_");
+}
+
+// The real queries and keys of each batch row of a model run's `name` maps.
+RowLengths run_lengths(const std::optional<ViewedRun>& run, const std::string& name) {
+  if (!run) return {};
+  const auto& q = target_queries(name) ? run->target_lengths : run->lengths;
+  const auto& k = target_keys(name) ? run->target_lengths : run->lengths;
+  return {q, k};
+}
+
 // Refuses a weight outside [0, 1]; `index` is its position in the page's
 // array of full-resolution maps.
 template <class V>
@@ -105,7 +127,11 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
   for (std::size_t l = 0; l < m.layers; ++l) {
     AttentionStats all(m.h, T, S);
     nlohmann::json per_batch = nlohmann::json::array();
-    for (std::size_t b : batches) {
+    for (std::size_t kept = 0; kept < batches.size(); ++kept) {
+      const std::size_t b = batches[kept];
+      // A padded row's statistics: its real queries over its real keys only.
+      const std::size_t queries = m.query_lengths.empty() ? T : m.query_lengths[kept];
+      const std::size_t keys = m.key_lengths.empty() ? S : m.key_lengths[kept];
       AttentionStats one(m.h, T, S);
       for (std::size_t i = 0; i < m.h; ++i, ++map) {
         const std::uint64_t first = ((std::uint64_t{l} * file_B + b) * m.h + i) * T * S;
@@ -116,8 +142,11 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
           r.read(first + std::uint64_t{t0} * S, count * S, rows.data());
           for (std::size_t t = 0; t < count; ++t)
             weighted |= check_row(m, (std::uint64_t{map} * T + t0 + t) * S, rows.data() + t * S, S);
-          one.add_rows(i, t0, count, rows.data());
-          all.add_rows(i, t0, count, rows.data());
+          if (t0 < queries) {
+            const std::size_t real = std::min(count, queries - t0);
+            one.add_rows(i, t0, real, rows.data(), keys);
+            all.add_rows(i, t0, real, rows.data(), keys);
+          }
           if (f == 1) {
             std::copy(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(count * S),
                       page + t0 * S);
@@ -151,7 +180,7 @@ void read_maps(NpyReader& r, const std::vector<std::size_t>& batches, std::size_
 
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
                              const ViewOptions& options, const std::vector<std::size_t>& as_shape,
-                             bool weights) {
+                             bool weights, const RowLengths& lengths) {
   AttentionMapSet m;
   m.name = name;
   m.weights = weights;
@@ -215,7 +244,19 @@ AttentionMapSet read_map_set(const std::string& file, const std::string& name,
                     : std::string()) +
                " (choose one batch element with --batch_index, or view fewer heads)");
   const std::size_t file_B = m.B;
+  m.file_B = file_B;
+  m.batch_rows = batches;
   m.B = batches.size();
+  // A padded batch's lengths, when they are this file's rows' (one per row, within T and S).
+  const auto fits = [&](const std::vector<std::size_t>& n, std::size_t most) {
+    return n.size() == file_B &&
+           std::all_of(n.begin(), n.end(), [&](std::size_t x) { return x <= most; });
+  };
+  if (fits(lengths.queries, m.T) && fits(lengths.keys, m.S))
+    for (std::size_t b : batches) {
+      m.query_lengths.push_back(lengths.queries[b]);
+      m.key_lengths.push_back(lengths.keys[b]);
+    }
   // float16 is widened to float32, which holds it exactly.
   m.array.dtype = header.dtype == DType::f8 ? DType::f8 : DType::f4;
   m.array.shape = dims;
@@ -354,7 +395,8 @@ void read_qk(AttentionView& v, const ExtrasToView& files, const ViewOptions& opt
         fail_input((a == &qk.q ? files.q : files.k) + ": value " + std::to_string(i) +
                    " of the rows kept is not finite; expected the queries and keys of a run");
   for (std::size_t b : rows)
-    qk.lengths.push_back(v.run && b < v.run->token_labels.size()
+    qk.lengths.push_back(v.run && b < v.run->lengths.size() ? std::min(qk.T, v.run->lengths[b])
+                         : v.run && b < v.run->token_labels.size()
                              ? std::min(qk.T, v.run->token_labels[b].size())
                              : qk.T);
   v.qk = std::move(qk);
@@ -437,6 +479,36 @@ void label_view(AttentionView& v, const ViewOptions& options) {
       m.key_pieces = side(key_pieces, m.S);
     }
   }
+  // Each kept batch row labelled with its own tokens, whatever the page holds (B > 1 too).
+  if (options.labels.empty() && options.key_labels.empty() && v.run) {
+    const auto rows_of = [](const std::vector<std::vector<std::string>>& rows,
+                            const std::vector<std::size_t>& kept, std::size_t n) {
+      std::vector<std::vector<std::string>> out;
+      for (std::size_t b : kept) {
+        if (b >= rows.size() || rows[b].size() > n) return std::vector<std::vector<std::string>>{};
+        out.push_back(rows[b]);
+        out.back().resize(n, "<pad>");
+      }
+      return out;
+    };
+    for (AttentionMapSet& m : v.maps) {
+      if (m.factor > 1) continue;  // the cells are blocks
+      const bool tq = target_queries(m.name), tk = target_keys(m.name);
+      m.row_query_labels =
+          rows_of(tq ? v.run->target_labels : v.run->token_labels, m.batch_rows, m.T);
+      m.row_key_labels =
+          rows_of(tk ? v.run->target_labels : v.run->token_labels, m.batch_rows, m.S);
+      if (m.row_query_labels.empty() || m.row_key_labels.empty()) {
+        m.row_query_labels.clear();
+        m.row_key_labels.clear();
+        continue;
+      }
+      m.row_query_pieces =
+          rows_of(tq ? v.run->target_pieces : v.run->token_pieces, m.batch_rows, m.T);
+      m.row_key_pieces =
+          rows_of(tk ? v.run->target_pieces : v.run->token_pieces, m.batch_rows, m.S);
+    }
+  }
   if (!options.labels.empty()) {
     v.query_labels =
         read_labels(options.labels, first.T, "T = " + std::to_string(first.T) + " query positions");
@@ -472,7 +544,8 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
       const std::string file = (fs::path(path) / base).string();
       if (!fs::exists(file, ec) || (listed && !listed->count(base))) continue;
       check_run_output(file);
-      v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name)));
+      v.maps.push_back(read_map_set(file, name, options, flattened_shape(v.run, name), true,
+                                    run_lengths(v.run, name)));
     }
     // A vision model's images, for the overlay.
     if (listed && listed->count("images.npy")) {
@@ -505,7 +578,8 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
         if (h.shape.size() != 4)
           fail_input(rollout + ": expected (layers, B, queries, keys), got " + shape_text(h.shape));
         v.maps.push_back(read_map_set(rollout, name, options,
-                                      {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}));
+                                      {h.shape[0], h.shape[1], 1, h.shape[2], h.shape[3]}, true,
+                                      run_lengths(v.run, name)));
         v.maps.back().head_axis = false;  // the heads' mean, as the page names it
       }
       const std::string flow = (fs::path(path) / "flow.npy").string();
@@ -514,8 +588,9 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
         const NpyHeaderInfo h = NpyReader(flow).header();
         if (h.shape.size() != 3)
           fail_input(flow + ": expected (B, T, T), got " + shape_text(h.shape));
-        v.maps.push_back(
-            read_map_set(flow, "flow", options, {1, h.shape[0], 1, h.shape[1], h.shape[2]}));
+        v.maps.push_back(read_map_set(flow, "flow", options,
+                                      {1, h.shape[0], 1, h.shape[1], h.shape[2]}, true,
+                                      run_lengths(v.run, "flow")));
         v.maps.back().head_axis = false;
       }
       for (const char* name : {"attention_norms", "encoder_attention_norms",
@@ -524,7 +599,7 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
         const std::string norms = (fs::path(path) / base).string();
         if (!listed->count(base)) continue;
         check_run_output(norms);
-        v.maps.push_back(read_map_set(norms, name, options, {}, false));
+        v.maps.push_back(read_map_set(norms, name, options, {}, false, run_lengths(v.run, name)));
       }
       const std::size_t row = options.batch_index.value_or(0);
       v.analyses = read_analyses(path, *listed, row);
@@ -554,7 +629,8 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
     const fs::path file(path);
     v.run = run_beside((file.parent_path() / "run.json").string(), read_run);
     const std::string stem = file.stem().string();
-    v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem)));
+    v.maps.push_back(read_map_set(path, stem, options, flattened_shape(v.run, stem), true,
+                                  run_lengths(v.run, stem)));
   }
   label_view(v, options);
   return v;
@@ -567,7 +643,8 @@ AttentionView attention_view_of(const std::string& title, const std::vector<Maps
   v.title = title;
   v.run = std::move(run);
   for (const MapsToView& m : maps) {
-    v.maps.push_back(read_map_set(m.path, m.name, options, m.as_shape, m.weights));
+    v.maps.push_back(
+        read_map_set(m.path, m.name, options, m.as_shape, m.weights, run_lengths(v.run, m.name)));
     if (!m.head_axis) v.maps.back().head_axis = false;
   }
   if (v.maps.empty()) fail_input(title + ": no attention maps to show");
@@ -622,6 +699,8 @@ std::string attention_page(const AttentionView& view) {
                             {"file", m.file},
                             {"layers", m.layers},
                             {"B", m.B},
+                            {"B_file", m.file_B},
+                            {"batch_rows", m.batch_rows},
                             {"h", m.h},
                             {"T", m.rows},
                             {"S", m.cols},
@@ -634,8 +713,18 @@ std::string attention_page(const AttentionView& view) {
                             {"stats", m.stats},
                             {"stats_all", m.stats_all},
                             {"data", pack_values(m.array.data.data(), m.array.size(), item)}});
+    nlohmann::json& j = data["maps"].back();
+    if (!m.query_lengths.empty()) {  // a padded batch: each kept row's real queries and keys
+      j["query_lengths"] = m.query_lengths;
+      j["key_lengths"] = m.key_lengths;
+    }
+    if (!shrunk && !m.row_query_labels.empty()) {  // each kept row's own tokens
+      j["row_query_labels"] = m.row_query_labels;
+      j["row_key_labels"] = m.row_key_labels;
+      if (!m.row_query_pieces.empty()) j["row_query_pieces"] = m.row_query_pieces;
+      if (!m.row_key_pieces.empty()) j["row_key_pieces"] = m.row_key_pieces;
+    }
     if (!m.query_labels.empty()) {  // the map set's own labels (an encoder-decoder's sides)
-      nlohmann::json& j = data["maps"].back();
       j["query_labels"] = m.query_labels;
       j["key_labels"] = m.key_labels;
       j["query_pieces"] = m.query_pieces;

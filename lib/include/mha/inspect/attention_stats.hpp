@@ -66,7 +66,16 @@ class AttentionStats {
   // merged under a lock. Throws mha::Error (runtime) when the block lies
   // outside (heads, T, S).
   template <class T>
-  void add_rows(std::size_t head, std::size_t t0, std::size_t rows, const T* block);
+  void add_rows(std::size_t head, std::size_t t0, std::size_t rows, const T* block) {
+    add_rows(head, t0, rows, block, S_);
+  }
+  // The same rows of a padded batch row: only the first `keys` <= S weights of each row are
+  // its keys (the rest, padding, are left out), so the row counts as in a (T, keys) map:
+  // entropy_fraction is entropy / log(keys). A head whose rows have different key counts
+  // averages each row's entropy / log(keys).
+  template <class T>
+  void add_rows(std::size_t head, std::size_t t0, std::size_t rows, const T* block,
+                std::size_t keys);
 
   std::size_t heads() const { return heads_.size(); }
   HeadStats head(std::size_t i) const;
@@ -91,11 +100,12 @@ class AttentionStats {
   };
 
  private:
-  enum { kEntropy, kMaxWeight, kDistance, kDiagonal, kFirstKey, kSums };
+  enum { kEntropy, kEntropyFraction, kMaxWeight, kDistance, kDiagonal, kFirstKey, kSums };
   struct Accumulator {
     ExactSum sums[kSums];
     double max_above_diagonal = 0;
     std::uint64_t rows = 0, skipped_rows = 0;
+    std::size_t min_keys = SIZE_MAX, max_keys = 0;  // of the counted rows
     void merge(const Accumulator& other);
   };
   HeadStats finish(const Accumulator& acc) const;

@@ -44,6 +44,12 @@ struct InspectOptions {
   std::optional<long> heads_axis;
   // Bytes read at a time (at least one row of an attention map is held).
   std::size_t chunk_bytes = std::size_t{4} << 20;
+  // A model run's padded batch (its tokens.json): each batch row's real queries and keys.
+  // Rows are padded on the right; an attention array whose batch axis (after the layers
+  // axis of self_attention.npy and the like, else the first that is not heads) holds this
+  // many rows, within T and S, has its padded query rows left out (padded_rows) and its
+  // padded keys cut from every row. Empty: every row and key is real.
+  std::vector<std::size_t> query_lengths, key_lengths;
 };
 
 // Statistics of an array's values, in double. NaN and +-Inf are counted and
@@ -63,12 +69,15 @@ struct TensorStats {
 // How an attention array was recognised and read.
 struct AttentionInfo {
   std::string detected_by;  // "file name", "--attention" or "rows"
-  std::string layout;       // "(B, h, T, S)": axis names, h for heads
+  std::string layout;       // "(B, h, T, S)": axis names, h for heads, layers for a stack's
   std::optional<std::size_t> heads_axis;
   std::size_t T = 0, S = 0;
   // Rows by kind: distributions (values in [0, 1] within 1e-6, sum within
   // 1e-3 of 1), fully masked (all zero or all NaN) and the others.
   std::uint64_t distribution_rows = 0, masked_rows = 0, other_rows = 0;
+  // Query rows of padding (InspectOptions::query_lengths), in none of the counts above.
+  std::uint64_t padded_rows = 0;
+  std::optional<std::size_t> batch_axis;  // when the lengths were used: the axis they index
   std::unique_ptr<AttentionStats> stats;  // heads: 1 without a heads axis
 
   // AttentionStats::to_json() with layout, heads_axis, detected_by and the row counts.

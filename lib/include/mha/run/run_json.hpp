@@ -63,6 +63,9 @@ struct ModelRunView {
   // An encoder-decoder's decoder inputs (tokens.json's "target"); empty otherwise.
   std::vector<std::vector<std::string>> target_tokens, target_pieces;
   std::vector<std::vector<std::string>> label_tokens;  // the target's own tokens ("label_tokens")
+  // Each row's real tokens ("lengths", and the target's): rows are padded on the right.
+  // When tokens.json has none, each row's count of tokens.
+  std::vector<std::size_t> lengths, target_lengths;
 };
 std::optional<ModelRunView> read_model_run_view(const std::string& path);
 

@@ -53,8 +53,10 @@ class Tokenizer {
   // them ("Ġcat" → " cat", "<0x0A>" → "\n"); part of a UTF-8 character for some byte-level
   // or byte-fallback pieces. An added token is itself; without a (supported) decoder, the piece.
   std::string decode_token(std::int32_t id) const;
-  // What outputs show for `id`: visible_text(decode_token(id)), or the piece when the decoder
-  // leaves nothing (LLaMA-2's "▁", whose one space Strip removes). docs/tokenizers.md.
+  // What outputs show for `id`: visible_text of its bytes decoded as a token after others, so
+  // that a word start shows as ␣ for every tokenizer (GPT-2 "Ġcat", LLaMA-2 "▁cat" and T5
+  // "▁cat" all → "␣cat", where decode([id]) drops the SentencePiece space); the piece when
+  // the decoder leaves nothing. docs/tokenizers.md.
   std::string display_token(std::int32_t id) const;
   std::optional<std::int32_t> pad_id() const;  // the padding token if the tokenizer has one
   // "byte-level BPE", "BPE with byte fallback", "BPE", "WordPiece", "Unigram" or "Unigram with

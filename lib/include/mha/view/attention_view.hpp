@@ -29,7 +29,9 @@ namespace mha {
 struct AttentionMapSet {
   std::string name;  // "attention", "self_attention", "cross_attention", or the file's stem
   std::string file;  // where it was read from
-  std::size_t layers = 1, B = 1, h = 1, T = 0, S = 0;
+  std::size_t layers = 1, B = 1, h = 1, T = 0, S = 0;  // B: the batch rows kept
+  std::size_t file_B = 1;                              // the file's batch rows
+  std::vector<std::size_t> batch_rows;                 // the file's row of each kept one
   bool layer_axis = false, head_axis = false;
   // Maps longer than kMaxViewSide on a side are shrunk by factor x factor
   // blocks (each cell the block's max, NaN if any is) to rows x cols cells.
@@ -37,6 +39,15 @@ struct AttentionMapSet {
   NpyArray array;            // float32 or float64, C order (layers, B, h, rows, cols)
   nlohmann::json stats;      // [layer][batch] -> AttentionStats::to_json(), and
   nlohmann::json stats_all;  // [layer] over every batch element
+  // A model run's padded batch (mha pads each row on the right): each kept row's real
+  // queries and keys, tokens.json's lengths. The statistics count only those (a padded
+  // query row is left out, a padded key is no key); the page greys the rest. Empty: every
+  // query and key is real.
+  std::vector<std::size_t> query_lengths, key_lengths;
+  // A model run's tokens, each kept row its own (T and S labels, "<pad>" past its length);
+  // empty without a run's tokens, or with label files.
+  std::vector<std::vector<std::string>> row_query_labels, row_key_labels, row_query_pieces,
+      row_key_pieces;
   // The map set's own axis labels (a model run's row), when they differ from
   // the page's: an encoder-decoder's decoder and cross maps have the target's
   // tokens on their queries, its cross maps the source's on their keys. Empty:
@@ -67,6 +78,15 @@ struct ViewedRun {
   // Its target's tokens (tokens.json's "target" "label_tokens"): what each
   // decoder position predicts, the columns of an analysis's loss.
   std::vector<std::vector<std::string>> target_label_tokens;
+  // Each row's real tokens (tokens.json's "lengths", and its target's): the rows are
+  // padded on the right to the longest. Empty: unknown, every position is taken as real.
+  std::vector<std::size_t> lengths, target_lengths;
+};
+
+// The real queries and keys of each of a map file's batch rows (RowLengths of ViewedRun);
+// empty: all real.
+struct RowLengths {
+  std::vector<std::size_t> queries, keys;
 };
 // Reads the run.json at `path`, a file that exists; throws mha::Error naming it.
 using RunReader = std::function<ViewedRun(const std::string& path)>;
@@ -130,9 +150,12 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
 // `as_shape` reads the array as that shape (the same number of weights):
 // attention_axes runs' N-D maps as the flattened (B', h, T, S).
 // `weights`: values checked in [0, 1] (false: any finite value, AttentionMapSet::weights).
+// `lengths`: each file row's real queries and keys (a padded batch's), used when they
+// match the file's B, T and S.
 AttentionMapSet read_map_set(const std::string& file, const std::string& name,
                              const ViewOptions& options,
-                             const std::vector<std::size_t>& as_shape = {}, bool weights = true);
+                             const std::vector<std::size_t>& as_shape = {}, bool weights = true,
+                             const RowLengths& lengths = {});
 
 // Maps held in memory (the Python module's results, mha.show) instead of a
 // run's files: each `path` names a provided array (io/provided_input.hpp),
