@@ -60,6 +60,9 @@ void add_view_command(CLI::App& app, ViewArgs& args) {
   view->add_option("--x", args.x, "sweeps: the swept key along x (default: the first numeric one)");
   view->add_option("--group", args.group,
                    "sweeps: one line per value of this swept key (default: the next one; none)");
+  view->add_option("--mean", args.mean,
+                   "sweeps: average the runs that differ only in this swept key (default: none, "
+                   "each is its own line)");
   view->add_option("--png", args.png,
                    "sweeps: the chart as a PNG too (default report.png beside the HTML; "
                    "- for none)");
@@ -78,7 +81,7 @@ void write_attention_view(const ViewArgs& args, const std::string& html) {
 void write_sweep_report(const std::string& dir, const ViewArgs& args, const std::string& html,
                         const std::string& png) {
   const SweepView view = read_sweep_view(dir);
-  const ChartChoice choice = choose_chart(view, {args.y, args.x, args.group});
+  const ChartChoice choice = choose_chart(view, {args.y, args.x, args.group, args.mean});
   const std::string page = sweep_page(view, choice);
   std::string png_bytes;
   if (!png.empty()) {
@@ -116,6 +119,7 @@ int do_view(const ViewArgs& args) {
       {{"y", !args.y.empty()},
        {"x", !args.x.empty()},
        {"group", !args.group.empty()},
+       {"mean", !args.mean.empty()},
        {"png", !args.png.empty()}},
       args.path + " is not a sweep directory (no results.jsonl): ", " are for sweep reports");
   std::string html = args.output;

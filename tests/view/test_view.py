@@ -479,7 +479,16 @@ class SweepReport(BrowserCase):
                    " g = document.getElementById('group'); y.value = 'attention_entropy_per_head';"
                    " x.value = 'h'; g.value = ''; g.dispatchEvent(new Event('change')); })()")
         got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
+        # Each seq_len is its own series: runs of different lengths are not averaged.
+        self.assertEqual([g[0] for g in got][:5], ["seq_len=8 · head 0", "seq_len=16 · head 0",
+                                                   "seq_len=32 · head 0", "seq_len=64 · head 0",
+                                                   "seq_len=8 · head 1"])
+        # Unless asked: the mean over seq_len, one line per head.
+        b.evaluate("(() => { const m = document.getElementById('mean'); m.value = 'seq_len';"
+                   " m.dispatchEvent(new Event('change')); })()")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
         self.assertEqual([g[0] for g in got], ["head 0", "head 1", "head 2", "head 3"])
+        self.assertIn("mean over seq_len", b.evaluate("mhaChart.options.plugins.title.text"))
         head3 = dict(got[3][1])
         self.assertEqual(sorted(head3), [4])  # only h = 4 runs have a head 3
         want = np.mean([r["attention_entropy_per_head"][3] for r in rows if r["h"] == 4])
@@ -493,6 +502,68 @@ class SweepReport(BrowserCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("attention_entropy against seq_len for each h", r.stderr)
 
+
+    def test_model_sweep_categorical_and_not_averaged(self):
+        # A model sweep's rows (checkpoints x texts x methods): perplexities of two texts
+        # that differ by a factor of 7 stay two points, and checkpoints are named, not joined.
+        out = os.path.join(self.dir, "models")
+        os.makedirs(out, exist_ok=True)
+        rows, ppl = [], {}
+        models = ["models/gpt2", "models/qwen2"]
+        texts = ["The Eiffel Tower is in", "The capital of France is"]
+        methods = [["loss", "logit_lens"], ["rollout", "norms"]]
+        for m in models:
+            for t in texts:
+                for meth in methods:
+                    row = {"schema_version": 1, "index": len(rows), "name": "r%d" % len(rows),
+                           "status": "ok", "model": m, "text": t, "method": meth,
+                           "forward_ms": 10.0 + len(rows), "run_dir": out}
+                    if "loss" in meth:
+                        row["perplexity"] = ppl[m, t] = (1.24e6 if t == texts[0] else 1.72e5) * (
+                            1 + models.index(m))
+                    rows.append(row)
+        with open(os.path.join(out, "results.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump({"schema_version": 1, "sweep_file": "m.json",
+                       "swept_keys": ["model", "text", "method"], "runs": len(rows)}, f)
+        png = os.path.join(out, "report.png")
+        r = mha("view", out, "-o", os.path.join(out, "report.html"), "--png", png)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "report.html"))
+        b.save_screenshot("/tmp/pages_model_sweep.png")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.showLine,"
+                         " d.data.map(p => [p.x, p.y])])")
+        points = {}
+        for label, show_line, data in got:
+            self.assertFalse(show_line, label)
+            for x, y in data:
+                points.setdefault(x, []).append(y)
+        # Every point is one run's perplexity; none is a mean of two texts.
+        self.assertEqual(sorted(points), [0, 1])
+        for i, m in enumerate(models):
+            self.assertEqual(sorted(points[i]), sorted(ppl[m, t] for t in texts))
+        ticks = b.evaluate("mhaChart.scales.x.ticks.map(t => t.label)")
+        self.assertEqual([t for t in ticks if t], models)
+        self.assertEqual(b.evaluate("[mhaChart.scales.x.min, mhaChart.scales.x.max]"), [-0.5, 1.5])
+        self.assertNotIn("averaged", b.evaluate("document.getElementById('chart-note').textContent"))
+        self.assert_clean()
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Asked for: the mean over texts, one point per checkpoint.
+        r = mha("view", out, "-o", os.path.join(out, "mean.html"), "--png", "-", "--mean", "text")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "mean.html"))
+        got = b.evaluate("mhaChart.data.datasets.map(d => d.data.map(p => [p.x, p.y]))")
+        self.assertEqual(len([d for d in got if d]), 1)
+        want = [[i, np.mean([ppl[m, t] for t in texts])] for i, m in enumerate(models)]
+        mine = [d for d in got if d][0]
+        for (x, y), (wx, wy) in zip(mine, want):
+            self.assertEqual(x, wx)
+            self.assertAlmostEqual(y, wy, delta=1e-6 * wy)
+        r = mha("view", out, "-o", os.path.join(out, "bad.html"), "--mean", "model")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--mean model: not a swept key", r.stderr)
 
     def test_bundled_heads_vs_length(self):
         # The example: compute time against seq_len, one line per h.
