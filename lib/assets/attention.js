@@ -745,13 +745,16 @@
     table.append(tbody);
   }
   // ---- mha analyze's arrays: tables whose cells are coloured by value ----
-  function heatTable(caption, rows, rowName, colNames, fmt) {
+  // byColumn: each column coloured on its own range (columns of different units).
+  function heatTable(caption, rows, rowName, colNames, fmt, byColumn) {
     const flat = rows.flat().filter((v) => typeof v === 'number');
     const lo = Math.min(...flat), hi = Math.max(...flat);
+    const column = (c) => rows.map((row) => row[c]).filter((v) => typeof v === 'number');
+    const ranges = byColumn ? colNames.map((_, c) => [Math.min(...column(c)), Math.max(...column(c))]) : null;
     const table = document.createElement('table');
     table.className = 'heat';
     const cap = document.createElement('caption');
-    cap.textContent = caption + (flat.length ? '  (' + lo.toPrecision(4) + ' … ' + hi.toPrecision(4) + ')' : '');
+    cap.textContent = caption + (byColumn ? '  (each column coloured on its own range)' : flat.length ? '  (' + lo.toPrecision(4) + ' … ' + hi.toPrecision(4) + ')' : '');
     table.append(cap);
     const head = document.createElement('tr');
     head.append(document.createElement('th'));
@@ -767,10 +770,11 @@
         const cell = fmt(v, r, c);
         td.textContent = cell.text;
         td.title = cell.title;
-        if (typeof cell.value === 'number' && hi > lo) {
-          const rgb = VIRIDIS[Math.round(255 * (cell.value - lo) / (hi - lo))];
+        const [l, h] = ranges ? ranges[c] : [lo, hi];
+        if (typeof cell.value === 'number' && h > l) {
+          const rgb = VIRIDIS[Math.round(255 * (cell.value - l) / (h - l))];
           td.style.background = 'rgb(' + rgb.join(',') + ')';
-          td.style.color = (cell.value - lo) / (hi - lo) > 0.6 ? '#000' : '#fff';
+          td.style.color = (cell.value - l) / (h - l) > 0.6 ? '#000' : '#fff';
         }
         tr.append(td);
       });
@@ -818,6 +822,24 @@
     grid('cross_ablation', 'Head ablation, cross-attention: the change in the metric' + metric, heads);
     grid('patch_heads', 'Activation patching, heads (0 = corrupt, 1 = clean)', heads);
     grid('patch_resid', 'Activation patching, residual stream by position', tokens);
+    // Head detectors (head_scores.npy): a layers x heads grid per detector.
+    if (a.head_scores) {
+      a.head_scores.names.forEach((name, i) => {
+        const rows = a.head_scores.grids[i], cols = heads(rows[0].length);
+        box.append(heatTable('Head detector: ' + name + ' score', rows, (l) => 'layer ' + l, cols,
+          (v, l, c) => ({ text: num(v), value: v, title: name + ', layer ' + l + ', ' + cols[c] + ': ' + (typeof v === 'number' ? v.toPrecision(6) : '—') })));
+      });
+    }
+    // The corpus (corpus_heads.npy): a row per head, a column per statistic, as corpus_heads.csv.
+    if (a.corpus) {
+      const names = a.corpus.names, g = a.corpus.grids, L = g[0].length, H = g[0][0].length;
+      const rows = [], label = [];
+      for (let l = 0; l < L; ++l)
+        for (let h = 0; h < H; ++h) { rows.push(names.map((_, s) => g[s][l][h])); label.push('layer ' + l + ', head ' + h); }
+      const texts = D.run && D.run.summary && D.run.summary.corpus ? ' over ' + D.run.summary.corpus.texts + ' texts' : '';
+      box.append(heatTable('Corpus statistics of each head' + texts, rows, (r) => label[r], names,
+        (v, r, c) => ({ text: num(v), value: v, title: label[r] + ', ' + names[c] + ': ' + (typeof v === 'number' ? v.toPrecision(6) : '—') }), true));
+    }
   }
 
   function drawRun() {

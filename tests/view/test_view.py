@@ -428,6 +428,28 @@ class LargePage(BrowserCase):
         self.assertEqual(np.float32(re.search(r"weight (\S+)", text).group(1)), w[0, 7, 105, 309])
         self.assert_clean()
 
+    def test_png_of_the_first_view(self):
+        # A plain headless --screenshot was often taken before the page had inflated its
+        # data (blank); `mha view --png` captures it drawn.
+        out = os.path.join(self.dir, "png")
+        r = mha("run", "--h", "12", "--d_model", "768", "--seq_len", "256", "--batch", "1",
+                "--save_attention", "--out_dir", out, "-q")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shot = os.path.join(out, "view.png")
+        env = dict(os.environ, MHA_CHROMIUM=require_chromium("view.LargePage"))
+        r = subprocess.run([MHA, "view", out, "--png", shot], capture_output=True, text=True,
+                           env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "view.html")))
+        with open(shot, "rb") as f:
+            from browser import decode_png
+            w, h, rows = decode_png(f.read())
+        self.assertEqual((w, h), (1400, 1000))
+        # The 12 heads' maps are drawn: many pixels of viridis colours (a blank page has none).
+        palette = set(VIRIDIS)
+        drawn = sum(1 for row in rows[:600] for px in row if px in palette)
+        self.assertGreater(drawn, 12 * 40 * 40, "the heads were not drawn")
+
     def test_map_longer_than_a_page_side(self):
         # 3000 x 3000 is longer than a page's 2896: the page holds 1500 x 1500 blocks of 2 x 2
         # weights, each their max, and says so; hovering a block gives the file's ranges.
@@ -686,6 +708,10 @@ class AnalysisPage(BrowserCase):
         for (text, title, rgb), v in zip(cells, values):
             self.assertAlmostEqual(float(text), v, delta=0.0005001)
 
+    def assert_hover(self, title, prefix, value):  # the value to 6 significant digits
+        self.assertTrue(title.startswith(prefix), (title, prefix))
+        self.assertAlmostEqual(float(title[len(prefix):]), float(value), delta=abs(value) * 1e-5 + 1e-12)
+
     def check_colours(self, cells, values):
         lo, hi = min(values), max(values)
         for (text, title, rgb), v in zip(cells, values):
@@ -738,6 +764,45 @@ class AnalysisPage(BrowserCase):
         self.assertEqual(len(self.cells("Activation patching, heads")), heads.size)
         self.assert_clean()
 
+    def test_corpus_table(self):
+        # A corpus run alone used to exit 2 ("nothing the page draws").
+        out = os.path.join(self.dir, "corpus")
+        texts = os.path.join(self.dir, "corpus.txt")
+        with open(texts, "w") as f:
+            f.write("the cat sat on the mat\nthe dog sat\nthe mat sat on the cat the cat\n")
+        page = self.analyze(out, "--method", "corpus", "--texts", texts, "--batch", "2")
+        b = self.open(page)
+        b.save_screenshot("/tmp/pages_corpus.png")
+        self.assertTrue(b.evaluate("document.getElementById('maps-section').hidden"))
+        stats = np.load(os.path.join(out, "corpus_heads.npy"))  # (7, layers, heads)
+        S, L, H = stats.shape
+        cells = self.cells("Corpus statistics of each head")
+        self.assertIsNotNone(cells)
+        # A row per head (layer-major), a column per statistic, as corpus_heads.csv.
+        want = stats.reshape(S, L * H).T
+        self.assert_texts(cells, want.ravel())
+        self.assert_hover(cells[S + 2][1], "layer 0, head 1, first_token: ", want[1, 2])
+        # Each column on its own range: its lowest cell is viridis 0, its highest viridis 255.
+        for c in range(S):
+            col = [cells[r * S + c] for r in range(L * H)]
+            self.check_colours(col, want[:, c])
+        self.assert_clean()
+
+    def test_detector_scores(self):
+        out = os.path.join(self.dir, "det")
+        page = self.analyze(out, "--method", "detectors", "--text", "the cat sat on the mat the cat sat")
+        b = self.open(page)
+        b.save_screenshot("/tmp/pages_detectors.png")
+        scores = np.load(os.path.join(out, "head_scores.npy"))  # (3, layers, heads)
+        for i, name in enumerate(["previous_token", "duplicate_token", "induction"]):
+            cells = self.cells("Head detector: " + name)
+            self.assertIsNotNone(cells, name)
+            self.assert_texts(cells, scores[i].ravel())
+            if scores[i].max() > scores[i].min():
+                self.check_colours(cells, scores[i].ravel())
+            self.assert_hover(cells[1][1], name + ", layer 0, head 1: ", scores[i, 0, 1])
+        self.assert_clean()
+
 
 class BadInputs(unittest.TestCase):
     """Exit 2, one line naming the file and what was expected, nothing written."""
@@ -783,6 +848,18 @@ class BadInputs(unittest.TestCase):
                                         shape=(4, 16, 512, 512))
         del big
         self.refuse(["view", self.p("big.npy")], "a page holds at most 8388608")
+
+    def test_png_without_chromium(self):
+        run = self.p("run")
+        self.assertEqual(mha("run", "--h", "2", "--d_model", "8", "--seq_len", "4",
+                             "--save_attention", "--out_dir", run, "-q").returncode, 0)
+        env = dict(os.environ, PATH="/nonexistent", MHA_CHROMIUM="")
+        r = subprocess.run([MHA, "view", run, "--png", self.p("v.png")], capture_output=True,
+                           text=True, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--png " + self.p("v.png") + ": no Chromium", r.stderr)
+        self.assertEqual(sorted(os.listdir(run)), ["attention.npy", "output.npy", "run.json"])
+        self.assertFalse(os.path.exists(self.p("v.png")))
 
     def test_sweep_report_errors(self):
         # No run finished: results are still written, the report is refused, exit 2.
