@@ -709,6 +709,8 @@
     ['first_key', 'first key'], ['causal', 'causal']];
   function drawStats() {
     const m = M(), scope = $('stats-scope').value;
+    // A map set without heads (rollout, flow) has one row: the map's own statistics.
+    $('stats-title').textContent = m.head_axis ? 'Per-head statistics' : 'Statistics of the map (' + m.name + ')';
     const stats = scope === 'all' ? m.stats_all[state.layer] : m.stats[state.layer][state.batch];
     const rows = stats.heads.map((s, i) => Object.assign({ head: i }, s));
     const { key, dir } = state.sort;
@@ -897,7 +899,7 @@
 
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
-    $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
+    $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis && m.layers > 1 ? m.layers + ' layers × ' : '') +
       'B = ' + m.B + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
       (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;

@@ -764,6 +764,22 @@ class AnalysisPage(BrowserCase):
         self.assertEqual(len(self.cells("Activation patching, heads")), heads.size)
         self.assert_clean()
 
+    def test_rollout_and_flow_headings(self):
+        # They used to read "Per-head statistics" over a row "mean over heads", and "flow 1 layers".
+        out = os.path.join(self.dir, "rf")
+        page = self.analyze(out, "--text", "the cat sat on the mat", "--method", "rollout",
+                            "--method", "flow")
+        b = self.open(page)
+        names = b.evaluate("mhaView.data.maps.map(m => m.name)")
+        self.assertEqual(names, ["rollout", "flow"])
+        self.assertNotIn("flow 1 layers", b.evaluate("document.getElementById('subtitle').textContent"))
+        for i, name in enumerate(names):
+            b.evaluate("mhaView.state.map = %d; mhaView.render()" % i)
+            self.assertEqual(b.evaluate("document.getElementById('stats-title').textContent"),
+                             "Statistics of the map (%s)" % name)
+        b.save_screenshot("/tmp/pages_flow.png")
+        self.assert_clean()
+
     def test_corpus_table(self):
         # A corpus run alone used to exit 2 ("nothing the page draws").
         out = os.path.join(self.dir, "corpus")
