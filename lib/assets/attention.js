@@ -906,6 +906,7 @@
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
     drawAnalyses();
     if (!D.maps.length) {  // an analyses-only page
+      document.body.classList.add('analyses-only');
       for (const id of ['maps-section']) $(id).hidden = true;
       document.querySelector('.controls').hidden = true;
       $('stats').hidden = true;

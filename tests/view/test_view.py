@@ -762,6 +762,17 @@ class AnalysisPage(BrowserCase):
         self.check_colours(cells, resid.ravel())
         heads = np.load(os.path.join(out, "patch_heads.npy"))
         self.assertEqual(len(self.cells("Activation patching, heads")), heads.size)
+        # The page uses its width: the small grids side by side, the run as wide as the page
+        # (they used to leave half the width empty).
+        boxes = b.evaluate("Array.from(document.querySelectorAll('#analyses table')).map(t => {"
+                           " const r = t.getBoundingClientRect(); return [r.left, r.top, r.right]; })")
+        self.assertEqual(len(boxes), 2)
+        self.assertEqual(boxes[0][1], boxes[1][1])
+        self.assertGreater(boxes[1][0], boxes[0][2])
+        width = b.evaluate("document.documentElement.clientWidth")
+        run = b.evaluate("document.getElementById('config').getBoundingClientRect().width")
+        self.assertGreater(run, 0.8 * width)
+        b.save_screenshot("/tmp/pages_patching.png")
         self.assert_clean()
 
     def test_rollout_and_flow_headings(self):
