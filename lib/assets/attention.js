@@ -649,7 +649,7 @@
     if (!grid) return;
     const im = D.images, b = state.batch;
     if (state.image === null) {
-      state.image = { query: 0, head: 'mean', alpha: 0.6 };
+      state.image = { query: 0, head: 'mean', alpha: 0.6, smooth: 'bilinear' };
       fillSelect($('image-query'), m.T, (t) => { const q = queryLabel(t); return t + (q !== null ? ' ' + q : ''); });
       fillSelect($('image-head'), m.h, (i) => headName(m, i));
       if (m.head_axis) { const o = document.createElement('option'); o.value = 'mean'; o.textContent = 'mean over heads'; $('image-head').prepend(o); }
@@ -659,7 +659,8 @@
     $('image-query').value = t; $('image-head').value = state.image.head;
     const o = overlay(state.layer, b, state.image.head, t);
     // The image at its own pixels, then the grid's values upsampled bilinearly (patch centres
-    // at their values) and blended over it in viridis.
+    // at their values) or as squares (nearest: each pixel its patch's value, the patch edges
+    // sharp) and blended over it in viridis.
     const picture = $('image-picture'), blended = $('image-overlay');
     const base = new ImageData(im.W, im.H), mixed = new ImageData(im.W, im.H);
     const a = state.image.alpha, off = b * im.H * im.W * 3;
@@ -668,7 +669,8 @@
       const gy = (y + 0.5) * o.rows / im.H - 0.5, r0 = Math.floor(gy), fy = gy - r0;
       for (let x = 0; x < im.W; x++) {
         const gx = (x + 0.5) * o.cols / im.W - 0.5, c0 = Math.floor(gx), fx = gx - c0;
-        const v = (1 - fy) * ((1 - fx) * at(r0, c0) + fx * at(r0, c0 + 1)) + fy * ((1 - fx) * at(r0 + 1, c0) + fx * at(r0 + 1, c0 + 1));
+        const v = state.image.smooth === 'nearest' ? at(Math.floor(y * o.rows / im.H), Math.floor(x * o.cols / im.W))
+          : (1 - fy) * ((1 - fx) * at(r0, c0) + fx * at(r0, c0 + 1)) + fy * ((1 - fx) * at(r0 + 1, c0) + fx * at(r0 + 1, c0 + 1));
         const col = colorAt(v), p = 4 * (y * im.W + x), q = off + 3 * (y * im.W + x);
         for (let k = 0; k < 3; k++) {
           base.data[p + k] = PIXELS[q + k];
@@ -683,6 +685,8 @@
       canvas.style.width = Math.round(im.W * scale) + 'px'; canvas.style.height = Math.round(im.H * scale) + 'px';
       canvas.getContext('2d').putImageData(img, 0, 0);
     }
+    // Nearest: the browser's enlargement of the canvas keeps the squares' edges sharp too.
+    blended.style.imageRendering = state.image.smooth === 'nearest' ? 'pixelated' : '';
     const q = queryLabel(t);
     $('image-caption').textContent = 'query ' + t + (q !== null ? ' ' + q : '') + ' · ' +
       (state.image.head === 'mean' ? 'mean over heads' : headName(m, state.image.head)) +
@@ -701,6 +705,7 @@
     $('image-query').addEventListener('change', () => { state.image.query = +$('image-query').value; drawImage(); });
     $('image-head').addEventListener('change', () => { const v = $('image-head').value; state.image.head = v === 'mean' ? 'mean' : +v; drawImage(); });
     $('image-alpha').addEventListener('input', () => { state.image.alpha = +$('image-alpha').value / 100; drawImage(); });
+    $('image-smooth').addEventListener('change', () => { state.image.smooth = $('image-smooth').value; drawImage(); });
   }
 
   // ---- statistics and the run ----
