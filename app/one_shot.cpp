@@ -63,6 +63,7 @@ json one_shot_config(const BenchShape& shape, const std::string& variant, int th
   if (variant == "gqa") c["kv_heads"] = d.h % 4 == 0 ? d.h / 4 : 1;
   c.erase("plot");
   c.erase("repeat");  // each process is one cold sample: bench's --repeat counts them
+  c.erase("warmup");
   return c;
 }
 

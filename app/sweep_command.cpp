@@ -523,6 +523,9 @@ void add_sweep_command(CLI::App& app, SweepArgs& args) {
   sweep->add_option("--y", args.report_y, "--report: the results column to chart (compute_ms)");
   sweep->add_option("--x", args.report_x, "--report: the swept key along x");
   sweep->add_option("--group", args.report_group, "--report: one line per value of this key");
+  sweep->add_option("--mean", args.report_mean,
+                    "--report: average the runs that differ only in this swept key (default: "
+                    "none, each is its own line)");
 }
 
 // --report: the sweep's report.html and report.png from the results just collected.
@@ -534,6 +537,7 @@ static bool report(const SweepArgs& args, const Sweep& sweep) {
   view.y = args.report_y;
   view.x = args.report_x;
   view.group = args.report_group;
+  view.mean = args.report_mean;
   const std::filesystem::path dir(sweep.out_dir);
   try {
     write_sweep_report(sweep.out_dir, view, (dir / "report.html").string(),
@@ -550,7 +554,8 @@ static void check_report_options(const SweepArgs& args, const Sweep& sweep) {
   if (!args.report) {
     refuse_options({{"y", !args.report_y.empty()},
                     {"x", !args.report_x.empty()},
-                    {"group", !args.report_group.empty()}},
+                    {"group", !args.report_group.empty()},
+                    {"mean", !args.report_mean.empty()}},
                    "", " choose the chart of --report; give --report too");
     return;
   }
@@ -566,6 +571,11 @@ static void check_report_options(const SweepArgs& args, const Sweep& sweep) {
       (!swept(args.report_group) || args.report_group == args.report_x))
     fail_input("--group " + args.report_group + ": not a swept key of " + args.file +
                " other than --x; expected one of " + keys + " (or none)");
+  if (!args.report_mean.empty() && args.report_mean != "none" &&
+      (!swept(args.report_mean) || args.report_mean == args.report_x ||
+       args.report_mean == args.report_group))
+    fail_input("--mean " + args.report_mean + ": not a swept key of " + args.file +
+               " other than --x and --group; expected one of " + keys);
 }
 
 namespace {

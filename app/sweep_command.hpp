@@ -16,7 +16,7 @@ struct SweepArgs {
   bool resume = false, dry_run = false, collect = false, skip_invalid = false;
   bool shard_given = false;  // --shard "" is an error, not "no shard"
   bool report = false;       // report.html and report.png after collecting
-  std::string report_y, report_x, report_group;
+  std::string report_y, report_x, report_group, report_mean;
 };
 
 void add_sweep_command(CLI::App& app, SweepArgs& args);

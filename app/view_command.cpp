@@ -1,7 +1,20 @@
 #include "view_command.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -27,6 +40,89 @@ void write_file(const std::string& path, const std::string& bytes) {
   OutputSet out(p.parent_path().empty() ? "." : p.parent_path().string());
   out.stage_bytes(p.filename().string(), bytes);
   out.commit();
+}
+
+// A headless Chromium to render a page with: $MHA_CHROMIUM, else the first of
+// the usual names on PATH; empty when there is none.
+std::string find_chromium() {
+  if (const char* env = std::getenv("MHA_CHROMIUM"); env && *env)
+    return ::access(env, X_OK) == 0 ? env : "";
+  const char* path = std::getenv("PATH");
+  if (!path) return {};
+  for (const char* name :
+       {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}) {
+    std::stringstream dirs(path);
+    std::string dir;
+    while (std::getline(dirs, dir, ':')) {
+      if (dir.empty()) continue;
+      const std::string exe = (fs::path(dir) / name).string();
+      if (::access(exe.c_str(), X_OK) == 0) return exe;
+    }
+  }
+  return {};
+}
+
+// The page at `html` as Chromium draws it, `width` x `height` CSS pixels, as
+// PNG bytes. --virtual-time-budget lets the page's asynchronous start (it
+// inflates its data with DecompressionStream) finish before the capture: a
+// plain --screenshot is often taken of the page before it has drawn.
+std::string render_page_png(const std::string& chromium, const std::string& html, int width,
+                            int height) {
+  char tmpl[] = "/tmp/mha_view_png_XXXXXX";
+  if (!::mkdtemp(tmpl))
+    fail_runtime(std::string("--png: cannot make a temporary directory: ") + std::strerror(errno));
+  const fs::path tmp(tmpl);
+  const std::string shot = (tmp / "page.png").string();
+  std::vector<std::string> args = {
+      chromium,
+      "--headless",
+      "--disable-gpu",
+      "--hide-scrollbars",
+      "--no-first-run",
+      "--user-data-dir=" + (tmp / "profile").string(),
+      "--window-size=" + std::to_string(width) + "," + std::to_string(height),
+      "--virtual-time-budget=30000",
+      "--screenshot=" + shot,
+      "file://" + fs::absolute(html).string()};
+  if (::geteuid() == 0) args.insert(args.begin() + 1, "--no-sandbox");  // refused as root without
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, chromium.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  std::error_code ec;
+  if (err != 0) {
+    fs::remove_all(tmp, ec);
+    fail_runtime("--png: cannot start " + chromium + ": " + std::strerror(err));
+  }
+  // At most a minute: a browser that hangs is stopped, not waited for.
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      fs::remove_all(tmp, ec);
+      fail_runtime("--png: " + chromium + " did not finish the screenshot within 60 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::ifstream in(shot, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  fs::remove_all(tmp, ec);
+  if (bytes.str().size() < 8 || bytes.str().compare(0, 4, "\x89PNG") != 0)
+    fail_runtime("--png: " + chromium + " wrote no screenshot of " + html + " (exit " +
+                 (WIFEXITED(status) ? std::to_string(WEXITSTATUS(status)) : "by a signal") + ")");
+  return bytes.str();
 }
 
 bool is_sweep_dir(const std::string& path) {
@@ -60,9 +156,12 @@ void add_view_command(CLI::App& app, ViewArgs& args) {
   view->add_option("--x", args.x, "sweeps: the swept key along x (default: the first numeric one)");
   view->add_option("--group", args.group,
                    "sweeps: one line per value of this swept key (default: the next one; none)");
+  view->add_option("--mean", args.mean,
+                   "sweeps: average the runs that differ only in this swept key (default: none, "
+                   "each is its own line)");
   view->add_option("--png", args.png,
                    "sweeps: the chart as a PNG too (default report.png beside the HTML; "
-                   "- for none)");
+                   "- for none); attention pages: the page as headless Chromium draws it");
 }
 
 void write_attention_view(const ViewArgs& args, const std::string& html) {
@@ -78,7 +177,7 @@ void write_attention_view(const ViewArgs& args, const std::string& html) {
 void write_sweep_report(const std::string& dir, const ViewArgs& args, const std::string& html,
                         const std::string& png) {
   const SweepView view = read_sweep_view(dir);
-  const ChartChoice choice = choose_chart(view, {args.y, args.x, args.group});
+  const ChartChoice choice = choose_chart(view, {args.y, args.x, args.group, args.mean});
   const std::string page = sweep_page(view, choice);
   std::string png_bytes;
   if (!png.empty()) {
@@ -116,8 +215,19 @@ int do_view(const ViewArgs& args) {
       {{"y", !args.y.empty()},
        {"x", !args.x.empty()},
        {"group", !args.group.empty()},
-       {"png", !args.png.empty()}},
+       {"mean", !args.mean.empty()}},
       args.path + " is not a sweep directory (no results.jsonl): ", " are for sweep reports");
+  // --png FILE: the page's first view through headless Chromium, found before
+  // anything is written.
+  std::string chromium;
+  if (!args.png.empty() && args.png != "-") {
+    chromium = find_chromium();
+    if (chromium.empty())
+      fail_input("--png " + args.png +
+                 ": no Chromium to draw the page with (chromium, chromium-browser or "
+                 "google-chrome on PATH, or MHA_CHROMIUM); expected one installed, or leave "
+                 "--png out");
+  }
   std::string html = args.output;
   if (html.empty()) {
     if (fs::is_directory(args.path, ec))
@@ -126,6 +236,10 @@ int do_view(const ViewArgs& args) {
       html = fs::path(args.path).replace_extension(".html").string();
   }
   write_attention_view(args, html);
+  if (!chromium.empty()) {
+    write_file(args.png, render_page_png(chromium, html, 1400, 1000));
+    spdlog::info("wrote {} (the page as {} draws it)", args.png, chromium);
+  }
   return 0;
 }
 

@@ -16,7 +16,7 @@ namespace mha::cli {
 struct ViewArgs {
   std::string path, output, png, labels, key_labels;
   std::optional<std::size_t> batch_index;
-  std::string y, x, group;  // sweep charts
+  std::string y, x, group, mean;  // sweep charts
 };
 
 void add_view_command(CLI::App& app, ViewArgs& args);

@@ -60,7 +60,7 @@ foreach(group Spelling Aliases ProgressLine)
 endforeach()
 
 # repeat: timed calls of the compute, in run.json, sweep rows and the report (docs/config.md).
-foreach(group RunRepeat SweepRepeat)
+foreach(group RunRepeat SweepRepeat SweepWarmup)
   add_test(NAME cli.repeat.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_repeat.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -212,6 +212,37 @@ TEST_CASE("line chart: a NaN y is a gap in the line", "[line_chart]") {
   CHECK(joined.image.at(mid_x, mid_y) == color);
 }
 
+TEST_CASE("line chart: a categorical x axis names its values and joins no points", "[line_chart]") {
+  // Two checkpoints of a model sweep: positions 0 and 1, not a quantity between them.
+  LineChart c;
+  c.x_categories = {"models/gpt2", "models/qwen2"};
+  c.series.push_back({"text=a", {0, 1}, {1.24e6, 3.0e5}});
+  c.series.push_back({"text=b", {0, 1}, {1.72e5, 9.0e5}});
+  const mha::RenderedChart r = mha::render_line_chart(c);
+  CHECK(r.layout.x_ticks == std::vector<double>{0, 1});
+  CHECK(r.layout.x_lo == Approx(-0.5));
+  CHECK(r.layout.x_hi == Approx(1.5));
+  CHECK_FALSE(r.layout.lines);
+  // The points sit a quarter and three quarters across, and nothing of the series' colour
+  // lies between them (a line would cross the middle column).
+  const auto& p = r.layout.points[0];
+  const mha::Box& a = r.layout.plot_area;
+  CHECK(std::abs(p[0].first - (a.x + (a.w - 1) / 4)) <= 1);
+  CHECK(std::abs(p[1].first - (a.x + 3 * (a.w - 1) / 4)) <= 1);
+  const mha::Box middle{a.x + a.w / 2 - 2, a.y, 5, a.h};
+  CHECK(count_color(r.image, middle, r.layout.colors[0]) == 0);
+  CHECK(count_color(r.image, middle, r.layout.colors[1]) == 0);
+  // The same points on a numeric axis are joined.
+  c.x_categories.clear();
+  const mha::RenderedChart joined = mha::render_line_chart(c);
+  CHECK(joined.layout.lines);
+  CHECK(count_color(joined.image, joined.layout.plot_area, joined.layout.colors[0]) >
+        count_color(r.image, r.layout.plot_area, r.layout.colors[0]) + 100);
+  // A position outside the categories is refused.
+  c.x_categories = {"only"};
+  require_invalid([&] { mha::render_line_chart(c); }, "expected a category's position");
+}
+
 TEST_CASE("line chart: the legend shows each series' colour", "[line_chart]") {
   const LineChart c = three_series();
   const mha::RenderedChart r = mha::render_line_chart(c);

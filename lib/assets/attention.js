@@ -682,7 +682,7 @@
     if (!grid) return;
     const im = D.images, b = state.batch;
     if (state.image === null) {
-      state.image = { query: 0, head: 'mean', alpha: 0.6 };
+      state.image = { query: 0, head: 'mean', alpha: 0.6, smooth: 'bilinear' };
       fillSelect($('image-query'), m.T, (t) => { const q = queryLabel(t); return t + (q !== null ? ' ' + q : ''); });
       fillSelect($('image-head'), m.h, (i) => headName(m, i));
       if (m.head_axis) { const o = document.createElement('option'); o.value = 'mean'; o.textContent = 'mean over heads'; $('image-head').prepend(o); }
@@ -692,7 +692,8 @@
     $('image-query').value = t; $('image-head').value = state.image.head;
     const o = overlay(state.layer, b, state.image.head, t);
     // The image at its own pixels, then the grid's values upsampled bilinearly (patch centres
-    // at their values) and blended over it in viridis.
+    // at their values) or as squares (nearest: each pixel its patch's value, the patch edges
+    // sharp) and blended over it in viridis.
     const picture = $('image-picture'), blended = $('image-overlay');
     const base = new ImageData(im.W, im.H), mixed = new ImageData(im.W, im.H);
     const a = state.image.alpha, off = b * im.H * im.W * 3;
@@ -701,7 +702,8 @@
       const gy = (y + 0.5) * o.rows / im.H - 0.5, r0 = Math.floor(gy), fy = gy - r0;
       for (let x = 0; x < im.W; x++) {
         const gx = (x + 0.5) * o.cols / im.W - 0.5, c0 = Math.floor(gx), fx = gx - c0;
-        const v = (1 - fy) * ((1 - fx) * at(r0, c0) + fx * at(r0, c0 + 1)) + fy * ((1 - fx) * at(r0 + 1, c0) + fx * at(r0 + 1, c0 + 1));
+        const v = state.image.smooth === 'nearest' ? at(Math.floor(y * o.rows / im.H), Math.floor(x * o.cols / im.W))
+          : (1 - fy) * ((1 - fx) * at(r0, c0) + fx * at(r0, c0 + 1)) + fy * ((1 - fx) * at(r0 + 1, c0) + fx * at(r0 + 1, c0 + 1));
         const col = colorAt(v), p = 4 * (y * im.W + x), q = off + 3 * (y * im.W + x);
         for (let k = 0; k < 3; k++) {
           base.data[p + k] = PIXELS[q + k];
@@ -716,6 +718,8 @@
       canvas.style.width = Math.round(im.W * scale) + 'px'; canvas.style.height = Math.round(im.H * scale) + 'px';
       canvas.getContext('2d').putImageData(img, 0, 0);
     }
+    // Nearest: the browser's enlargement of the canvas keeps the squares' edges sharp too.
+    blended.style.imageRendering = state.image.smooth === 'nearest' ? 'pixelated' : '';
     const q = queryLabel(t);
     $('image-caption').textContent = 'query ' + t + (q !== null ? ' ' + q : '') + ' · ' +
       (state.image.head === 'mean' ? 'mean over heads' : headName(m, state.image.head)) +
@@ -734,6 +738,7 @@
     $('image-query').addEventListener('change', () => { state.image.query = +$('image-query').value; drawImage(); });
     $('image-head').addEventListener('change', () => { const v = $('image-head').value; state.image.head = v === 'mean' ? 'mean' : +v; drawImage(); });
     $('image-alpha').addEventListener('input', () => { state.image.alpha = +$('image-alpha').value / 100; drawImage(); });
+    $('image-smooth').addEventListener('change', () => { state.image.smooth = $('image-smooth').value; drawImage(); });
   }
 
   // ---- statistics and the run ----
@@ -742,6 +747,8 @@
     ['first_key', 'first key'], ['causal', 'causal']];
   function drawStats() {
     const m = M(), scope = $('stats-scope').value;
+    // A map set without heads (rollout, flow) has one row: the map's own statistics.
+    $('stats-title').textContent = m.head_axis ? 'Per-head statistics' : 'Statistics of the map (' + m.name + ')';
     const stats = scope === 'all' ? m.stats_all[state.layer] : m.stats[state.layer][state.batch];
     const rows = stats.heads.map((s, i) => Object.assign({ head: i }, s));
     const { key, dir } = state.sort;
@@ -778,13 +785,16 @@
     table.append(tbody);
   }
   // ---- mha analyze's arrays: tables whose cells are coloured by value ----
-  function heatTable(caption, rows, rowName, colNames, fmt) {
+  // byColumn: each column coloured on its own range (columns of different units).
+  function heatTable(caption, rows, rowName, colNames, fmt, byColumn) {
     const flat = rows.flat().filter((v) => typeof v === 'number');
     const lo = Math.min(...flat), hi = Math.max(...flat);
+    const column = (c) => rows.map((row) => row[c]).filter((v) => typeof v === 'number');
+    const ranges = byColumn ? colNames.map((_, c) => [Math.min(...column(c)), Math.max(...column(c))]) : null;
     const table = document.createElement('table');
     table.className = 'heat';
     const cap = document.createElement('caption');
-    cap.textContent = caption + (flat.length ? '  (' + lo.toPrecision(4) + ' … ' + hi.toPrecision(4) + ')' : '');
+    cap.textContent = caption + (byColumn ? '  (each column coloured on its own range)' : flat.length ? '  (' + lo.toPrecision(4) + ' … ' + hi.toPrecision(4) + ')' : '');
     table.append(cap);
     const head = document.createElement('tr');
     head.append(document.createElement('th'));
@@ -800,10 +810,11 @@
         const cell = fmt(v, r, c);
         td.textContent = cell.text;
         td.title = cell.title;
-        if (typeof cell.value === 'number' && hi > lo) {
-          const rgb = VIRIDIS[Math.round(255 * (cell.value - lo) / (hi - lo))];
+        const [l, h] = ranges ? ranges[c] : [lo, hi];
+        if (typeof cell.value === 'number' && h > l) {
+          const rgb = VIRIDIS[Math.round(255 * (cell.value - l) / (h - l))];
           td.style.background = 'rgb(' + rgb.join(',') + ')';
-          td.style.color = (cell.value - lo) / (hi - lo) > 0.6 ? '#000' : '#fff';
+          td.style.color = (cell.value - l) / (h - l) > 0.6 ? '#000' : '#fff';
         }
         tr.append(td);
       });
@@ -851,6 +862,24 @@
     grid('cross_ablation', 'Head ablation, cross-attention: the change in the metric' + metric, heads);
     grid('patch_heads', 'Activation patching, heads (0 = corrupt, 1 = clean)', heads);
     grid('patch_resid', 'Activation patching, residual stream by position', tokens);
+    // Head detectors (head_scores.npy): a layers x heads grid per detector.
+    if (a.head_scores) {
+      a.head_scores.names.forEach((name, i) => {
+        const rows = a.head_scores.grids[i], cols = heads(rows[0].length);
+        box.append(heatTable('Head detector: ' + name + ' score', rows, (l) => 'layer ' + l, cols,
+          (v, l, c) => ({ text: num(v), value: v, title: name + ', layer ' + l + ', ' + cols[c] + ': ' + (typeof v === 'number' ? v.toPrecision(6) : '—') })));
+      });
+    }
+    // The corpus (corpus_heads.npy): a row per head, a column per statistic, as corpus_heads.csv.
+    if (a.corpus) {
+      const names = a.corpus.names, g = a.corpus.grids, L = g[0].length, H = g[0][0].length;
+      const rows = [], label = [];
+      for (let l = 0; l < L; ++l)
+        for (let h = 0; h < H; ++h) { rows.push(names.map((_, s) => g[s][l][h])); label.push('layer ' + l + ', head ' + h); }
+      const texts = D.run && D.run.summary && D.run.summary.corpus ? ' over ' + D.run.summary.corpus.texts + ' texts' : '';
+      box.append(heatTable('Corpus statistics of each head' + texts, rows, (r) => label[r], names,
+        (v, r, c) => ({ text: num(v), value: v, title: label[r] + ', ' + names[c] + ': ' + (typeof v === 'number' ? v.toPrecision(6) : '—') }), true));
+    }
   }
 
   function drawRun() {
@@ -909,13 +938,14 @@
 
   async function main() {
     $('title').textContent = 'mha view · ' + D.title;
-    $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis ? m.layers + ' layers × ' : '') +
+    $('subtitle').textContent = (D.maps.length ? '' : 'analyses') + D.maps.map((m) => m.name + ' ' + (m.layer_axis && m.layers > 1 ? m.layers + ' layers × ' : '') +
       'B = ' + (m.B_file !== undefined ? m.B_file : m.B) + (m.B_file !== undefined && m.B < m.B_file ? ' (row ' + m.batch_rows.join(', ') + ' shown)' : '') + ', h = ' + m.h + ', T = ' + fileT(m) + ', S = ' + fileS(m) + ' (' + m.dtype + ')' +
       (m.factor > 1 ? ', shown as ' + m.T + ' × ' + m.S + ' blocks of ' + m.factor + ' × ' + m.factor + ' (max)' : '')).join(' · ') +
       ' · mha ' + D.version;
     if (!('DecompressionStream' in window)) throw new Error('this browser has no DecompressionStream; open the page in a current Chromium, Firefox or Safari');
     drawAnalyses();
     if (!D.maps.length) {  // an analyses-only page
+      document.body.classList.add('analyses-only');
       for (const id of ['maps-section']) $(id).hidden = true;
       document.querySelector('.controls').hidden = true;
       $('stats').hidden = true;

@@ -1,7 +1,10 @@
 // mha sweep report: a sweep's results.jsonl rows (inline, sweep_view.cpp) charted
 // with Chart.js (Debian's libjs-chart.js, inlined): any numeric column against a
-// swept key, one line per value of another. Runs that share x and the group
-// are averaged into one point, as the PNG (sweep_chart) does. With repeated
+// swept key, one line per value of another. Runs that share x and the group but
+// differ in a third swept key are their own series (never averaged, unless that
+// key is chosen under "mean over"), and an x whose values are not numbers
+// (checkpoints, texts) is categorical, its points not joined, as the PNG
+// (sweep_chart) does. With repeated
 // timings (D.ranges, sweep_view.cpp's y_range), compute_ms is the median with
 // a min-to-max error bar at each point (drawn by the errorBars plugin below:
 // Chart.js 3.9 has none of its own). window.mhaChart is the Chart.js
@@ -19,8 +22,13 @@
   function numericKey(key) { return ok.every((r) => !(key in r) || typeof r[key] === 'number'); }
 
   // Series as sweep_chart builds them: name -> Map(x -> [sum, count, lo, hi]).
-  function series(y, x, group) {
+  function distinct(key) { return new Set(ok.filter((r) => key in r).map((r) => JSON.stringify(r[key]))).size; }
+
+  function series(y, x, group, mean) {
     const order = [], points = new Map(), categories = [];
+    // The keys that split series: the group, then every other swept key that varies.
+    const split = (group ? [group] : []).concat(
+      D.swept_keys.filter((k) => k !== x && k !== group && k !== mean && distinct(k) > 1));
     const numericX = x === 'index' || numericKey(x);
     const range = (D.ranges || {})[y];
     const finite = (v) => typeof v === 'number' && Number.isFinite(v);
@@ -41,7 +49,7 @@
         if (!categories.includes(t)) categories.push(t);
         xv = categories.indexOf(t);
       }
-      const g = group ? group + '=' + (group in r ? text(r[group]) : '?') : '';
+      const g = split.map((k) => k + '=' + (k in r ? text(r[k]) : '?')).join(' · ');
       const yv = r[y];
       if (range && range.value in r) add(g || y, xv, r[range.value], r[range.lo], r[range.hi]);
       else if (Array.isArray(yv)) {
@@ -52,14 +60,22 @@
       else if (typeof yv === 'boolean') add(g || y, xv, yv ? 1 : 0);
       else if (typeof yv === 'number') add(g || y, xv, yv);
     }
+    // A part every series shares (method=loss when only loss runs have a perplexity)
+    // names nothing apart: it is left out of the legend, as in the PNG.
+    const shown = (name) => {
+      if (order.length < 2) return name;
+      const kept = name.split(' · ').filter((p) => !order.every((o) => o.split(' · ').includes(p)));
+      return kept.length ? kept.join(' · ') : name;
+    };
     return {
       categories,
       ranged: !!range,
       sets: order.map((name) => {
         const entries = [...points.get(name).entries()].sort((a, b) => a[0] - b[0]);
         return {
-          name,
+          name: shown(name),
           points: entries.map(([xv, [sum, n]]) => ({ x: xv, y: n ? sum / n : null })),
+          counts: entries.map(([, [, n]]) => n),
           ranges: range ? entries.map(([, [, , lo, hi]]) => (lo <= hi ? [lo, hi] : null)) : null,
         };
       }),
@@ -93,11 +109,11 @@
   };
 
   function draw() {
-    const y = $('y').value, x = $('x').value, group = $('group').value;
-    const { categories, ranged, sets } = series(y, x, group);
+    const y = $('y').value, x = $('x').value, group = $('group').value, mean = $('mean').value;
+    const { categories, ranged, sets } = series(y, x, group, mean === x || mean === group ? '' : mean);
     const logX = $('log-x').checked && categories.length === 0, logY = $('log-y').checked;
     const datasets = sets.map((s, i) => ({
-      label: s.name, data: s.points, ranges: s.ranges, showLine: true, spanGaps: false,
+      label: s.name, data: s.points, ranges: s.ranges, showLine: categories.length === 0, spanGaps: false,
       borderColor: COLORS[i % COLORS.length], backgroundColor: COLORS[i % COLORS.length],
       borderWidth: 2, pointRadius: 4,
     }));
@@ -114,12 +130,15 @@
       options: {
         animation: false, responsive: true, maintainAspectRatio: false,
         plugins: {
-          title: { display: true, text: y + (ranged ? ' (median, bars: min to max)' : '') + ' against ' + x + (group ? ' for each ' + group : '') },
+          title: { display: true, text: y + (ranged ? ' (median, bars: min to max)' : '') + ' against ' + x + (group ? ' for each ' + group : '') + (mean && mean !== x && mean !== group ? ', mean over ' + mean : '') },
           tooltip: { callbacks: { label: (c) => c.dataset.label + ': ' + x + ' = ' + (categories.length ? categories[c.parsed.x] : c.parsed.x) + ', ' + y + ' = ' + c.parsed.y + rangeText(c) } },
         },
         scales: {
           x: { type: logX ? 'logarithmic' : 'linear', title: { display: true, text: x },
-               ticks: categories.length ? { stepSize: 1, callback: (v) => categories[v] ?? '' } : {} },
+               ...(categories.length ? { min: -0.5, max: categories.length - 0.5 } : {}),
+               // One tick per category, at its position, named by it.
+               ...(categories.length ? { afterBuildTicks: (s) => { s.ticks = categories.map((_, i) => ({ value: i })); } } : {}),
+               ticks: categories.length ? { autoSkip: false, callback: (v) => categories[v] ?? '' } : {} },
           y: { type: logY ? 'logarithmic' : 'linear', title: { display: true, text: y + (ranged ? ' (median)' : '') },
                suggestedMin: ends.length ? Math.min(...ends) : undefined,
                suggestedMax: ends.length ? Math.max(...ends) : undefined },
@@ -129,9 +148,9 @@
     if (chart) chart.destroy();
     chart = new Chart($('chart'), config);
     window.mhaChart = chart;
-    const averaged = ok.length > sets.reduce((n, s) => n + s.points.length, 0) && !Array.isArray(ok[0][y]);
+    const averaged = sets.some((s) => s.counts.some((n) => n > 1));
     $('chart-note').textContent = ok.length + ' finished runs' + (D.rows.length > ok.length ? ' (' + (D.rows.length - ok.length) + ' failed, not charted)' : '') +
-      (averaged ? '; runs sharing ' + x + (group ? ' and ' + group : '') + ' are averaged into one point' : '');
+      (averaged ? '; runs sharing ' + x + ' in a series' + (mean ? ' (differing in ' + mean + ')' : '') + ' are averaged into one point' : '');
   }
 
   function table() {
@@ -164,7 +183,8 @@
     options($('y'), D.numeric_columns, D.choice.y);
     options($('x'), D.swept_keys.concat(['index']), D.choice.x);
     options($('group'), D.swept_keys, D.choice.group, ['']);
-    for (const id of ['y', 'x', 'group', 'log-x', 'log-y']) $(id).addEventListener('change', draw);
+    options($('mean'), D.swept_keys, D.choice.mean || '', ['']);
+    for (const id of ['y', 'x', 'group', 'mean', 'log-x', 'log-y']) $(id).addEventListener('change', draw);
     draw();
     table();
     document.body.dataset.ready = '1';

@@ -862,6 +862,24 @@ class View(VitTest):
             diff = np.abs(blended[..., :3].astype(float) - want)
             self.assertLessEqual(diff.max(), 3)
             self.assertLess(diff.mean(), 0.05)
+            # Patches as squares (nearest): each pixel takes its patch's value, edges sharp.
+            b.evaluate("(() => { const s = document.getElementById('image-smooth'); s.value = 'nearest';"
+                       " s.dispatchEvent(new Event('change')); })()")
+            squares = np.array(b.evaluate(
+                "Array.from(document.getElementById('image-overlay').getContext('2d')"
+                ".getImageData(0, 0, %d, %d).data)" % (W, H)), np.uint8).reshape(H, W, 4)
+            ry = np.arange(H) * rows // H
+            cx = np.arange(W) * cols // W
+            v = grid[ry][:, cx]
+            want = np.round(0.6 * viridis[np.round(v * 255).astype(int)] + 0.4 * images[0])
+            diff = np.abs(squares[..., :3].astype(float) - want)
+            self.assertLessEqual(diff.max(), 3)
+            self.assertLess(diff.mean(), 0.05)
+            self.assertEqual(b.evaluate("document.getElementById('image-overlay').style.imageRendering"),
+                             "pixelated")
+            b.save_screenshot("/tmp/pages_vit_nearest.png")
+            b.evaluate("(() => { const s = document.getElementById('image-smooth'); s.value = 'bilinear';"
+                       " s.dispatchEvent(new Event('change')); })()")
             # Hover over patch (1, 2): its name and key.
             spot = b.evaluate("(() => { const c = document.getElementById('image-overlay'); "
                               "c.scrollIntoView(); const r = c.getBoundingClientRect(); "

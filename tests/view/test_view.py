@@ -428,6 +428,28 @@ class LargePage(BrowserCase):
         self.assertEqual(np.float32(re.search(r"weight (\S+)", text).group(1)), w[0, 7, 105, 309])
         self.assert_clean()
 
+    def test_png_of_the_first_view(self):
+        # A plain headless --screenshot was often taken before the page had inflated its
+        # data (blank); `mha view --png` captures it drawn.
+        out = os.path.join(self.dir, "png")
+        r = mha("run", "--h", "12", "--d_model", "768", "--seq_len", "256", "--batch", "1",
+                "--save_attention", "--out_dir", out, "-q")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shot = os.path.join(out, "view.png")
+        env = dict(os.environ, MHA_CHROMIUM=require_chromium("view.LargePage"))
+        r = subprocess.run([MHA, "view", out, "--png", shot], capture_output=True, text=True,
+                           env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "view.html")))
+        with open(shot, "rb") as f:
+            from browser import decode_png
+            w, h, rows = decode_png(f.read())
+        self.assertEqual((w, h), (1400, 1000))
+        # The 12 heads' maps are drawn: many pixels of viridis colours (a blank page has none).
+        palette = set(VIRIDIS)
+        drawn = sum(1 for row in rows[:600] for px in row if px in palette)
+        self.assertGreater(drawn, 12 * 40 * 40, "the heads were not drawn")
+
     def test_map_longer_than_a_page_side(self):
         # 3000 x 3000 is longer than a page's 2896: the page holds 1500 x 1500 blocks of 2 x 2
         # weights, each their max, and says so; hovering a block gives the file's ranges.
@@ -479,7 +501,16 @@ class SweepReport(BrowserCase):
                    " g = document.getElementById('group'); y.value = 'attention_entropy_per_head';"
                    " x.value = 'h'; g.value = ''; g.dispatchEvent(new Event('change')); })()")
         got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
+        # Each seq_len is its own series: runs of different lengths are not averaged.
+        self.assertEqual([g[0] for g in got][:5], ["seq_len=8 · head 0", "seq_len=16 · head 0",
+                                                   "seq_len=32 · head 0", "seq_len=64 · head 0",
+                                                   "seq_len=8 · head 1"])
+        # Unless asked: the mean over seq_len, one line per head.
+        b.evaluate("(() => { const m = document.getElementById('mean'); m.value = 'seq_len';"
+                   " m.dispatchEvent(new Event('change')); })()")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.data.map(p => [p.x, p.y])])")
         self.assertEqual([g[0] for g in got], ["head 0", "head 1", "head 2", "head 3"])
+        self.assertIn("mean over seq_len", b.evaluate("mhaChart.options.plugins.title.text"))
         head3 = dict(got[3][1])
         self.assertEqual(sorted(head3), [4])  # only h = 4 runs have a head 3
         want = np.mean([r["attention_entropy_per_head"][3] for r in rows if r["h"] == 4])
@@ -493,6 +524,68 @@ class SweepReport(BrowserCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("attention_entropy against seq_len for each h", r.stderr)
 
+
+    def test_model_sweep_categorical_and_not_averaged(self):
+        # A model sweep's rows (checkpoints x texts x methods): perplexities of two texts
+        # that differ by a factor of 7 stay two points, and checkpoints are named, not joined.
+        out = os.path.join(self.dir, "models")
+        os.makedirs(out, exist_ok=True)
+        rows, ppl = [], {}
+        models = ["models/gpt2", "models/qwen2"]
+        texts = ["The Eiffel Tower is in", "The capital of France is"]
+        methods = [["loss", "logit_lens"], ["rollout", "norms"]]
+        for m in models:
+            for t in texts:
+                for meth in methods:
+                    row = {"schema_version": 1, "index": len(rows), "name": "r%d" % len(rows),
+                           "status": "ok", "model": m, "text": t, "method": meth,
+                           "forward_ms": 10.0 + len(rows), "run_dir": out}
+                    if "loss" in meth:
+                        row["perplexity"] = ppl[m, t] = (1.24e6 if t == texts[0] else 1.72e5) * (
+                            1 + models.index(m))
+                    rows.append(row)
+        with open(os.path.join(out, "results.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump({"schema_version": 1, "sweep_file": "m.json",
+                       "swept_keys": ["model", "text", "method"], "runs": len(rows)}, f)
+        png = os.path.join(out, "report.png")
+        r = mha("view", out, "-o", os.path.join(out, "report.html"), "--png", png)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "report.html"))
+        b.save_screenshot("/tmp/pages_model_sweep.png")
+        got = b.evaluate("mhaChart.data.datasets.map(d => [d.label, d.showLine,"
+                         " d.data.map(p => [p.x, p.y])])")
+        points = {}
+        for label, show_line, data in got:
+            self.assertFalse(show_line, label)
+            for x, y in data:
+                points.setdefault(x, []).append(y)
+        # Every point is one run's perplexity; none is a mean of two texts.
+        self.assertEqual(sorted(points), [0, 1])
+        for i, m in enumerate(models):
+            self.assertEqual(sorted(points[i]), sorted(ppl[m, t] for t in texts))
+        ticks = b.evaluate("mhaChart.scales.x.ticks.map(t => t.label)")
+        self.assertEqual([t for t in ticks if t], models)
+        self.assertEqual(b.evaluate("[mhaChart.scales.x.min, mhaChart.scales.x.max]"), [-0.5, 1.5])
+        self.assertNotIn("averaged", b.evaluate("document.getElementById('chart-note').textContent"))
+        self.assert_clean()
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Asked for: the mean over texts, one point per checkpoint.
+        r = mha("view", out, "-o", os.path.join(out, "mean.html"), "--png", "-", "--mean", "text")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(os.path.join(out, "mean.html"))
+        got = b.evaluate("mhaChart.data.datasets.map(d => d.data.map(p => [p.x, p.y]))")
+        self.assertEqual(len([d for d in got if d]), 1)
+        want = [[i, np.mean([ppl[m, t] for t in texts])] for i, m in enumerate(models)]
+        mine = [d for d in got if d][0]
+        for (x, y), (wx, wy) in zip(mine, want):
+            self.assertEqual(x, wx)
+            self.assertAlmostEqual(y, wy, delta=1e-6 * wy)
+        r = mha("view", out, "-o", os.path.join(out, "bad.html"), "--mean", "model")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--mean model: not a swept key", r.stderr)
 
     def test_bundled_heads_vs_length(self):
         # The issue's example: compute time against seq_len, one line per h.
@@ -615,6 +708,10 @@ class AnalysisPage(BrowserCase):
         for (text, title, rgb), v in zip(cells, values):
             self.assertAlmostEqual(float(text), v, delta=0.0005001)
 
+    def assert_hover(self, title, prefix, value):  # the value to 6 significant digits
+        self.assertTrue(title.startswith(prefix), (title, prefix))
+        self.assertAlmostEqual(float(title[len(prefix):]), float(value), delta=abs(value) * 1e-5 + 1e-12)
+
     def check_colours(self, cells, values):
         lo, hi = min(values), max(values)
         for (text, title, rgb), v in zip(cells, values):
@@ -665,6 +762,72 @@ class AnalysisPage(BrowserCase):
         self.check_colours(cells, resid.ravel())
         heads = np.load(os.path.join(out, "patch_heads.npy"))
         self.assertEqual(len(self.cells("Activation patching, heads")), heads.size)
+        # The page uses its width: the small grids side by side, the run as wide as the page
+        # (they used to leave half the width empty).
+        boxes = b.evaluate("Array.from(document.querySelectorAll('#analyses table')).map(t => {"
+                           " const r = t.getBoundingClientRect(); return [r.left, r.top, r.right]; })")
+        self.assertEqual(len(boxes), 2)
+        self.assertEqual(boxes[0][1], boxes[1][1])
+        self.assertGreater(boxes[1][0], boxes[0][2])
+        width = b.evaluate("document.documentElement.clientWidth")
+        run = b.evaluate("document.getElementById('config').getBoundingClientRect().width")
+        self.assertGreater(run, 0.8 * width)
+        b.save_screenshot("/tmp/pages_patching.png")
+        self.assert_clean()
+
+    def test_rollout_and_flow_headings(self):
+        # They used to read "Per-head statistics" over a row "mean over heads", and "flow 1 layers".
+        out = os.path.join(self.dir, "rf")
+        page = self.analyze(out, "--text", "the cat sat on the mat", "--method", "rollout",
+                            "--method", "flow")
+        b = self.open(page)
+        names = b.evaluate("mhaView.data.maps.map(m => m.name)")
+        self.assertEqual(names, ["rollout", "flow"])
+        self.assertNotIn("flow 1 layers", b.evaluate("document.getElementById('subtitle').textContent"))
+        for i, name in enumerate(names):
+            b.evaluate("mhaView.state.map = %d; mhaView.render()" % i)
+            self.assertEqual(b.evaluate("document.getElementById('stats-title').textContent"),
+                             "Statistics of the map (%s)" % name)
+        b.save_screenshot("/tmp/pages_flow.png")
+        self.assert_clean()
+
+    def test_corpus_table(self):
+        # A corpus run alone used to exit 2 ("nothing the page draws").
+        out = os.path.join(self.dir, "corpus")
+        texts = os.path.join(self.dir, "corpus.txt")
+        with open(texts, "w") as f:
+            f.write("the cat sat on the mat\nthe dog sat\nthe mat sat on the cat the cat\n")
+        page = self.analyze(out, "--method", "corpus", "--texts", texts, "--batch", "2")
+        b = self.open(page)
+        b.save_screenshot("/tmp/pages_corpus.png")
+        self.assertTrue(b.evaluate("document.getElementById('maps-section').hidden"))
+        stats = np.load(os.path.join(out, "corpus_heads.npy"))  # (7, layers, heads)
+        S, L, H = stats.shape
+        cells = self.cells("Corpus statistics of each head")
+        self.assertIsNotNone(cells)
+        # A row per head (layer-major), a column per statistic, as corpus_heads.csv.
+        want = stats.reshape(S, L * H).T
+        self.assert_texts(cells, want.ravel())
+        self.assert_hover(cells[S + 2][1], "layer 0, head 1, first_token: ", want[1, 2])
+        # Each column on its own range: its lowest cell is viridis 0, its highest viridis 255.
+        for c in range(S):
+            col = [cells[r * S + c] for r in range(L * H)]
+            self.check_colours(col, want[:, c])
+        self.assert_clean()
+
+    def test_detector_scores(self):
+        out = os.path.join(self.dir, "det")
+        page = self.analyze(out, "--method", "detectors", "--text", "the cat sat on the mat the cat sat")
+        b = self.open(page)
+        b.save_screenshot("/tmp/pages_detectors.png")
+        scores = np.load(os.path.join(out, "head_scores.npy"))  # (3, layers, heads)
+        for i, name in enumerate(["previous_token", "duplicate_token", "induction"]):
+            cells = self.cells("Head detector: " + name)
+            self.assertIsNotNone(cells, name)
+            self.assert_texts(cells, scores[i].ravel())
+            if scores[i].max() > scores[i].min():
+                self.check_colours(cells, scores[i].ravel())
+            self.assert_hover(cells[1][1], name + ", layer 0, head 1: ", scores[i, 0, 1])
         self.assert_clean()
 
 
@@ -931,6 +1094,18 @@ class BadInputs(unittest.TestCase):
                                         shape=(4, 16, 512, 512))
         del big
         self.refuse(["view", self.p("big.npy")], "a page holds at most 8388608")
+
+    def test_png_without_chromium(self):
+        run = self.p("run")
+        self.assertEqual(mha("run", "--h", "2", "--d_model", "8", "--seq_len", "4",
+                             "--save_attention", "--out_dir", run, "-q").returncode, 0)
+        env = dict(os.environ, PATH="/nonexistent", MHA_CHROMIUM="")
+        r = subprocess.run([MHA, "view", run, "--png", self.p("v.png")], capture_output=True,
+                           text=True, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--png " + self.p("v.png") + ": no Chromium", r.stderr)
+        self.assertEqual(sorted(os.listdir(run)), ["attention.npy", "output.npy", "run.json"])
+        self.assertFalse(os.path.exists(self.p("v.png")))
 
     def test_sweep_report_errors(self):
         # No run finished: results are still written, the report is refused, exit 2.

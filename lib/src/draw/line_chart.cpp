@@ -147,6 +147,19 @@ bool labels_fit(const Axis& a, int pixels) {
 }
 
 // The x axis across `pixels`: ticks about 90 pixels apart, fewer if their texts would touch.
+// Positions 0 .. n-1 named by `names`, each shortened to its share of the width.
+Axis category_axis(const std::vector<std::string>& names, int pixels) {
+  Axis a;
+  const double n = static_cast<double>(names.size());
+  a.lo = -0.5, a.hi = n - 0.5;
+  const int room = std::max(8, static_cast<int>(pixels / n) - 6);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    a.ticks.push_back(static_cast<double>(i));
+    a.labels.push_back(fit_text(names[i], kTickPx, room));
+  }
+  return a;
+}
+
 Axis x_axis(double lo, double hi, bool log, int pixels) {
   if (!log) {
     Axis a;
@@ -297,6 +310,11 @@ void validate(const LineChart& chart) {
       if (!std::isfinite(s.x[j]))
         fail_input("line chart: " + series_name(chart, i) + " has x = " + num(s.x[j]) +
                    " at point " + std::to_string(j) + "; expected a finite x");
+      if (!chart.x_categories.empty() &&
+          !(s.x[j] >= 0 && s.x[j] < static_cast<double>(chart.x_categories.size())))
+        fail_input("line chart: " + series_name(chart, i) + " has x = " + num(s.x[j]) +
+                   " at point " + std::to_string(j) + "; expected a category's position, 0 to " +
+                   std::to_string(chart.x_categories.size() - 1));
       if (chart.log_x && !(s.x[j] > 0))
         fail_input("line chart: " + series_name(chart, i) + " has x = " + num(s.x[j]) +
                    " at point " + std::to_string(j) + "; a log x axis needs x > 0");
@@ -457,7 +475,7 @@ void draw_series(Image& img, const ChartLayout& L, Coverage& cov) {
   constexpr int kCap = 4;  // an error bar's cap reaches this far either side
   for (std::size_t i = 0; i < L.points.size(); ++i) {
     const auto& p = L.points[i];
-    for (std::size_t j = 1; j < p.size(); ++j)
+    for (std::size_t j = 1; j < p.size() && L.lines; ++j)
       if (p[j - 1].first >= 0 && p[j].first >= 0)
         cov.segment(p[j - 1].first, p[j - 1].second, p[j].first, p[j].second);
     for (std::size_t j = 0; j < L.ranges[i].size(); ++j) {
@@ -500,7 +518,10 @@ RenderedChart render_line_chart(const LineChart& chart) {
   const Axis ya = linear_axis(data.y_min, data.y_max, std::max(2, plot.h / 50));
   const Legend legend = legend_layout(chart, plot);
   plot_columns(chart, ya, legend, plot);
-  const Axes axes{plot, x_axis(data.x_min, data.x_max, chart.log_x, plot.w), ya};
+  const Axes axes{plot,
+                  chart.x_categories.empty() ? x_axis(data.x_min, data.x_max, chart.log_x, plot.w)
+                                             : category_axis(chart.x_categories, plot.w),
+                  ya};
 
   RenderedChart out;
   out.image = Image(chart.width, chart.height);
@@ -509,6 +530,7 @@ RenderedChart render_line_chart(const LineChart& chart) {
   L.legend = legend.box;
   L.x_lo = axes.x.lo, L.x_hi = axes.x.hi, L.y_lo = ya.lo, L.y_hi = ya.hi;
   L.x_ticks = axes.x.ticks, L.y_ticks = ya.ticks;
+  L.lines = chart.x_categories.empty();
   draw_axes(out.image, axes);
   draw_titles(out.image, chart, axes);
   place_points(chart, axes, L);

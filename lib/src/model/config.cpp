@@ -52,6 +52,8 @@ const std::vector<ConfigKey> kKeys = {
     {"repeat", "INT",
      "time the compute N more times after a discarded warm call: median, min, max (default 1)",
      false},
+    {"warmup", "BOOL",
+     "call the compute once untimed before the timed one (default false; sweeps: true)", true},
     {"query", "PATH", ".npy query input (B,T,d_model) or (T,d_model)", false},
     {"key", "PATH", ".npy key input (B,S,kdim) or (S,kdim)", false},
     {"value", "PATH", ".npy value input (B,S,vdim) or (S,vdim)", false},
@@ -241,6 +243,7 @@ bool set_size_path_or_flag(Config& c, const std::string& key, const json& v,
   }
   if (key == "alibi") return flag(c.alibi, false);
   if (key == "allow_nonfinite") return flag(c.allow_nonfinite, false);
+  if (key == "warmup") return flag(c.warmup, false);
   if (key == "save_attention") return flag(c.save_attention, false);
   if (key == "average_heads") return flag(c.average_heads, false);
   if (key == "plot") return flag(c.plot, false);
@@ -616,6 +619,7 @@ json Config::to_json() const {
   j["max_memory"] = opt(max_memory);
   j["allow_nonfinite"] = allow_nonfinite;
   j["repeat"] = repeat;
+  j["warmup"] = warmup;
   j["query"] = opt(query);
   j["key"] = opt(key);
   j["value"] = opt(value);

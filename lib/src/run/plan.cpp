@@ -280,7 +280,8 @@ MemoryEstimate stack_memory(const Config& c, const StackShape& s, bool from_file
   memory.weights += per_layer * static_cast<double>(s.num_layers) * (from_file ? 2 : 1);
   memory.output += (4.0 * d.B * d.T * d.d_model + 1.0 * d.B * d.T * s.d_ff) * itemsize;
   if (c.save_hidden_states) memory.output += 1.0 * s.num_layers * d.B * d.T * d.d_model * itemsize;
-  if (c.repeat > 1) memory.output += 1.0 * d.B * d.T * d.d_model * itemsize;  // timed calls' output
+  if (c.repeat > 1 || c.warmup)  // the warm and timed calls' output
+    memory.output += 1.0 * d.B * d.T * d.d_model * itemsize;
   const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
   if (memory.total() > static_cast<double>(limit))
     fail_input("this run needs about " + memory.describe() + " but max_memory is " +
@@ -418,7 +419,7 @@ RunPlan plan_run(const Config& given, PlanFiles& files) {
   // Refused before any big allocation, with the numbers.
   const std::size_t itemsize = c.dtype == ComputeType::float64 ? 8 : 4;
   p.memory = estimate_memory(d, itemsize, c.save_attention || c.plot, p.threads);
-  if (c.repeat > 1) p.memory.output *= 2;  // the timed calls' scratch output
+  if (c.repeat > 1 || c.warmup) p.memory.output *= 2;  // the warm and timed calls' scratch output
   const std::uint64_t limit = c.max_memory.value_or(default_max_memory());
   if (p.memory.total() > static_cast<double>(limit))
     fail_input("this run needs about " + p.memory.describe() + " but max_memory is " +

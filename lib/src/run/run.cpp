@@ -404,14 +404,14 @@ void compute_stage(const RunPlan& plan, const Loaded<T>& l, OutputSet& out, RunR
   if (r.stats) report.attention_stats = summarize(*r.stats, c.average_heads);
 }
 
-// With repeat > 1, after the run's own compute: the same forward (the same
-// kernel path: the exact one when maps are asked for) called once to warm up,
-// then `repeat` times timed, each into a scratch output (the run's output
-// stays as computed). Maps are made but go to a sink that drops them: the
-// timings leave out writing attention.npy, its statistics and the plot, and a
-// stack's hidden states.
+// With repeat > 1, after the run's own compute (and with warmup, before it,
+// with repeat 0): the same forward (the same kernel path: the exact one when
+// maps are asked for) called once to warm up, then `repeat` times timed, each
+// into a scratch output (the run's output stays as computed). Maps are made
+// but go to a sink that drops them: the timings leave out writing
+// attention.npy, its statistics and the plot, and a stack's hidden states.
 template <class T>
-RepeatTimes repeat_stage(const RunPlan& plan, const Loaded<T>& l) {
+std::vector<double> timed_calls(const RunPlan& plan, const Loaded<T>& l, int repeat) {
   const Config& c = plan.config;
   const TypedLayer<T>& layer = *l.layer;
   const AttentionSink<T> drop = [](std::size_t, std::size_t, std::size_t, std::size_t, const T*) {};
@@ -447,12 +447,12 @@ RepeatTimes repeat_stage(const RunPlan& plan, const Loaded<T>& l) {
   }
   call();  // warm: discarded
   std::vector<double> samples;
-  for (int i = 0; i < c.repeat; ++i) {
+  for (int i = 0; i < repeat; ++i) {
     const auto t = Clock::now();
     call();
     samples.push_back(ms_since(t));
   }
-  return RepeatTimes::of(std::move(samples));
+  return samples;
 }
 
 // Write: output.npy, attention.png, weights.npz and the inputs, staged in `out`.
@@ -566,6 +566,10 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   if (c.save_inputs) outputs.insert(outputs.end(), {"query.npy", "key.npy", "value.npy"});
   for (const auto& name : outputs) check_not_input(c, out.path(name));
 
+  if (c.warmup) {
+    if (progress) progress->begin("warm-up");
+    timed_calls<T>(plan, l, 0);
+  }
   auto t_compute = Clock::now();
   Computed<T> r;
   if (progress) progress->begin("compute");
@@ -573,7 +577,7 @@ RunResult run_typed(const RunPlan& plan, Clock::time_point t_load,
   report.timings.compute_ms = ms_since(t_compute);
   if (c.repeat > 1) {
     if (progress) progress->begin("repeat");
-    report.timings.compute_repeat = repeat_stage<T>(plan, l);
+    report.timings.compute_repeat = RepeatTimes::of(timed_calls<T>(plan, l, c.repeat));
   }
 
   auto t_write = Clock::now();

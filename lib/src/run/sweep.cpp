@@ -356,6 +356,9 @@ void add_runs(Sweep& sweep, const std::vector<Axis>& axes, const json& base,
     run.dir = (fs::path(sweep.out_dir) / run.name).string();
     run.config = base;
     for (const auto& [key, value] : run.values.items()) run.config[key] = value;
+    // A layer's compute is timed warm unless the file says otherwise: a worker's
+    // first run would time its cold start (pages, the thread pool, caches).
+    if (!sweep.models && !run.config.contains("warmup")) run.config["warmup"] = true;
     run.config["out_dir"] = run.dir;
     sweep.runs.push_back(std::move(run));
   }

@@ -338,6 +338,26 @@ nlohmann::json read_analyses(const std::string& dir,
   grid("cross_ablation.npy", "cross_ablation", 1);
   grid("patch_heads.npy", "patch_heads", 0);
   grid("patch_resid.npy", "patch_resid", 0);
+  // (statistics, layers, heads): one layers x heads grid per named statistic.
+  auto per_head = [&](const char* name, const char* key, const std::vector<std::string>& names) {
+    if (!has(name)) return;
+    const std::vector<double> v = small_array(file(name), shape);
+    if (shape.size() != 3 || shape[0] != names.size() || shape[1] == 0 || shape[2] == 0)
+      fail_input(file(name) + ": array of shape " + shape_text(shape) + "; expected (" +
+                 std::to_string(names.size()) + ", layers, heads), as mha analyze writes it");
+    const std::size_t L = shape[1], H = shape[2];
+    nlohmann::json grids = nlohmann::json::array();
+    for (std::size_t s = 0; s < names.size(); ++s) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (std::size_t l = 0; l < L; ++l) rows.push_back(numbers(v, (s * L + l) * H, H));
+      grids.push_back(rows);
+    }
+    a[key] = {{"names", names}, {"grids", grids}};
+  };
+  per_head("corpus_heads.npy", "corpus",
+           {"entropy", "distance", "first_token", "diagonal", "previous_token", "duplicate_token",
+            "induction"});
+  per_head("head_scores.npy", "head_scores", {"previous_token", "duplicate_token", "induction"});
   return a.empty() ? nlohmann::json(nullptr) : a;
 }
 
@@ -609,8 +629,8 @@ AttentionView read_attention_view(const std::string& path, const ViewOptions& op
         v.analyses["loss_labels"] = v.run->target_label_tokens[row];
       if (v.maps.empty() && v.analyses.is_null())
         fail_input(path +
-                   "/run.json: an analysis with nothing the page draws (rollout, norms, "
-                   "loss, logit_lens, ablation, patching)");
+                   "/run.json: an analysis with nothing the page draws (rollout, flow, norms, "
+                   "detectors, loss, logit_lens, ablation, patching, corpus)");
     }
     if (v.maps.empty() && listed && !analysis)
       fail_input(path +

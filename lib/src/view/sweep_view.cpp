@@ -94,6 +94,28 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// The swept keys a chart splits its series by: the group, then every other
+// swept key that varies (neither x nor the one averaged over), so that
+// unrelated runs (two texts of a model sweep) are never averaged into one
+// point unless asked.
+std::vector<std::string> series_keys(const SweepView& v, const ChartChoice& c) {
+  std::vector<std::string> keys;
+  if (!c.group.empty()) keys.push_back(c.group);
+  for (const auto& key : v.swept_keys)
+    if (key != c.x && key != c.group && key != c.mean && distinct_values(v, key) > 1)
+      keys.push_back(key);
+  return keys;
+}
+
+// A row's series name: "group=value · key=value", empty for none.
+std::string series_name(const std::vector<std::string>& keys, const ordered_json& row) {
+  std::string name;
+  for (const auto& key : keys)
+    name +=
+        (name.empty() ? "" : " · ") + key + "=" + (row.contains(key) ? value_text(row[key]) : "?");
+  return name;
+}
+
 }  // namespace
 
 YRange y_range(const SweepView& v, const std::string& y) {
@@ -106,7 +128,8 @@ YRange y_range(const SweepView& v, const std::string& y) {
 
 std::string chart_title(const ChartChoice& c, const YRange& range) {
   return c.y + (range.value.empty() ? "" : " (median, bars: min to max)") + " against " + c.x +
-         (c.group.empty() ? "" : " for each " + c.group);
+         (c.group.empty() ? "" : " for each " + c.group) +
+         (c.mean.empty() ? "" : ", mean over " + c.mean);
 }
 
 SweepView read_sweep_view(const std::string& dir) {
@@ -213,6 +236,11 @@ ChartChoice choose_chart(const SweepView& v, const ChartChoice& wanted) {
     fail_input("--group " + c.group + ": not a swept key of " + v.dir + " other than --x " + c.x +
                "; expected one of " + join(v.swept_keys) + " (or none)");
   }
+  if (c.mean == "none") c.mean.clear();
+  if (!c.mean.empty() && (!has(v.swept_keys, c.mean) || c.mean == c.x || c.mean == c.group))
+    fail_input("--mean " + c.mean + ": not a swept key of " + v.dir + " other than --x " + c.x +
+               (c.group.empty() ? "" : " and --group " + c.group) + "; expected one of " +
+               join(v.swept_keys));
   return c;
 }
 
@@ -234,6 +262,7 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
   std::map<std::string, std::string> x_text;  // categorical x: value -> position
   std::vector<std::string> categories;
   const bool numeric_x = numeric_key(v, c.x);
+  const std::vector<std::string> split = series_keys(v, c);
   auto add = [&](const std::string& series, double x, double y, double lo = NAN, double hi = NAN) {
     if (!points.count(series)) order.push_back(series);
     auto& p = points[series][x];
@@ -252,9 +281,7 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
       if (it == categories.end()) categories.push_back(t), it = categories.end() - 1;
       x = static_cast<double>(it - categories.begin());
     }
-    const std::string group =
-        c.group.empty() ? ""
-                        : c.group + "=" + (row.contains(c.group) ? value_text(row[c.group]) : "?");
+    const std::string group = series_name(split, row);
     // With repeated timings, the median and its range (a row without them,
     // from an older run, keeps its own compute_ms and no range).
     auto number = [&](const std::string& key) {
@@ -278,9 +305,32 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
           y.is_boolean() ? (y.get<bool>() ? 1.0 : 0.0) : y.get<double>());
     }
   }
+  // A part every series shares (method=loss when only loss runs have a perplexity)
+  // names nothing apart: it is left out of the legend.
+  const auto parts = [](const std::string& name) {
+    std::vector<std::string> out;
+    for (std::size_t at = 0, next; at <= name.size(); at = next + 4) {  // " · " is 4 bytes
+      next = name.find(" · ", at);
+      if (next == std::string::npos) next = name.size();
+      out.push_back(name.substr(at, next - at));
+    }
+    return out;
+  };
+  const auto shown = [&](const std::string& name) {
+    if (order.size() < 2) return name;
+    std::string out;
+    for (const auto& part : parts(name)) {
+      const bool everywhere = std::all_of(order.begin(), order.end(), [&](const std::string& o) {
+        const auto p = parts(o);
+        return std::find(p.begin(), p.end(), part) != p.end();
+      });
+      if (!everywhere) out += (out.empty() ? "" : " · ") + part;
+    }
+    return out.empty() ? name : out;
+  };
   for (const auto& name : order) {
     ChartSeries s;
-    s.name = name;
+    s.name = shown(name);
     for (const auto& [x, p] : points[name]) {
       s.x.push_back(x);
       s.y.push_back(p.count ? p.sum / p.count : NAN);
@@ -290,12 +340,7 @@ LineChart sweep_chart(const SweepView& v, const ChartChoice& c) {
     if (range.value.empty()) s.lo.clear(), s.hi.clear();
     chart.series.push_back(std::move(s));
   }
-  if (!numeric_x) {
-    chart.x_label += " (";
-    for (std::size_t i = 0; i < categories.size(); ++i)
-      chart.x_label += (i ? ", " : "") + std::to_string(i) + " = " + categories[i];
-    chart.x_label += ")";
-  }
+  if (!numeric_x) chart.x_categories = categories;
   return chart;
 }
 
@@ -307,7 +352,7 @@ std::string sweep_page(const SweepView& v, const ChartChoice& c) {
   data["version"] = MHA_VERSION;
   data["swept_keys"] = v.swept_keys;
   data["numeric_columns"] = v.numeric_columns;
-  data["choice"] = {{"y", c.y}, {"x", c.x}, {"group", c.group}};
+  data["choice"] = {{"y", c.y}, {"x", c.x}, {"group", c.group}, {"mean", c.mean}};
   // Which columns give compute_ms its median and range (empty: none).
   const YRange range = y_range(v, "compute_ms");
   data["ranges"] = nlohmann::ordered_json::object();

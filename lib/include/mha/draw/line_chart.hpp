@@ -53,7 +53,11 @@ struct ChartSeries {
 struct LineChart {
   std::string title, x_label, y_label;  // each may be empty: no room is kept for it
   std::vector<ChartSeries> series;
-  bool log_x = false;             // log10 x axis (all x > 0 required)
+  bool log_x = false;  // log10 x axis (all x > 0 required)
+  // A categorical x axis: when given, x values are positions 0 .. n-1, each
+  // ticked with its name and half a step of room either side, and points are
+  // markers only (no line joins unrelated things, such as two checkpoints).
+  std::vector<std::string> x_categories = {};
   int width = 800, height = 500;  // pixels, 200 x 150 up to kMaxPlotSide (heatmap.hpp)
 };
 
@@ -69,6 +73,7 @@ struct ChartLayout {
   // none. Empty for a series without lo and hi.
   std::vector<std::vector<std::pair<int, int>>> ranges;
   std::vector<Rgb> colors;  // the colour of each series: Tableau 10, repeating
+  bool lines = true;        // false on a categorical x axis: markers only
 };
 
 struct RenderedChart {

@@ -42,6 +42,10 @@ struct Config {
   // one discarded warm call (run.json's timings_ms.compute_repeat); 1: the
   // run's own compute is the only sample.
   int repeat = 1;
+  // true: the forward is called once, untimed, before the run's own compute,
+  // so timings_ms.compute is a warm call (a sweep's default: a worker's first
+  // run would otherwise time its cold start).
+  bool warmup = false;
 
   // Inputs: paths of .npy files (relative to the working directory); unset
   // means random from `seed`.

@@ -8,7 +8,10 @@
 //   mha::RenderedChart png = mha::render_line_chart(mha::sweep_chart(v, c));
 //
 // Only ok rows are charted. Runs that share x and group but differ in a third
-// swept key are averaged into one point (the page's table lists every run). A
+// swept key are their own series (say, one per text of a model sweep), not
+// averaged, unless that key is the choice's `mean`. An x whose values are not
+// numbers (checkpoints, texts) is categorical: its values are named along the
+// axis and the points are not joined by lines. A
 // list column (attention_entropy_per_head) gives one series per head. With
 // repeated timings (repeat > 1), compute_ms is charted as the median of the
 // timed calls with a min-to-max bar at each point.
@@ -32,7 +35,8 @@ struct SweepView {
 };
 
 struct ChartChoice {
-  std::string y, x, group;  // group empty: one series
+  std::string y, x, group;  // group empty: one series (per value of the other swept keys)
+  std::string mean = {};    // a swept key whose runs are averaged into one point; empty: none
 };
 
 // Reads dir/results.jsonl and dir/sweep.json (written by `mha sweep` since
@@ -44,8 +48,8 @@ SweepView read_sweep_view(const std::string& dir);
 // Fills what `wanted` leaves empty: y compute_ms, x the last swept key with
 // numbers that vary (a grid's innermost axis), group the swept key before it
 // that takes several values. Throws
-// mha::Error (invalid_input) for a y that is not a numeric column, or an x or
-// group that is not a swept key (the message lists the choices).
+// mha::Error (invalid_input) for a y that is not a numeric column, or an x,
+// group or mean that is not a swept key (the message lists the choices).
 ChartChoice choose_chart(const SweepView& view, const ChartChoice& wanted);
 
 // The columns a chart of `y` takes its values and ranges from: with repeated
