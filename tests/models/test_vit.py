@@ -926,7 +926,12 @@ class Python(VitTest):
         a = np.random.default_rng(9).integers(0, 256, (40, 30, 3)).astype(np.uint8)
         m = mha.Model(d)
         want = m(a)
-        got = m(fifo_with_writer(self.path("p.png"), png_bytes(a)))
+        # the writer is a process: a thread would wait for the GIL that the call holds
+        src, fifo = self.image("src.png", a), self.path("p.png")
+        os.mkfifo(fifo)
+        writer = subprocess.Popen(["sh", "-c", 'cat "$0" > "$1"', src, fifo])
+        got = m(fifo)
+        writer.wait(timeout=60)
         np.testing.assert_array_equal(got["output"], want["output"])
         np.testing.assert_array_equal(got["images"], want["images"])
 
