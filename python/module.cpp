@@ -732,16 +732,20 @@ class PyModel {
         throw mha::Error(mha::ErrorKind::invalid_input,
                          "input: expected an image as a path (PNG or JPEG) or a uint8 array of "
                          "shape (H, W, 3), or a list of them");
-      const auto pixels = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>(a);
+      // The size from the shape, before the C-order copy (a strided view's copy can be the
+      // whole size it claims: 4.8 GB for a (40000, 40000, 3) view of one row).
       mha::RgbImage im;
       im.height = static_cast<std::size_t>(a.shape(0));
       im.width = static_cast<std::size_t>(a.shape(1));
-      if (im.height == 0 || im.width == 0 || im.width * im.height > mha::kMaxImagePixels ||
+      if (im.height == 0 || im.width == 0 || im.height > mha::kMaxImageSide ||
+          im.width > mha::kMaxImageSide || im.width * im.height > mha::kMaxImagePixels ||
           im.width * im.height * 3 > limit)
         throw mha::Error(mha::ErrorKind::invalid_input,
                          "input: an image array of " + std::to_string(im.height) + " x " +
                              std::to_string(im.width) + " pixels; expected 1 to " +
-                             std::to_string(mha::kMaxImagePixels) + " pixels within max_memory");
+                             std::to_string(mha::kMaxImagePixels) + " pixels (at most " +
+                             std::to_string(mha::kMaxImageSide) + " a side) within max_memory");
+      const auto pixels = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>(a);
       im.format = "array";
       im.rgb.assign(pixels.data(), pixels.data() + pixels.size());
       images.push_back(std::move(im));

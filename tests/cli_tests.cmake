@@ -141,10 +141,11 @@ add_test(NAME view.CrossAttention
 set_tests_properties(view.CrossAttention PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600
                      SKIP_RETURN_CODE 77)
 # Images through ViT (tests/models/test_vit.py): the forward from PNG files against
-# reference.vit, the preprocessing against PIL's steps (and PIL), the refusals, the classifier's
-# top-k classes and head ablation on its output; the view's overlay is view.ImageOverlay
+# reference.vit, the preprocessing against PIL's steps (and PIL), the refusals, images from FIFOs
+# (read once), the classifier's top-k classes and head ablation on its output; the view's
+# overlay is view.ImageOverlay
 # (tests/CMakeLists.txt).
-foreach(group Forward Preprocess Refusals Analyze Classifier Ablation)
+foreach(group Forward Preprocess Refusals Streams Analyze Classifier Ablation)
   add_test(NAME models.vit.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_vit.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -4,7 +4,8 @@ NumPy would not write).
 
     /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
 
-writes OUTDIR/npy/, OUTDIR/npz/ and OUTDIR/config/. The seeds are not
+writes OUTDIR/npy/, OUTDIR/npz/, OUTDIR/config/ and OUTDIR/image/ (PNGs made here, JPEGs by
+PIL when it is installed); `--image-regressions DIR` writes the image target's regressions. The seeds are not
 committed as they are: the fuzzers start from them and the committed corpora
 (tests/fuzz/corpus/) are the -merge=1 minimisation of seeds plus findings;
 see README.md. Every seed is small (arrays of a few elements) so that it fits
@@ -349,17 +350,121 @@ def config_seeds():
     return s
 
 
+def png(width, height, raw_rows, depth=8, color=2, extra=b"", interlace=0):
+    """A PNG from its filtered rows (each starting with its filter byte), `extra` chunks
+    after IHDR."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, interlace))
+            + extra + chunk(b"IDAT", zlib.compress(raw_rows)) + chunk(b"IEND", b""))
+
+
+def png_chunk(t, d, length=None):
+    return (struct.pack(">I", len(d) if length is None else length) + t + d
+            + struct.pack(">I", zlib.crc32(t + d)))
+
+
+def image_seeds():
+    """Small PNGs of every colour type and depth (one interlaced), and JPEGs by PIL when it is
+    there: baseline, greyscale, progressive, 4:4:4, optimised."""
+    s = {}
+    w, h = 5, 4
+    rgb = rng.integers(0, 256, (h, w, 3)).astype(np.uint8)
+    s["png_rgb8"] = png(w, h, b"".join(b"\0" + r.tobytes() for r in rgb))
+    s["png_rgb8_filters"] = png(w, h, b"".join(bytes([y % 5]) + r.tobytes()
+                                               for y, r in enumerate(rgb)))
+    s["png_rgba16"] = png(w, h, b"".join(b"\0" + rng.integers(0, 65536, w * 4).astype(">u2").tobytes()
+                                          for _ in range(h)), depth=16, color=6)
+    for depth in (1, 2, 4, 8, 16):
+        row = (w * depth + 7) // 8
+        s[f"png_grey{depth}"] = png(w, h, b"".join(b"\0" + bytes(rng.integers(0, 256, row).tolist())
+                                                   for _ in range(h)), depth=depth, color=0)
+    s["png_grey_alpha"] = png(w, h, b"".join(b"\0" + bytes(rng.integers(0, 256, 2 * w).tolist())
+                                             for _ in range(h)), color=4)
+    s["png_palette_trns"] = png(w, h, b"".join(b"\0" + bytes(rng.integers(0, 4, w).tolist())
+                                               for _ in range(h)), color=3,
+                                extra=png_chunk(b"PLTE", bytes(range(12)))
+                                + png_chunk(b"tRNS", b"\0\x80"))
+    s["png_text"] = png(w, h, b"".join(b"\0" + r.tobytes() for r in rgb),
+                        extra=png_chunk(b"tEXt", b"Comment\0seed")
+                        + png_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(b"seed" * 8)))
+    # Adam7: the 7 passes' subimages of an 8 x 8 image, one after the other
+    a = rng.integers(0, 256, (8, 8, 3)).astype(np.uint8)
+    raw = b""
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
+                           (1, 0, 2, 2), (0, 1, 1, 2)):
+        sub = a[y0::dy, x0::dx]
+        if sub.size:
+            raw += b"".join(b"\0" + r.tobytes() for r in sub)
+    s["png_interlaced"] = png(8, 8, raw, interlace=1)
+    try:
+        from PIL import Image
+    except ImportError:
+        return s
+    im = Image.fromarray(rng.integers(0, 256, (12, 10, 3)).astype(np.uint8))
+    for name, kw in (("jpeg_baseline", {}), ("jpeg_progressive", {"progressive": True}),
+                     ("jpeg_444", {"subsampling": 0}), ("jpeg_optimized", {"optimize": True})):
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", quality=80, **kw)
+        s[name] = buf.getvalue()
+    buf = io.BytesIO()
+    im.convert("L").save(buf, "JPEG", quality=80)
+    s["jpeg_grey"] = buf.getvalue()
+    return s
+
+
+def image_regressions():
+    """Headers that declare far more than the file holds (regressions/image/)."""
+    ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 24, 32, 8, 2, 0, 0, 0))
+    idat = png_chunk(b"IDAT", zlib.compress(bytes(32 * 73)))
+    sig = b"\x89PNG\r\n\x1a\n"
+    s = {
+        "png_text_chunk_2g.png": sig + ihdr + struct.pack(">I", 2**31 - 1) + b"tEXt"
+        + b"Comment\0hello" * 8,
+        "png_chunk_length_4g.png": sig + ihdr + struct.pack(">I", 2**32 - 1) + b"IDAT" + bytes(64),
+        "png_ihdr_2g_by_2g.png": sig + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 2**31 - 1,
+                                                                     2**31 - 1, 8, 2, 0, 0, 0))
+        + idat + png_chunk(b"IEND", b""),
+        "png_ihdr_60000_by_60000.png": sig + png_chunk(b"IHDR", struct.pack(
+            ">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)) + idat + png_chunk(b"IEND", b""),
+        "png_ztxt_inflates_to_64m.png": sig + ihdr + png_chunk(
+            b"zTXt", b"Comment\0\0" + zlib.compress(bytes(64 << 20), 9)) + idat
+        + png_chunk(b"IEND", b""),
+    }
+    try:
+        from PIL import Image
+    except ImportError:
+        return s
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((32, 24, 3), np.uint8)).save(buf, "JPEG")
+    sof = bytearray(buf.getvalue())
+    at = sof.index(b"\xff\xc0")
+    sof[at + 5:at + 9] = struct.pack(">HH", 65535, 65535)
+    s["jpeg_sof_65535_by_65535.jpg"] = bytes(sof)
+    sof[at + 5:at + 9] = struct.pack(">HH", 11000, 11000)  # over the replay's 4 MiB
+    s["jpeg_sof_11000_by_11000.jpg"] = bytes(sof)
+    return s
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--image-regressions":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for name, data in image_regressions().items():
+            with open(os.path.join(sys.argv[2], name), "wb") as f:
+                f.write(data)
+        return
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} OUTDIR")
     out = sys.argv[1]
-    limits = {"npy": 4096, "npz": 16384, "config": 4096}
-    for target, seeds in [("npy", npy_seeds()), ("npz", npz_seeds()), ("config", config_seeds())]:
+    limits = {"npy": 4096, "npz": 16384, "config": 4096, "image": 4096}
+    for target, seeds in [("npy", npy_seeds()), ("npz", npz_seeds()), ("config", config_seeds()),
+                          ("image", image_seeds())]:
         d = os.path.join(out, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():
             assert len(data) <= limits[target], (target, name, len(data))
-            ext = {"npy": ".npy", "npz": ".npz", "config": ".json"}[target]
+            ext = {"npy": ".npy", "npz": ".npz", "config": ".json", "image": ""}[target]
             with open(os.path.join(d, name + ext), "wb") as f:
                 f.write(data)
         print(f"{d}: {len(seeds)} seeds, {sum(map(len, seeds.values()))} bytes")

@@ -33,6 +33,8 @@ DeiT (modeling_deit.py, reference.deit; ctest models.deit.*, the Deit* groups):
   /usr/bin/python3 tests/models/test_vit.py [Group]   (MHA_BIN = path to mha)
 """
 import json
+import errno
+import io
 import math
 import os
 import shutil
@@ -40,6 +42,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 import zlib
 
@@ -80,6 +84,91 @@ def png_bytes(pixels, color=2, depth=8, palette=None, trns=None):
     if trns is not None:
         out += chunk(b"tRNS", bytes(trns))
     return out + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b"")
+
+
+def png_chunk(t, data, length=None):
+    """A PNG chunk; `length` declares another length than the data's."""
+    return (struct.pack(">I", len(data) if length is None else length) + t + data
+            + struct.pack(">I", zlib.crc32(t + data)))
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_ihdr(width, height, depth=8, color=2):
+    return png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, 0))
+
+
+# Peak RSS measured from a small Python of its own: a child forked from the test (PyTorch
+# loaded) would count the test's pages in its peak RSS.
+PROBE = ("import os, subprocess, sys, time\n"
+         "t = time.time()\n"
+         "p = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)\n"
+         "err = p.stderr.read()\n"
+         "_, status, usage = os.wait4(p.pid, 0)\n"
+         "sys.stdout.write('%d %d %f\\n' % (os.waitstatus_to_exitcode(status), usage.ru_maxrss,\n"
+         "                                  time.time() - t))\n"
+         "sys.stdout.write(err.decode())\n")
+
+
+def measured(cmd, timeout=60):
+    """(exit code, peak RSS in bytes, seconds, stderr) of `cmd`; a run past `timeout` is killed
+    (the probe with it) and fails the test."""
+    r = subprocess.run([sys.executable, "-c", PROBE] + cmd, capture_output=True, text=True,
+                       timeout=timeout)
+    first, err = r.stdout.split("\n", 1)
+    code, rss_kb, seconds = first.split()
+    return int(code), int(rss_kb) * 1024, float(seconds), err
+
+
+def jpeg_segments(data):
+    """(marker, start, end) of each JPEG segment after SOI; a scan (SOS) runs to the next marker
+    that is not a stuffed 0xFF00 or a restart marker."""
+    out, i = [], 2
+    while i < len(data):
+        m = data[i + 1]
+        if m == 0xD9:
+            out.append((m, i, i + 2))
+            break
+        end = i + 2 + struct.unpack(">H", data[i + 2:i + 4])[0]
+        if m == 0xDA:
+            while True:
+                end = data.index(b"\xff", end)
+                if data[end + 1] == 0 or 0xD0 <= data[end + 1] <= 0xD7:
+                    end += 2
+                    continue
+                break
+        out.append((m, i, end))
+        i = end
+    return out
+
+
+def fifo_with_writer(path, data):
+    """A FIFO at `path` and a thread that writes `data` to its first reader, then closes it: a
+    second open of the path waits for a writer that never comes."""
+    os.mkfifo(path)
+
+    def write():
+        deadline = time.time() + 120
+        while True:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as e:  # ENXIO: no reader yet
+                if e.errno != errno.ENXIO or time.time() > deadline:
+                    return
+                time.sleep(0.01)
+        os.set_blocking(fd, True)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+    threading.Thread(target=write, daemon=True).start()
+    return path
 
 
 # ---- PIL's Image.resize (libImaging/Resample.c), in plain Python ---------------------------
@@ -453,25 +542,148 @@ class Refusals(VitTest):
         with open(f, "wb") as h:
             h.write(huge)
         out = self.path("refused")
-        # Measured from a small Python of its own: a child forked from this one (PyTorch loaded)
-        # would count this process's pages in its peak RSS.
-        probe = ("import os, subprocess, sys\n"
-                 "p = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)\n"
-                 "err = p.stderr.read()\n"
-                 "_, status, usage = os.wait4(p.pid, 0)\n"
-                 "sys.stdout.write('%d %d\\n' % (os.waitstatus_to_exitcode(status), usage.ru_maxrss))\n"
-                 "sys.stdout.write(err.decode())\n")
-        r = subprocess.run([sys.executable, "-c", probe, MHA, "run", "--model", d, "--image", f,
-                            "--out_dir", out, "-q"], capture_output=True, text=True, timeout=120)
-        first, err = r.stdout.split("\n", 1)
-        code, rss_kb = (int(v) for v in first.split())
+        code, rss, _, err = measured([MHA, "run", "--model", d, "--image", f, "--out_dir", out,
+                                      "-q"], timeout=120)
         self.assertEqual(code, 2, err)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertIn("60000 x 60000", err)
-        self.assertLess(rss_kb * 1024, 200 << 20)
+        self.assertLess(rss, 200 << 20)
         for name in OUTPUTS:
             self.assertFalse(os.path.exists(os.path.join(out, name)), name)
 
+
+    def bounded(self, d, name, data, pattern, *args, seconds=5):
+        """`mha run --image NAME` (NAME holding `data`) refused: exit 2, one line matching
+        `pattern`, under 200 MB and `seconds`, nothing written."""
+        f = self.path(name)
+        with open(f, "wb") as h:
+            h.write(data)
+        out = self.path("refused")
+        code, rss, took, err = measured([MHA, "run", "--model", d, "--image", f, "--out_dir", out,
+                                         "-q"] + list(args))
+        self.assertEqual((code, len(err.strip().splitlines())), (2, 1), f"{name}: {err}")
+        self.assertRegex(err.strip(), pattern)
+        self.assertLess(rss, 200 << 20, name)
+        self.assertLess(took, seconds, name)
+        self.assertFalse(os.path.exists(out), name)
+        print(f"\n{name}: {rss >> 20} MiB, {took:.2f} s: {err.strip()}", file=sys.stderr)
+
+    def test_png_chunk_lengths_bounded(self):
+        """Each chunk's length against the bytes after it, IHDR's size against the limits, before
+        libpng allocates: a 145-byte tEXt that declares 2^31 - 1 bytes cost 2 GB and 6.5 s."""
+        d, *_ = self.checkpoint()
+        ihdr = png_ihdr(24, 32)
+        idat = png_chunk(b"IDAT", zlib.compress(bytes(32 * (1 + 24 * 3))))
+        end = png_chunk(b"IEND", b"")
+        for name, data, pattern in (
+                ("text_2g.png", PNG_SIGNATURE + ihdr + struct.pack(">I", 2**31 - 1) + b"tEXt"
+                 + b"Comment\0hello" * 8,
+                 r'text_2g.png: truncated PNG: chunk "tEXt" at byte 33 declares 2147483647 bytes, '
+                 r"but the file ends 104 bytes after its header$"),
+                ("idat_4g.png", PNG_SIGNATURE + ihdr + struct.pack(">I", 2**32 - 1) + b"IDAT"
+                 + bytes(64),
+                 r'idat_4g.png: invalid PNG: chunk "IDAT" at byte 33 declares 4294967295 bytes, '
+                 r"over the 2\^31 - 1 a chunk may hold$"),
+                ("ihdr_max.png", PNG_SIGNATURE + png_ihdr(2**31 - 1, 2**31 - 1) + idat + end,
+                 r"ihdr_max.png: PNG of 2147483647 x 2147483647 pixels, over the 134217728"),
+                ("wide.png", PNG_SIGNATURE + png_ihdr(2000000, 1) + idat + end,
+                 r"wide.png: PNG of 2000000 x 1 pixels, over the 1000000 pixels a side may have"),
+                ("no_iend.png", PNG_SIGNATURE + ihdr + idat,
+                 r"no_iend.png: truncated PNG \(the file ends at byte \d+, before its IEND chunk\)"),
+                ("idat_first.png", PNG_SIGNATURE + idat + ihdr + end,
+                 r'idat_first.png: invalid PNG: its first chunk is "IDAT" of \d+ bytes; expected '
+                 r"IHDR of 13")):
+            with self.subTest(name):
+                self.bounded(d, name, data, pattern)
+
+    def test_png_ancillary_chunks_skipped(self):
+        """Text, ICC profiles and EXIF are skipped unread: a zTXt and an iCCP that inflate to
+        200 MB each change nothing, in bounded memory."""
+        d, *_ = self.checkpoint()
+        a = np.random.default_rng(6).integers(0, 256, (32, 24, 3)).astype(np.uint8)
+        plain = png_bytes(a)
+        z = zlib.compressobj(9)
+        bomb = z.compress(bytes(200 << 20)) + z.flush()
+        f = self.path("bombs.png")
+        with open(f, "wb") as h:
+            h.write(plain[:33] + png_chunk(b"zTXt", b"Comment\0\0" + bomb)
+                    + png_chunk(b"iCCP", b"icc\0\0" + bomb) + plain[33:])
+        out = self.path("bombs")
+        code, rss, _, err = measured([MHA, "run", "--model", d, "--image", f, "--out_dir", out,
+                                      "-q"])
+        self.assertEqual(code, 0, err)
+        self.assertLess(rss, 200 << 20)
+        np.testing.assert_array_equal(np.load(os.path.join(out, "images.npy"))[0], a)
+
+    def test_jpeg_bounded(self):
+        """A JPEG's size from its SOF, its scans and libjpeg's working memory, bounded: a
+        progressive JPEG of 2,000 extra scans took minutes; one whose coefficients pass
+        max_memory was decoded; a 65535 x 65535 SOF was called truncated."""
+        Image = pil()
+        if Image is None:
+            self.skipTest("needs PIL (python3-pil) to write JPEGs")
+        d, *_ = self.checkpoint()
+        small = io.BytesIO()
+        Image.fromarray(np.zeros((32, 24, 3), np.uint8)).save(small, "JPEG")
+        sof = bytearray(small.getvalue())
+        at = sof.index(b"\xff\xc0")
+        sof[at + 5:at + 9] = struct.pack(">HH", 65535, 65535)
+        self.bounded(d, "sof_65535.jpg", bytes(sof),
+                     r"sof_65535.jpg: invalid JPEG \(libjpeg: Maximum supported image dimension "
+                     r"is 65500 pixels\)")
+        # the last scan of a progressive 2048 x 2048 JPEG repeated 2,000 times (libjpeg warns of
+        # the progression and goes on; each scan passes over the whole image)
+        flat = Image.fromarray(np.full((2048, 2048, 3), 128, np.uint8))
+        prog = io.BytesIO()
+        flat.save(prog, "JPEG", progressive=True, quality=90)
+        data = prog.getvalue()
+        segments = jpeg_segments(data)
+        _, s0, s1 = [x for x in segments if x[0] == 0xDA][-1]
+        scans = data[:segments[-1][1]] + data[s0:s1] * 2000 + b"\xff\xd9"
+        self.bounded(d, "scans.jpg", scans,
+                     r"scans.jpg: a progressive JPEG of more than 256 scans, the most one of "
+                     r"2048 x 2048 pixels may have \(1000, and 2\^30 pixels decoded across its "
+                     r"scans\)$", seconds=10)
+        # 4:4:4 progressive: 2 bytes of coefficients a sample (24 MiB), over a max_memory of
+        # 16 MiB that its 12 MiB of RGB fit
+        prog = io.BytesIO()
+        flat.save(prog, "JPEG", progressive=True, quality=90, subsampling=0)
+        self.bounded(d, "coefficients.jpg", prog.getvalue(),
+                     r"coefficients.jpg: decoding this progressive JPEG needs more than "
+                     r"max_memory \(16777216 bytes\) of working memory$",
+                     "--max_memory", "16MiB")
+
+    def test_preprocessing_values(self):
+        """Values that are finite as JSON numbers but not where the steps compute (float32), or
+        that make a pixel non-finite there, refused by key (they ended in "the forward produced
+        a non-finite hidden state"); a resample code of 2^32 + 2 was taken for 2."""
+        d, *_ = self.checkpoint()
+        pre = checkpoints.preprocessor_config(32, 24)
+        f = self.image("r.png", np.zeros((40, 30, 3), np.uint8))
+        for change, pattern in (
+                ({"image_mean": [1e308, 0, 0]}, r"key 'image_mean' is \[1e\+308,0,0\]; expected "
+                                                r"numbers that stay finite in float32$"),
+                ({"image_std": [1e-50, 0.5, 0.5]}, r"key 'image_std' is \[1e-50,0.5,0.5\]; "
+                                                   r"expected positive numbers that stay positive "
+                                                   r"and finite in float32$"),
+                ({"image_std": 1e-40}, r"keys 'image_mean' \[0.5,0.5,0.5\], 'image_std' 1e-40 "
+                                       r"and 'rescale_factor' \S+ make a byte of 0 non-finite "
+                                       r"in float32 \(channel 0\); expected values that keep "
+                                       r"\(pixel - mean\) / std finite$"),
+                ({"image_mean": [-3.3e38, 0, 0], "rescale_factor": 1.3e36},
+                 r"keys 'image_mean' \[-3.3e\+38,0,0\], 'image_std' \[0.5,0.5,0.5\] and "
+                 r"'rescale_factor' 1.3e\+36 make a byte of 0 non-finite"),
+                ({"rescale_factor": 1e300}, r"key 'rescale_factor' is 1e\+300; expected a factor "
+                                            r"that keeps a byte of 255 finite in float32$"),
+                ({"resample": 2**32 + 2}, r"key 'resample' is 4294967298; expected one of PIL's "
+                                          r"resample codes$")):
+            with self.subTest(change=change):
+                checkpoints.write_preprocessor(d, dict(pre, **change))
+                p = self.refused(["--model", d, "--image", f], "preprocessor_config.json: ")
+                self.assertRegex(p.stderr.strip(), pattern)
+        # without do_normalize, the mean and deviation are not used: only their own values count
+        checkpoints.write_preprocessor(d, dict(pre, image_std=1e-40, do_normalize=False))
+        self.mha("--model", d, "--image", f)
 
 
 def read_json(path):
@@ -707,6 +919,43 @@ class Python(VitTest):
         with self.assertRaisesRegex(ValueError, "a vit has no classifier"):
             m.ablation(arrays[0])
 
+    def test_fifo_path(self):
+        """A path that is a FIFO is read once (Streams holds the CLI to the same)."""
+        import mha
+        d, *_ = self.checkpoint()
+        a = np.random.default_rng(9).integers(0, 256, (40, 30, 3)).astype(np.uint8)
+        m = mha.Model(d)
+        want = m(a)
+        # the writer is a process: a thread would wait for the GIL that the call holds
+        src, fifo = self.image("src.png", a), self.path("p.png")
+        os.mkfifo(fifo)
+        writer = subprocess.Popen(["sh", "-c", 'cat "$0" > "$1"', src, fifo])
+        got = m(fifo)
+        writer.wait(timeout=60)
+        np.testing.assert_array_equal(got["output"], want["output"])
+        np.testing.assert_array_equal(got["images"], want["images"])
+
+    def test_strided_view_bounded(self):
+        """An array's size is checked from its shape before the C-order copy: a (40000, 40000, 3)
+        view of one pixel (as_strided) cost 4.6 GB and 14 s before the size message."""
+        d, *_ = self.checkpoint()
+        script = ("import sys\n"
+                  "import numpy as np, mha\n"
+                  "m = mha.Model(sys.argv[1])\n"
+                  "a = np.lib.stride_tricks.as_strided(np.zeros(3, np.uint8), (40000, 40000, 3),"
+                  " (0, 0, 1))\n"
+                  "try:\n"
+                  "    m(a)\n"
+                  "except ValueError as e:\n"
+                  "    sys.exit(str(e))\n")
+        code, rss, took, err = measured([sys.executable, "-c", script, d], timeout=120)
+        self.assertEqual(code, 1, err)
+        self.assertEqual(err.strip(), "input: an image array of 40000 x 40000 pixels; expected 1 "
+                                      "to 134217728 pixels (at most 1000000 a side) within "
+                                      "max_memory")
+        self.assertLess(rss, 200 << 20)
+        self.assertLess(took, 5)
+
     def test_classifier(self):
         """Top-k classes as (id, label, p) and ablation(image): the CLI's bits."""
         import mha
@@ -754,6 +1003,56 @@ class Python(VitTest):
         self.assertEqual(r["tokens"][0][:3], ["[CLS]", "[DIST]", "patch (0, 0)"])
         want = read_json(os.path.join(out, "run.json"))["top_k"]
         self.assertEqual(r["top_k"], [[(e["id"], e["label"], e["p"]) for e in row] for row in want])
+
+
+class Streams(VitTest):
+    """An image from a FIFO is read once (docs/files.md): `mha run` and `mha analyze --image FIFO`
+    (and mha.Model on its path, in Python) with a writer that sends one PNG and closes, give the
+    regular file's outputs (the CLI opened the path again and waited for a second writer); a
+    pipe that is not an image, or longer than max_memory lets it be, is refused as it is read."""
+
+    def fifo(self, name, data):
+        return fifo_with_writer(self.path(name), data)
+
+    def run_mha(self, *args, code=0, timeout=30):
+        p = subprocess.run([MHA] + list(args) + ["-q"], capture_output=True, text=True,
+                           timeout=timeout)
+        self.assertEqual(p.returncode, code, f"{args}: {p.stderr}")
+        return p
+
+    def test_fifo_read_once(self):
+        d, *_ = self.checkpoint()
+        a = np.random.default_rng(8).integers(0, 256, (40, 30, 3)).astype(np.uint8)
+        data = png_bytes(a)
+        f = self.image("a.png", a)
+        for command, outputs in ((["run"], ("images.npy", "output.npy")),
+                                 (["analyze", "--method", "rollout"], ("rollout.npy",))):
+            with self.subTest(command=command[0]):
+                file_out, fifo_out = self.path(command[0] + "_file"), self.path(command[0] + "_fifo")
+                self.run_mha(*command, "--model", d, "--image", f, "--out_dir", file_out)
+                fifo = self.fifo(command[0] + ".png", data)
+                self.run_mha(*command, "--model", d, "--image", fifo, "--out_dir", fifo_out)
+                for name in outputs:
+                    np.testing.assert_array_equal(np.load(os.path.join(fifo_out, name)),
+                                                  np.load(os.path.join(file_out, name)), name)
+                want = read_json(os.path.join(file_out, "run.json"))["input"]["images"][0]
+                got = read_json(os.path.join(fifo_out, "run.json"))["input"]["images"][0]
+                self.assertEqual((got["bytes"], got["crc32"]), (len(data), want["crc32"]))
+                self.assertEqual(got["crc32"], format(zlib.crc32(data), "08x"))
+
+    def test_bad_streams_refused_as_read(self):
+        d, *_ = self.checkpoint()
+        out = self.path("refused")
+        p = self.run_mha("run", "--model", d, "--image", "/dev/zero", "--out_dir", out, code=2)
+        self.assertEqual(p.stderr.strip(), "mha: error: /dev/zero: not a PNG or JPEG file (by its "
+                                           "first bytes); expected an image")
+        # a PNG signature, then more bytes than max_memory lets an image file have
+        fifo = self.fifo("long.png", PNG_SIGNATURE + bytes(3 << 20))
+        p = self.run_mha("run", "--model", d, "--image", fifo, "--max_memory", "2MiB",
+                         "--out_dir", out, code=2)
+        self.assertRegex(p.stderr.strip(), r"^mha: error: .*long.png: a pipe or device of more "
+                                           r"than 2097152 bytes, the most an image file may have")
+        self.assertFalse(os.path.exists(out))
 
 
 class Analyze(VitTest):
@@ -1197,6 +1496,21 @@ class DeitRefusals(VitTest):
                         r"DeiTImageProcessor's default crop_size\), but config.json's image_size "
                         r"is 32 x 24")
 
+    def test_resize_intermediate_bounded(self):
+        """PIL's resize goes along x first, holding (the image's height, size's width) between
+        its passes: a 1 x 1,000,000 PNG (4 KB) resized to 2 x 65536 would hold 1,000,000 x 65536
+        pixels (196 GB; exit 1, out of memory), refused before the first pass."""
+        d, config, sd, pre = self.checkpoint("deit", family="deit")
+        checkpoints.write_preprocessor(d, dict(pre, size={"height": 2, "width": 65536}))
+        f = self.path("tall.png")
+        with open(f, "wb") as h:
+            h.write(PNG_SIGNATURE + png_ihdr(1, 1000000)
+                    + png_chunk(b"IDAT", zlib.compress(b"\0\x80\x80\x80" * 1000000, 9))
+                    + png_chunk(b"IEND", b""))
+        self.refused(d, r"tall.png: resizing its 1000000 x 1 pixels \(height x width\) to "
+                        r"preprocessor_config.json's size 2 x 65536 passes through 1000000 x "
+                        r"65536 \(width first, as PIL\), over the 2\^27 pixels an image may "
+                        r"have$", image=f)
     def test_checkpoints(self):
         d, config, sd, pre = self.checkpoint("deit", family="deit")
         _, p = self.mha("--model", d, "--text", "a cat", code=2, out="refused")

@@ -167,10 +167,15 @@ RgbImage resize_image(const RgbImage& in, std::size_t width, std::size_t height,
     fail_input("resample " + std::to_string(resample) +
                " is not supported; expected 1 (lanczos), " +
                "2 (bilinear), 3 (bicubic), 4 (box) or 5 (hamming)");
-  RgbImage out = in;
-  out.converted.clear();
-  if (width != in.width) out = pass(out, width, filter, true);  // horizontal first, as Pillow
-  if (height != in.height) out = pass(out, height, filter, false);
+  // horizontal first, as Pillow; the input is never copied (it may be 384 MiB)
+  if (width == in.width && height == in.height) {
+    RgbImage out = in;
+    out.converted.clear();
+    return out;
+  }
+  RgbImage out =
+      width != in.width ? pass(in, width, filter, true) : pass(in, height, filter, false);
+  if (width != in.width && height != in.height) out = pass(out, height, filter, false);
   return out;
 }
 
@@ -266,7 +271,10 @@ ImageProcessor read_image_processor(const std::string& dir, const std::string& m
     p.do_center_crop = false;
   }
   if (j.contains("resample") && !j["resample"].is_null()) {
-    if (!j["resample"].is_number_integer()) bad("resample", "one of PIL's resample codes");
+    // an int of any size (get<int> would take 2^32 + 2 for 2, bilinear)
+    if (!j["resample"].is_number_integer() || j["resample"].get<std::int64_t>() < 0 ||
+        j["resample"].get<std::int64_t>() > 1000)
+      bad("resample", "one of PIL's resample codes");
     p.resample = j["resample"].get<int>();
     if (!filter_of(p.resample).f)
       fail_input(path + ": key 'resample' is " + std::to_string(p.resample) +
@@ -275,7 +283,8 @@ ImageProcessor read_image_processor(const std::string& dir, const std::string& m
                  "(box) or 5 (hamming)");
   }
   if (j.contains("rescale_factor") && !j["rescale_factor"].is_null()) {
-    if (!j["rescale_factor"].is_number()) bad("rescale_factor", "a number");
+    if (!j["rescale_factor"].is_number() || !std::isfinite(j["rescale_factor"].get<double>()))
+      bad("rescale_factor", "a finite number");
     p.rescale_factor = j["rescale_factor"].get<double>();
   }
   auto triple = [&](const char* key, std::array<double, 3>& v, bool positive) {
@@ -292,11 +301,36 @@ ImageProcessor read_image_processor(const std::string& dir, const std::string& m
     } else {
       bad(key, what);
     }
-    for (double d : v)
+    // the steps compute in float32: 1e308 is a double but Inf there, 1e-50 is 0
+    for (double d : v) {
+      const float f = static_cast<float>(d);
       if (!std::isfinite(d) || (positive && !(d > 0))) bad(key, what);
+      if (!std::isfinite(f) || (positive && !(f > 0)))
+        bad(key, positive ? "positive numbers that stay positive and finite in float32"
+                          : "numbers that stay finite in float32");
+    }
   };
   triple("image_mean", p.mean, false);
   triple("image_std", p.std, true);
+  // Every pixel value the steps can give, as preprocess_image computes it, finite in float32:
+  // each step is monotonic in the byte, so bytes 0 and 255 bound them.
+  for (int u : {0, 255}) {
+    const float v = p.do_rescale ? static_cast<float>(u * p.rescale_factor) : static_cast<float>(u);
+    if (!std::isfinite(v))
+      bad("rescale_factor", "a factor that keeps a byte of 255 finite in float32");
+    for (std::size_t ch = 0; p.do_normalize && ch < 3; ++ch) {
+      const float mean = static_cast<float>(p.mean[ch]), sd = static_cast<float>(p.std[ch]);
+      if (std::isfinite(v - mean) && std::isfinite((v - mean) / sd)) continue;
+      auto value = [&](const char* key) {
+        return given(key) ? one_line(j[key].dump(), kEchoChars) : std::string("(default)");
+      };
+      fail_input(path + ": keys 'image_mean' " + value("image_mean") + ", 'image_std' " +
+                 value("image_std") + (p.do_rescale ? " and 'rescale_factor' " : "") +
+                 (p.do_rescale ? value("rescale_factor") : "") + " make a byte of " +
+                 std::to_string(u) + " non-finite in float32 (channel " + std::to_string(ch) +
+                 "); expected values that keep (pixel - mean) / std finite");
+    }
+  }
   return p;
 }
 
@@ -345,6 +379,14 @@ std::vector<float> preprocess_image(const ImageProcessor& p, const ModelConfig& 
                                  : std::string(", do_resize false")) +
                "), but config.json's image_size is " + std::to_string(c.image_height) + " x " +
                std::to_string(c.image_width));
+  // PIL resizes along x first: (image.height, size's width) is held between the passes.
+  if (p.do_resize && p.width != image.width && p.height != image.height &&
+      std::uint64_t{image.height} * p.width > kMaxImagePixels)
+    fail_input(what + ": resizing its " + std::to_string(image.height) + " x " +
+               std::to_string(image.width) + " pixels (height x width) to " + source + "size " +
+               std::to_string(p.height) + " x " + std::to_string(p.width) + " passes through " +
+               std::to_string(image.height) + " x " + std::to_string(p.width) +
+               " (width first, as PIL), over the 2^27 pixels an image may have");
   resized = p.do_resize ? resize_image(image, p.width, p.height, p.resample) : image;
   if (p.do_center_crop) resized = center_crop(resized, p.crop_width, p.crop_height);
   std::vector<float> out(3 * H * W);  // (3, H, W)

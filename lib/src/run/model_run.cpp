@@ -312,13 +312,13 @@ ModelInput read_image_input(const Model& model, const std::vector<std::string>& 
                             std::uint64_t max_memory) {
   check_image_batch(model, paths.size(), max_memory);
   std::vector<RgbImage> images;
-  for (const std::string& path : paths)
-    images.push_back(read_image(path, image_byte_limit(max_memory)));
+  std::vector<FileChecksum> files(paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i)  // each path opened once: a FIFO is read once
+    images.push_back(read_image(paths[i], image_byte_limit(max_memory), &files[i]));
   ModelInput in = model.encode_images(images, paths);
-  for (ModelInput::Image& src : in.image_sources) {
-    const ModelRunReport::File f = file_record(src.path);
-    src.bytes = f.bytes;
-    src.crc32 = f.crc32;
+  for (std::size_t i = 0; i < in.image_sources.size() && i < files.size(); ++i) {
+    in.image_sources[i].bytes = files[i].bytes;
+    in.image_sources[i].crc32 = crc32_hex(files[i].crc32);
   }
   return in;
 }

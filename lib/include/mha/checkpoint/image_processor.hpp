@@ -47,7 +47,9 @@ std::string resample_name(int resample);
 // a resample PIL's Image.resize has no convolution for (0, nearest), a size
 // or crop_size not {height, width} (or one int) of 1 to 65536 each, a size
 // over 2^27 pixels, means or deviations not 3 numbers (or one), a zero
-// deviation, a processor class that is not a short string.
+// deviation, a processor class that is not a short string; a rescale_factor,
+// mean or deviation that is not finite (or positive) in float32, where the
+// steps compute, or that makes a pixel value non-finite there.
 ImageProcessor read_image_processor(const std::string& dir, const std::string& model_type = "vit");
 
 // PIL's Image.resize(size, resample) of an RGB image, bit for bit: separable
@@ -68,7 +70,8 @@ RgbImage center_crop(const RgbImage& in, std::size_t width, std::size_t height);
 // model sees (resized and cropped, or as given); returns its pixel values
 // (3, H, W) float32. Throws mha::Error (invalid_input) naming `what`, before
 // any pixel is resized, when the image would not be the model's
-// image_height x image_width.
+// image_height x image_width, or when the resize would hold an image of over
+// 2^27 pixels between its passes.
 std::vector<float> preprocess_image(const ImageProcessor& p, const ModelConfig& c,
                                     const RgbImage& image, const std::string& what,
                                     RgbImage& resized);
