@@ -157,6 +157,7 @@ class Errors(QkTest):
                      "--out_dir", both)
         np.testing.assert_array_equal(np.load(os.path.join(both, "self_attention.npy")), maps)
         # An attention layer's run has no --save_qk: a model's option.
+        out = self.path("layer_out")
         p = self.run_mha("--h", "2", "--d_model", "8", "--seq_len", "4", "--save_qk",
                          "--out_dir", out, code=2)
         self.assertIn("--save_qk choose what a whole model's run writes: give --model DIR",

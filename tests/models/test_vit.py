@@ -620,8 +620,8 @@ class Refusals(VitTest):
         progressive JPEG of 2,000 extra scans took minutes; one whose coefficients pass
         max_memory was decoded; a 65535 x 65535 SOF was called truncated."""
         Image = pil()
-        if Image is None:
-            self.skipTest("needs PIL (python3-pil) to write JPEGs")
+        self.assertIsNotNone(Image, "needs PIL to write JPEGs (python3-pil, which scripts/setup.sh "
+                                    "--test installs with python3-matplotlib)")
         d, *_ = self.checkpoint()
         small = io.BytesIO()
         Image.fromarray(np.zeros((32, 24, 3), np.uint8)).save(small, "JPEG")
