@@ -93,7 +93,8 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_option("--corrupt", args.corrupt, "patching: the corrupt text (as many tokens)")
       ->type_name("TEXT");
   a->add_option("--texts", args.texts_file,
-                "corpus: a file of texts, one a line (or .jsonl: {\"text\": ...} a line)")
+                "corpus: a file of texts: a JSON array of strings, one text a line, or .jsonl "
+                "({\"text\": ...} a line), as mha tokenize --texts")
       ->type_name("FILE");
   a->add_option("--batch", args.batch, "corpus: texts per pass (default 8)")->type_name("INT");
   a->add_flag("--json", args.json, "print run.json on stdout");

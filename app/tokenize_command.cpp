@@ -15,26 +15,11 @@
 #include "mha/base/utf8.hpp"
 #include "mha/io/gguf.hpp"
 #include "mha/io/json_file.hpp"
+#include "mha/run/analyze.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha::cli {
-namespace {
-
-std::vector<std::string> read_texts(const std::string& path) {
-  const nlohmann::json j = read_json_file(path, json_kind::text_list);
-  if (!j.is_array()) fail_input(path + ": expected a JSON array of strings, got " + j.type_name());
-  std::vector<std::string> texts;
-  for (std::size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_string())
-      fail_input(path + ": element " + std::to_string(i) + " is " + j[i].type_name() +
-                 ", expected a string");
-    texts.push_back(j[i].get<std::string>());
-  }
-  return texts;
-}
-
-}  // namespace
 
 void add_tokenize_command(CLI::App& app, TokenizeArgs& args) {
   CLI::App* tokenize = app.add_subcommand(
@@ -55,7 +40,9 @@ void add_tokenize_command(CLI::App& app, TokenizeArgs& args) {
       ->required();
   tokenize->add_option("--text", args.texts, "a text to tokenize (repeatable)")
       ->allow_extra_args(false);
-  tokenize->add_option("--texts", args.texts_file, "a JSON file holding an array of texts");
+  tokenize->add_option("--texts", args.texts_file,
+                       "a file of texts: a JSON array of strings, one text a line, or .jsonl "
+                       "({\"text\": ...} a line), as mha analyze --texts");
   tokenize->add_flag("--no_special_tokens", args.no_special_tokens,
                      "leave out the post-processor's special tokens ([CLS], <s>, ...)");
   tokenize->add_flag("--vocab", args.vocab,
@@ -75,7 +62,7 @@ int do_tokenize(const TokenizeArgs& args) {
   for (const std::string& t : args.texts) check_utf8(t, "--text");
   std::vector<std::string> texts = args.texts;
   if (!args.texts_file.empty()) {
-    const std::vector<std::string> more = read_texts(args.texts_file);
+    const std::vector<std::string> more = read_corpus(args.texts_file);
     texts.insert(texts.end(), more.begin(), more.end());
   }
   use_one_run_heap();  // the vocabulary's and merges' tables: ~10^5 small allocations

@@ -295,3 +295,26 @@ def test_display_substitutions(workdir):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"] + sys.argv[1:]))
+
+
+def test_texts_file_read_as_analyze_reads_a_corpus(workdir):
+    """--texts takes the files `mha analyze --texts` takes: a JSON array, one text a line, or
+    JSON Lines; the same texts give the same ids in each form, and a .json file that is not an
+    array is refused."""
+    d = tokenizer_dir(workdir, "gpt2")
+    texts = ["The cat sat on the mat.", "  two spaces ahead", "ünïcode ✓"]
+    forms = {"texts.json": json.dumps(texts), "texts.txt": "\n".join(texts) + "\n\n",
+             "texts.jsonl": "".join(json.dumps({"text": t}) + "\n" for t in texts)}
+    got = {}
+    for name, content in forms.items():
+        path = os.path.join(workdir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content)
+        got[name] = lines([MHA, "tokenize", d, "--texts", path])
+    assert len(got["texts.json"]) == 3
+    assert got["texts.txt"] == got["texts.json"] == got["texts.jsonl"]
+    path = os.path.join(workdir, "object.json")
+    with open(path, "w") as f:
+        f.write('{"text": "a"}')
+    p = subprocess.run([MHA, "tokenize", d, "--texts", path], capture_output=True, text=True)
+    assert p.returncode == 2 and "expected a JSON array of strings, got object" in p.stderr, p.stderr

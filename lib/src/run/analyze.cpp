@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -188,11 +189,18 @@ const std::vector<std::string>& analysis_methods() {
 
 std::vector<std::string> read_corpus(const std::string& path, std::vector<std::size_t>* lines) {
   const std::string text = read_json_text(path, json_kind::text_list);
-  const bool jsonl = path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  const auto ends_with = [&](const char* ext) {
+    const std::size_t n = std::strlen(ext);
+    return path.size() > n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  const bool jsonl = ends_with(".jsonl");
   std::vector<std::string> out;
   const std::size_t first = text.find_first_not_of(" \t\r\n");
-  if (!jsonl && first != std::string::npos && text[first] == '[') {  // as `mha tokenize --texts`
+  // A JSON array by its content, or a .json file's whole: one text an element.
+  if (!jsonl && ((first != std::string::npos && text[first] == '[') || ends_with(".json"))) {
     const nlohmann::json j = parse_json(text, path, json_kind::text_list);
+    if (!j.is_array())
+      fail_input(path + ": expected a JSON array of strings, got " + j.type_name());
     for (std::size_t i = 0; i < j.size(); ++i) {
       if (!j[i].is_string())
         fail_input(path + ": element " + std::to_string(i) + " is " + j[i].type_name() +

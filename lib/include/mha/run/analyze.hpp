@@ -64,9 +64,10 @@ struct AnalyzeConfig {
   bool check_only = false;
 };
 
-// A corpus file's texts: a JSON array of strings (as `mha tokenize --texts`
-// takes), one text per line (empty lines skipped), or, for a .jsonl file,
-// one JSON object with a "text" string per line. Throws
+// A file of texts, as `mha analyze --texts` and `mha tokenize --texts` take
+// it: a JSON array of strings (a .json file, or any file starting with '['),
+// one text per line (empty lines skipped), or, for a .jsonl file, one JSON
+// object with a "text" string per line. Throws
 // mha::Error (invalid_input) naming the file and line (or for text that is
 // not UTF-8), or for no text at all. `lines`, if given, gets each text's line
 // number (1-based); it stays empty for a JSON array (text i is element i).
