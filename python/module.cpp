@@ -689,6 +689,16 @@ py::dict convert_weights(const py::object& weights, const std::string& to, const
 }
 
 // mha.Model: a whole checkpoint (mha/run/model_run.hpp) called on text or ids.
+// An encoder-decoder's target: `target_text=` (the CLI's --target_text; a text, texts or ids),
+// or its older spelling (`target=` of a call, `labels=` of an analysis); not both.
+py::object target_of(const py::object& target_text, const py::object& alias, const char* name) {
+  if (!target_text.is_none() && !alias.is_none())
+    throw mha::Error(mha::ErrorKind::invalid_input,
+                     std::string("target_text and ") + name +
+                         " name the same thing (an encoder-decoder's target): give one");
+  return target_text.is_none() ? alias : target_text;
+}
+
 class PyModel {
  public:
   // max_memory: a number of bytes, read as `--max_memory` reads one.
@@ -816,7 +826,8 @@ class PyModel {
   py::dict call(const py::object& input, bool attention, bool hidden_states,
                 const mha_python::Indices& layers, const mha_python::Indices& heads,
                 mha_python::Int top_k, mha_python::Int threads, bool qk,
-                const py::object& target) const {
+                const py::object& target_alias, const py::object& target_text) const {
+    const py::object target = target_of(target_text, target_alias, "target");
     const mha::ModelConfig& c = model_.config();
     if (c.encoder_decoder || !target.is_none())
       return call_seq2seq(input, target, attention, hidden_states, layers, heads, top_k, threads,
@@ -951,13 +962,14 @@ class PyModel {
     const std::string& dir = model_.checkpoint().dir();
     if (!c.encoder_decoder)
       throw mha::Error(mha::ErrorKind::invalid_input,
-                       "target=: a " + c.model_type + " (" + dir +
+                       "target_text=: a " + c.model_type + " (" + dir +
                            ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
     if (target.is_none())
-      throw mha::Error(mha::ErrorKind::invalid_input,
-                       dir + ": a " + c.model_type +
-                           " is an encoder-decoder; give the decoder's side as target= (a text, "
-                           "a list of texts or token ids)");
+      throw mha::Error(
+          mha::ErrorKind::invalid_input,
+          dir + ": a " + c.model_type +
+              " is an encoder-decoder; give the decoder's side as target_text= (a text, "
+              "a list of texts or token ids)");
     if (qk)
       throw mha::Error(mha::ErrorKind::invalid_input,
                        "qk=True: not supported for encoder-decoder models");
@@ -1100,7 +1112,9 @@ class PyModel {
     return a;
   }
 
-  py::dict loss(const py::object& input, mha_python::Int threads, const py::object& labels) const {
+  py::dict loss(const py::object& input, mha_python::Int threads, const py::object& labels_alias,
+                const py::object& target_text) const {
+    const py::object labels = target_of(target_text, labels_alias, "labels");
     if (seq2seq_analysis(labels, "loss", true)) return seq2seq_loss(input, labels, threads);
     const mha::ModelCall call = selection(std::nullopt, std::nullopt, threads);
     const mha::ModelInput in = input_of(input);
@@ -1246,19 +1260,20 @@ class PyModel {
     const std::string& dir = model_.checkpoint().dir();
     if (!labels.is_none() && !c.encoder_decoder)
       throw mha::Error(mha::ErrorKind::invalid_input,
-                       std::string(method) + ": labels=: a " + c.model_type + " (" + dir +
-                           ") is not an encoder-decoder; labels are for T5 and BART checkpoints");
+                       std::string(method) + ": target_text=: a " + c.model_type + " (" + dir +
+                           ") is not an encoder-decoder; a target is for T5 and BART checkpoints");
     if (!c.encoder_decoder) return false;
     if (!supported)
       throw mha::Error(mha::ErrorKind::invalid_input,
                        std::string(method) + ": not for an encoder-decoder (" + c.model_type +
-                           "); its analyses are loss, rollout, attention_norms and ablation, "
-                           "each with labels=");
+                           "); its analyses are loss, rollout, norms and ablation, "
+                           "each with target_text=");
     if (labels.is_none())
-      throw mha::Error(mha::ErrorKind::invalid_input,
-                       std::string(method) + ": " + dir + ": a " + c.model_type +
-                           " is an encoder-decoder; give its target as labels= (a text, a list "
-                           "of texts or token ids), as mha analyze --target_text");
+      throw mha::Error(
+          mha::ErrorKind::invalid_input,
+          std::string(method) + ": " + dir + ": a " + c.model_type +
+              " is an encoder-decoder; give its target as target_text= (a text, a list "
+              "of texts or token ids), as mha analyze --target_text");
     return true;
   }
 
@@ -1424,7 +1439,8 @@ class PyModel {
                     const std::optional<std::string>& target,
                     const std::optional<std::string>& foil, const mha_python::Indices& layers,
                     const mha_python::Indices& heads, mha_python::Int threads,
-                    const py::object& labels) const {
+                    const py::object& labels_alias, const py::object& target_text) const {
+    const py::object labels = target_of(target_text, labels_alias, "labels");
     if (kind != "zero" && kind != "mean")
       throw mha::Error(mha::ErrorKind::invalid_input, "ablation: expected 'zero' or 'mean'");
     if (seq2seq_analysis(labels, "ablation", true))
@@ -1567,13 +1583,15 @@ PYBIND11_MODULE(mha, m) {
            py::arg("hidden_states") = false, py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("top_k") = 5, py::arg("threads") = 0,
            py::arg("qk") = false, py::arg("target") = py::none(),
+           py::arg("target_text") = py::none(),
            "model(input, *, attention=True, hidden_states=False, layer_indices=None, "
-           "head_indices=None, top_k=5, threads=0, qk=False, target=None) -> dict\n\ninput: a "
+           "head_indices=None, top_k=5, threads=0, qk=False, target_text=None) -> dict\n\ninput: a "
            "text, a list "
            "of texts "
            "(right-padded) or "
            "token ids (T) or (B, T). Encoder-decoders (T5, BART) take the decoder's side as "
-           "target= (the same kinds, one row per input row; teacher-forced, shifted right after "
+           "target_text= (target= is its older name; the same kinds, one row per input row; "
+           "teacher-forced, shifted right after "
            "decoder_start_token_id) and return encoder_attention (layers, B, heads, S, S), "
            "decoder_attention (layers, B, heads, T, T), cross_attention (layers, B, heads, T, "
            "S), with hidden_states=True encoder_hidden_states (encoder layers + 1, B, S, d_model) "
@@ -1587,10 +1605,11 @@ PYBIND11_MODULE(mha, m) {
            "queries and keys the scores use, after QK-norm and RoPE) or None, and top_k (per "
            "row, (id, token, p)) for causal LMs or None.")
       .def("loss", &PyModel::loss, py::arg("input"), py::kw_only(), py::arg("threads") = 0,
-           py::arg("labels") = py::none(),
-           "loss(input, labels=None) -> dict: loss (B, T), each next token's cross-entropy (NaN "
-           "where there is none), mean, perplexity, tokens (docs/analyses.md); for an "
-           "encoder-decoder, labels= is its target and loss[b, t] is target token t's")
+           py::arg("labels") = py::none(), py::arg("target_text") = py::none(),
+           "loss(input, target_text=None) -> dict: loss (B, T), each next token's cross-entropy "
+           "(NaN where there is none), mean, perplexity, tokens (docs/analyses.md); for an "
+           "encoder-decoder, target_text= (labels= is its older name) is its target and "
+           "loss[b, t] is target token t's")
       .def("logit_lens", &PyModel::logit_lens, py::arg("input"), py::kw_only(),
            py::arg("top_k") = 5, py::arg("threads") = 0,
            "logit_lens(input, top_k=5) -> dict: p_next and rank (layers + 1, B, T), top_ids and "
@@ -1598,7 +1617,8 @@ PYBIND11_MODULE(mha, m) {
       .def(
           "rollout",
           [](const PyModel& m, const py::object& input, mha_python::Int threads,
-             const py::object& labels) {
+             const py::object& labels_alias, const py::object& target_text) {
+            const py::object labels = target_of(target_text, labels_alias, "labels");
             if (m.seq2seq_analysis(labels, "rollout", true))
               return py::object(
                   m.seq2seq_maps(input, labels, true, std::nullopt, std::nullopt, threads));
@@ -1607,23 +1627,27 @@ PYBIND11_MODULE(mha, m) {
             return py::object(d["rollout"]);
           },
           py::arg("input"), py::kw_only(), py::arg("threads") = 0, py::arg("labels") = py::none(),
-          "rollout(input, labels=None) -> array (layers, B, T, T): attention rollout (Abnar & "
-          "Zuidema 2020); for an encoder-decoder with labels= (its target), a dict of the "
+          py::arg("target_text") = py::none(),
+          "rollout(input, target_text=None) -> array (layers, B, T, T): attention rollout (Abnar & "
+          "Zuidema 2020); for an encoder-decoder with target_text= (its target), a dict of the "
           "encoder's, the decoder's and the cross rollout")
       .def(
-          "attention_flow",
+          "flow",
           [](const PyModel& m, const py::object& input, mha_python::Int threads) {
             const py::dict d = m.maps_analysis(input, false, false, false, true, std::nullopt,
                                                std::nullopt, threads);
             return py::object(d["flow"]);
           },
           py::arg("input"), py::kw_only(), py::arg("threads") = 0,
-          "attention_flow(input) -> array (B, T, T): attention flow to the last layer (Abnar & "
+          "flow(input) -> array (B, T, T), mha analyze --method flow: attention flow to the last "
+          "layer (Abnar & "
           "Zuidema 2020), up to 128 tokens")
       .def(
-          "attention_norms",
+          "norms",
           [](const PyModel& m, const py::object& input, const mha_python::Indices& layers,
-             const mha_python::Indices& heads, mha_python::Int threads, const py::object& labels) {
+             const mha_python::Indices& heads, mha_python::Int threads,
+             const py::object& labels_alias, const py::object& target_text) {
+            const py::object labels = target_of(target_text, labels_alias, "labels");
             if (m.seq2seq_analysis(labels, "attention_norms", true))
               return py::object(m.seq2seq_maps(input, labels, false, layers, heads, threads));
             const py::dict d =
@@ -1632,30 +1656,35 @@ PYBIND11_MODULE(mha, m) {
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
           py::arg("head_indices") = py::none(), py::arg("threads") = 0,
-          py::arg("labels") = py::none(),
-          "attention_norms(input, labels=None) -> array (layers, B, heads, T, T): ||a_ij "
-          "f_h(x_j)|| (Kobayashi et al. 2020); for an encoder-decoder with labels=, a dict of "
+          py::arg("labels") = py::none(), py::arg("target_text") = py::none(),
+          "norms(input, target_text=None) -> array (layers, B, heads, T, T): ||a_ij "
+          "f_h(x_j)|| (Kobayashi et al. 2020), mha analyze --method norms; for an "
+          "encoder-decoder with target_text=, a dict of "
           "the encoder's, the decoder's and the cross-attention's")
       .def(
-          "head_scores",
+          "detectors",
           [](const PyModel& m, const py::object& input, const mha_python::Indices& layers,
              const mha_python::Indices& heads, mha_python::Int threads) {
             return m.maps_analysis(input, false, false, true, false, layers, heads, threads);
           },
           py::arg("input"), py::kw_only(), py::arg("layer_indices") = py::none(),
           py::arg("head_indices") = py::none(), py::arg("threads") = 0,
-          "head_scores(input) -> dict: detectors (names), head_scores (detectors, layers, heads) "
+          "detectors(input) -> dict, mha analyze --method detectors: detectors (names), "
+          "head_scores (detectors, layers, heads) "
           "as TransformerLens's detect_head")
       .def("ablation", &PyModel::ablation, py::arg("input"), py::kw_only(),
            py::arg("ablation") = "zero", py::arg("metric") = "", py::arg("target") = py::none(),
            py::arg("foil") = py::none(), py::arg("layer_indices") = py::none(),
            py::arg("head_indices") = py::none(), py::arg("threads") = 0,
-           py::arg("labels") = py::none(),
-           "ablation(input, ablation='zero', metric='', target=None, foil=None, labels=None) -> "
+           py::arg("labels") = py::none(), py::arg("target_text") = py::none(),
+           "ablation(input, ablation='zero', metric='', target=None, foil=None, target_text=None) "
+           "-> "
            "dict: effect (B, layers, heads), clean, metric; for an image classifier (input: "
            "images), target and foil name classes by label, and predicted lists each row's clean "
-           "(id, label); for an encoder-decoder with labels= (its target), encoder, decoder and "
-           "cross (B, layers, heads) for each kind of attention")
+           "(id, label); for an encoder-decoder with target_text= (its target), encoder, decoder "
+           "and "
+           "cross (B, layers, heads) for each kind of attention; labels= is target_text='s older "
+           "name")
       .def("patching", &PyModel::patching, py::arg("clean"), py::arg("corrupt"), py::kw_only(),
            py::arg("metric") = "", py::arg("target") = py::none(), py::arg("foil") = py::none(),
            py::arg("layer_indices") = py::none(), py::arg("head_indices") = py::none(),
@@ -1663,6 +1692,12 @@ PYBIND11_MODULE(mha, m) {
            "patching(clean, corrupt, metric='', target=None, foil=None) -> dict: heads (layers, "
            "heads), resid (layers, T), clean, corrupt, metric")
       .def_property_readonly("config", &PyModel::config, "The model's sizes (a dict).");
+  // The analyses are named as `mha analyze --method` names them; their older names stay as
+  // aliases (docs/python.md).
+  const py::object model_class = m.attr("Model");
+  model_class.attr("attention_flow") = model_class.attr("flow");
+  model_class.attr("attention_norms") = model_class.attr("norms");
+  model_class.attr("head_scores") = model_class.attr("detectors");
   m.def("attention", &attention, py::arg("query") = py::none(), py::arg("key") = py::none(),
         py::arg("value") = py::none(),
         "attention(query=None, key=None, value=None, *, h, weights=None, **config)\n\n"

@@ -312,8 +312,8 @@ class Python(Seq2SeqTest):
         g, _, _ = self.checkpoint("gpt2", "gpt2")
         ids = np.array([[3, 4, 5]])
         t5, gpt2 = mha.Model(d), mha.Model(g)
-        for call, words in ((lambda: t5.rollout(ids), "labels="),
-                            (lambda: t5.ablation(ids), "labels="),
+        for call, words in ((lambda: t5.rollout(ids), "target_text="),
+                            (lambda: t5.ablation(ids), "target_text="),
                             (lambda: t5.logit_lens(ids), "not for an encoder-decoder"),
                             (lambda: t5.head_scores(ids), "not for an encoder-decoder"),
                             (lambda: t5.attention_flow(ids), "not for an encoder-decoder"),
@@ -323,12 +323,37 @@ class Python(Seq2SeqTest):
                 call()
             self.assertIn(words, str(e.exception))
 
+    def test_one_name_as_the_cli(self):
+        """target_text= (the CLI's --target_text) in a call and every analysis, the older target=
+        and labels= the same, both at once refused; flow, norms and detectors (--method's names)
+        the same functions as attention_flow, attention_norms and head_scores."""
+        import mha
+        d, config, _ = self.checkpoint("t5", "t5")
+        src, _ = self.ids(config, "src.npy", 2, 5, 3)
+        tgt, _ = self.ids(config, "tgt.npy", 2, 4, 4)
+        m = mha.Model(d)
+        np.testing.assert_array_equal(m(src, target_text=tgt)["cross_attention"],
+                                      m(src, target=tgt)["cross_attention"])
+        np.testing.assert_array_equal(m.loss(src, target_text=tgt)["loss"], m.loss(src, labels=tgt)["loss"])
+        for kind, a in m.norms(src, target_text=tgt).items():
+            np.testing.assert_array_equal(a, m.attention_norms(src, labels=tgt)[kind])
+        for call in (lambda: m(src, target=tgt, target_text=tgt),
+                     lambda: m.rollout(src, labels=tgt, target_text=tgt)):
+            with self.assertRaises(ValueError) as e:
+                call()
+            self.assertIn("name the same thing", str(e.exception))
+        g, gc, _ = self.checkpoint("gpt2", "gpt2")
+        gpt2, ids = mha.Model(g), np.array([[3, 4, 5, 3, 4]])
+        np.testing.assert_array_equal(gpt2.flow(ids), gpt2.attention_flow(ids))
+        self.assertEqual(gpt2.detectors(ids)["detectors"], gpt2.head_scores(ids)["detectors"])
+        np.testing.assert_array_equal(gpt2.detectors(ids)["head_scores"], gpt2.head_scores(ids)["head_scores"])
+
     def test_refusals(self):
         import mha
         d, config, _ = self.checkpoint("t5", "t5")
         g, _, _ = self.checkpoint("gpt2", "gpt2")
         ids = np.array([[3, 4, 5]])
-        for model, kw, words in ((d, {}, "target="), (g, dict(target=ids), "not an encoder-decoder"),
+        for model, kw, words in ((d, {}, "target_text="), (g, dict(target=ids), "not an encoder-decoder"),
                                  (d, dict(target=ids, qk=True), "qk=True"),
                                  (d, dict(target=np.array([[3], [4]])), "2 target rows")):
             with self.subTest(kw=kw):
