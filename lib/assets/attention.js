@@ -310,6 +310,49 @@
   }
 
   // ---- the grid of heads ----
+  // A grid panel's axis labels: the batch row's own tokens (none on padded positions), every
+  // k-th one where a cell is narrower than a legible line, none on a shrunk map or past 64
+  // positions; null when there is nothing to label. margin: the text's width, at most 60 px.
+  const GRID_FONT = '10px system-ui, "DejaVu Sans", sans-serif';
+  function gridAxes(canvas, m) {
+    const n = Math.max(m.T, m.S);
+    if (m.factor > 1 || n > 64 || n > GRID_PX) return null;
+    const cell = Math.max(1, Math.min(48, Math.floor(GRID_PX / n)));
+    const step = Math.ceil(11 / cell);
+    const q = [], k = [];
+    const T = Math.min(m.T, realQueries(m, state.batch)), S = Math.min(m.S, realKeys(m, state.batch));
+    for (let t = 0; t < T; t += step) { const x = queryLabel(t); if (x !== null && x !== undefined) q.push([t, String(x)]); }
+    for (let s = 0; s < S; s += step) { const x = keyLabel(s); if (x !== null && x !== undefined) k.push([s, String(x)]); }
+    if (!q.length && !k.length) return null;
+    const ctx = canvas.getContext('2d');
+    ctx.font = GRID_FONT;
+    const side = (l) => l.length ? Math.min(60, Math.ceil(Math.max(...l.map(([, x]) => ctx.measureText(x).width))) + 6) : 0;
+    return { q, k, margin: { left: side(q), top: side(k) } };
+  }
+  // x cut to `room` pixels with an ellipsis (squeezed text is illegible at 10 px).
+  function fitText(ctx, x, room) {
+    if (ctx.measureText(x).width <= room) return x;
+    let n = x.length;
+    while (n > 1 && ctx.measureText(x.slice(0, n - 1) + '…').width > room) n--;
+    return x.slice(0, n - 1) + '…';
+  }
+  function drawGridLabels(canvas, g, axes) {
+    const ctx = canvas.getContext('2d');
+    ctx.fillStyle = '#1f2328';
+    ctx.font = GRID_FONT;
+    ctx.textBaseline = 'middle';
+    ctx.textAlign = 'right';
+    for (const [t, x] of axes.q) ctx.fillText(fitText(ctx, x, g.left - 4), g.left - 3, g.top + (t + 0.5) * g.cell);
+    ctx.textAlign = 'left';
+    for (const [s, x] of axes.k) {
+      ctx.save();
+      ctx.translate(g.left + (s + 0.5) * g.cell, g.top - 3);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(fitText(ctx, x, g.top - 4), 0, 0);
+      ctx.restore();
+    }
+    canvas.dataset.queryLabels = axes.q.length; canvas.dataset.keyLabels = axes.k.length;
+  }
   function drawGrid() {
     const m = M(), grid = $('grid');
     grid.textContent = '';
@@ -323,7 +366,9 @@
       cap.textContent = headName(m, head) + (state.scale === 'per_head' ? ' · ' + short(scale.range[0]) + '–' + short(scale.range[1]) : '');
       const canvas = document.createElement('canvas');
       canvas.dataset.head = head;
-      drawMap(canvas, state.map, state.layer, state.batch, head, { t0: 0, t1: m.T, s0: 0, s1: m.S }, GRID_PX, scale);
+      const axes = gridAxes(canvas, m);
+      const g = drawMap(canvas, state.map, state.layer, state.batch, head, { t0: 0, t1: m.T, s0: 0, s1: m.S }, GRID_PX, scale, axes && axes.margin);
+      if (axes) drawGridLabels(canvas, g, axes);
       hoverable(canvas);
       canvas.addEventListener('click', () => openDetail(head));
       fig.append(cap, canvas);
@@ -507,6 +552,12 @@
     };
     for (let t = 0; t < T; t++) { const q = queryLabel(t); text(xq, 10 + (t + 0.5) * row, 'end', (q !== null ? q : 'q' + t), 'query', t); }
     for (let s = 0; s < S; s++) { const k = keyLabel(s); text(xk, 10 + (s + 0.5) * row, 'start', (k !== null ? k : 'k' + s), 'key', s); }
+    // Room for every label: a long key past the right edge, a long query past the left, the last
+    // row's descenders past the bottom (the box of what is drawn, 6 px around it).
+    const box = svg.getBBox(), x0 = Math.min(0, Math.floor(box.x) - 6), y0 = Math.min(0, Math.floor(box.y) - 6);
+    const x1 = Math.max(width, Math.ceil(box.x + box.width) + 6), y1 = Math.max(+svg.getAttribute('height'), Math.ceil(box.y + box.height) + 6);
+    svg.setAttribute('width', x1 - x0); svg.setAttribute('height', y1 - y0);
+    svg.setAttribute('viewBox', x0 + ' ' + y0 + ' ' + (x1 - x0) + ' ' + (y1 - y0));
   }
 
   // ---- the neuron view (bertviz's): how one query's weights come from q and k ----

@@ -131,9 +131,9 @@ class Notebook(unittest.TestCase):
             spot = b.evaluate(
                 "(() => { const f = " + FRAMES + "[0], fr = f.getBoundingClientRect(); "
                 "const c = f.contentDocument.querySelector('#grid canvas[data-head=\"1\"]'), "
-                "r = c.getBoundingClientRect(), cell = +c.dataset.cell * r.width / c.width; "
-                "return [fr.left + f.clientLeft + r.left + 1.5 * cell, "
-                "fr.top + f.clientTop + r.top + 2.5 * cell]; })()")
+                "r = c.getBoundingClientRect(), k = r.width / c.width, cell = +c.dataset.cell; "
+                "return [fr.left + f.clientLeft + r.left + (+c.dataset.left + 1.5 * cell) * k, "
+                "fr.top + f.clientTop + r.top + (+c.dataset.top + 2.5 * cell) * k]; })()")
             b.mouse_move(spot[0], spot[1])
             b.wait_for(FRAMES + "[0].contentDocument.getElementById('tooltip').hidden === false")
             tip = b.evaluate(FRAMES + "[0].contentDocument.getElementById('tooltip').textContent")

@@ -283,6 +283,32 @@ class AttentionPage(BrowserCase):
         self.assert_clean()
 
 
+    def test_long_token_labels_not_cut_off(self):
+        # Issue 50: the token view's last label was cut off (the SVG a fixed 600 px wide, keys
+        # from x = 430): a long last key and a long first query now fit inside the SVG.
+        queries = ["a very long query label at the start"] + self.queries[1:]
+        keys = self.keys[:-1] + ["the last key label, long enough to pass the right edge"]
+        for name, labels in (("q_long.txt", queries), ("k_long.txt", keys)):
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write("\n".join(labels) + "\n")
+        page = os.path.join(self.dir, "long_labels.html")
+        r = mha("view", os.path.join(self.dir, "attention.npy"), "--labels",
+                os.path.join(self.dir, "q_long.txt"), "--key_labels", os.path.join(self.dir, "k_long.txt"),
+                "-o", page)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        b = self.open(page)
+        self.assertEqual(b.evaluate("[...document.querySelectorAll('#tokens text')].map(t => t.textContent)"),
+                         queries + keys)
+        cut = b.evaluate(
+            "(() => { const r = document.getElementById('tokens').getBoundingClientRect();"
+            " return [...document.querySelectorAll('#tokens text')].filter(t => {"
+            " const q = t.getBoundingClientRect(); return q.left < r.left || q.right > r.right ||"
+            " q.top < r.top || q.bottom > r.bottom; }).map(t => t.textContent); })()")
+        self.assertEqual(cut, [])
+        b.save_screenshot(os.path.join(self.dir, "long_labels.png"))
+        self.assert_clean()
+
+
 class RunHtml(BrowserCase):
     def test_default_config(self):
         out = os.path.join(self.dir, "default")
@@ -1039,6 +1065,43 @@ class PaddedBatchPage(BrowserCase, PaddedRuns):
         self.assertIn('query 8 "%s"' % self.tokens["tokens"][1][8], self.tooltip())
         self.assertIn("batch row 1", self.tooltip())
         b.save_screenshot("/tmp/mha_padded_row1.png")
+        self.assert_clean()
+
+    def labels_inside_token_view(self):
+        """Each token view label whose box (the font's full height and the text's width) does
+        not lie inside the SVG's box, i.e. is cut off."""
+        return self.browser.evaluate(
+            "(() => { const r = document.getElementById('tokens').getBoundingClientRect();"
+            " return [...document.querySelectorAll('#tokens text')].filter(t => {"
+            " const q = t.getBoundingClientRect(); return q.left < r.left || q.right > r.right ||"
+            " q.top < r.top || q.bottom > r.bottom; }).map(t => t.firstChild.textContent); })()")
+
+    def margin_ink(self, head, side):
+        """Dark (text) pixels in a grid panel's left or top margin, read from its canvas."""
+        return self.browser.evaluate(
+            "(() => { const c = document.querySelector('#grid canvas[data-head=\"%d\"]');"
+            " const w = %s; if (!(w > 0)) return 0;"
+            " const d = c.getContext('2d').getImageData(0, 0, %s, %s).data; let n = 0;"
+            " for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 128 && d[i] < 100) n++; return n; })()"
+            % (head, "+c.dataset.%s" % side, "side === 'left' ? w : c.width".replace("side", json.dumps(side)),
+               "side === 'left' ? c.height : w".replace("side", json.dumps(side))))
+
+    def test_every_label_shown_on_the_grid_and_in_the_token_view(self):
+        # Issue 50: the token view's last label was cut off, and the grid's heatmaps had no
+        # token labels on their axes. Each row's real tokens only (row 0: 7 of 10 positions).
+        b = self.open(self.view("batch"))
+        for row in (0, 1):
+            self.pick_batch(row)
+            n = self.lengths[row]
+            self.assertEqual(len(self.token_texts("query")), n)
+            self.assertEqual(self.labels_inside_token_view(), [], "row %d" % row)
+            for head in range(2):
+                got = b.evaluate("(() => { const c = document.querySelector('#grid canvas[data-head=\"%d\"]');"
+                                 " return [+c.dataset.queryLabels, +c.dataset.keyLabels]; })()" % head)
+                self.assertEqual(got, [n, n], "row %d head %d" % (row, head))
+                self.assertGreater(self.margin_ink(head, "left"), 20, "row %d head %d" % (row, head))
+                self.assertGreater(self.margin_ink(head, "top"), 20, "row %d head %d" % (row, head))
+        b.save_screenshot("/tmp/mha_grid_labels.png")
         self.assert_clean()
 
     def test_batch_index_keeps_the_row_and_says_which(self):
