@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/base/message.hpp"
 #include "mha/io/npy.hpp"
 
 // Not assert(): it must stay on in Release builds.
@@ -43,6 +44,16 @@ inline void write_file(const std::string& path, const std::uint8_t* data, std::s
   FUZZ_CHECK(f != nullptr);
   FUZZ_CHECK(size == 0 || std::fwrite(data, 1, size, f) == size);
   FUZZ_CHECK(std::fclose(f) == 0);
+}
+
+// A refusal is one line of invalid_input, at most kMessageChars characters.
+inline void check_message(const mha::Error& e) {
+  FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
+  const std::string what = e.what();
+  FUZZ_CHECK(what.find('\n') == std::string::npos);
+  std::size_t chars = 0;
+  for (const char c : what) chars += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  FUZZ_CHECK(chars <= mha::kMessageChars);
 }
 
 // A scratch file that is removed when the process exits normally.

@@ -21,14 +21,7 @@ namespace {
 
 constexpr std::uint64_t kLimit = std::uint64_t{4} << 20;
 
-void check_message(const mha::Error& e) {
-  FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
-  const std::string what = e.what();
-  FUZZ_CHECK(what.find('\n') == std::string::npos);
-  std::size_t chars = 0;
-  for (const char c : what) chars += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
-  FUZZ_CHECK(chars <= mha::kMessageChars);
-}
+using mha_fuzz::check_message;
 
 void check_image(const mha::RgbImage& im) {
   FUZZ_CHECK(im.width >= 1 && im.height >= 1);

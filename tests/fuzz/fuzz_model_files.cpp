@@ -17,14 +17,7 @@
 
 namespace {
 
-void check_message(const mha::Error& e) {
-  FUZZ_CHECK(e.kind() == mha::ErrorKind::invalid_input);
-  const std::string what = e.what();
-  FUZZ_CHECK(what.find('\n') == std::string::npos);
-  std::size_t chars = 0;
-  for (const char c : what) chars += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
-  FUZZ_CHECK(chars <= mha::kMessageChars);
-}
+using mha_fuzz::check_message;
 
 }  // namespace
 
