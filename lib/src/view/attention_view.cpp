@@ -59,7 +59,6 @@ std::vector<std::size_t> flattened_shape(const std::optional<ViewedRun>& run,
   fail_input(os.str());
 }
 
-
 // Which of an encoder-decoder's sides a map set's queries and keys are: decoder_* maps
 // are target x target, cross_* target x source, the others (encoder_*, a decoder-only
 // model's self_attention, rollout, flow, norms) source x source.
