@@ -111,6 +111,8 @@ void check_model(const AnalyzeConfig& config, const ModelConfig& c,
       fail_input(config.model + ": a " + c.model_type +
                  " has no LM head; loss, logit_lens, ablation and patching need a causal LM's "
                  "next-token predictions");
+  for (const Analysis* a : methods)
+    if (a->check_model) a->check_model(config, c);
 }
 
 // The plan's estimate: the forward over the longest rows (of at least 2:

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mha/analysis/analysis.hpp"
+#include "mha/base/error.hpp"
 #include "mha/checkpoint/lens.hpp"
 #include "mha/io/json_text.hpp"
 
@@ -60,12 +61,19 @@ void summarise(AnalysisRun& run, const LogitLens& lens) {
   run.lines.push_back(line);
 }
 
+// Its k most likely tokens: at least one, at most the vocabulary.
+void check_model(const AnalyzeConfig& config, const ModelConfig& c) {
+  if (config.top_k < 1 || std::uint64_t(config.top_k) > c.vocab_size)
+    fail_input("--top_k: expected 1 to the vocabulary's " + std::to_string(c.vocab_size) +
+               " for logit_lens, got " + std::to_string(config.top_k));
+}
+
 AnalysisFinish ask(AnalysisRun&, AnalysisPass& pass) {
   pass.hidden_states = true;
   return [](AnalysisRun& run, const AnalysisPass& pass) {
     const ModelInput& in = run.in;
     const std::size_t B = in.B, T = in.T;
-    const std::size_t k = static_cast<std::size_t>(std::max<std::int64_t>(1, run.config.top_k));
+    const std::size_t k = static_cast<std::size_t>(run.config.top_k);
     const LogitLens lens = logit_lens(run.model(), pass.hidden.data(), B, T, in.ids.data(),
                                       in.lengths, k, run.threads);
     const std::size_t S = lens.states;
@@ -96,6 +104,7 @@ extern const Analysis logit_lens_analysis = [] {
   a.what = "each layer's residual stream read by the LM head";
   a.lm_head = true;
   a.options = {"--top_k"};
+  a.check_model = check_model;
   a.ask = ask;
   return a;
 }();

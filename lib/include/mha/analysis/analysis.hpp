@@ -136,6 +136,8 @@ struct Analysis {
   std::vector<const char*> options;
   // Checks of its options before the model opens (null: none); throws naming the flag.
   void (*check_options)(const AnalyzeConfig& config) = nullptr;
+  // Checks of its options against the model's sizes, once it is open (null: none).
+  void (*check_model)(const AnalyzeConfig& config, const ModelConfig& c) = nullptr;
   // Bytes it holds beyond the pass (null: none).
   std::uint64_t (*memory)(const AnalysisSizes& s) = nullptr;
   // Checks once the model is open and the input read, before weights are read (null: none).
