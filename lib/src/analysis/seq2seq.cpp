@@ -193,10 +193,8 @@ void maps_pass(Seq2SeqRun& r) {
     const std::size_t n = r.queries(k) * r.keys(k);
     norms[int(k)]->write(((slot * r.B + b) * r.Hs + hs) * n, v, n);
   };
-  const Seq2SeqResult result = analyze_seq2seq_maps(r.model(), r.in, mo);
-  ForwardResult finite;
-  finite.output = result.output;
-  check_finite_output(finite, r.config.model);
+  const ForwardResult result = analyze_seq2seq_maps(r.model(), r.in, mo);
+  check_finite_output(result, r.config.model);
   if (wants(r.config, "loss")) loss_of(r, result.output);
   describe_maps(r);
 }
