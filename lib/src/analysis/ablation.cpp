@@ -1,11 +1,13 @@
 // `--method ablation`: each chosen head's output zeroed or mean-ablated, the
 // change in a metric (checkpoint/ablation.hpp's head_ablation): next tokens'
-// (a causal LM) or classes' (an image classifier, --image).
+// (a causal LM), classes' (an image classifier, --image), or an
+// encoder-decoder's target's (each kind of attention's heads, seq2seq_head_ablation).
 #include <string>
 
 #include "mha/analysis/analysis.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
+#include "mha/checkpoint/family.hpp"
 
 namespace mha {
 
@@ -38,7 +40,56 @@ std::string meaning(const ModelConfig& c, Ablation kind, Metric metric) {
               : "");
 }
 
+// An encoder-decoder's: each head of each kind (encoder, decoder, cross), one pass per head,
+// both stacks' weights read once when they fit beside the plan (seq2seq_head_ablation).
+void seq2seq_ablation(AnalysisRun& run) {
+  const AnalysisStacks& st = run.stacks;
+  const std::size_t B = run.in.B, Hs = run.call.map_heads.size();
+  const Ablation kind = run.config.ablation == "mean" ? Ablation::mean : Ablation::zero;
+  const Metric metric = run.io.metric;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<TransformerLayer<float>> encoder_layers, decoder_layers;
+  if (run.need + run.model().layer_float32_bytes() * (st.Le + st.Ld) <= run.max_memory) {
+    encoder_layers = read_layers(run.model(), run.threads, Stack::main);
+    decoder_layers = read_layers(run.model(), run.threads, Stack::decoder);
+    run.io.layers_read = &encoder_layers;
+    run.io.decoder_layers_read = &decoder_layers;
+  }
+  const Seq2SeqAblation a = seq2seq_head_ablation(run.model(), *run.seq2seq, kind, run.io);
+  const std::string effect =
+      metric == Metric::kl
+          ? "KL(clean || ablated) of the last target position's prediction"
+          : std::string(to_string(metric)) + "(ablated) - " + to_string(metric) + "(clean)" +
+                (metric == Metric::loss ? ", the loss the mean over the row's target tokens"
+                                        : " at the row's last target position");
+  for (MapKind k : kMapKinds) {
+    const std::string name = std::string(kind_name(k)) + "_ablation.npy";
+    const std::vector<double>& e = k == MapKind::encoder   ? a.encoder
+                                   : k == MapKind::decoder ? a.decoder
+                                                           : a.cross;
+    run.out.array(name, DType::f8, {B, st.layers(k, true), Hs}, e.data());
+    run.add(name, {B, st.layers(k, true), Hs},
+            std::string("per row, each chosen head of the ") + kind_name(k) +
+                " attention replaced by " +
+                (kind == Ablation::zero ? "zero" : "its mean over the row's queries") + ": " +
+                effect);
+  }
+  run.summary["ablation"] = {
+      {"kind", to_string(kind)}, {"metric", to_string(metric)},
+      {"clean", a.clean},        {"passes", a.passes},
+      {"ms", ms_since(t0)},      {"weights_held", run.io.layers_read != nullptr}};
+  run.io.layers_read = run.io.decoder_layers_read = nullptr;
+  run.lines.push_back("ablation: " + std::to_string((st.Les + 2 * st.Lds) * Hs) +
+                      " heads (encoder, decoder, cross) in " + std::to_string(a.passes) +
+                      " forwards, " + std::to_string(ms_since(t0)) + " ms");
+}
+
+std::uint64_t memory(const AnalysisSizes& s) {  // an encoder-decoder's second encoder output
+  return s.stacks ? 8 * std::uint64_t(s.B) * (s.stacks->S + s.stacks->T) * s.d : 0;
+}
+
 void run_ablation(AnalysisRun& run) {
+  if (run.seq2seq) return seq2seq_ablation(run);
   const ModelConfig& c = run.c();
   const ModelInput& in = run.in;
   const Ablation kind = run.config.ablation == "mean" ? Ablation::mean : Ablation::zero;
@@ -89,6 +140,7 @@ extern const Analysis ablation_analysis = [] {
   a.encoder_decoder = true;
   a.options = {"--ablation", "--metric", "--target", "--foil", "--layer_indices", "--head_indices"};
   a.check_options = check_options;
+  a.memory = memory;
   a.check = check;
   a.run = run_ablation;
   return a;

@@ -35,6 +35,10 @@ std::string top_entries(const std::vector<double>& values,
   return out;
 }
 
+const char* kind_name(MapKind k) {
+  return k == MapKind::encoder ? "encoder" : k == MapKind::decoder ? "decoder" : "cross";
+}
+
 std::string head_name(std::size_t layer, std::size_t head) {
   return "L" + std::to_string(layer) + "H" + std::to_string(head);
 }

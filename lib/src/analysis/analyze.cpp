@@ -20,13 +20,13 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/base/utf8.hpp"
+#include "mha/checkpoint/seq2seq.hpp"
 #include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/run_json.hpp"
 #include "outputs.hpp"
-#include "seq2seq.hpp"
 
 namespace mha {
 
@@ -103,16 +103,65 @@ void check_flags(const AnalyzeConfig& config, const std::vector<const Analysis*>
   metric_of(config.metric, config.target, config.foil);
 }
 
-// A causal LM's predictions (or, for images, a classifier's: the method's own check).
+// A causal LM's predictions (or, for images, a classifier's: the method's own
+// check); an encoder-decoder's methods and its target's predictions.
 void check_model(const AnalyzeConfig& config, const ModelConfig& c,
-                 const std::vector<const Analysis*>& methods, bool images) {
+                 const std::vector<const Analysis*>& methods, bool images, bool two_stacks) {
+  for (const Analysis* a : methods)
+    if (two_stacks && !a->encoder_decoder)
+      fail_input(std::string("--method ") + a->name + ": not for an encoder-decoder (" +
+                 c.model_type + "); its analyses are loss, rollout, norms and ablation");
   for (const Analysis* a : methods)
     if (a->lm_head && !(images && a->images) && !c.has_lm_head())
       fail_input(config.model + ": a " + c.model_type +
-                 " has no LM head; loss, logit_lens, ablation and patching need a causal LM's "
-                 "next-token predictions");
+                 (two_stacks ? " has no LM head; loss and ablation need the target's predictions"
+                             : " has no LM head; loss, logit_lens, ablation and patching need a "
+                               "causal LM's next-token predictions"));
   for (const Analysis* a : methods)
     if (a->check_model) a->check_model(config, c);
+}
+
+// An encoder-decoder's teacher-forced batch over both sides (`sides` outlives it) and its
+// stacks' sizes, for the entries.
+void set_stacks(AnalysisRun& run, const Seq2SeqSides& sides, Seq2SeqBatch& batch) {
+  const ModelInput &source = sides.source, &labels = sides.target.labels,
+                   &decoder = sides.target.decoder;
+  batch.source = source.ids.data();
+  batch.B = source.B, batch.S = source.T, batch.T = labels.T;
+  batch.source_lengths = source.lengths;
+  batch.target_lengths = decoder.lengths;
+  batch.decoder_ids = decoder.ids.data();
+  batch.labels = labels.ids.data();
+  run.seq2seq = &batch;
+  const std::vector<std::size_t>& layers = run.call.map_layers;
+  const auto chosen = [&](std::size_t n) {
+    return std::size_t(std::lower_bound(layers.begin(), layers.end(), n) - layers.begin());
+  };
+  AnalysisStacks& st = run.stacks;
+  st.S = source.T, st.T = labels.T;
+  st.Le = run.c().num_layers, st.Ld = run.c().num_decoder_layers;
+  st.Les = chosen(st.Le), st.Lds = chosen(st.Ld);
+}
+
+// An encoder-decoder's: the pass over both stacks, one layer's maps of each kind and their
+// value norms (the methods reading maps), the vocabulary's logits (the target's predictions),
+// and each method's share.
+std::uint64_t estimate_stacks(const AnalysisRun& run, const std::vector<const Analysis*>& methods,
+                              AnalysisSizes& s) {
+  const ModelConfig& c = run.c();
+  const std::uint64_t B = s.B, S = run.stacks.S, T = run.stacks.T;
+  s.T = T;
+  s.stacks = &run.stacks;
+  std::uint64_t need = seq2seq_memory(c, run.model().layer_float32_bytes(), B, S, T, run.threads);
+  bool maps = false, lm = false;
+  for (const Analysis* a : methods) {
+    if (a->memory) need += a->memory(s);
+    maps = maps || a->reads_maps;
+    lm = lm || a->lm_head;
+  }
+  if (maps) need += 4 * B * c.h * (S * S + T * T + T * S) + 8 * B * c.h * (S + T + S);
+  if (lm) need += 4 * std::uint64_t(std::min<std::uint64_t>(B * T, 256)) * c.vocab_size;
+  return need;
 }
 
 // The plan's estimate: the forward over the longest rows (of at least 2:
@@ -126,6 +175,8 @@ std::uint64_t estimate(const AnalysisRun& run, const std::vector<const Analysis*
   s.T = std::max(in.T, run.patching_rows ? run.patching_rows->T : 0);
   s.Ls = run.call.map_layers.size(), s.Hs = run.call.map_heads.size();
   s.in_memory = in_memory;
+  s.threads = run.threads;
+  if (run.seq2seq) return estimate_stacks(run, methods, s);
   const std::size_t Bmax = std::max<std::size_t>(s.B, 2);
   std::uint64_t need = forward_memory(c, run.model().layer_float32_bytes(), Bmax, s.T, run.threads);
   need +=
@@ -157,7 +208,18 @@ void plan(AnalysisRun& run, const std::vector<const Analysis*>& methods, bool in
 // methods that run passes of their own.
 void compute(AnalysisRun& run, const std::vector<const Analysis*>& methods) {
   ModelInput& in = run.in;
-  if (reads_rows(methods)) {
+  if (run.seq2seq && reads_rows(methods)) {
+    AnalysisPass pass;
+    pass.seq2seq.layers = run.call.map_layers;
+    pass.seq2seq.heads = run.call.map_heads;
+    pass.seq2seq.threads = run.threads;
+    std::vector<AnalysisFinish> finish;
+    for (const Analysis* a : methods)
+      if (a->ask) finish.push_back(a->ask(run, pass));
+    pass.result.forward = analyze_seq2seq_maps(run.model(), *run.seq2seq, pass.seq2seq);
+    check_finite_output(pass.result.forward, run.config.model);
+    for (const AnalysisFinish& f : finish) f(run, pass);
+  } else if (reads_rows(methods)) {
     AnalysisPass pass;
     pass.options.layers = run.call.map_layers;
     pass.options.heads = run.call.map_heads;
@@ -203,9 +265,17 @@ json run_json(const AnalysisRun& run, const ImageProcessor& processor) {
                 {"head_dim", c.head_dim},
                 {"vocab_size", c.vocab_size}};
   if (c.classifier) j["model"]["num_labels"] = c.num_labels;
+  if (run.seq2seq) {
+    j["model"]["encoder_decoder"] = true;
+    j["model"]["num_decoder_layers"] = c.num_decoder_layers;
+  }
   j["methods"] = run.config.methods;
   j["config"] = to_json(run.config);
   j["input"] = {{"batch", in.B}, {"seq_len", in.T}, {"lengths", in.lengths}};
+  if (run.seq2seq) {
+    j["input"]["target_len"] = run.stacks.T;
+    j["input"]["target_lengths"] = run.seq2seq->target_lengths;
+  }
   if (!in.image_sources.empty()) {
     j["input"].update(image_input_json(in, c));
     j["preprocessing"] = preprocessing_json(processor);
@@ -220,8 +290,16 @@ json run_json(const AnalysisRun& run, const ImageProcessor& processor) {
 }
 
 // tokens.json (and images.npy): of the rows, or of patching's clean and corrupt.
-void write_tokens(AnalysisRun& run, OutputSet& out, bool rows) {
+void write_tokens(AnalysisRun& run, OutputSet& out, bool rows, const Seq2SeqSides* sides) {
   ModelInput& in = run.in;
+  if (sides) {  // both sides of an encoder-decoder
+    if (in.tokens.empty()) run.whole.name_tokens(in);
+    out.stage_bytes(
+        "tokens.json",
+        dump_json(seq2seq_tokens_json(in, sides->target.decoder, sides->target.labels)) + "\n");
+    run.outputs.insert(run.outputs.begin(), "tokens.json");
+    return;
+  }
   const ModelInput* tokens = rows ? &in : run.patching_rows.get();
   if (!tokens) return;
   if (rows && in.tokens.empty()) run.whole.name_tokens(in);
@@ -275,27 +353,40 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   const Model whole(config.model, config.dtype);
   const ModelConfig& c = whole.config();
   const std::uint64_t max_memory = config.max_memory ? *config.max_memory : default_max_memory();
-  if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
-    return run_analyze_seq2seq(config, whole, max_memory);
-  check_model(config, c, methods, images);
-  const ModelCall call =
-      check_model_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
+  // An encoder-decoder, or a target given to any model (refused there by name).
+  const bool two_stacks = c.encoder_decoder || config.target_tokens || !config.target_texts.empty();
+  std::unique_ptr<Seq2SeqSides> sides;
   ModelInput in;
-  if (rows && images) {
-    if (!c.image_input()) whole.encode_images({}, {});  // refused by name before reading any
-    in = read_image_input(whole, config.images, max_memory);
-  } else if (rows) {
-    in = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+  ModelCall call;
+  if (two_stacks) {
+    const Seq2SeqFlags flags{config.texts, config.tokens, config.target_texts, config.target_tokens,
+                             images};
+    check_seq2seq_flags(whole, config.model, flags);
+    check_model(config, c, methods, false, true);
+    // Layer indices name a layer of both stacks, as `mha run`'s; unset, every layer of each.
+    call = check_seq2seq_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
+    sides = std::make_unique<Seq2SeqSides>(read_seq2seq_sides(whole, flags));
+  } else {
+    check_model(config, c, methods, images, false);
+    call = check_model_call(c, {true, config.layers, config.heads, config.top_k, config.threads});
+    if (rows && images) {
+      if (!c.image_input()) whole.encode_images({}, {});  // refused by name before reading any
+      in = read_image_input(whole, config.images, max_memory);
+    } else if (rows) {
+      in = config.tokens ? read_token_ids(whole, *config.tokens) : whole.encode(config.texts);
+    }
   }
   InterventionOptions io;
   FileOutputs out(config.out_dir);
-  AnalysisRun run(config, whole, call, in, io, max_memory, out);
+  AnalysisRun run(config, whole, call, sides ? sides->source : in, io, max_memory, out);
   run.threads = resolve_threads(call.threads);
+  Seq2SeqBatch batch;
+  if (sides) set_stacks(run, *sides, batch);
   plan(run, methods, false);
   if (config.check_only) return {};
   compute(run, methods);
   OutputSet& set = out.set();
-  write_tokens(run, set, rows);
+  write_tokens(run, set, rows, sides.get());
   AnalyzeReport report;
   report.outputs = run.outputs;
   report.summary = run.lines;
@@ -309,13 +400,31 @@ AnalysisResult analyze_input(const Model& whole, const AnalyzeConfig& config, Mo
   const std::vector<const Analysis*> methods = methods_of(config);
   const bool images = !in.pixels.empty();
   check_flags(config, methods, true, images);
-  check_model(config, whole.config(), methods, images);
+  check_model(config, whole.config(), methods, images, false);
   const ModelCall call = check_model_call(
       whole.config(), {true, config.layers, config.heads, config.top_k, config.threads});
   InterventionOptions io;
   MemoryOutputs out;
   AnalysisRun run(config, whole, call, in, io, max_memory, out);
   run.threads = resolve_threads(call.threads);
+  plan(run, methods, true);
+  compute(run, methods);
+  return {std::move(out.arrays), std::move(run.summary)};
+}
+
+AnalysisResult analyze_seq2seq_input(const Model& whole, const AnalyzeConfig& config,
+                                     Seq2SeqSides sides, std::uint64_t max_memory) {
+  const std::vector<const Analysis*> methods = methods_of(config);
+  check_flags(config, methods, true, false);
+  check_model(config, whole.config(), methods, false, true);
+  const ModelCall call = check_seq2seq_call(
+      whole.config(), {true, config.layers, config.heads, config.top_k, config.threads});
+  InterventionOptions io;
+  MemoryOutputs out;
+  AnalysisRun run(config, whole, call, sides.source, io, max_memory, out);
+  run.threads = resolve_threads(call.threads);
+  Seq2SeqBatch batch;
+  set_stacks(run, sides, batch);
   plan(run, methods, true);
   compute(run, methods);
   return {std::move(out.arrays), std::move(run.summary)};

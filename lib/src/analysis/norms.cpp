@@ -1,8 +1,11 @@
 // `--method norms` (Kobayashi et al. 2020): ||a_ij f_h(x_j)|| of the chosen
 // layers and heads (checkpoint/attention_analysis.hpp's value_norms), streamed
-// to attention_norms.npy (layers, B, heads, T, T) as the shared pass gives them.
+// to attention_norms.npy (layers, B, heads, T, T) as the shared pass gives them;
+// an encoder-decoder's three kinds of maps each in an array of its own.
 #include <algorithm>
+#include <array>
 #include <memory>
+#include <string>
 
 #include "mha/analysis/analysis.hpp"
 
@@ -11,11 +14,47 @@ namespace mha {
 namespace {
 
 std::uint64_t memory(const AnalysisSizes& s) {
+  if (const AnalysisStacks* k = s.stacks) {  // a thread's (queries, keys) block each
+    const std::size_t n = std::max(k->S, k->T);
+    return 4 * std::uint64_t(s.threads) * n * n +
+           (s.in_memory ? 4 * std::uint64_t(s.B) * s.Hs *
+                              (k->Les * k->S * k->S + k->Lds * (k->T * k->T + k->T * k->S))
+                        : 0);
+  }
   return bytes_of({s.B, s.h, s.T}, 8) + bytes_of({s.T, s.T}) +
          (s.in_memory ? bytes_of({s.Ls, s.B, s.Hs, s.T, s.T}) : 0);
 }
 
+// An encoder-decoder's: each kind of map's (encoder, decoder, cross) in an array of its own.
+AnalysisFinish seq2seq_norms(AnalysisRun& run, AnalysisPass& pass) {
+  const AnalysisStacks& s = run.stacks;
+  const std::size_t B = run.in.B, Hs = run.call.map_heads.size();
+  std::array<const AnalysisOutputs::Stream*, 3> streams{};
+  for (MapKind k : kMapKinds)
+    streams[int(k)] = &run.out.stream(std::string(kind_name(k)) + "_attention_norms.npy",
+                                      {s.layers(k, true), B, Hs, s.queries(k), s.keys(k)});
+  pass.seq2seq.norms = true;
+  pass.seq2seq.norms_sink = [streams, s, B, Hs](MapKind k, std::size_t slot, std::size_t b,
+                                                std::size_t hs, const float* v) {
+    const std::size_t n = s.queries(k) * s.keys(k);
+    streams[int(k)]->write(((slot * B + b) * Hs + hs) * n, v, n);
+  };
+  return [B, Hs](AnalysisRun& run, const AnalysisPass&) {
+    const AnalysisStacks& s = run.stacks;
+    const std::string side[3] = {"source", "target", "target"},
+                      key_side[3] = {"source", "target", "source"};
+    for (MapKind k : kMapKinds)
+      run.add(std::string(kind_name(k)) + "_attention_norms.npy",
+              {s.layers(k, true), B, Hs, s.queries(k), s.keys(k)},
+              std::string("||a_ij f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h, of the ") +
+                  kind_name(k) + " attention: each head's weight times the norm of what key j (" +
+                  key_side[int(k)] + ") sends to query i (" + side[int(k)] +
+                  "), layers and heads as chosen");
+  };
+}
+
 AnalysisFinish ask(AnalysisRun& run, AnalysisPass& pass) {
+  if (run.seq2seq) return seq2seq_norms(run, pass);
   const ModelInput& in = run.in;
   const std::vector<std::size_t>& layers = run.call.map_layers;
   const std::size_t B = in.B, T = in.T, Ls = layers.size(), Hs = run.call.map_heads.size();

@@ -7,7 +7,9 @@
 // given: check their options, plan the memory as the sum of their estimates,
 // run the one shared pass with what each asks of it (maps, hidden states),
 // then let each write its arrays and summary. The math is below, in
-// checkpoint/ (lens, attention_analysis, ablation, seq2seq_analysis).
+// checkpoint/ (lens, attention_analysis, ablation, seq2seq_analysis). An
+// encoder-decoder (T5, BART) runs through the same loop and entries: the
+// entries that take one (Analysis::encoder_decoder) read AnalysisRun::seq2seq.
 //
 //   const Analysis* a = find_analysis("rollout");
 //   a->ask(run, pass);   // rollout's sinks on the pass; its finish writes rollout.npy
@@ -27,6 +29,7 @@
 #include "mha/checkpoint/ablation.hpp"
 #include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/forward.hpp"
+#include "mha/checkpoint/seq2seq_analysis.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/run/analyze.hpp"
 #include "mha/run/model_run.hpp"
@@ -53,10 +56,26 @@ class AnalysisOutputs {
   virtual void bytes(const std::string& name, const std::string& bytes) = 0;
 };
 
+// An encoder-decoder's two stacks as the analyses see them: the source's
+// length S, the target's T, each stack's layers and the chosen ones (a layer
+// index names a layer of both stacks), and each kind of map's shape.
+struct AnalysisStacks {
+  std::size_t S = 0, T = 0, Le = 0, Ld = 0, Les = 0, Lds = 0;
+  std::size_t queries(MapKind k) const { return k == MapKind::encoder ? S : T; }
+  std::size_t keys(MapKind k) const { return k == MapKind::decoder ? T : S; }
+  std::size_t layers(MapKind k, bool chosen) const {
+    return k == MapKind::encoder ? (chosen ? Les : Le) : (chosen ? Lds : Ld);
+  }
+};
+constexpr MapKind kMapKinds[3] = {MapKind::encoder, MapKind::decoder, MapKind::cross};
+const char* kind_name(MapKind k);  // "encoder", "decoder", "cross"
+
 // The sizes the memory estimates read: the rows' batch and length, the model's.
 struct AnalysisSizes {
   std::size_t B = 0, T = 0, L = 0, h = 0, d = 0, head_dim = 0;
   std::size_t Ls = 0, Hs = 0;  // the chosen layers and heads
+  int threads = 1;
+  const AnalysisStacks* stacks = nullptr;  // an encoder-decoder's (T: the target's)
   // The outputs are held in memory (Python) rather than streamed to files.
   bool in_memory = false;
 };
@@ -78,7 +97,11 @@ struct AnalysisRun {
   const Model& whole;
   const ModelCall& call;  // the chosen layers and heads, as check_model_call made them
   int threads = 1;
-  ModelInput& in;           // the rows (--text, --tokens, --image); empty without them
+  ModelInput& in;  // the rows (--text, --tokens, --image; an encoder-decoder's source)
+  // An encoder-decoder's teacher-forced batch (source `in`, the target) and
+  // its stacks' sizes; null for a model of one stack.
+  const Seq2SeqBatch* seq2seq = nullptr;
+  AnalysisStacks stacks;
   InterventionOptions& io;  // ablation's and patching's metric, target, foil
   std::uint64_t need = 0;   // the plan's estimate
   std::uint64_t max_memory = 0;
@@ -108,6 +131,7 @@ struct AnalysisRun {
 // pass is done (write its arrays and summary).
 struct AnalysisPass {
   MapAnalysisOptions options;  // flags and sinks; layers, heads and threads set by the loop
+  Seq2SeqMapOptions seq2seq;   // the same for an encoder-decoder's pass
   bool hidden_states = false;  // (L + 1, B, T, d) kept in `hidden`
   std::vector<float> hidden;
   MapAnalysisResult result;
@@ -128,10 +152,12 @@ struct Analysis {
   const char* name;
   const char* what;  // one phrase: docs/analyses.md's table and --help
   AnalysisInput input = AnalysisInput::rows;
-  bool images = false;           // takes --image (an image model's rows)
-  bool lm_head = false;          // reads a causal LM's predictions (images: the classifier's)
-  bool encoder_decoder = false;  // takes an encoder-decoder with --target_text
-  bool reads_maps = false;       // holds a layer's maps in the pass (the estimate's share)
+  bool images = false;   // takes --image (an image model's rows)
+  bool lm_head = false;  // reads a causal LM's predictions (images: the classifier's)
+  // Takes an encoder-decoder with --target_text: its ask, memory and run
+  // then see AnalysisRun::seq2seq and AnalysisSizes::stacks.
+  bool encoder_decoder = false;
+  bool reads_maps = false;  // holds a layer's maps in the pass (the estimate's share)
   // The options it reads beyond the input, as flags (docs and --help).
   std::vector<const char*> options;
   // Checks of its options before the model opens (null: none); throws naming the flag.

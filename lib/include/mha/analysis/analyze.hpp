@@ -38,7 +38,8 @@ struct AnalysisResult {
 AnalysisResult analyze_input(const Model& model, const AnalyzeConfig& config, ModelInput in,
                              std::uint64_t max_memory);
 // An encoder-decoder's (T5, BART): both sides read (read_seq2seq_sides or the
-// caller's own), loss, rollout, norms and ablation (analysis/seq2seq.cpp).
+// caller's own); the methods that take one (loss, rollout, norms, ablation),
+// through the same loop and entries.
 AnalysisResult analyze_seq2seq_input(const Model& model, const AnalyzeConfig& config,
                                      Seq2SeqSides sides, std::uint64_t max_memory);
 
