@@ -204,46 +204,45 @@ void plan(AnalysisRun& run, const std::vector<const Analysis*>& methods, bool in
                ", over max_memory " + format_bytes(run.max_memory));
 }
 
-// The one pass the rows methods share, then each one's finish, then the
-// methods that run passes of their own.
-void compute(AnalysisRun& run, const std::vector<const Analysis*>& methods) {
+// The shared pass over the rows: an encoder-decoder's over both stacks, or a
+// one-stack model's with the hidden states kept when a method asks for them.
+void run_pass(AnalysisRun& run, AnalysisPass& pass) {
   ModelInput& in = run.in;
-  if (run.seq2seq && reads_rows(methods)) {
-    AnalysisPass pass;
-    pass.seq2seq.layers = run.call.map_layers;
-    pass.seq2seq.heads = run.call.map_heads;
-    pass.seq2seq.threads = run.threads;
-    std::vector<AnalysisFinish> finish;
-    for (const Analysis* a : methods)
-      if (a->ask) finish.push_back(a->ask(run, pass));
+  if (run.seq2seq) {
     pass.result.forward = analyze_seq2seq_maps(run.model(), *run.seq2seq, pass.seq2seq);
-    check_finite_output(pass.result.forward, run.config.model);
-    for (const AnalysisFinish& f : finish) f(run, pass);
-  } else if (reads_rows(methods)) {
+    return;
+  }
+  const std::size_t n = in.B * in.T * run.c().d_model;
+  if (pass.hidden_states) {
+    pass.hidden.resize((run.c().num_layers + 1) * n);
+    pass.options.hidden_sink = [&](std::size_t i, const float* x) {
+      std::copy(x, x + n, pass.hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
+    };
+  }
+  // each finished layer's arrays on their way to disk, as `mha run`'s maps
+  pass.options.layer_done = [&](std::size_t l) {
+    for (const auto& done : pass.layer_done) done(l);
+  };
+  // An image model's pass starts from its patch embeddings.
+  const std::vector<float> embeddings = input_embeddings(run.model(), in);
+  if (!embeddings.empty()) pass.options.embeddings = embeddings.data();
+  pass.result = analyze_maps(run.model(), in.ids.data(), in.B, in.T, in.lengths, pass.options);
+}
+
+// The one pass the rows methods share, each asking what it needs of it, then
+// each one's finish, then the methods that run passes of their own.
+void compute(AnalysisRun& run, const std::vector<const Analysis*>& methods) {
+  if (reads_rows(methods)) {
     AnalysisPass pass;
-    pass.options.layers = run.call.map_layers;
-    pass.options.heads = run.call.map_heads;
-    pass.options.threads = run.threads;
+    pass.options.layers = pass.seq2seq.layers = run.call.map_layers;
+    pass.options.heads = pass.seq2seq.heads = run.call.map_heads;
+    pass.options.threads = pass.seq2seq.threads = run.threads;
     std::vector<AnalysisFinish> finish;
     for (const Analysis* a : methods)
       if (a->ask) finish.push_back(a->ask(run, pass));
-    const std::size_t n = in.B * in.T * run.c().d_model;
-    if (pass.hidden_states) {
-      pass.hidden.resize((run.c().num_layers + 1) * n);
-      pass.options.hidden_sink = [&](std::size_t i, const float* x) {
-        std::copy(x, x + n, pass.hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
-      };
-    }
-    // each finished layer's arrays on their way to disk, as `mha run`'s maps
-    pass.options.layer_done = [&](std::size_t l) {
-      for (const auto& done : pass.layer_done) done(l);
-    };
-    // An image model's pass starts from its patch embeddings.
-    const std::vector<float> embeddings = input_embeddings(run.model(), in);
-    if (!embeddings.empty()) pass.options.embeddings = embeddings.data();
-    pass.result = analyze_maps(run.model(), in.ids.data(), in.B, in.T, in.lengths, pass.options);
+    run_pass(run, pass);
     check_finite_output(pass.result.forward, run.config.model);
-    if (in.tokens.empty()) run.whole.name_tokens(in);
+    if (!run.seq2seq && run.in.tokens.empty()) run.whole.name_tokens(run.in);
     for (const AnalysisFinish& f : finish) f(run, pass);
   }
   for (const Analysis* a : methods)
