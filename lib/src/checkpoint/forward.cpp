@@ -105,7 +105,7 @@ std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const f
     model.lm_head_rows(v0, n, rows.data());
     // logits[v0:v0+n] (n, B) = rows (n, d) last^T (d, B)
     gemm<float>(false, true, n, B, d, 1.0f, rows.data(), d, last, d, 0.0f, logits.data() + v0 * B,
-                B, model.bf16_gemm());
+                B, model.compute() == ComputeType::bfloat16);
   }
   if (c.final_softcap > 0) {  // logits <- cap tanh(logits / cap)
     const float cap = static_cast<float>(c.final_softcap);
@@ -147,7 +147,7 @@ std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHe
     std::vector<float> z(rows * n);
     if (!rows || !n) return z;
     gemm<float>(false, true, rows, n, d, 1.0f, x, ld, W.data(), d, 0.0f, z.data(), n,
-                model.bf16_gemm());
+                model.compute() == ComputeType::bfloat16);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < n; ++j) z[r * n + j] += b[j];
     return z;
@@ -206,7 +206,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   so.parallel_residual = c.parallel_residual;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
-  so.bf16_gemm = model.bf16_gemm();
+  so.bf16_gemm = model.compute() == ComputeType::bfloat16;
   Mask<float> mask = mask_of(c, T, lengths);
 
   std::vector<int> head_slot(c.h, -1);
@@ -241,7 +241,7 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
     else
       model.layer(l, w.layers[0], threads);
     read += seconds_since(t0);
-    so.self_attn = attention_options(c, l, threads, model.bf16_gemm());
+    so.self_attn = attention_options(c, l, threads, model.compute() == ComputeType::bfloat16);
     if (options.context_hook)
       so.self_attn.context_hook = [&, l](float* context) { options.context_hook(l, context); };
     if (options.values)

@@ -185,11 +185,11 @@ Seq2SeqResult forward_seq2seq(const Checkpoint& model, const std::int32_t* sourc
   so.norm_first = c.norm_placement != NormPlacement::post;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
-  so.bf16_gemm = model.bf16_gemm();
+  so.bf16_gemm = model.compute() == ComputeType::bfloat16;
   LayerOptions<float> attention;
   attention.scale = static_cast<float>(c.attn_scale);
   attention.threads = threads;
-  attention.bf16_gemm = model.bf16_gemm();
+  attention.bf16_gemm = model.compute() == ComputeType::bfloat16;
   StackWeights<float> w;  // one layer's weights at a time, in the same memory
   w.layers.resize(1);
 
