@@ -485,16 +485,18 @@ void setup_logging(int verbosity) {
 // --max_memory (which do not change results) and --json are taken.
 int do_model_job_run(const RunArgs& args, nlohmann::json file) {
   std::string flags;
-  Config overrides;
   for (const auto& [name, opt] : args.keys) {
     if (!opt->count()) continue;
     if (name != "out_dir" && name != "threads" && name != "max_memory") {
       flags += (flags.empty() ? "--" : ", --") + name;
       continue;
     }
-    overrides.apply_flag(name, opt->results().empty() ? std::string() : opt->results().front());
-    const nlohmann::json given = overrides.to_json()[name];
-    file[name] = given;
+    // Checked as the flag (its message names --name), then given to the file's key.
+    const ModelRunKey& key = *find_model_run_key(name);
+    const nlohmann::json value = model_flag_value(key, opt->results());
+    ModelRunConfig checked;
+    key.set(checked, value, "--" + name);
+    file[name] = value;
   }
   for (const std::string& name : args.model.given_names())
     flags += (flags.empty() ? "" : ", ") + name;

@@ -4,6 +4,7 @@
 // dtype is parsed once, to a ComputeType, and float64 is refused for a model.
 // The binary's --help groups and refusals from this table: tests/cli/test_interface.py.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -87,6 +88,17 @@ TEST_CASE("model run keys: a bad flag or file value is refused naming it") {
     key.set(c, mha::model_flag_value(key, texts), std::string("--") + name);
   };
   require_invalid([&] { set_flag("top_k", {"x"}); }, "--top_k: expected an integer, got \"x\"");
+  // Beyond 64 bits a flag saturates, as mha.Model's integers do: check_model_call then names
+  // the same number for both.
+  const ModelRunKey& top_k = *mha::find_model_run_key("top_k");
+  for (const auto& [text, want] :
+       {std::pair<std::string, std::int64_t>{"1180591620717411303424", INT64_MAX},
+        {"9223372036854775807", INT64_MAX},
+        {"-9223372036854775809", INT64_MIN},
+        {"12", 12}}) {
+    INFO(text);
+    CHECK(mha::model_flag_value(top_k, {text}) == want);
+  }
   require_invalid([&] { set_flag("threads", {"2000"}); }, "--threads: expected an integer from 0");
   require_invalid([&] { set_flag("layer_indices", {"1,"}); }, "--layer_indices: expected indices");
   require_invalid([&] { set_flag("save_qk", {"maybe"}); }, "--save_qk: expected true or false");

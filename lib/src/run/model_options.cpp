@@ -76,7 +76,8 @@ using C = ModelRunConfig;
 using W = const std::string&;
 namespace jv = job_value;
 
-constexpr std::int64_t kMaxTopK = std::int64_t{1} << 30;
+// check_model_call bounds top_k by the model's vocabulary (or classes).
+constexpr std::int64_t kMaxTopK = std::numeric_limits<std::int64_t>::max();
 
 // The table. A key's help for layer runs (out_dir, ...) is the Config's
 // (docs/config.md); here is what it does with --model.
@@ -134,15 +135,23 @@ const std::vector<ModelRunKey> kKeys = {
      [](C& c, const json& v, W w) { c.dtype = parse_model_dtype(jv::string(v, w), w); }},
 };
 
-// Strict: the whole text is an optionally signed decimal integer (as the Config's flags).
+// Strict: the whole text is an optionally signed decimal integer (as the
+// Config's flags). Beyond 64 bits it saturates, as mha.Model's integers do,
+// so the key's range check names the same number for both.
 json integer_text(const std::string& text, const std::string& where) {
   const bool negative = !text.empty() && text[0] == '-';
   const std::string digits = text.substr(negative ? 1 : 0);
-  if (digits.empty() || digits.size() > 18 ||
-      digits.find_first_not_of("0123456789") != std::string::npos)
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
     fail_input(where + ": expected an integer, got " + echo(text));
-  const std::int64_t magnitude = std::stoll(digits);
-  return negative ? -magnitude : magnitude;
+  constexpr std::uint64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::uint64_t magnitude = 0;
+  for (const char ch : digits) {
+    const std::uint64_t digit = static_cast<std::uint64_t>(ch - '0');
+    if (magnitude > (kMax - digit) / 10)
+      return negative ? std::numeric_limits<std::int64_t>::min() : std::int64_t{kMax};
+    magnitude = magnitude * 10 + digit;
+  }
+  return negative ? -static_cast<std::int64_t>(magnitude) : static_cast<std::int64_t>(magnitude);
 }
 
 }  // namespace
