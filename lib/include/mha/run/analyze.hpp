@@ -12,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/kernel/compute_type.hpp"
+
 namespace mha {
 
 struct AnalyzeConfig {
   std::string model;
-  std::string dtype = "float32";  // or bfloat16 (Model)
+  ComputeType dtype = ComputeType::float32;  // or bfloat16 (Model; parse_model_dtype)
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
   // an image model's input (rollout, flow, norms; ablation of an image classifier)
