@@ -1,7 +1,7 @@
 // `--method ablation`: each chosen head's output zeroed or mean-ablated, the
 // change in a metric (checkpoint/ablation.hpp's head_ablation): next tokens'
 // (a causal LM), classes' (an image classifier, --image), or an
-// encoder-decoder's target's (each kind of attention's heads, seq2seq_head_ablation).
+// encoder-decoder's target's (each kind of attention's heads).
 #include <string>
 
 #include "mha/analysis/analysis.hpp"
@@ -41,7 +41,7 @@ std::string meaning(const ModelConfig& c, Ablation kind, Metric metric) {
 }
 
 // An encoder-decoder's: each head of each kind (encoder, decoder, cross), one pass per head,
-// both stacks' weights read once when they fit beside the plan (seq2seq_head_ablation).
+// both stacks' weights read once when they fit beside the plan.
 void seq2seq_ablation(AnalysisRun& run) {
   const AnalysisStacks& st = run.stacks;
   const std::size_t B = run.in.B, Hs = run.call.map_heads.size();
@@ -55,7 +55,7 @@ void seq2seq_ablation(AnalysisRun& run) {
     run.io.layers_read = &encoder_layers;
     run.io.decoder_layers_read = &decoder_layers;
   }
-  const Seq2SeqAblation a = seq2seq_head_ablation(run.model(), *run.seq2seq, kind, run.io);
+  const AblationResult a = head_ablation(run.model(), run.input(), kind, run.io);
   const std::string effect =
       metric == Metric::kl
           ? "KL(clean || ablated) of the last target position's prediction"
@@ -64,7 +64,7 @@ void seq2seq_ablation(AnalysisRun& run) {
                                         : " at the row's last target position");
   for (MapKind k : kMapKinds) {
     const std::string name = std::string(kind_name(k)) + "_ablation.npy";
-    const std::vector<double>& e = k == MapKind::encoder   ? a.encoder
+    const std::vector<double>& e = k == MapKind::encoder   ? a.effect
                                    : k == MapKind::decoder ? a.decoder
                                                            : a.cross;
     run.out.array(name, DType::f8, {B, st.layers(k, true), Hs}, e.data());
@@ -99,8 +99,7 @@ void run_ablation(AnalysisRun& run) {
   // An image model's passes start from its patch embeddings.
   const std::vector<float> embeddings = input_embeddings(run.model(), in);
   if (!embeddings.empty()) run.io.embeddings = embeddings.data();
-  const AblationResult a =
-      head_ablation(run.model(), in.ids.data(), in.B, in.T, in.lengths, kind, run.io);
+  const AblationResult a = head_ablation(run.model(), run.input(), kind, run.io);
   run.io.embeddings = nullptr;
   const std::vector<std::size_t> shape = {in.B, a.layers.size(), a.heads.size()};
   run.out.array("ablation.npy", DType::f8, shape, a.effect.data());

@@ -123,12 +123,12 @@ void check_model(const AnalyzeConfig& config, const ModelConfig& c,
 
 // An encoder-decoder's teacher-forced batch over both sides (`sides` outlives it) and its
 // stacks' sizes, for the entries.
-void set_stacks(AnalysisRun& run, const Seq2SeqSides& sides, Seq2SeqBatch& batch) {
+void set_stacks(AnalysisRun& run, const Seq2SeqSides& sides, PassInput& batch) {
   const ModelInput &source = sides.source, &labels = sides.target.labels,
                    &decoder = sides.target.decoder;
-  batch.source = source.ids.data();
-  batch.B = source.B, batch.S = source.T, batch.T = labels.T;
-  batch.source_lengths = source.lengths;
+  batch.ids = source.ids.data();
+  batch.B = source.B, batch.T = source.T, batch.target_T = labels.T;
+  batch.lengths = source.lengths;
   batch.target_lengths = decoder.lengths;
   batch.decoder_ids = decoder.ids.data();
   batch.labels = labels.ids.data();
@@ -208,10 +208,6 @@ void plan(AnalysisRun& run, const std::vector<const Analysis*>& methods, bool in
 // one-stack model's with the hidden states kept when a method asks for them.
 void run_pass(AnalysisRun& run, AnalysisPass& pass) {
   ModelInput& in = run.in;
-  if (run.seq2seq) {
-    pass.result.forward = analyze_seq2seq_maps(run.model(), *run.seq2seq, pass.seq2seq);
-    return;
-  }
   const std::size_t n = in.B * in.T * run.c().d_model;
   if (pass.hidden_states) {
     pass.hidden.resize((run.c().num_layers + 1) * n);
@@ -226,7 +222,7 @@ void run_pass(AnalysisRun& run, AnalysisPass& pass) {
   // An image model's pass starts from its patch embeddings.
   const std::vector<float> embeddings = input_embeddings(run.model(), in);
   if (!embeddings.empty()) pass.options.embeddings = embeddings.data();
-  pass.result = analyze_maps(run.model(), in.ids.data(), in.B, in.T, in.lengths, pass.options);
+  pass.result = analyze_maps(run.model(), run.input(), pass.options);
 }
 
 // The one pass the rows methods share, each asking what it needs of it, then
@@ -234,9 +230,9 @@ void run_pass(AnalysisRun& run, AnalysisPass& pass) {
 void compute(AnalysisRun& run, const std::vector<const Analysis*>& methods) {
   if (reads_rows(methods)) {
     AnalysisPass pass;
-    pass.options.layers = pass.seq2seq.layers = run.call.map_layers;
-    pass.options.heads = pass.seq2seq.heads = run.call.map_heads;
-    pass.options.threads = pass.seq2seq.threads = run.threads;
+    pass.options.layers = run.call.map_layers;
+    pass.options.heads = run.call.map_heads;
+    pass.options.threads = run.threads;
     std::vector<AnalysisFinish> finish;
     for (const Analysis* a : methods)
       if (a->ask) finish.push_back(a->ask(run, pass));
@@ -379,7 +375,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
   FileOutputs out(config.out_dir);
   AnalysisRun run(config, whole, call, sides ? sides->source : in, io, max_memory, out);
   run.threads = resolve_threads(call.threads);
-  Seq2SeqBatch batch;
+  PassInput batch;
   if (sides) set_stacks(run, *sides, batch);
   plan(run, methods, false);
   if (config.check_only) return {};
@@ -422,7 +418,7 @@ AnalysisResult analyze_seq2seq_input(const Model& whole, const AnalyzeConfig& co
   MemoryOutputs out;
   AnalysisRun run(config, whole, call, sides.source, io, max_memory, out);
   run.threads = resolve_threads(call.threads);
-  Seq2SeqBatch batch;
+  PassInput batch;
   set_stacks(run, sides, batch);
   plan(run, methods, true);
   compute(run, methods);

@@ -97,7 +97,9 @@ void accumulate(AnalysisRun& run, const Corpus& k,
       for (std::size_t t = 0; t < n; ++t) std::copy_n(A + t * b.T, b.T, padded.data() + t * T);
       stats[l]->add_rows(head, 0, n, padded.data());
     };
-    const MapAnalysisResult r = analyze_maps(run.model(), b.ids.data(), b.B, b.T, b.lengths, mo);
+    PassInput pin;
+    pin.ids = b.ids.data(), pin.B = b.B, pin.T = b.T, pin.lengths = b.lengths;
+    const MapAnalysisResult r = analyze_maps(run.model(), pin, mo);
     check_finite_output(r.forward, run.config.model);
     for (std::size_t j = 0; j < det_sum.size(); ++j) det_sum[j] += r.head_scores[j] * double(b.B);
     if (run.config.progress) run.config.progress(std::min(N, i + k.per), N);

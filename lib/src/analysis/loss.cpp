@@ -1,5 +1,5 @@
 // `--method loss`: each next token's cross-entropy (checkpoint/lens.hpp's
-// token_loss; an encoder-decoder's target tokens, seq2seq_token_loss) on the
+// token_loss; an encoder-decoder's target tokens, target_token_loss) on the
 // shared pass's output; mean and perplexity in run.json.
 #include <cmath>
 #include <string>
@@ -14,7 +14,7 @@ namespace {
 // An encoder-decoder's: each target token's, at its decoder position.
 void seq2seq_loss(AnalysisRun& run, const AnalysisPass& pass) {
   const std::vector<double> loss =
-      seq2seq_token_loss(run.model(), pass.result.forward.output.data(), *run.seq2seq, run.threads);
+      target_token_loss(run.model(), pass.result.forward.output.data(), *run.seq2seq, run.threads);
   double sum = 0;
   std::size_t n = 0;
   for (double v : loss)

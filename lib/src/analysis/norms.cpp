@@ -33,8 +33,8 @@ AnalysisFinish seq2seq_norms(AnalysisRun& run, AnalysisPass& pass) {
   for (MapKind k : kMapKinds)
     streams[int(k)] = &run.out.stream(std::string(kind_name(k)) + "_attention_norms.npy",
                                       {s.layers(k, true), B, Hs, s.queries(k), s.keys(k)});
-  pass.seq2seq.norms = true;
-  pass.seq2seq.norms_sink = [streams, s, B, Hs](MapKind k, std::size_t slot, std::size_t b,
+  pass.options.norms = true;
+  pass.options.norms_sink = [streams, s, B, Hs](MapKind k, std::size_t slot, std::size_t b,
                                                 std::size_t hs, const float* v) {
     const std::size_t n = s.queries(k) * s.keys(k);
     streams[int(k)]->write(((slot * B + b) * Hs + hs) * n, v, n);
@@ -62,7 +62,7 @@ AnalysisFinish ask(AnalysisRun& run, AnalysisPass& pass) {
   // Each chosen head's norms summed over its real queries and keys: the summary's figures.
   auto sums = std::make_shared<std::vector<double>>(Ls * Hs, 0.0);
   pass.options.norms = true;
-  pass.options.norms_sink = [stream, sums, &in, B, Hs, T](std::size_t slot, std::size_t b,
+  pass.options.norms_sink = [stream, sums, &in, B, Hs, T](MapKind, std::size_t slot, std::size_t b,
                                                           std::size_t hs, const float* v) {
     stream->write(((slot * B + b) * Hs + hs) * T * T, v, T * T);
     double sum = 0;

@@ -32,8 +32,8 @@ AnalysisFinish seq2seq_rollout(AnalysisRun& run, AnalysisPass& pass) {
   for (MapKind k : kMapKinds)
     streams[int(k)] = &run.out.stream(std::string(kind_name(k)) + "_rollout.npy",
                                       {s.layers(k, false), B, s.queries(k), s.keys(k)});
-  pass.seq2seq.rollout = true;
-  pass.seq2seq.rollout_sink = [streams, s, B](MapKind k, std::size_t l, std::size_t b,
+  pass.options.rollout = true;
+  pass.options.rollout_sink = [streams, s, B](MapKind k, std::size_t l, std::size_t b,
                                               const float* R) {
     const std::size_t n = s.queries(k) * s.keys(k);
     streams[int(k)]->write((l * B + b) * n, R, n);
@@ -63,7 +63,7 @@ AnalysisFinish ask(AnalysisRun& run, AnalysisPass& pass) {
   // What reaches each row's last token through every layer: the summary's figures.
   auto reach = std::make_shared<std::vector<std::vector<double>>>(B);
   pass.options.rollout = true;
-  pass.options.rollout_sink = [stream, reach, &in, B, T, L](std::size_t l, std::size_t b,
+  pass.options.rollout_sink = [stream, reach, &in, B, T, L](MapKind, std::size_t l, std::size_t b,
                                                             const float* R) {
     stream->write((l * B + b) * T * T, R, T * T);
     if (l + 1 == L && in.lengths[b] > 0) {

@@ -1,4 +1,5 @@
 #include "mha/checkpoint/ablation.hpp"
+#include "mha/checkpoint/seq2seq_analysis.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -211,9 +212,11 @@ std::vector<float> pass_from(const Checkpoint& model, const std::int32_t* ids, s
 
 }  // namespace
 
-AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
-                             std::size_t T, const std::vector<std::size_t>& lengths, Ablation kind,
-                             const InterventionOptions& o) {
+namespace {
+
+AblationResult one_stack_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                                  std::size_t T, const std::vector<std::size_t>& lengths,
+                                  Ablation kind, const InterventionOptions& o) {
   const ModelConfig& c = model.config();
   Probe probe(model, ids, B, T, lengths, o);
   AblationResult r;
@@ -278,6 +281,14 @@ AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, s
     }
   }
   return r;
+}
+
+}  // namespace
+
+AblationResult head_ablation(const Checkpoint& model, const PassInput& in, Ablation kind,
+                             const InterventionOptions& o) {
+  if (in.has_decoder()) return encoder_decoder_ablation(model, in, kind, o);
+  return one_stack_ablation(model, in.ids, in.B, in.T, in.lengths, kind, o);
 }
 
 PatchingResult activation_patching(const Checkpoint& model, const std::int32_t* clean_ids,

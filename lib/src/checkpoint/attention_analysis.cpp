@@ -1,4 +1,5 @@
 #include "mha/checkpoint/attention_analysis.hpp"
+#include "mha/checkpoint/seq2seq_analysis.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -220,9 +221,11 @@ double detector_score(const float* A, std::size_t T, const std::vector<unsigned 
   return all > 0 ? hit / all : std::numeric_limits<double>::quiet_NaN();
 }
 
-MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
-                               std::size_t T, const std::vector<std::size_t>& lengths,
-                               const MapAnalysisOptions& o) {
+namespace {
+
+MapAnalysisResult one_stack_maps(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                                 std::size_t T, const std::vector<std::size_t>& lengths,
+                                 const MapAnalysisOptions& o) {
   const ModelConfig& c = model.config();
   const std::size_t L = c.num_layers, h = c.h, Ls = o.layers.size(), Hs = o.heads.size();
   const bool maps = o.rollout || o.norms || o.detectors || o.flow || o.maps_sink;
@@ -272,7 +275,7 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
       rollout_step(R, mean.data(), B, T, l == 0, o.threads);
       for (std::size_t b = 0; b < B; ++b) {
         for (std::size_t i = 0; i < T * T; ++i) row[i] = static_cast<float>(R[b * T * T + i]);
-        if (o.rollout_sink) o.rollout_sink(l, b, row.data());
+        if (o.rollout_sink) o.rollout_sink(MapKind::encoder, l, b, row.data());
       }
     }
     if (o.maps_sink)
@@ -293,7 +296,7 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
             for (std::size_t i = 0; i < T; ++i)
               for (std::size_t j = 0; j < T; ++j)
                 weighted[i * T + j] = static_cast<float>(A[i * T + j] * f[j]);
-            if (o.norms_sink) o.norms_sink(std::size_t(ls), b, hs, weighted);
+            if (o.norms_sink) o.norms_sink(MapKind::encoder, std::size_t(ls), b, hs, weighted);
           }
           if (o.detectors)
             for (std::size_t k = 0; k < dets.size(); ++k)  // TransformerLens: the mean over rows
@@ -346,6 +349,16 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
     }
   }
   return result;
+}
+
+}  // namespace
+
+MapAnalysisResult analyze_maps(const Checkpoint& model, const PassInput& in,
+                               const MapAnalysisOptions& o) {
+  if (!in.has_decoder()) return one_stack_maps(model, in.ids, in.B, in.T, in.lengths, o);
+  MapAnalysisResult r;
+  r.forward = encoder_decoder_maps(model, in, o);
+  return r;
 }
 
 }  // namespace mha

@@ -30,11 +30,11 @@ std::vector<std::size_t> up_to(std::size_t n) {
 }
 
 // A map kind's query and key lengths.
-std::size_t queries_of(MapKind k, const Seq2SeqBatch& in) {
-  return k == MapKind::encoder ? in.S : in.T;
+std::size_t queries_of(MapKind k, const PassInput& in) {
+  return k == MapKind::encoder ? in.T : in.target_T;
 }
-std::size_t keys_of(MapKind k, const Seq2SeqBatch& in) {
-  return k == MapKind::decoder ? in.T : in.S;
+std::size_t keys_of(MapKind k, const PassInput& in) {
+  return k == MapKind::decoder ? in.target_T : in.T;
 }
 
 // The heads' mean of one layer's maps A (B, h, Lq, Lk): out (B, Lq, Lk), in
@@ -54,10 +54,10 @@ void heads_mean(const std::vector<float>& A, std::size_t B, std::size_t h, std::
 
 }  // namespace
 
-ForwardResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
-                                   const Seq2SeqMapOptions& o) {
+ForwardResult encoder_decoder_maps(const Checkpoint& model, const PassInput& in,
+                                   const MapAnalysisOptions& o) {
   const ModelConfig& c = model.config();
-  const std::size_t B = in.B, S = in.S, T = in.T, h = c.h;
+  const std::size_t B = in.B, S = in.T, T = in.target_T, h = c.h;
   const std::size_t Le = c.num_layers, Ld = c.num_decoder_layers, Hs = o.heads.size();
   const int threads = resolve_threads(o.threads);
   const MapKind kinds[3] = {MapKind::encoder, MapKind::decoder, MapKind::cross};
@@ -177,15 +177,15 @@ ForwardResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& 
   };
   if (o.norms) hooks.add(&values);
   so.hook = hooks.empty() ? nullptr : &hooks;
-  ForwardResult r = forward(model, in.source, B, S, in.source_lengths,
+  ForwardResult r = forward(model, in.ids, B, S, in.lengths,
                             DecoderInput{in.decoder_ids, T, in.target_lengths}, so);
   if ((o.rollout || o.norms) && Ld > 0) finish_decoder(Ld - 1);
   return r;
 }
 
-std::vector<double> seq2seq_token_loss(const Checkpoint& model, const float* output,
-                                       const Seq2SeqBatch& in, int threads) {
-  const std::size_t T = in.T, V = model.config().vocab_size;
+std::vector<double> target_token_loss(const Checkpoint& model, const float* output,
+                                      const PassInput& in, int threads) {
+  const std::size_t T = in.target_T, V = model.config().vocab_size;
   std::vector<double> loss(in.B * T, std::numeric_limits<double>::quiet_NaN());
   seq2seq_logits(
       model, output, in.B * T,
@@ -211,9 +211,9 @@ namespace {
 // The metric of a pass's decoder output, per row; kl's reference
 // distribution (B, V) at each row's last target position kept from the
 // clean pass.
-class Seq2SeqProbe {
+class TargetProbe {
  public:
-  Seq2SeqProbe(const Checkpoint& model, const Seq2SeqBatch& in, const InterventionOptions& o)
+  TargetProbe(const Checkpoint& model, const PassInput& in, const InterventionOptions& o)
       : model_(model), in_(in), o_(o) {
     const ModelConfig& c = model.config();
     if (!c.has_lm_head())
@@ -226,11 +226,11 @@ class Seq2SeqProbe {
   }
 
   std::vector<double> operator()(const std::vector<float>& output, bool keep) {
-    const std::size_t B = in_.B, T = in_.T, d = model_.config().d_model,
+    const std::size_t B = in_.B, T = in_.target_T, d = model_.config().d_model,
                       V = model_.config().vocab_size;
     std::vector<double> out(B, 0.0);
     if (o_.metric == Metric::loss) {
-      const std::vector<double> loss = seq2seq_token_loss(model_, output.data(), in_, o_.threads);
+      const std::vector<double> loss = target_token_loss(model_, output.data(), in_, o_.threads);
       for (std::size_t b = 0; b < B; ++b) {
         for (std::size_t t = 0; t < in_.target_lengths[b]; ++t) out[b] += loss[b * T + t];
         out[b] /= double(in_.target_lengths[b]);
@@ -268,25 +268,25 @@ class Seq2SeqProbe {
 
  private:
   const Checkpoint& model_;
-  const Seq2SeqBatch& in_;
+  const PassInput& in_;
   const InterventionOptions& o_;
   std::vector<double> clean_logp_;
 };
 
 }  // namespace
 
-Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatch& in,
-                                      Ablation kind, const InterventionOptions& o) {
+AblationResult encoder_decoder_ablation(const Checkpoint& model, const PassInput& in, Ablation kind,
+                                        const InterventionOptions& o) {
   const ModelConfig& c = model.config();
-  Seq2SeqProbe probe(model, in, o);
+  TargetProbe probe(model, in, o);
   const std::size_t B = in.B, dv = c.head_dim, width = c.h * dv;
-  Seq2SeqAblation r;
+  AblationResult r;
   r.layers = o.layers.empty() ? up_to(std::max(c.num_layers, c.num_decoder_layers)) : o.layers;
   r.heads = o.heads.empty() ? up_to(c.h) : o.heads;
-  const DecoderInput decoder{in.decoder_ids, in.T, in.target_lengths};
+  const DecoderInput decoder{in.decoder_ids, in.target_T, in.target_lengths};
   auto run = [&](const ForwardOptions& so) {
     ++r.passes;
-    return forward(model, in.source, B, in.S, in.source_lengths, decoder, so);
+    return forward(model, in.ids, B, in.T, in.lengths, decoder, so);
   };
   ForwardOptions base;
   base.threads = o.threads;
@@ -294,7 +294,7 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
   base.decoder_layers = o.decoder_layers_read;
   // The clean pass keeps each decoder layer's input: an intervention in
   // decoder layer l reruns the decoder from l on.
-  const std::size_t n = B * in.T * c.d_model;
+  const std::size_t n = B * in.target_T * c.d_model;
   std::vector<float> decoder_inputs(c.num_decoder_layers * n);
   ForwardOptions first = base;
   HiddenHook hidden(model, [&](Stack stack, std::size_t i, const float* x) {
@@ -318,13 +318,13 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
     const std::size_t stack = k == MapKind::encoder ? c.num_layers : c.num_decoder_layers;
     const std::size_t Ls =
         std::size_t(std::lower_bound(r.layers.begin(), r.layers.end(), stack) - r.layers.begin());
-    std::vector<double>& effect = k == MapKind::encoder   ? r.encoder
+    std::vector<double>& effect = k == MapKind::encoder   ? r.effect
                                   : k == MapKind::decoder ? r.decoder
                                                           : r.cross;
     effect.assign(B * Ls * H, 0.0);
     const std::size_t Lq = queries_of(k, in);
     const std::vector<std::size_t>& lengths =
-        k == MapKind::encoder ? in.source_lengths : in.target_lengths;
+        k == MapKind::encoder ? in.lengths : in.target_lengths;
     for (std::size_t li = 0; li < Ls; ++li)
       for (std::size_t hi = 0; hi < H; ++hi) {
         const std::size_t l = r.layers[li], head = r.heads[hi];

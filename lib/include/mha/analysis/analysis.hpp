@@ -100,7 +100,7 @@ struct AnalysisRun {
   ModelInput& in;  // the rows (--text, --tokens, --image; an encoder-decoder's source)
   // An encoder-decoder's teacher-forced batch (source `in`, the target) and
   // its stacks' sizes; null for a model of one stack.
-  const Seq2SeqBatch* seq2seq = nullptr;
+  const PassInput* seq2seq = nullptr;
   AnalysisStacks stacks;
   InterventionOptions& io;  // ablation's and patching's metric, target, foil
   std::uint64_t need = 0;   // the plan's estimate
@@ -121,6 +121,12 @@ struct AnalysisRun {
 
   const Checkpoint& model() const { return whole.checkpoint(); }
   const ModelConfig& c() const { return whole.config(); }
+  // The shared pass's and the interventions' input: the teacher-forced
+  // batch, or the rows of `in`.
+  PassInput input() const {
+    if (seq2seq) return *seq2seq;
+    return {in.ids.data(), in.B, in.T, in.lengths, nullptr, nullptr, 0, {}};
+  }
   // An array's entry in run.json ("shape", "meaning"), and its file listed.
   void add(const std::string& name, const std::vector<std::size_t>& shape,
            const std::string& meaning);
@@ -131,7 +137,6 @@ struct AnalysisRun {
 // pass is done (write its arrays and summary).
 struct AnalysisPass {
   MapAnalysisOptions options;  // flags and sinks; layers, heads and threads set by the loop
-  Seq2SeqMapOptions seq2seq;   // the same for an encoder-decoder's pass
   bool hidden_states = false;  // (L + 1, B, T, d) kept in `hidden`
   std::vector<float> hidden;
   MapAnalysisResult result;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mha/checkpoint/checkpoint.hpp"
+#include "mha/checkpoint/pass_input.hpp"
 
 namespace mha {
 
@@ -51,17 +52,21 @@ void check_intervention_head(const Checkpoint& model);
 
 struct AblationResult {
   std::vector<std::size_t> layers, heads;
-  std::vector<double> clean;            // (B): the metric of the model as it is (kl: 0)
-  std::vector<double> effect;           // (B, layers, heads): metric(ablated) - metric(clean)
+  std::vector<double> clean;   // (B): the metric of the model as it is (kl: 0)
+  std::vector<double> effect;  // (B, layers, heads): metric(ablated) - metric(clean)
+  // An encoder-decoder's: `effect` its encoder's heads, these its decoder's
+  // self- and cross-attention heads; (B, layers of the stack, heads), a
+  // stack's layers those of `layers` it has.
+  std::vector<double> decoder, cross;
   std::vector<std::int32_t> predicted;  // (B): an image classifier's class in the clean run
   std::size_t passes = 0;               // partial forwards run
   std::size_t layer_passes = 0;         // layers they ran
 };
-// ids (B, T), lengths (B) (an image model's: its positions, with
-// options.embeddings). Throws mha::Error (invalid_input) for a model without
-// an LM head or classifier, or logit_diff without target and foil.
-AblationResult head_ablation(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
-                             std::size_t T, const std::vector<std::size_t>& lengths, Ablation kind,
+// in: ids (B, T), lengths (B) (an image model's: its positions, with
+// options.embeddings), or an encoder-decoder's both sides (the metric read on
+// its target, seq2seq_analysis.hpp). Throws mha::Error (invalid_input) for a
+// model without an LM head or classifier, or logit_diff without target and foil.
+AblationResult head_ablation(const Checkpoint& model, const PassInput& in, Ablation kind,
                              const InterventionOptions& options);
 
 struct PatchingResult {

@@ -55,6 +55,8 @@ double detector_score(const float* A, std::size_t T, const std::vector<unsigned 
 #include <functional>
 
 #include "mha/checkpoint/forward.hpp"
+#include "mha/checkpoint/pass_input.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 
 namespace mha {
 
@@ -65,10 +67,13 @@ struct MapAnalysisOptions {
   // The layers and heads norms and detectors report (ascending, distinct, not empty).
   std::vector<std::size_t> layers, heads;
   int threads = 0;
-  // Rollout up to layer l of row b: R (T, T).
-  std::function<void(std::size_t l, std::size_t b, const float* R)> rollout_sink;
-  // Norms of layer slot `slot`, row b, head slot `head`: (T, T).
-  std::function<void(std::size_t slot, std::size_t b, std::size_t head, const float* norms)>
+  // Rollout up to layer l of a stack, row b: a one-stack model's (kind
+  // encoder, its one stack) R (T, T); an encoder-decoder's as
+  // seq2seq_analysis.hpp says.
+  std::function<void(MapKind kind, std::size_t l, std::size_t b, const float* R)> rollout_sink;
+  // Norms of layer slot `slot` of `kind`, row b, head slot `head`: (queries, keys).
+  std::function<void(MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
+                     const float* norms)>
       norms_sink;
   // Every head's map of layer l, row b: A (T, T), once the layer is done.
   std::function<void(std::size_t l, std::size_t b, std::size_t head, const float* A)> maps_sink;
@@ -92,8 +97,10 @@ struct MapAnalysisResult {
   std::vector<double> head_scores;
 };
 
-MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
-                               std::size_t T, const std::vector<std::size_t>& lengths,
+// A one-stack model's pass, or an encoder-decoder's over both stacks
+// (in.has_decoder(): rollout and norms of each kind of map; the detectors,
+// flow, maps_sink, layer_done, hidden_sink and embeddings are one stack's).
+MapAnalysisResult analyze_maps(const Checkpoint& model, const PassInput& in,
                                const MapAnalysisOptions& options);
 
 }  // namespace mha

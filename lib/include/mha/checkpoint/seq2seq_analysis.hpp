@@ -1,5 +1,5 @@
-// Analyses of an encoder-decoder's attention (T5, BART; docs/analyses.md
-// "Encoder-decoders"), on forward_seq2seq's teacher-forced pass:
+// What analyze_maps and head_ablation do for an encoder-decoder (T5, BART;
+// docs/analyses.md "Encoder-decoders"), on the forward's teacher-forced pass:
 //
 //   rollout   the encoder's as a text model's: R_l = Â_l R_(l-1), Â = 0.5 A +
 //             0.5 I (heads' mean, rows renormalised), (S, S) per layer. The
@@ -23,62 +23,31 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "mha/checkpoint/ablation.hpp"
+#include "mha/checkpoint/attention_analysis.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
 #include "mha/checkpoint/site_hooks.hpp"
 
 namespace mha {
 
-// The teacher-forced input of both sides: source (B, S) and its lengths; the
-// decoder's inputs (B, T) (decoder_inputs()), the labels they predict (B, T)
-// and the target's lengths.
-struct Seq2SeqBatch {
-  const std::int32_t* source = nullptr;
-  std::size_t B = 0, S = 0, T = 0;
-  std::vector<std::size_t> source_lengths, target_lengths;
-  const std::int32_t* decoder_ids = nullptr;
-  const std::int32_t* labels = nullptr;
-};
-
-struct Seq2SeqMapOptions {
-  bool rollout = false, norms = false;
-  // The layers (of both stacks, as forward_seq2seq's map_layers) and heads
-  // norms reports (ascending, distinct, not empty).
-  std::vector<std::size_t> layers, heads;
-  int threads = 0;
-  // Rollout up to layer l of a stack, row b: encoder R (S, S); decoder the
-  // target part M_t (T, T); cross the source part M_s (T, S).
-  std::function<void(MapKind kind, std::size_t l, std::size_t b, const float* R)> rollout_sink;
-  // Norms of layer slot `slot` of `kind`, row b, head slot `head`: (queries, keys).
-  std::function<void(MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
-                     const float* norms)>
-      norms_sink;
-};
-
-ForwardResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
-                                   const Seq2SeqMapOptions& options);
+// analyze_maps's part for an encoder-decoder (in.has_decoder()): the sinks
+// given each kind's arrays (rollout: encoder R (S, S); decoder the target
+// part M_t (T, T); cross the source part M_s (T, S); norms (queries, keys)).
+ForwardResult encoder_decoder_maps(const Checkpoint& model, const PassInput& in,
+                                   const MapAnalysisOptions& options);
 
 // Per row, the cross-entropy (nats) of label t at decoder position t, for t
-// below the row's target length; NaN beyond. Out (B, T).
-std::vector<double> seq2seq_token_loss(const Checkpoint& model, const float* output,
-                                       const Seq2SeqBatch& in, int threads);
+// below the row's target length; NaN beyond. Out (B, target_T).
+std::vector<double> target_token_loss(const Checkpoint& model, const float* output,
+                                      const PassInput& in, int threads);
 
-struct Seq2SeqAblation {
-  std::vector<std::size_t> layers, heads;  // the slots' layers (of each stack) and heads
-  std::vector<double> clean;               // (B): the metric of the model as it is (kl: 0)
-  // (B, layers of the kind, heads): metric(ablated) - metric(clean), for
-  // the encoder's heads, the decoder's self-attention heads and its
-  // cross-attention heads; a kind's layers are those of `layers` its stack has.
-  std::vector<double> encoder, decoder, cross;
-  std::size_t passes =
-      0;  // forwards run (encoder heads: whole; the others: the decoder's from the head's layer on)
-};
-// Throws mha::Error (invalid_input) for a model without an LM head, or
-// logit_diff without target and foil in the vocabulary.
-Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatch& in,
-                                      Ablation kind, const InterventionOptions& options);
+// head_ablation's part for an encoder-decoder: the metric read on the
+// target; AblationResult::effect the encoder's heads, ::decoder and ::cross
+// the decoder's self- and cross-attention heads; passes: forwards run
+// (encoder heads: whole; the others: the decoder's from the head's layer on).
+AblationResult encoder_decoder_ablation(const Checkpoint& model, const PassInput& in, Ablation kind,
+                                        const InterventionOptions& options);
 
 }  // namespace mha
