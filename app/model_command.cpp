@@ -65,6 +65,10 @@ void add_model_options(CLI::App& run, ModelArgs& args) {
   run.add_flag("--save_qk", args.save_qk,
                "--model: also write q.npy and k.npy, the queries and keys of the maps written "
                "(the view's neuron view)");
+  run.add_option("--save_sites", args.save_sites,
+                 "--model: write these activation sites to sites/NAME.npy: names or globs, "
+                 "comma-separated, e.g. 'blocks.*.attn.hook_z,hook_resid_post' (docs/models.md)")
+      ->type_name("PATTERNS");
   run.add_option("--top_k", args.top_k,
                  "--model: next tokens reported for causal LMs (default 5; given: printed per row)")
       ->type_name("INT");
@@ -98,6 +102,7 @@ int do_model_run(const ModelArgs& args, const Config& config, const std::vector<
   mc.save_attention = config.save_attention || args.save_qk || args.html;
   mc.save_hidden_states = config.save_hidden_states;
   mc.save_qk = args.save_qk;
+  mc.save_sites = args.save_sites;
   mc.threads = config.threads;
   mc.max_memory = config.max_memory;
   mc.dtype = to_string(config.dtype);

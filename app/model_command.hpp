@@ -28,7 +28,8 @@ struct ModelArgs {
   // Checked by check_model_call, with mha.Model's; given: each row's top tokens are printed.
   std::optional<std::int64_t> top_k;
   bool save_qk = false;
-  bool html = false;  // --html: view.html beside the outputs (turns on save_attention)
+  std::string save_sites;  // --save_sites PATTERNS
+  bool html = false;       // --html: view.html beside the outputs (turns on save_attention)
 };
 
 void add_model_options(CLI::App& run, ModelArgs& args);

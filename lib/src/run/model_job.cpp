@@ -27,6 +27,7 @@ const std::vector<std::string> kKeys = {"model",
                                         "save_attention",
                                         "save_hidden_states",
                                         "save_qk",
+                                        "save_sites",
                                         "image",
                                         "target_text",
                                         "target_tokens",
@@ -41,7 +42,8 @@ const std::vector<std::string> kKeys = {"model",
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
-const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk"};
+const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk",
+                                        "save_sites"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -196,6 +198,7 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
   if (r.has("save_attention")) c.save_attention = r.flag("save_attention");
   if (r.has("save_hidden_states")) c.save_hidden_states = r.flag("save_hidden_states");
   if (r.has("save_qk")) c.save_qk = r.flag("save_qk");
+  if (r.has("save_sites")) c.save_sites = r.string("save_sites");
   if (r.has("image")) c.images = r.strings("image");
   return c;
 }
@@ -205,6 +208,7 @@ json to_json(const ModelRunConfig& c) {
   j["save_attention"] = c.save_attention;
   j["save_hidden_states"] = c.save_hidden_states;
   j["save_qk"] = c.save_qk;
+  if (!c.save_sites.empty()) j["save_sites"] = c.save_sites;
   if (!c.images.empty()) j["image"] = c.images;
   return j;
 }
