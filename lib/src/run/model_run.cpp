@@ -25,6 +25,7 @@
 #include "mha/io/safetensors.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/run_json.hpp"
+#include "mha/run/site_files.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 
@@ -492,6 +493,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
+  // --save_sites: the patterns checked against the model's sites before any weight is read.
+  const std::vector<SiteShape> sites =
+      config.save_sites.empty()
+          ? std::vector<SiteShape>{}
+          : select_sites(model_sites(c, in.B, in.T), split_site_patterns(config.save_sites),
+                         "--save_sites");
   if (config.check_only) return report;
   if (!model.gguf()) report.files.push_back(file_record(config.model + "/config.json"));
   // A GGUF file's tokenizer is in its metadata: the file is listed once, with the weights.
