@@ -556,6 +556,9 @@ int do_run(const RunArgs& args) {
     throw Error(ErrorKind::invalid_input,
                 "--layer_indices, --head_indices and --save_qk choose what a whole model's run "
                 "writes: give --model DIR");
+  if (!args.model.save_sites.empty())
+    throw Error(ErrorKind::invalid_input,
+                "--save_sites writes a whole model's activation sites: give --model DIR");
   // One run per process: its memory is all touched for the first time, so
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);
