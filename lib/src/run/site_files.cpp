@@ -169,6 +169,22 @@ std::string site_filename(const std::string& name) {
   return "sites/" + name + ".npy";
 }
 
+std::vector<std::string> earlier_site_files(const std::string& out_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const fs::path dir = fs::path(out_dir) / "sites";
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code kind;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0 && name[0] != '.' &&
+        fs::is_regular_file(it->symlink_status(kind)))
+      out.push_back("sites/" + name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 SiteFiles::SiteFiles(OutputSet& out, std::vector<SiteShape> sites) {
   if (sites.empty()) return;
   std::error_code ec;

@@ -57,6 +57,11 @@ std::vector<std::string> split_site_patterns(const std::string& list);
 // The file a site is saved to, relative to the output directory.
 std::string site_filename(const std::string& name);  // "sites/" + name + ".npy"
 
+// The site files an earlier run left in `out_dir` ("sites/<name>.npy", each
+// a regular file, links not followed), for OutputSet::remove_on_commit: a
+// run's commit replaces the whole set, as it replaces the other outputs.
+std::vector<std::string> earlier_site_files(const std::string& out_dir);
+
 // A SiteHook<float> that writes each chosen site to its file in `out`
 // (creates <out dir>/sites/). Wants only the chosen sites.
 class SiteFiles : public SiteHook<float> {
