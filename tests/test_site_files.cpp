@@ -163,6 +163,7 @@ TEST_CASE("SiteFiles streams tensors and blocks to sites/<name>.npy on commit", 
         });
     for (std::thread& t : threads) t.join();
     CHECK_FALSE(fs::exists(fs::path(dir) / "sites" / "blocks.1.attn.hook_z.npy"));
+    files.check_complete();
     out.commit();
   }
   const NpyArray z = read_npy((fs::path(dir) / "sites" / "blocks.1.attn.hook_z.npy").string());
@@ -185,6 +186,8 @@ TEST_CASE("SiteFiles: nothing appears without commit", "[sites]") {
     OutputSet out(dir);
     SiteFiles files(out, select_sites(model_sites(gpt2_like(), 1, 2), {"hook_embed"}, "x"));
     CHECK(files.bytes() > 4 * 2 * 8);
+    CHECK(message_of([&] { files.check_complete(); }) ==
+          "hook_embed: the pass computed 0 of its 16 values; the site was not saved");
   }
   CHECK(fs::is_empty(fs::path(dir) / "sites"));
 }

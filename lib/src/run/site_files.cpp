@@ -264,6 +264,15 @@ void SiteFiles::block(const Site& site, std::size_t b, std::size_t head, std::si
   wrote(*f, rows * S);
 }
 
+void SiteFiles::check_complete() const {
+  for (const File& f : files_) {
+    const std::size_t got = f.written->load(), want = f.shape.elements();
+    if (got != want)
+      fail_runtime(f.shape.name + ": the pass computed " + std::to_string(got) + " of its " +
+                   std::to_string(want) + " values; the site was not saved");
+  }
+}
+
 std::vector<std::string> SiteFiles::filenames() const {
   std::vector<std::string> out;
   for (const File& f : files_) out.push_back(site_filename(f.shape.name));

@@ -73,6 +73,10 @@ class SiteFiles : public SiteHook<float> {
   void block(const Site& site, std::size_t b, std::size_t head, std::size_t t0, std::size_t rows,
              float* data, std::size_t ld) override;
 
+  // After the pass: throws mha::Error (runtime) naming the first site the
+  // pass did not show whole (a site model_sites lists that the forward lacks).
+  void check_complete() const;
+
   // The files staged, relative to the output directory, in the sites' order.
   std::vector<std::string> filenames() const;
   std::uint64_t bytes() const;  // their size, headers included
