@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -60,7 +61,9 @@ std::vector<mha::SiteShape> chosen_sites(const std::vector<mha::SiteShape>& site
 // Reads every chosen site into a preallocated float32 array of its shape.
 class CacheHook : public mha::SiteHook<float> {
  public:
-  explicit CacheHook(std::vector<mha::SiteShape> sites) : sites_(std::move(sites)) {
+  explicit CacheHook(std::vector<mha::SiteShape> sites)
+      : sites_(std::move(sites)), written_(new std::atomic<std::size_t>[sites_.size()]) {
+    for (std::size_t i = 0; i < sites_.size(); ++i) written_[i] = 0;
     for (const mha::SiteShape& s : sites_) {
       arrays_.emplace_back(py_shape(s.shape));
       data_.push_back(arrays_.back().mutable_data());
@@ -74,6 +77,7 @@ class CacheHook : public mha::SiteHook<float> {
     check(i, rows * cols);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(data_[i] + r * cols, data + r * ld, cols * sizeof(float));
+    written_[i] += rows * cols;
   }
   void block(const mha::Site& site, std::size_t b, std::size_t head, std::size_t t0,
              std::size_t rows, float* data, std::size_t ld) override {
@@ -83,8 +87,15 @@ class CacheHook : public mha::SiteHook<float> {
     float* to = data_[i] + ((b * s[1] + head) * s[2] + t0) * s[3];
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(to + r * s[3], data + r * ld, s[3] * sizeof(float));
+    written_[i] += rows * s[3];
   }
+  // The arrays, once every site was shown whole (as SiteFiles::check_complete).
   py::dict result() const {
+    for (std::size_t i = 0; i < sites_.size(); ++i)
+      if (written_[i] != sites_[i].elements())
+        throw mha::Error(mha::ErrorKind::runtime,
+                         sites_[i].name + ": the pass computed " + std::to_string(written_[i]) +
+                             " of its " + std::to_string(sites_[i].elements()) + " values");
     py::dict out;
     for (std::size_t i = 0; i < sites_.size(); ++i) out[py::str(sites_[i].name)] = arrays_[i];
     return out;
@@ -103,6 +114,7 @@ class CacheHook : public mha::SiteHook<float> {
                                                     std::to_string(sites_[i].elements()));
   }
   std::vector<mha::SiteShape> sites_;
+  std::unique_ptr<std::atomic<std::size_t>[]> written_;  // values shown, per site
   std::vector<py::array_t<float>> arrays_;
   std::vector<float*> data_;
 };
