@@ -37,6 +37,7 @@
 #include "mha/checkpoint/lens.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
 #include "mha/checkpoint/seq2seq_analysis.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 #include "mha/io/image.hpp"
 #include "mha/io/json_file.hpp"
 #include "mha/io/json_text.hpp"
@@ -848,15 +849,14 @@ class PyModel {
     // The arrays returned live in memory: with the forward's own, they must fit max_memory.
     std::uint64_t bytes = mha::forward_memory(c, model_.checkpoint().layer_float32_bytes(), B, T,
                                               mha::resolve_threads(options.threads));
+    mha::HookList hooks;
+    const std::vector<std::size_t>&map_layers = options.map_layers, &map_heads = options.map_heads;
     if (attention) {
-      fo.map_layers = options.map_layers;
-      fo.map_heads = options.map_heads;
-      const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
+      const std::size_t Ls = map_layers.size(), Hs = map_heads.size();
       bytes += std::uint64_t{4} * Ls * B * Hs * T * T;
     }
     if (hidden_states) bytes += std::uint64_t{4} * (c.num_layers + 1) * B * T * d;
-    if (qk)
-      bytes += std::uint64_t{8} * fo.map_layers.size() * B * fo.map_heads.size() * T * c.head_dim;
+    if (qk) bytes += std::uint64_t{8} * map_layers.size() * B * map_heads.size() * T * c.head_dim;
     if (bytes > max_memory_)
       throw mha::Error(mha::ErrorKind::invalid_input,
                        "the call needs about " + mha::format_bytes(double(bytes)) +
@@ -864,44 +864,54 @@ class PyModel {
                            "forward), over max_memory " +
                            mha::format_bytes(double(max_memory_)) +
                            "; choose layer_indices= and head_indices=, or attention=False");
+    const std::size_t Hs = map_heads.size();
+    float* m = nullptr;
     if (attention) {
-      const std::size_t Ls = fo.map_layers.size(), Hs = fo.map_heads.size();
-      maps = py::array_t<float>(std::vector<py::ssize_t>{
-          py::ssize_t(Ls), py::ssize_t(B), py::ssize_t(Hs), py::ssize_t(T), py::ssize_t(T)});
-      float* m = maps.mutable_data();
-      fo.attention_sink = [m, B, Hs, T](std::size_t slot, std::size_t b, std::size_t head,
-                                        std::size_t t0, std::size_t rows, const float* block) {
-        std::memcpy(m + (((slot * B + b) * Hs + head) * T + t0) * T, block,
-                    rows * T * sizeof(float));
-      };
+      maps = py::array_t<float>(std::vector<py::ssize_t>{py::ssize_t(map_layers.size()),
+                                                         py::ssize_t(B), py::ssize_t(Hs),
+                                                         py::ssize_t(T), py::ssize_t(T)});
+      m = maps.mutable_data();
     }
+    mha::MapHook map_hook(
+        c.h, map_layers, map_heads,
+        [m, B, Hs, T](mha::MapKind, std::size_t slot, std::size_t b, std::size_t head,
+                      std::size_t t0, std::size_t rows, const float* block) {
+          std::memcpy(m + (((slot * B + b) * Hs + head) * T + t0) * T, block,
+                      rows * T * sizeof(float));
+        });
+    if (attention) hooks.add(&map_hook);
     py::array_t<float> q, k;
+    float *qd = nullptr, *kd = nullptr;
     if (qk) {  // (layers, B, heads, T, head_dim) each, as q.npy and k.npy
-      const std::vector<py::ssize_t> shape{py::ssize_t(fo.map_layers.size()), py::ssize_t(B),
-                                           py::ssize_t(fo.map_heads.size()), py::ssize_t(T),
+      const std::vector<py::ssize_t> shape{py::ssize_t(map_layers.size()), py::ssize_t(B),
+                                           py::ssize_t(Hs), py::ssize_t(T),
                                            py::ssize_t(c.head_dim)};
       q = py::array_t<float>(shape);
       k = py::array_t<float>(shape);
-      float* qd = q.mutable_data();
-      float* kd = k.mutable_data();
-      const std::size_t block = T * c.head_dim;
-      fo.qk_sink = [this, qd, kd, B, T, block, &fo](std::size_t slot, const float* Q,
-                                                    std::size_t ldq, const float* K,
-                                                    std::size_t ldk) {
-        mha::qk_blocks(model_.config(), fo.map_heads, B, T, slot, Q, ldq, K, ldk,
-                       [&](bool key, std::uint64_t first, const float* values) {
-                         std::copy_n(values, block, (key ? kd : qd) + first);
-                       });
-      };
+      qd = q.mutable_data();
+      kd = k.mutable_data();
     }
+    const std::size_t block = T * c.head_dim;
+    mha::QKHook qk_hook(map_layers, [&](std::size_t slot, const float* Q, std::size_t ldq,
+                                        const float* K, std::size_t ldk) {
+      mha::qk_blocks(model_.config(), map_heads, B, T, slot, Q, ldq, K, ldk,
+                     [&](bool key, std::uint64_t first, const float* values) {
+                       std::copy_n(values, block, (key ? kd : qd) + first);
+                     });
+    });
+    if (qk) hooks.add(&qk_hook);
+    float* h = nullptr;
     if (hidden_states) {
       hidden = py::array_t<float>(std::vector<py::ssize_t>{
           py::ssize_t(c.num_layers + 1), py::ssize_t(B), py::ssize_t(T), py::ssize_t(d)});
-      float* h = hidden.mutable_data();
-      fo.hidden_sink = [h, B, T, d](std::size_t i, const float* x) {
-        std::memcpy(h + i * B * T * d, x, B * T * d * sizeof(float));
-      };
+      h = hidden.mutable_data();
     }
+    mha::HiddenHook hidden_hook(model_.checkpoint(),
+                                [h, B, T, d](mha::Stack, std::size_t i, const float* x) {
+                                  std::memcpy(h + i * B * T * d, x, B * T * d * sizeof(float));
+                                });
+    if (hidden_states) hooks.add(&hidden_hook);
+    fo.hook = hooks.empty() ? nullptr : &hooks;
     mha::ForwardResult r;
     std::vector<float> embeddings;  // an image model's pass starts from its patch embeddings
     {
@@ -941,9 +951,9 @@ class PyModel {
     }
     out["attention"] = attention ? py::object(maps) : py::none();
     if (attention) {  // which layers and heads the maps' axes hold, and how q and k give them
-      out["layer_indices"] = fo.map_layers;
-      out["head_indices"] = fo.map_heads;
-      out["attention_info"] = json_to_py(mha::attention_json(c, fo.map_layers, fo.map_heads));
+      out["layer_indices"] = map_layers;
+      out["head_indices"] = map_heads;
+      out["attention_info"] = json_to_py(mha::attention_json(c, map_layers, map_heads));
     }
     out["q"] = qk ? py::object(q) : py::none();
     out["k"] = qk ? py::object(k) : py::none();
@@ -982,17 +992,17 @@ class PyModel {
                        "target: " + std::to_string(labels.B) + " target rows for " +
                            std::to_string(in.B) + " source rows; expected one target per source");
     const std::size_t B = in.B, S = in.T, T = labels.T, d = c.d_model;
-    mha::Seq2SeqOptions so;
+    mha::ForwardOptions so;
     so.threads = options.threads;
     so.top_k = options.top_k;
-    so.map_heads = options.map_heads;
-    so.map_layers = options.map_layers;
+    const std::vector<std::size_t>&map_layers = options.map_layers, &map_heads = options.map_heads;
     auto count = [&](std::size_t n) {  // the selected layers a stack of n has
-      return static_cast<std::size_t>(
-          std::lower_bound(so.map_layers.begin(), so.map_layers.end(), n) - so.map_layers.begin());
+      return static_cast<std::size_t>(std::lower_bound(map_layers.begin(), map_layers.end(), n) -
+                                      map_layers.begin());
     };
     const std::size_t Le = count(c.num_layers), Ld = count(c.num_decoder_layers),
-                      Hs = so.map_heads.size();
+                      Hs = map_heads.size();
+    mha::HookList hooks;
     std::uint64_t bytes = mha::seq2seq_memory(c, model_.checkpoint().layer_float32_bytes(), B, S, T,
                                               mha::resolve_threads(options.threads));
     if (attention) bytes += std::uint64_t{4} * B * Hs * (Le * S * S + Ld * T * (T + S));
@@ -1002,51 +1012,55 @@ class PyModel {
           ((std::uint64_t{c.num_layers} + 1) * S + (std::uint64_t{c.num_decoder_layers} + 1) * T);
     check_memory(bytes, "the call");
     py::array_t<float> maps[3];
+    float* data[3] = {nullptr, nullptr, nullptr};
     if (attention) {
       const std::size_t shapes[3][3] = {{Le, S, S}, {Ld, T, T}, {Ld, T, S}};
-      float* data[3];
       for (int i = 0; i < 3; ++i) {
         maps[i] = py::array_t<float>(
             std::vector<py::ssize_t>{py::ssize_t(shapes[i][0]), py::ssize_t(B), py::ssize_t(Hs),
                                      py::ssize_t(shapes[i][1]), py::ssize_t(shapes[i][2])});
         data[i] = maps[i].mutable_data();
       }
-      so.attention_sink = [data, B, Hs, S, T](mha::MapKind kind, std::size_t slot, std::size_t b,
-                                              std::size_t head, std::size_t t0, std::size_t rows,
-                                              const float* block) {
-        const std::size_t queries = kind == mha::MapKind::encoder ? S : T,
-                          keys = kind == mha::MapKind::decoder ? T : S;
-        std::memcpy(
-            data[static_cast<int>(kind)] + (((slot * B + b) * Hs + head) * queries + t0) * keys,
-            block, rows * keys * sizeof(float));
-      };
     }
+    mha::MapHook map_hook(
+        c.h, map_layers, map_heads,
+        [&data, B, Hs, S, T](mha::MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
+                             std::size_t t0, std::size_t rows, const float* block) {
+          const std::size_t queries = kind == mha::MapKind::encoder ? S : T,
+                            keys = kind == mha::MapKind::decoder ? T : S;
+          std::memcpy(
+              data[static_cast<int>(kind)] + (((slot * B + b) * Hs + head) * queries + t0) * keys,
+              block, rows * keys * sizeof(float));
+        });
+    if (attention) hooks.add(&map_hook);
     // Each stack's hidden states (layers + 1, B, L, d): the encoder's, the decoder's.
     py::array_t<float> hidden[2];
+    float* states[2] = {nullptr, nullptr};
     if (hidden_states) {
       const std::size_t layers[2] = {c.num_layers, c.num_decoder_layers}, lengths[2] = {S, T};
-      float* data[2];
       for (int i = 0; i < 2; ++i) {
         hidden[i] = py::array_t<float>(std::vector<py::ssize_t>{
             py::ssize_t(layers[i] + 1), py::ssize_t(B), py::ssize_t(lengths[i]), py::ssize_t(d)});
-        data[i] = hidden[i].mutable_data();
+        states[i] = hidden[i].mutable_data();
       }
-      so.hidden_sink = [data, B, S, T, d](mha::Stack stack, std::size_t i, const float* x) {
-        const bool decoder = stack == mha::Stack::decoder;
-        const std::size_t n = B * (decoder ? T : S) * d;
-        std::memcpy(data[decoder ? 1 : 0] + i * n, x, n * sizeof(float));
-      };
     }
-    mha::Seq2SeqResult r;
+    mha::HiddenHook hidden_hook(
+        model_.checkpoint(),
+        [&states, B, S, T, d](mha::Stack stack, std::size_t i, const float* x) {
+          const bool decoder = stack == mha::Stack::decoder;
+          const std::size_t n = B * (decoder ? T : S) * d;
+          std::memcpy(states[decoder ? 1 : 0] + i * n, x, n * sizeof(float));
+        });
+    if (hidden_states) hooks.add(&hidden_hook);
+    so.hook = hooks.empty() ? nullptr : &hooks;
+    mha::ForwardResult r;
     mha::Seq2SeqInput sides;
     {
       py::gil_scoped_release release;
       sides = mha::seq2seq_target(model_, labels);
-      r = mha::forward_seq2seq(model_.checkpoint(), in.ids.data(), B, S, in.lengths,
-                               sides.decoder.ids.data(), T, sides.decoder.lengths, so);
-      mha::ForwardResult finite;
-      finite.output = r.output;
-      mha::check_finite_output(finite, dir);
+      r = mha::forward(model_.checkpoint(), in.ids.data(), B, S, in.lengths,
+                       mha::DecoderInput{sides.decoder.ids.data(), T, sides.decoder.lengths}, so);
+      mha::check_finite_output(r, dir);
       if (in.tokens.empty()) model_.name_tokens(in);
     }
     auto side = [](const mha::ModelInput& x) {
@@ -1080,8 +1094,8 @@ class PyModel {
     const char* names[3] = {"encoder_attention", "decoder_attention", "cross_attention"};
     for (int i = 0; i < 3; ++i) out[names[i]] = attention ? py::object(maps[i]) : py::none();
     if (attention) {
-      out["layer_indices"] = so.map_layers;
-      out["head_indices"] = so.map_heads;
+      out["layer_indices"] = map_layers;
+      out["head_indices"] = map_heads;
     }
     for (const char* none : {"hidden_states", "q", "k"}) out[none] = py::none();
     out["encoder_hidden_states"] = hidden_states ? py::object(hidden[0]) : py::none();
@@ -1161,9 +1175,10 @@ class PyModel {
       std::vector<float> hidden((L + 1) * n);
       mha::ForwardOptions fo;
       fo.threads = call.threads;
-      fo.hidden_sink = [&](std::size_t i, const float* x) {
+      mha::HiddenHook states(model_.checkpoint(), [&](mha::Stack, std::size_t i, const float* x) {
         std::copy(x, x + n, hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
-      };
+      });
+      fo.hook = &states;
       mha::check_finite_output(
           mha::forward(model_.checkpoint(), in.ids.data(), in.B, in.T, in.lengths, fo),
           model_.checkpoint().dir());
@@ -1322,15 +1337,13 @@ class PyModel {
     std::vector<double> loss;
     {
       py::gil_scoped_release release;
-      mha::Seq2SeqOptions so;
+      mha::ForwardOptions so;
       so.threads = call.threads;
-      mha::Seq2SeqResult r =
-          mha::forward_seq2seq(model_.checkpoint(), in.source, in.B, in.S, in.source_lengths,
-                               in.decoder_ids, in.T, in.target_lengths, so);
-      mha::ForwardResult finite;
-      finite.output = std::move(r.output);
-      mha::check_finite_output(finite, model_.checkpoint().dir());
-      loss = mha::seq2seq_token_loss(model_.checkpoint(), finite.output.data(), in, call.threads);
+      const mha::ForwardResult r =
+          mha::forward(model_.checkpoint(), in.source, in.B, in.S, in.source_lengths,
+                       mha::DecoderInput{in.decoder_ids, in.T, in.target_lengths}, so);
+      mha::check_finite_output(r, model_.checkpoint().dir());
+      loss = mha::seq2seq_token_loss(model_.checkpoint(), r.output.data(), in, call.threads);
     }
     double sum = 0;
     std::size_t n = 0;

@@ -4,7 +4,11 @@
 // double from docs/layers.md, sharing no code with the kernel.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "mha/kernel/transformer.hpp"
@@ -342,5 +346,164 @@ TEST_CASE("transformer stacks: parallel residual and sandwich norms match the re
     }
     CHECK(worst < 1e-12);
     CHECK(moved > 0.1);  // the layers did something the check can see
+  }
+}
+
+namespace {
+
+// Every site a stack shows, recorded by name (site_name), copied as double.
+class Recorder : public SiteHook<double> {
+ public:
+  std::map<std::string, std::vector<double>> seen;
+  std::size_t T = 0, S = 0;  // the query and key lengths of the blocks
+  bool wants(const Site&) const override { return true; }
+  void tensor(const Site& site, double* data, std::size_t rows, std::size_t cols,
+              std::size_t ld) override {
+    std::vector<double>& v = seen[site_name(site, false)];
+    for (std::size_t r = 0; r < rows; ++r) v.insert(v.end(), data + r * ld, data + r * ld + cols);
+  }
+  void block(const Site& site, std::size_t b, std::size_t head, std::size_t t0, std::size_t rows,
+             double* data, std::size_t ld) override {
+    std::vector<double>& v = seen[site_name(site, false)];
+    const std::size_t h = 4;  // the test's heads
+    v.resize(2 * h * T * ld);
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::copy(data, data + rows * ld, v.begin() + ((b * h + head) * T + t0) * ld);
+  }
+
+ private:
+  std::mutex mutex_;
+};
+
+double worst(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double w = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) w = std::max(w, std::abs(a[i] - b[i]));
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("site names: every kind round-trips, patterns are globs, wrong names are refused",
+          "[sites]") {
+  for (std::size_t k = 0; k < kSiteKinds; ++k)
+    for (Stack stack : {Stack::main, Stack::decoder})
+      for (std::size_t layer : {std::size_t{0}, std::size_t{11}}) {
+        Site site{static_cast<SiteKind>(k), stack, model_wide(SiteKind(k)) ? 0 : layer};
+        for (bool ed : {false, true}) {
+          if (!ed && stack == Stack::decoder) continue;
+          const std::string name = site_name(site, ed);
+          INFO(name);
+          const std::optional<Site> back = parse_site_name(name, ed);
+          REQUIRE(back);
+          CHECK(*back == site);
+        }
+      }
+  CHECK(site_name({SiteKind::z, Stack::main, 3}, false) == "blocks.3.attn.hook_z");
+  CHECK(site_name({SiteKind::cross_pattern, Stack::decoder, 1}, true) ==
+        "decoder.blocks.1.cross_attn.hook_pattern");
+  CHECK(site_name({SiteKind::embed, Stack::main, 0}, true) == "encoder.hook_embed");
+  for (const char* bad : {"blocks.01.hook_resid_pre", "blocks.x.hook_resid_pre", "blocks.3",
+                          "blocks.3.hook_embed", "hook_resid_pre", "blocks..attn.hook_z",
+                          "blocks.3.attn.hook_zz", "encoder.blocks.0.hook_resid_pre"})
+    CHECK_FALSE(parse_site_name(bad, false));
+  CHECK_FALSE(
+      parse_site_name("blocks.0.hook_resid_pre", true));  // an encoder-decoder's need a stack
+  CHECK(site_matches("blocks.*.attn.hook_z", "blocks.10.attn.hook_z"));
+  CHECK(site_matches("*hook_resid_post", "decoder.blocks.2.hook_resid_post"));
+  CHECK(site_matches("blocks.?.ln1.*", "blocks.4.ln1.hook_normalized"));
+  CHECK_FALSE(site_matches("blocks.?.ln1.*", "blocks.14.ln1.hook_normalized"));
+  CHECK_FALSE(site_matches("blocks.*.attn.hook_z", "blocks.1.attn.hook_q"));
+}
+
+TEST_CASE("a stack's sites hold the reference's activations, and edits carry on", "[sites]") {
+  for (bool norm_first : {true, false}) {
+    INFO("norm_first " << norm_first);
+    StackShape s;
+    s.kind = LayerKind::encoder;
+    s.num_layers = 2;
+    s.d_ff = 24;
+    Dims& d = s.self;
+    d.B = 2, d.T = d.S = 5, d.h = 4, d.d_model = 16, d.d_k = d.d_v = 4;
+    d.kdim = d.vdim = d.d_out = 16;
+    StackWeights<double> w = random_stack<double>(s, 21);
+    perturb(w, 22);
+    const std::size_t rows = d.B * d.T, dm = d.d_model;
+    std::vector<double> x(rows * dm);
+    RandomStream(5, "x").fill_uniform<double>(x.data(), x.size(), -1, 1);
+    Mask<double> mask;
+    ref::MaskSpec mask_ref;
+    mask.key_lengths = mask_ref.key_lengths = {5, 3};
+    StackOptions<double> opt;
+    opt.activation = Activation::gelu;
+    opt.norm_first = norm_first;
+    opt.eps = 1e-5;
+    opt.self_attn.scale = 0.5;
+    std::vector<double> plain(x.size()), hooked(x.size());
+    transformer_stack<double>(s, x.data(), nullptr, w, mask, Mask<double>{}, opt, plain.data());
+    Recorder rec;
+    rec.T = rec.S = d.T;
+    opt.hook = &rec;
+    transformer_stack<double>(s, x.data(), nullptr, w, mask, Mask<double>{}, opt, hooked.data());
+    // Looking changes nothing but the rounding: the pattern and scores take the exact
+    // attention path (the softmax over whole rows) where the plain pass takes the fused one.
+    CHECK(worst(hooked, plain) < 1e-12);
+
+    // Layer 0 by the reference's steps.
+    const TransformerLayer<double>& L = w.layers[0];
+    const std::vector<double> in = norm_first ? ref_norm(x, dm, L.norm1, 1e-5) : x;
+    const ref::Result sa = ref::multi_head_attention(sizes(d), in, in, in, params(L.self_attn),
+                                                     mask_ref, 0.5, MaskedRows::zero);
+    const std::vector<double> mid = add(x, sa.output);
+    CHECK(worst(rec.seen.at("blocks.0.hook_resid_pre"), x) == 0);
+    CHECK(worst(rec.seen.at("blocks.0.attn.hook_pattern"), sa.attention) < 1e-12);
+    CHECK(worst(rec.seen.at("blocks.0.hook_attn_out"), sa.output) < 1e-12);
+    CHECK(worst(rec.seen.at("blocks.0.attn.hook_q"),
+                ref::affine(in, rows, dm, to_vec(L.self_attn.W_q), to_vec(L.self_attn.b_q), dm)) <
+          1e-12);
+    CHECK(worst(rec.seen.at("blocks.0.hook_resid_mid"), mid) < 1e-12);
+    const std::vector<double> ffn_in =
+        norm_first ? ref_norm(mid, dm, L.norm2, 1e-5) : ref_norm(mid, dm, L.norm1, 1e-5);
+    CHECK(worst(rec.seen.at(norm_first ? "blocks.0.ln2.hook_normalized"
+                                       : "blocks.0.ln1.hook_normalized"),
+                ffn_in) < 1e-12);
+    const std::vector<double> mlp = ref_ffn(ffn_in, rows, dm, s.d_ff, L.ffn, Activation::gelu);
+    CHECK(worst(rec.seen.at("blocks.0.hook_mlp_out"), mlp) < 1e-12);
+    const std::vector<double> post = norm_first ? add(mid, mlp) : add(ffn_in, mlp);
+    CHECK(worst(rec.seen.at("blocks.0.hook_resid_post"), post) < 1e-12);
+    const std::vector<double> out0 = norm_first ? post : ref_norm(post, dm, L.norm2, 1e-5);
+    CHECK(worst(rec.seen.at("blocks.1.hook_resid_pre"), out0) < 1e-12);
+    // mlp.hook_pre is the first GEMM before its activation; hook_post after it.
+    std::vector<double> pre =
+        ref::affine(ffn_in, rows, dm, to_vec(L.ffn.W_1), to_vec(L.ffn.b_1), s.d_ff);
+    CHECK(worst(rec.seen.at("blocks.0.mlp.hook_pre"), pre) < 1e-12);
+    for (double& v : pre) v = act(v, Activation::gelu);
+    CHECK(worst(rec.seen.at("blocks.0.mlp.hook_post"), pre) < 1e-12);
+    // Masked keys have -inf scores; each real one is scale q.k.
+    const std::vector<double>& scores = rec.seen.at("blocks.0.attn.hook_attn_scores");
+    CHECK(std::isinf(scores[((1 * 4 + 0) * 5 + 0) * 5 + 4]));
+    CHECK(std::isfinite(scores[((1 * 4 + 0) * 5 + 0) * 5 + 2]));
+
+    // An edit: head 2 of layer 1 zeroed in hook_z is the reference with that head's
+    // columns of the context zeroed, i.e. its rows of W_o not used.
+    struct ZeroHead : SiteHook<double> {
+      bool wants(const Site& site) const override {
+        return site.kind == SiteKind::z && site.layer == 1;
+      }
+      void tensor(const Site&, double* z, std::size_t n, std::size_t, std::size_t ld) override {
+        for (std::size_t r = 0; r < n; ++r) std::fill(z + r * ld + 8, z + r * ld + 12, 0.0);
+      }
+    } zero;
+    opt.hook = &zero;
+    std::vector<double> edited(x.size());
+    transformer_stack<double>(s, x.data(), nullptr, w, mask, Mask<double>{}, opt, edited.data());
+    StackWeights<double> cut = w;
+    for (std::size_t i = 8; i < 12; ++i)
+      for (std::size_t j = 0; j < dm; ++j) cut.layers[1].self_attn.W_o.data()[i * dm + j] = 0;
+    opt.hook = nullptr;
+    std::vector<double> want(x.size());
+    transformer_stack<double>(s, x.data(), nullptr, cut, mask, Mask<double>{}, opt, want.data());
+    CHECK(worst(edited, want) < 1e-12);
+    CHECK(worst(edited, plain) > 1e-6);
   }
 }

@@ -9,6 +9,7 @@
 #include "mha/base/error.hpp"
 #include "mha/checkpoint/forward.hpp"
 #include "mha/checkpoint/lens.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 
 namespace mha {
 
@@ -174,12 +175,16 @@ Pass full_pass(const Checkpoint& model, const std::int32_t* ids, std::size_t B, 
   f.threads = o.threads;
   f.layers = o.layers_read;
   f.first_hidden = o.embeddings;  // an image model's patch embeddings, or null
-  f.hidden_sink = [&](std::size_t i, const float* x) {
-    if (i < L) std::copy(x, x + n, p.hidden.begin() + static_cast<std::ptrdiff_t>(i * n));
+  // Every layer's input (hook_resid_pre) and heads' outputs (hook_z), kept.
+  SiteFunctions keep;
+  keep.want = [](const Site& s) { return s.kind == SiteKind::resid_pre || s.kind == SiteKind::z; };
+  keep.on_tensor = [&](const Site& s, float* x, std::size_t, std::size_t, std::size_t) {
+    if (s.kind == SiteKind::resid_pre)
+      std::copy(x, x + n, p.hidden.begin() + static_cast<std::ptrdiff_t>(s.layer * n));
+    else
+      std::copy(x, x + z, p.context.begin() + static_cast<std::ptrdiff_t>(s.layer * z));
   };
-  f.context_hook = [&](std::size_t l, float* ctx) {
-    std::copy(ctx, ctx + z, p.context.begin() + static_cast<std::ptrdiff_t>(l * z));
-  };
+  f.hook = &keep;
   p.output = forward(model, ids, B, T, lengths, f).output;
   return p;
 }
@@ -195,10 +200,12 @@ std::vector<float> pass_from(const Checkpoint& model, const std::int32_t* ids, s
   f.layers = o.layers_read;
   f.first_layer = l;
   f.first_hidden = hidden;
-  if (edit)
-    f.context_hook = [&](std::size_t layer, float* ctx) {
-      if (layer == l) edit(ctx);
-    };
+  SiteFunctions at_z;  // layer l's heads' outputs (hook_z), edited
+  at_z.want = [&](const Site& s) { return s.kind == SiteKind::z && s.layer == l; };
+  at_z.on_tensor = [&](const Site&, float* ctx, std::size_t, std::size_t, std::size_t) {
+    edit(ctx);
+  };
+  if (edit) f.hook = &at_z;
   return forward(model, ids, B, T, lengths, f).output;
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mha/base/thread_pool.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/packed_weights.hpp"
 
@@ -304,26 +305,34 @@ MapAnalysisResult analyze_maps(const Checkpoint& model, const std::int32_t* ids,
   };
   ForwardOptions fo;
   fo.threads = o.threads;
-  fo.hidden_sink = o.hidden_sink;
   fo.layers = o.layers_read;
   fo.first_hidden = o.embeddings;
-  if (maps) {
-    for (std::size_t l = 0; l < L; ++l) fo.map_layers.push_back(l);
-    for (std::size_t i = 0; i < h; ++i) fo.map_heads.push_back(i);
-    fo.attention_sink = [&](std::size_t, std::size_t b, std::size_t head, std::size_t t0,
-                            std::size_t rows, const float* block) {
-      std::copy_n(block, rows * T, layer_maps.data() + ((b * h + head) * T + t0) * T);
-    };
-    fo.on_layer = [&](std::size_t l) {
-      if (l > 0) finish_layer(l - 1);
-    };
-  }
-  if (o.norms)
-    fo.values = [&](std::size_t l, const float* V, std::size_t ld,
-                    const TransformerLayer<float>& layer) {
-      if (slot_of(o.layers, l) >= 0)
-        vnorms = value_norms(V, ld, B, T, layer.self_attn, h, c.kv_heads, c.head_dim, o.threads);
-    };
+  HookList hooks;
+  HiddenHook hidden(model, [&](Stack, std::size_t i, const float* x) { o.hidden_sink(i, x); });
+  if (o.hidden_sink) hooks.add(&hidden);
+  std::vector<std::size_t> all_layers(L);
+  for (std::size_t l = 0; l < L; ++l) all_layers[l] = l;
+  MapHook map_hook(h, all_layers, {},
+                   [&](MapKind, std::size_t, std::size_t b, std::size_t head, std::size_t t0,
+                       std::size_t rows, const float* block) {
+                     std::copy_n(block, rows * T,
+                                 layer_maps.data() + ((b * h + head) * T + t0) * T);
+                   });
+  const TransformerLayer<float>* weights = nullptr;  // the layer the pass is in
+  fo.on_layer = [&](Stack, std::size_t l, const TransformerLayer<float>& w) {
+    weights = &w;
+    if (maps && l > 0) finish_layer(l - 1);
+  };
+  if (maps) hooks.add(&map_hook);
+  SiteFunctions values;  // each chosen layer's value projection, for the norms
+  values.want = [&](const Site& s) {
+    return s.kind == SiteKind::v && slot_of(o.layers, s.layer) >= 0;
+  };
+  values.on_tensor = [&](const Site&, float* V, std::size_t, std::size_t, std::size_t ld) {
+    vnorms = value_norms(V, ld, B, T, weights->self_attn, h, c.kv_heads, c.head_dim, o.threads);
+  };
+  if (o.norms) hooks.add(&values);
+  fo.hook = hooks.empty() ? nullptr : &hooks;
   result.forward = forward(model, ids, B, T, lengths, fo);
   if (maps && L > 0) finish_layer(L - 1);
   if (o.flow) {

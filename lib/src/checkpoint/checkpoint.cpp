@@ -550,7 +550,7 @@ void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, st
 }
 
 void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
-                       float* out, Stack stack) const {
+                       float* out, Stack stack, SiteHook<float>* hook) const {
   const ModelConfig& c = config_;
   const std::size_t d = c.d_model;
   auto table = [&](Role role) -> std::pair<const TensorSource*, std::string> {
@@ -561,6 +561,7 @@ void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, st
     const std::string stored = stored_name(*t, t->name);
     return {files_[where_.at(stored)].get(), stored};
   };
+  auto wants = [&](SiteKind kind) { return hook && hook->wants(Site{kind, stack, 0}); };
   const auto [words, word_name] = table(Role::token_embedding);
   for (std::size_t i = 0; i < count; ++i)
     words->read_rows(word_name, static_cast<std::size_t>(ids[i]), 1, out + i * d);
@@ -568,11 +569,20 @@ void Checkpoint::embed(const std::int32_t* ids, const std::size_t* positions, st
     const float scale = static_cast<float>(c.embed_scale);
     for (std::size_t i = 0; i < count * d; ++i) out[i] *= scale;
   }
+  if (wants(SiteKind::embed)) hook->tensor(Site{SiteKind::embed, stack, 0}, out, count, d, d);
   std::vector<float> row(d);
   if (const auto [pos, pos_name] = table(Role::position_embedding); pos) {
-    for (std::size_t i = 0; i < count; ++i) {
-      pos->read_rows(pos_name, positions[i], 1, row.data());
-      for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+    if (wants(SiteKind::pos_embed)) {  // all rows at once, for the hook
+      std::vector<float> rows(count * d);
+      for (std::size_t i = 0; i < count; ++i)
+        pos->read_rows(pos_name, positions[i], 1, rows.data() + i * d);
+      hook->tensor(Site{SiteKind::pos_embed, stack, 0}, rows.data(), count, d, d);
+      for (std::size_t i = 0; i < count * d; ++i) out[i] += rows[i];
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        pos->read_rows(pos_name, positions[i], 1, row.data());
+        for (std::size_t j = 0; j < d; ++j) out[i * d + j] += row[j];
+      }
     }
   }
   if (const auto [types, type_name] = table(Role::type_embedding); types) {

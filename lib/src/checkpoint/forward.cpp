@@ -8,6 +8,8 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/family.hpp"
+#include "mha/checkpoint/lens.hpp"
+#include "mha/checkpoint/seq2seq.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
 
@@ -24,21 +26,22 @@ double seconds_since(Clock::time_point t) {
 // LM head rows read per piece when scoring the vocabulary.
 constexpr std::size_t kHeadRows = 4096;
 
+// `side`: "" for a one-stack model, "source: " or "target: " for an encoder-decoder's.
 void check_ids(const ModelConfig& c, const std::int32_t* ids, std::size_t B, std::size_t T,
-               const std::vector<std::size_t>& lengths) {
+               const std::vector<std::size_t>& lengths, const std::string& side) {
   if (lengths.size() != B) fail_input("forward: expected " + std::to_string(B) + " lengths");
   if (T > c.max_positions)
-    fail_input(std::to_string(T) + " tokens are more than the model's " +
+    fail_input(side + std::to_string(T) + " tokens are more than the model's " +
                std::to_string(c.max_positions) +
                " positions (config.json max_position_embeddings)");
   for (std::size_t b = 0; b < B; ++b) {
     if (lengths[b] < 1 || lengths[b] > T)
-      fail_input("forward: length " + std::to_string(lengths[b]) + " of row " + std::to_string(b) +
-                 " is outside [1, " + std::to_string(T) + "]");
+      fail_input("forward: " + side + "length " + std::to_string(lengths[b]) + " of row " +
+                 std::to_string(b) + " is outside [1, " + std::to_string(T) + "]");
     for (std::size_t t = 0; ids && t < T; ++t) {
       const std::int32_t id = ids[b * T + t];
       if (id < 0 || static_cast<std::size_t>(id) >= c.vocab_size)
-        fail_input("token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
+        fail_input(side + "token id " + std::to_string(id) + " at [" + std::to_string(b) + ", " +
                    std::to_string(t) + "] is outside the vocabulary (vocab_size " +
                    std::to_string(c.vocab_size) + " in config.json)");
     }
@@ -63,9 +66,9 @@ LayerOptions<float> attention_options(const ModelConfig& c, std::size_t l, int t
   return o;
 }
 
-Mask<float> mask_of(const ModelConfig& c, std::size_t T, const std::vector<std::size_t>& lengths) {
+Mask<float> mask_of(bool causal, std::size_t T, const std::vector<std::size_t>& lengths) {
   Mask<float> m;
-  if (c.causal) m.causal = Causal::top_left;
+  if (causal) m.causal = Causal::top_left;
   if (std::any_of(lengths.begin(), lengths.end(), [&](std::size_t n) { return n < T; }))
     m.key_lengths.assign(lengths.begin(), lengths.end());
   return m;
@@ -160,73 +163,60 @@ std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHe
   return logits;
 }
 
-ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
-                      std::size_t T, const std::vector<std::size_t>& lengths,
-                      const ForwardOptions& options) {
+namespace {
+
+// One stack's part of a pass: which layers run, their shape and masks, and
+// where their weights come from.
+struct StackRun {
+  Stack stack = Stack::main;
+  std::size_t first = 0, layers = 0;  // layers [first, layers) run
+  StackShape shape;                   // one layer's: kind, d_ff, the attentions' dims
+  Mask<float> self_mask, cross_mask;
+  const float* memory = nullptr;  // a decoder's: the encoder's output (B, S, d_model)
+  std::vector<TransformerLayer<float>>* resident = nullptr;
+};
+
+// x (B, L, d_model) <- the embeddings of ids (B, L) in `stack`, after its
+// embedding norm (hook_embed and hook_pos_embed shown on the way). Returns
+// the seconds spent reading.
+double embed_stack(const Checkpoint& model, const std::int32_t* ids, std::size_t B, std::size_t L,
+                   Stack stack, SiteHook<float>* hook, int threads, std::vector<float>& x) {
   const ModelConfig& c = model.config();
-  // From a given residual stream the ids are not read (an image model has none).
-  check_ids(c, options.first_hidden ? nullptr : ids, B, T, lengths);
-  const int threads = resolve_threads(options.threads);
-  const std::size_t d = c.d_model, n = B * T * d;
-  ForwardResult result;
-  double read = 0;
-  const auto start = Clock::now();
-
-  // x: the residual stream; y: the next layer's output.
-  std::vector<float> x(n), y(n);
-  if (options.first_hidden) {  // a later layer's input, from an earlier pass
-    std::copy(options.first_hidden, options.first_hidden + n, x.begin());
-  } else {
-    const std::vector<std::size_t> positions = position_rows(c, ids, B, T);
-    const auto t0 = Clock::now();
-    model.embed(ids, positions.data(), B * T, x.data());
-    const Norm<float> norm = model.embedding_norm();
-    read += seconds_since(t0);
-    if (!norm.empty()) {
-      layer_norm(x.data(), B * T, d, norm, static_cast<float>(c.norm_eps), y.data(), threads);
-      std::swap(x, y);
-    }
+  const auto t0 = Clock::now();
+  const std::vector<std::size_t> positions = position_rows(c, ids, B, L);
+  x.resize(B * L * c.d_model);
+  model.embed(ids, positions.data(), B * L, x.data(), stack, hook);
+  const Norm<float> norm = model.embedding_norm(stack);
+  const double read = seconds_since(t0);
+  if (!norm.empty()) {
+    std::vector<float> y(x.size());
+    layer_norm(x.data(), B * L, c.d_model, norm, static_cast<float>(c.norm_eps), y.data(), threads);
+    x.swap(y);
   }
+  return read;
+}
 
-  Dims dims;
-  dims.B = B;
-  dims.T = dims.S = T;
-  dims.h = c.h;
-  dims.kv_heads = c.kv_heads == c.h ? 0 : c.kv_heads;
-  dims.d_model = dims.kdim = dims.vdim = dims.d_out = d;
-  dims.d_k = dims.d_v = c.head_dim;
-  StackShape shape;
-  shape.kind = LayerKind::encoder;
-  shape.num_layers = 1;
-  shape.d_ff = c.d_ff;
-  shape.self = dims;
+// x (B, L, d_model) through the layers of `run` and the stack's final norm
+// (ln_final), in place. Returns the seconds spent reading weights.
+double run_stack(const Checkpoint& model, StackRun& run, std::vector<float>& x,
+                 const ForwardOptions& options, int threads) {
+  const ModelConfig& c = model.config();
+  const std::size_t d = c.d_model, rows = x.size() / d;
   StackOptions<float> so;
+  so.kind = run.shape.kind;
   so.activation = c.activation;
   so.norm_first = c.norm_placement != NormPlacement::post;
   so.parallel_residual = c.parallel_residual;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
   so.bf16_gemm = model.bf16_gemm();
-  Mask<float> mask = mask_of(c, T, lengths);
-
-  std::vector<int> head_slot(c.h, -1);
-  for (std::size_t i = 0; i < options.map_heads.size(); ++i)
-    head_slot.at(options.map_heads[i]) = static_cast<int>(i);
-  if (options.map_heads.empty())
-    for (std::size_t i = 0; i < c.h; ++i) head_slot[i] = static_cast<int>(i);
-
-  if (options.first_layer > c.num_layers || (options.first_layer && !options.first_hidden))
-    fail_input("forward: first_layer " + std::to_string(options.first_layer) +
-               " needs its hidden state and at most " + std::to_string(c.num_layers) + " layers");
-  std::size_t next_slot = 0;
-  while (next_slot < options.map_layers.size() &&
-         options.map_layers[next_slot] < options.first_layer)
-    ++next_slot;
+  so.hook = options.hook;
+  so.stack = run.stack;
   StackWeights<float> w;  // one layer's weights at a time, in the same memory
   w.layers.resize(1);
-  for (std::size_t l = options.first_layer; l < c.num_layers; ++l) {
-    if (options.on_layer) options.on_layer(l);
-    if (options.hidden_sink) options.hidden_sink(l, x.data());
+  std::vector<float> y(x.size());
+  double read = 0;
+  for (std::size_t l = run.first; l < run.layers; ++l) {
     const auto t0 = Clock::now();
     // A resident layer lent to the pass, handed back however the layer ends.
     struct Lend {
@@ -235,51 +225,161 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
       ~Lend() {
         if (from) std::swap(*from, to);
       }
-    } lend{options.layers ? &(*options.layers)[l] : nullptr, w.layers[0]};
-    if (options.layers)
-      std::swap(w.layers[0], (*options.layers)[l]);
+    } lend{run.resident ? &(*run.resident)[l] : nullptr, w.layers[0]};
+    if (run.resident)
+      std::swap(w.layers[0], (*run.resident)[l]);
     else
-      model.layer(l, w.layers[0], threads);
+      model.layer(l, w.layers[0], threads, run.stack);
     read += seconds_since(t0);
-    so.self_attn = attention_options(c, l, threads, model.bf16_gemm());
-    if (options.context_hook)
-      so.self_attn.context_hook = [&, l](float* context) { options.context_hook(l, context); };
-    if (options.values)
-      so.self_attn.values_hook = [&, l](const float* V, std::size_t ld) {
-        options.values(l, V, ld, w.layers[0]);
-      };
-    mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
-    const bool maps = next_slot < options.map_layers.size() && options.map_layers[next_slot] == l;
-    if (maps && options.attention_sink) {
-      const std::size_t slot = next_slot;
-      so.self_attn.attention = AttentionOutput::per_head;
-      so.self_attn.sink = [&, slot](std::size_t b, std::size_t head, std::size_t q0,
-                                    std::size_t rows, const float* block) {
-        if (head_slot[head] >= 0)
-          options.attention_sink(slot, b, static_cast<std::size_t>(head_slot[head]), q0, rows,
-                                 block);
-      };
-    }
-    if (maps && options.qk_sink) {
-      const std::size_t slot = next_slot;
-      so.self_attn.qk_hook = [&, slot](const float* Q, std::size_t ldq, const float* K,
-                                       std::size_t ldk) { options.qk_sink(slot, Q, ldq, K, ldk); };
-    }
-    if (maps) ++next_slot;
-    transformer_stack<float>(shape, x.data(), nullptr, w, mask, Mask<float>{}, so, y.data());
+    if (options.on_layer) options.on_layer(run.stack, l, w.layers[0]);
+    so.self_attn = so.cross_attn = attention_options(c, l, threads, model.bf16_gemm());
+    so.first_layer = l;
+    run.self_mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
+    transformer_stack<float>(run.shape, x.data(), run.memory, w, run.self_mask, run.cross_mask, so,
+                             y.data());
     std::swap(x, y);
   }
-  const Norm<float> final = model.final_norm();
+  const auto t0 = Clock::now();
+  const Norm<float> final = model.final_norm(run.stack);  // T5's final_layer_norm
+  read += seconds_since(t0);
   if (!final.empty()) {
-    layer_norm(x.data(), B * T, d, final, static_cast<float>(c.norm_eps), y.data(), threads);
+    layer_norm(x.data(), rows, d, final, static_cast<float>(c.norm_eps), y.data(), threads);
     std::swap(x, y);
+    const Site site{SiteKind::ln_final, run.stack, 0};
+    if (options.hook && options.hook->wants(site)) options.hook->tensor(site, x.data(), rows, d, d);
   }
-  if (options.hidden_sink) options.hidden_sink(c.num_layers, x.data());
+  return read;
+}
+
+Dims dims_of(const ModelConfig& c, std::size_t B, std::size_t T, std::size_t S) {
+  Dims d;
+  d.B = B;
+  d.T = T;
+  d.S = S;
+  d.h = c.h;
+  d.kv_heads = c.kv_heads == c.h ? 0 : c.kv_heads;
+  d.d_model = d.kdim = d.vdim = d.d_out = c.d_model;
+  d.d_k = d.d_v = c.head_dim;
+  return d;
+}
+
+// T5's relative position bias (1, h, L, L) on a stack's self-attention mask.
+void add_position_bias(const Checkpoint& model, Stack stack, std::size_t L, Mask<float>& m) {
+  const ModelConfig& c = model.config();
+  if (!c.relative_buckets) return;
+  m.position_bias = relative_bias(c, model.relative_bias(stack), L, stack == Stack::main);
+  m.bias_strides[0] = 0;  // broadcast over the batch
+  m.bias_strides[1] = L * L;
+  m.bias_strides[2] = L;
+  m.bias_strides[3] = 1;
+}
+
+// An encoder-decoder's k most likely next tokens after each row's last target
+// position, from the decoder's output `last` (B, d_model) (seq2seq_logits).
+std::vector<std::vector<NextToken>> seq2seq_next_tokens(const Checkpoint& model, const float* last,
+                                                        std::size_t B, std::size_t k, int threads) {
+  const std::size_t V = model.config().vocab_size;
+  k = std::min(k, V);
+  std::vector<std::vector<NextToken>> out(B);
+  std::vector<std::int32_t> order(V);
+  seq2seq_logits(
+      model, last, B,
+      [&](std::size_t r0, std::size_t n, const float* logits) {
+        for (std::size_t r = 0; r < n; ++r) {
+          const float* row = logits + r * V;
+          const Softmax sm = softmax_of(row, V);
+          for (std::size_t v = 0; v < V; ++v) order[v] = static_cast<std::int32_t>(v);
+          std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k),
+                            order.end(), [&](std::int32_t a, std::int32_t b) {
+                              return row[a] > row[b] || (row[a] == row[b] && a < b);
+                            });
+          for (std::size_t i = 0; i < k; ++i)
+            out[r0 + r].push_back({order[i], sm.p(row[order[i]])});
+        }
+      },
+      threads);
+  return out;
+}
+
+// The pass of both forms of forward(): `decoder` null for a one-stack model.
+ForwardResult run_pass(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                       std::size_t T, const std::vector<std::size_t>& lengths,
+                       const DecoderInput* decoder, const ForwardOptions& options) {
+  const ModelConfig& c = model.config();
+  const int threads = resolve_threads(options.threads);
+  const std::size_t d = c.d_model;
+  ForwardResult result;
+  double read = 0;
+  const auto start = Clock::now();
+  // The last stack's start: a layer's input of an earlier pass, or its embeddings.
+  if (options.first_layer > (decoder ? c.num_decoder_layers : c.num_layers) ||
+      (options.first_layer && !options.first_hidden))
+    fail_input("forward: first_layer " + std::to_string(options.first_layer) +
+               " needs its hidden state and at most " +
+               std::to_string(decoder ? c.num_decoder_layers : c.num_layers) + " layers");
+
+  // The encoder of an encoder-decoder, or the one stack: (B, T) ids -> x (B, T, d).
+  std::vector<float> x;
+  StackRun main;
+  main.layers = c.num_layers;
+  main.shape.kind = LayerKind::encoder;
+  main.shape.d_ff = c.d_ff;
+  main.shape.self = dims_of(c, B, T, T);
+  main.self_mask = mask_of(!decoder && c.causal, T, lengths);
+  main.resident = options.layers;
+  if (decoder && options.encoder_output) {
+    if (options.encoder_output->size() != B * T * d)
+      fail_input("forward: the encoder output given holds " +
+                 std::to_string(options.encoder_output->size()) +
+                 " values; expected B * S * d = " + std::to_string(B * T * d));
+    result.encoder_output = *options.encoder_output;
+  } else {
+    if (!decoder && options.first_hidden) {  // a later layer's input, from an earlier pass
+      x.assign(options.first_hidden, options.first_hidden + B * T * d);
+      main.first = options.first_layer;
+    } else {
+      read += embed_stack(model, ids, B, T, Stack::main, options.hook, threads, x);
+    }
+    const auto t0 = Clock::now();
+    add_position_bias(model, Stack::main, T, main.self_mask);
+    read += seconds_since(t0);
+    read += run_stack(model, main, x, options, threads);
+    if (decoder) result.encoder_output = std::move(x);
+  }
+  std::size_t T_out = T;
+  const std::vector<std::size_t>* out_lengths = &lengths;
+  if (decoder) {  // (B, T_dec) ids, causal, with the cross-attention over the encoder's rows
+    const std::size_t Td = decoder->T;
+    StackRun run;
+    run.stack = Stack::decoder;
+    run.layers = c.num_decoder_layers;
+    run.shape.kind = LayerKind::decoder;
+    run.shape.d_ff = c.d_ff;
+    run.shape.self = dims_of(c, B, Td, Td);
+    run.shape.cross = dims_of(c, B, Td, T);
+    run.self_mask = mask_of(true, Td, decoder->lengths);
+    run.cross_mask = mask_of(false, T, lengths);
+    run.memory = result.encoder_output.data();
+    run.resident = options.decoder_layers;
+    if (options.first_hidden) {
+      x.assign(options.first_hidden, options.first_hidden + B * Td * d);
+      run.first = options.first_layer;
+    } else {
+      read += embed_stack(model, decoder->ids, B, Td, Stack::decoder, options.hook, threads, x);
+    }
+    const auto t0 = Clock::now();
+    add_position_bias(model, Stack::decoder, Td, run.self_mask);
+    read += seconds_since(t0);
+    read += run_stack(model, run, x, options, threads);
+    T_out = Td;
+    out_lengths = &decoder->lengths;
+  }
   if (options.top_k && c.has_lm_head()) {
     std::vector<float> last(B * d);  // each row's last real token
     for (std::size_t b = 0; b < B; ++b)
-      std::copy_n(x.data() + (b * T + lengths[b] - 1) * d, d, last.data() + b * d);
-    result.top_k = next_tokens(model, last.data(), B, options.top_k);
+      std::copy_n(x.data() + (b * T_out + (*out_lengths)[b] - 1) * d, d, last.data() + b * d);
+    result.top_k = decoder ? seq2seq_next_tokens(model, last.data(), B, options.top_k, threads)
+                           : next_tokens(model, last.data(), B, options.top_k);
   }
   if (options.top_k && c.classifier) {  // the classes, from each row's CLS token (and DIST)
     const auto t0 = Clock::now();
@@ -293,6 +393,35 @@ ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::siz
   result.seconds_read = read;
   result.seconds_compute = seconds_since(start) - read;
   return result;
+}
+
+}  // namespace
+
+ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                      std::size_t T, const std::vector<std::size_t>& lengths,
+                      const ForwardOptions& options) {
+  const ModelConfig& c = model.config();
+  if (c.encoder_decoder)
+    fail_input(model.dir() + ": a " + c.model_type +
+               " is an encoder-decoder: its pass needs the decoder's ids too");
+  // From a given residual stream the ids are not read (an image model has none).
+  check_ids(c, options.first_hidden ? nullptr : ids, B, T, lengths, "");
+  return run_pass(model, ids, B, T, lengths, nullptr, options);
+}
+
+ForwardResult forward(const Checkpoint& model, const std::int32_t* ids, std::size_t B,
+                      std::size_t T, const std::vector<std::size_t>& lengths,
+                      const DecoderInput& decoder, const ForwardOptions& options) {
+  const ModelConfig& c = model.config();
+  if (!c.encoder_decoder)
+    fail_input(model.dir() + ": a " + c.model_type + " is not an encoder-decoder");
+  if (options.first_hidden && !options.encoder_output)
+    fail_input("forward: a decoder pass from layer " + std::to_string(options.first_layer) +
+               " needs the encoder's output");
+  check_ids(c, options.encoder_output ? nullptr : ids, B, T, lengths, "source: ");
+  check_ids(c, options.first_hidden ? nullptr : decoder.ids, B, decoder.T, decoder.lengths,
+            "target: ");
+  return run_pass(model, ids, B, T, lengths, &decoder, options);
 }
 
 std::vector<TransformerLayer<float>> read_layers(const Checkpoint& model, int threads) {

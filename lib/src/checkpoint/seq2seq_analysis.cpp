@@ -1,5 +1,7 @@
 #include "mha/checkpoint/seq2seq_analysis.hpp"
 
+#include "mha/checkpoint/site_hooks.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -52,7 +54,7 @@ void heads_mean(const std::vector<float>& A, std::size_t B, std::size_t h, std::
 
 }  // namespace
 
-Seq2SeqResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
+ForwardResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
                                    const Seq2SeqMapOptions& o) {
   const ModelConfig& c = model.config();
   const std::size_t B = in.B, S = in.S, T = in.T, h = c.h;
@@ -141,30 +143,42 @@ Seq2SeqResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& 
     norms(MapKind::cross, l);
   };
 
-  Seq2SeqOptions so;
+  ForwardOptions so;
   so.threads = threads;
+  HookList hooks;
+  MapHook maps_hook(h, up_to(std::max(Le, Ld)), {},
+                    [&](MapKind k, std::size_t, std::size_t b, std::size_t head, std::size_t t0,
+                        std::size_t rows, const float* block) {
+                      const std::size_t Lq = queries_of(k, in), Lk = keys_of(k, in);
+                      std::copy_n(block, rows * Lk,
+                                  maps[int(k)].data() + ((b * h + head) * Lq + t0) * Lk);
+                    });
+  const TransformerLayer<float>* weights = nullptr;  // the layer the pass is in
   if (o.rollout || o.norms) {
-    so.map_layers = up_to(std::max(Le, Ld));
-    so.attention_sink = [&](MapKind k, std::size_t, std::size_t b, std::size_t head, std::size_t t0,
-                            std::size_t rows, const float* block) {
-      const std::size_t Lq = queries_of(k, in), Lk = keys_of(k, in);
-      std::copy_n(block, rows * Lk, maps[int(k)].data() + ((b * h + head) * Lq + t0) * Lk);
-    };
-    so.on_layer = [&](Stack stack, std::size_t l) {
+    hooks.add(&maps_hook);
+    so.on_layer = [&](Stack stack, std::size_t l, const TransformerLayer<float>& w) {
+      weights = &w;
       if (stack == Stack::main && l > 0) finish_encoder(l - 1);
       if (stack == Stack::decoder && l == 0) finish_encoder(Le - 1);
       if (stack == Stack::decoder && l > 0) finish_decoder(l - 1);
     };
   }
-  if (o.norms)
-    so.values = [&](MapKind k, std::size_t l, const float* V, std::size_t ld,
-                    const Weights<float>& w) {
-      if (slot_of(o.layers, l) >= 0)
-        vnorms[int(k)] =
-            value_norms(V, ld, B, keys_of(k, in), w, h, c.kv_heads, c.head_dim, threads);
-    };
-  Seq2SeqResult r = forward_seq2seq(model, in.source, B, S, in.source_lengths, in.decoder_ids, T,
-                                    in.target_lengths, so);
+  SiteFunctions values;  // each chosen layer's value projections, for the norms
+  values.want = [&](const Site& s) {
+    return (s.kind == SiteKind::v || s.kind == SiteKind::cross_v) &&
+           slot_of(o.layers, s.layer) >= 0;
+  };
+  values.on_tensor = [&](const Site& s, float* V, std::size_t, std::size_t, std::size_t ld) {
+    const MapKind k = s.kind == SiteKind::cross_v ? MapKind::cross
+                      : s.stack == Stack::decoder ? MapKind::decoder
+                                                  : MapKind::encoder;
+    const Weights<float>& w = k == MapKind::cross ? weights->cross_attn : weights->self_attn;
+    vnorms[int(k)] = value_norms(V, ld, B, keys_of(k, in), w, h, c.kv_heads, c.head_dim, threads);
+  };
+  if (o.norms) hooks.add(&values);
+  so.hook = hooks.empty() ? nullptr : &hooks;
+  ForwardResult r = forward(model, in.source, B, S, in.source_lengths,
+                            DecoderInput{in.decoder_ids, T, in.target_lengths}, so);
   if ((o.rollout || o.norms) && Ld > 0) finish_decoder(Ld - 1);
   return r;
 }
@@ -269,25 +283,26 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
   Seq2SeqAblation r;
   r.layers = o.layers.empty() ? up_to(std::max(c.num_layers, c.num_decoder_layers)) : o.layers;
   r.heads = o.heads.empty() ? up_to(c.h) : o.heads;
-  auto run = [&](const Seq2SeqOptions& so) {
+  const DecoderInput decoder{in.decoder_ids, in.T, in.target_lengths};
+  auto run = [&](const ForwardOptions& so) {
     ++r.passes;
-    return forward_seq2seq(model, in.source, B, in.S, in.source_lengths, in.decoder_ids, in.T,
-                           in.target_lengths, so);
+    return forward(model, in.source, B, in.S, in.source_lengths, decoder, so);
   };
-  Seq2SeqOptions base;
+  ForwardOptions base;
   base.threads = o.threads;
-  base.encoder_layers = o.layers_read;
+  base.layers = o.layers_read;
   base.decoder_layers = o.decoder_layers_read;
   // The clean pass keeps each decoder layer's input: an intervention in
   // decoder layer l reruns the decoder from l on.
   const std::size_t n = B * in.T * c.d_model;
   std::vector<float> decoder_inputs(c.num_decoder_layers * n);
-  Seq2SeqOptions first = base;
-  first.hidden_sink = [&](Stack stack, std::size_t i, const float* x) {
+  ForwardOptions first = base;
+  HiddenHook hidden(model, [&](Stack stack, std::size_t i, const float* x) {
     if (stack == Stack::decoder && i < c.num_decoder_layers)
       std::copy_n(x, n, decoder_inputs.begin() + static_cast<std::ptrdiff_t>(i * n));
-  };
-  const Seq2SeqResult clean = run(first);
+  });
+  first.hook = &hidden;
+  const ForwardResult clean = run(first);
   r.clean = probe(clean.output, true);
   if (o.metric == Metric::kl) std::fill(r.clean.begin(), r.clean.end(), 0.0);
   const std::size_t H = r.heads.size();
@@ -313,16 +328,19 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
     for (std::size_t li = 0; li < Ls; ++li)
       for (std::size_t hi = 0; hi < H; ++hi) {
         const std::size_t l = r.layers[li], head = r.heads[hi];
-        Seq2SeqOptions so = base;
+        ForwardOptions so = base;
         if (k != MapKind::encoder) {
           so.encoder_output = &clean.encoder_output;
-          so.decoder_first_layer = l;
-          so.decoder_first_hidden = decoder_inputs.data() + l * n;
+          so.first_layer = l;
+          so.first_hidden = decoder_inputs.data() + l * n;
         }
         // context (B*Lq, h*dv): the head's columns zeroed, or each row's set to
         // their mean over its real queries
-        so.context_hook = [&, k, l, head](MapKind kk, std::size_t ll, float* context) {
-          if (kk != k || ll != l) return;
+        SiteFunctions edit;
+        const Site at{k == MapKind::cross ? SiteKind::cross_z : SiteKind::z,
+                      k == MapKind::encoder ? Stack::main : Stack::decoder, l};
+        edit.want = [&](const Site& s) { return s == at; };
+        edit.on_tensor = [&](const Site&, float* context, std::size_t, std::size_t, std::size_t) {
           for (std::size_t b = 0; b < B; ++b) {
             std::vector<float> fill(dv, 0.0f);
             if (kind == Ablation::mean) {
@@ -335,6 +353,7 @@ Seq2SeqAblation seq2seq_head_ablation(const Checkpoint& model, const Seq2SeqBatc
               std::copy(fill.begin(), fill.end(), context + (b * Lq + t) * width + head * dv);
           }
         };
+        so.hook = &edit;
         const std::vector<double> m = probe(run(so).output, false);
         for (std::size_t b = 0; b < B; ++b) effect[(b * Ls + li) * H + hi] = m[b] - r.clean[b];
         if (o.progress) o.progress(++done, total);

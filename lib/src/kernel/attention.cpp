@@ -6,6 +6,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -221,6 +222,9 @@ struct Job {
   // (bf16_pairs(d_k), S) and V (bf16_pairs(S), d_v).
   const std::uint32_t* Kp = nullptr;
   const std::uint32_t* Vp = nullptr;
+  // The scores and pattern sites the hook wants (LayerOptions::hook), or null.
+  const Site* scores = nullptr;
+  const Site* pattern = nullptr;
 
   // Query blocks of Bq = min(block_q, T) rows, the last one possibly shorter.
   std::size_t Bq() const { return std::min(block_q, d.T); }
@@ -530,6 +534,10 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     softcap_rows(A, rows, end, S, job.opt.softcap, scratch.data());
   }
   if (!job.mask.empty() && end > 0) job.mask.apply(d, b, head, t0, t0 + rows, 0, end, A, S);
+  if (job.scores) {  // the keys past `end` are masked for every row here
+    for (std::size_t r = 0; r < rows; ++r) std::fill(A + r * S + end, A + (r + 1) * S, kNegInf<T>);
+    job.opt.hook->block(*job.scores, b, head, t0, rows, A, S);
+  }
   std::size_t used = end;  // keys with nonzero weight in some row
   for (std::size_t r = 0; r < rows; ++r) {
     T* a = A + r * S;
@@ -547,6 +555,10 @@ void exact_block(const Job<T>& job, std::size_t b, std::size_t head, std::size_t
     const T inv = T(1) / exp_shifted_sum(a, end, a_max);
     for (std::size_t s = 0; s < end; ++s) a[s] *= inv;
     std::fill(a + end, a + S, T(0));
+  }
+  if (job.pattern) {  // an edit may give weight to any key
+    job.opt.hook->block(*job.pattern, b, head, t0, rows, A, S);
+    used = S;
   }
   // context (rows, d_v) = A V_i, over the keys that carry weight
   if (used > 0)
@@ -582,10 +594,9 @@ constexpr std::size_t kMinTasks = 8;
 // never on the threads.
 template <class T>
 bool can_run_in_pieces(const Dims& d, const T* X_q, const T* X_k, const T* X_v, const Weights<T>& w,
-                       const LayerOptions<T>& opt, std::size_t block_q) {
+                       const LayerOptions<T>& opt, std::size_t block_q, bool sites) {
   return X_k == X_q && X_v == X_q && d.T == d.S && d.T <= block_q && d.B >= kGemmPieces &&
-         !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !opt.context_hook &&
-         !opt.values_hook && !opt.qk_hook;
+         !w.q_norm.size() && opt.rope.layout == RopeLayout::none && !sites;
 }
 
 template <class T>
@@ -874,24 +885,45 @@ void attention_layer(const Dims& d, const T* X_q, const T* X_k, const T* X_v, co
   check_bf16_gemm(opt);
   const int threads = resolve_threads(opt.threads);
   const Blocks blocks = choose_blocks(d, opt);
-  if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, blocks.q))
+  // The sites the hook wants in this layer (none without a hook).
+  auto wanted = [&](SiteKind self, SiteKind cross) -> std::optional<Site> {
+    if (!opt.hook) return std::nullopt;
+    Site site = opt.site;
+    site.kind = opt.cross ? cross : self;
+    if (!opt.hook->wants(site)) return std::nullopt;
+    return site;
+  };
+  const std::optional<Site> q_site = wanted(SiteKind::q, SiteKind::cross_q),
+                            k_site = wanted(SiteKind::k, SiteKind::cross_k),
+                            v_site = wanted(SiteKind::v, SiteKind::cross_v),
+                            z_site = wanted(SiteKind::z, SiteKind::cross_z),
+                            scores = wanted(SiteKind::scores, SiteKind::cross_scores),
+                            pattern = wanted(SiteKind::pattern, SiteKind::cross_pattern);
+  const bool sites = q_site || k_site || v_site || z_site || scores || pattern;
+  if (can_run_in_pieces(d, X_q, X_k, X_v, w, opt, blocks.q, sites))
     return pieced_layer(d, X_q, w, mask, opt, blocks.q, blocks.k, threads, output);
   Projections<T> p = project_inputs(d, X_q, X_k, X_v, w, threads, opt.bf16_gemm);
-  if (opt.values_hook) opt.values_hook(p.V, p.ldv);
   if (w.q_norm.size()) normalize_qk(d, p, w, opt.qk_norm_eps, threads);
   if (opt.rope.layout != RopeLayout::none) apply_rope(d, p, opt.rope, threads);
-  if (opt.qk_hook) opt.qk_hook(p.Q, p.ldq, p.K, p.ldk);
+  // q (B*T, h*d_k), k (B*S, kv*d_k), v (B*S, kv*d_v), each with its row stride, in
+  // the buffers p owns (const only for the kernels that read them)
+  if (q_site) opt.hook->tensor(*q_site, const_cast<T*>(p.Q), d.B * d.T, d.h * d.d_k, p.ldq);
+  if (k_site) opt.hook->tensor(*k_site, const_cast<T*>(p.K), d.B * d.S, d.kv() * d.d_k, p.ldk);
+  if (v_site) opt.hook->tensor(*v_site, const_cast<T*>(p.V), d.B * d.S, d.kv() * d.d_v, p.ldv);
   Buffer<T> context(d.B * d.T * d.h * d.d_v);
   std::atomic<bool> overflow{false};
   Job<T> job{d, mask, opt, p, blocks.q, blocks.k, context.get(), &overflow};
-  if (opt.attention == AttentionOutput::none)
-    fused_attention(job, threads);
-  else if (opt.attention == AttentionOutput::per_head)
+  job.scores = scores ? &*scores : nullptr;
+  job.pattern = pattern ? &*pattern : nullptr;
+  if (opt.attention == AttentionOutput::mean_over_heads && !scores && !pattern)
+    mean_attention(job, threads);
+  else if (opt.attention != AttentionOutput::none || scores || pattern)
     per_head_attention(job, threads);
   else
-    mean_attention(job, threads);
+    fused_attention(job, threads);
   if (overflow && !opt.allow_nonfinite) fail_overflow<T>();
-  if (opt.context_hook) opt.context_hook(context.get());
+  // z (B*T, h*d_v)
+  if (z_site) opt.hook->tensor(*z_site, context.get(), d.B * d.T, d.h * d.d_v, d.h * d.d_v);
   // output (B*T, d_out) = context W_o + b_o
   const std::size_t hdv = d.h * d.d_v;
   const Projection<T> out = detail::projection_of(

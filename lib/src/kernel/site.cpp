@@ -67,8 +67,8 @@ bool model_wide(SiteKind kind) {
 }
 
 bool blockwise(SiteKind kind) {
-  return kind == SiteKind::scores || kind == SiteKind::pattern ||
-         kind == SiteKind::cross_scores || kind == SiteKind::cross_pattern;
+  return kind == SiteKind::scores || kind == SiteKind::pattern || kind == SiteKind::cross_scores ||
+         kind == SiteKind::cross_pattern;
 }
 
 std::string site_name(const Site& site, bool encoder_decoder) {

@@ -137,19 +137,41 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
   const bool decoder = s.kind == LayerKind::decoder;
   for (std::size_t l = 0; l < s.num_layers; ++l) {
     const TransformerLayer<T>& L = w.layers[l];
+    const std::size_t layer = opt.first_layer + l;
+    self_opt.hook = cross_opt.hook = opt.hook;
+    self_opt.site = cross_opt.site = Site{SiteKind::resid_pre, opt.stack, layer};
+    cross_opt.cross = true;
     if (opt.before_layer) opt.before_layer(l, self_opt, cross_opt);
+    // The hook's view of a (rows, cols) activation at site `kind` of this layer.
+    auto show = [&](SiteKind kind, T* data, std::size_t cols) {
+      const Site site{kind, opt.stack, layer};
+      if (opt.hook && opt.hook->wants(site)) opt.hook->tensor(site, data, rows, cols, cols);
+    };
+    auto wants = [&](SiteKind kind) {
+      return opt.hook && opt.hook->wants(Site{kind, opt.stack, layer});
+    };
     const Norm<T>& ffn_norm = decoder ? L.norm3 : L.norm2;
+    const SiteKind ffn_ln = decoder ? SiteKind::ln3 : SiteKind::ln2;
+    // a (rows, d_model) = FFN(in); f (rows, d_ff) its hidden layer. With mlp.hook_pre
+    // wanted, the activation runs after the GEMM instead of in it (the same values).
     auto ffn = [&](const T* in) {
+      const bool pre = wants(SiteKind::mlp_pre);
+      const Activation* act = pre ? nullptr : &opt.activation;
       if (L.ffn.gated()) {  // f = act(in W_gate + b_gate) * (in W_1 + b_1)
-        linear(in, rows, d.d_model, L.ffn.W_gate, L.ffn.packed_gate, L.ffn.b_gate, f.get(),
-               &opt.activation, threads, opt.bf16_gemm);
+        linear(in, rows, d.d_model, L.ffn.W_gate, L.ffn.packed_gate, L.ffn.b_gate, f.get(), act,
+               threads, opt.bf16_gemm);
         linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.packed_1, L.ffn.b_1, g.get(), nullptr, threads,
                opt.bf16_gemm);
-        multiply_into(f.get(), g.get(), rows * s.d_ff);
       } else {
-        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.packed_1, L.ffn.b_1, f.get(), &opt.activation,
-               threads, opt.bf16_gemm);
+        linear(in, rows, d.d_model, L.ffn.W_1, L.ffn.packed_1, L.ffn.b_1, f.get(), act, threads,
+               opt.bf16_gemm);
       }
+      if (pre) {
+        show(SiteKind::mlp_pre, f.get(), s.d_ff);
+        activate(f.get(), rows * s.d_ff, opt.activation);
+      }
+      if (L.ffn.gated()) multiply_into(f.get(), g.get(), rows * s.d_ff);
+      show(SiteKind::mlp_post, f.get(), s.d_ff);
       linear(f.get(), rows, s.d_ff, L.ffn.W_2, L.ffn.packed_2, L.ffn.b_2, a.get(), nullptr, threads,
              opt.bf16_gemm);
     };
@@ -159,42 +181,67 @@ void transformer_stack(const StackShape& s, const T* x_in, const T* memory,
       layer_norm(a.get(), rows, d.d_model, norm, opt.eps, y.get(), threads);
       std::copy(y.get(), y.get() + n, a.get());
     };
+    const std::size_t dm = d.d_model;
+    show(SiteKind::resid_pre, x, dm);
     if (opt.norm_first && opt.parallel_residual && !decoder) {
       // x + (FFN(norm2(x)) + SA(norm1(x))), summed in that order as GPT-NeoX does
-      layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
+      layer_norm(x, rows, dm, L.norm1, opt.eps, y.get(), threads);
+      show(SiteKind::ln1, y.get(), dm);
       attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, p.get());
-      layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
+      show(SiteKind::attn_out, p.get(), dm);
+      layer_norm(x, rows, dm, L.norm2, opt.eps, y.get(), threads);
+      show(SiteKind::ln2, y.get(), dm);
       ffn(y.get());
+      show(SiteKind::mlp_out, a.get(), dm);
       add_into(a.get(), p.get(), n);
       add_into(x, a.get(), n);
+      show(SiteKind::resid_post, x, dm);
     } else if (opt.norm_first) {
-      layer_norm(x, rows, d.d_model, L.norm1, opt.eps, y.get(), threads);
+      layer_norm(x, rows, dm, L.norm1, opt.eps, y.get(), threads);
+      show(SiteKind::ln1, y.get(), dm);
       attention_layer<T>(d, y.get(), y.get(), y.get(), L.self_attn, self_mask, self_opt, a.get());
       post(L.post_attn);
+      show(SiteKind::attn_out, a.get(), dm);
       add_into(x, a.get(), n);
+      show(SiteKind::resid_mid, x, dm);
       if (decoder) {
-        layer_norm(x, rows, d.d_model, L.norm2, opt.eps, y.get(), threads);
+        layer_norm(x, rows, dm, L.norm2, opt.eps, y.get(), threads);
+        show(SiteKind::ln2, y.get(), dm);
         attention_layer<T>(s.cross, y.get(), memory, memory, L.cross_attn, cross_mask, cross_opt,
                            a.get());
+        show(SiteKind::cross_attn_out, a.get(), dm);
         add_into(x, a.get(), n);
+        show(SiteKind::resid_mid_cross, x, dm);
       }
-      layer_norm(x, rows, d.d_model, ffn_norm, opt.eps, y.get(), threads);
+      layer_norm(x, rows, dm, ffn_norm, opt.eps, y.get(), threads);
+      show(ffn_ln, y.get(), dm);
       ffn(y.get());
       post(L.post_ffn);
+      show(SiteKind::mlp_out, a.get(), dm);
       add_into(x, a.get(), n);
-    } else {
+      show(SiteKind::resid_post, x, dm);
+    } else {  // post-norm: the sums before each norm are hook_resid_mid(_cross) and resid_post
       attention_layer<T>(d, x, x, x, L.self_attn, self_mask, self_opt, a.get());
+      show(SiteKind::attn_out, a.get(), dm);
       add_into(a.get(), x, n);
-      layer_norm(a.get(), rows, d.d_model, L.norm1, opt.eps, x, threads);
+      show(SiteKind::resid_mid, a.get(), dm);
+      layer_norm(a.get(), rows, dm, L.norm1, opt.eps, x, threads);
+      show(SiteKind::ln1, x, dm);
       if (decoder) {
         attention_layer<T>(s.cross, x, memory, memory, L.cross_attn, cross_mask, cross_opt,
                            a.get());
+        show(SiteKind::cross_attn_out, a.get(), dm);
         add_into(a.get(), x, n);
-        layer_norm(a.get(), rows, d.d_model, L.norm2, opt.eps, x, threads);
+        show(SiteKind::resid_mid_cross, a.get(), dm);
+        layer_norm(a.get(), rows, dm, L.norm2, opt.eps, x, threads);
+        show(SiteKind::ln2, x, dm);
       }
       ffn(x);
+      show(SiteKind::mlp_out, a.get(), dm);
       add_into(a.get(), x, n);
-      layer_norm(a.get(), rows, d.d_model, ffn_norm, opt.eps, x, threads);
+      show(SiteKind::resid_post, a.get(), dm);
+      layer_norm(a.get(), rows, dm, ffn_norm, opt.eps, x, threads);
+      show(ffn_ln, x, dm);
     }
     if (opt.after_layer) opt.after_layer(l, x);
   }

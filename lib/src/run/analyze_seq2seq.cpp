@@ -147,7 +147,7 @@ AnalyzeReport run_analyze_seq2seq(const AnalyzeConfig& config, const Model& whol
       const std::size_t n = queries(k) * keys(k);
       norms[int(k)]->write_elements(((slot * B + b) * Hs + hs) * n, v, n);
     };
-    const Seq2SeqResult r = analyze_seq2seq_maps(model, in, mo);
+    const ForwardResult r = analyze_seq2seq_maps(model, in, mo);
     ForwardResult finite;
     finite.output = r.output;
     check_finite_output(finite, config.model);

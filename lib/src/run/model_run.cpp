@@ -14,6 +14,7 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/base/utf8.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/io/gguf.hpp"
@@ -530,30 +531,32 @@ ModelRunReport run_model(const ModelRunConfig& config) {
 
   ForwardOptions fo;
   fo.threads = report.threads;
-  fo.map_layers = report.map_layers;
-  fo.map_heads = report.map_heads;
   fo.top_k = call.top_k;
-  if (maps)
-    fo.attention_sink = [&](std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
-                            std::size_t rows, const float* block) {
-      maps->write_elements((((slot * B + b) * Hs + head) * T + t0) * T, block, rows * T);
-    };
-  if (qs)
-    fo.qk_sink = [&](std::size_t slot, const float* Q, std::size_t ldq, const float* K,
-                     std::size_t ldk) {
-      qk_blocks(c, report.map_heads, B, T, slot, Q, ldq, K, ldk,
-                [&](bool key, std::uint64_t first, const float* block) {
-                  (key ? ks : qs)->write_elements(first, block, T * dk);
-                });
-    };
-  if (hidden)
-    fo.hidden_sink = [&](std::size_t i, const float* x) {
-      hidden->write_elements(i * B * T * d, x, B * T * d);
-    };
+  HookList hooks;
+  MapHook map_hook(c.h, report.map_layers, report.map_heads,
+                   [&](MapKind, std::size_t slot, std::size_t b, std::size_t head, std::size_t t0,
+                       std::size_t rows, const float* block) {
+                     maps->write_elements((((slot * B + b) * Hs + head) * T + t0) * T, block,
+                                          rows * T);
+                   });
+  if (maps) hooks.add(&map_hook);
+  QKHook qk_hook(report.map_layers, [&](std::size_t slot, const float* Q, std::size_t ldq,
+                                        const float* K, std::size_t ldk) {
+    qk_blocks(c, report.map_heads, B, T, slot, Q, ldq, K, ldk,
+              [&](bool key, std::uint64_t first, const float* block) {
+                (key ? ks : qs)->write_elements(first, block, T * dk);
+              });
+  });
+  if (qs) hooks.add(&qk_hook);
+  HiddenHook hidden_hook(model, [&](Stack, std::size_t i, const float* x) {
+    hidden->write_elements(i * B * T * d, x, B * T * d);
+  });
+  if (hidden) hooks.add(&hidden_hook);
+  fo.hook = hooks.empty() ? nullptr : &hooks;
   // A layer's maps are complete when the next layer starts: to disk in the background.
   std::size_t maps_done = 0;
   if (maps)
-    fo.on_layer = [&](std::size_t l) {
+    fo.on_layer = [&](Stack, std::size_t l, const TransformerLayer<float>&) {
       const std::size_t slots = static_cast<std::size_t>(
           std::lower_bound(report.map_layers.begin(), report.map_layers.end(), l) -
           report.map_layers.begin());

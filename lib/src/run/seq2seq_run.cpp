@@ -13,6 +13,7 @@
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/family.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
@@ -156,28 +157,30 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
     hidden[1] = &out.stage_npy_stream("decoder_hidden_states.npy", DType::f4,
                                       {c.num_decoder_layers + 1, B, T, d});
   }
-  Seq2SeqOptions so;
+  ForwardOptions so;
   so.threads = report.threads;
-  so.map_layers = report.map_layers;
-  so.map_heads = report.map_heads;
   so.top_k = call.top_k;
-  if (config.save_attention)
-    so.attention_sink = [&](MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
-                            std::size_t t0, std::size_t rows, const float* block) {
-      const std::size_t queries = kind == MapKind::encoder ? S : T,
-                        keys = kind == MapKind::decoder ? T : S;
-      maps[static_cast<int>(kind)]->write_elements(
-          (((slot * B + b) * Hs + head) * queries + t0) * keys, block, rows * keys);
-    };
-  if (config.save_hidden_states)
-    so.hidden_sink = [&](Stack stack, std::size_t i, const float* x) {
-      const std::size_t n = B * (stack == Stack::decoder ? T : S) * d;
-      hidden[stack == Stack::decoder ? 1 : 0]->write_elements(i * n, x, n);
-    };
+  HookList hooks;
+  MapHook map_hook(c.h, report.map_layers, report.map_heads,
+                   [&](MapKind kind, std::size_t slot, std::size_t b, std::size_t head,
+                       std::size_t t0, std::size_t rows, const float* block) {
+                     const std::size_t queries = kind == MapKind::encoder ? S : T,
+                                       keys = kind == MapKind::decoder ? T : S;
+                     maps[static_cast<int>(kind)]->write_elements(
+                         (((slot * B + b) * Hs + head) * queries + t0) * keys, block, rows * keys);
+                   });
+  if (config.save_attention) hooks.add(&map_hook);
+  HiddenHook hidden_hook(model, [&](Stack stack, std::size_t i, const float* x) {
+    const std::size_t n = B * (stack == Stack::decoder ? T : S) * d;
+    hidden[stack == Stack::decoder ? 1 : 0]->write_elements(i * n, x, n);
+  });
+  if (config.save_hidden_states) hooks.add(&hidden_hook);
+  so.hook = hooks.empty() ? nullptr : &hooks;
   const Seq2SeqInput& target_in = sides.target;
   const auto t0 = Clock::now();
-  Seq2SeqResult r = forward_seq2seq(model, report.input.ids.data(), B, S, report.input.lengths,
-                                    target_in.decoder.ids.data(), T, target_in.decoder.lengths, so);
+  ForwardResult r =
+      forward(model, report.input.ids.data(), B, S, report.input.lengths,
+              DecoderInput{target_in.decoder.ids.data(), T, target_in.decoder.lengths}, so);
   report.forward_ms = ms_since(t0);
   report.read_ms = r.seconds_read * 1e3;
   report.top_k = std::move(r.top_k);
@@ -185,10 +188,8 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   report.target = target_in.decoder;
   report.labels = labels.ids;
   name_top_k(whole, report);
-  ForwardResult finite;
-  finite.output = std::move(r.output);
-  check_finite_output(finite, config.model);
-  out.stage_npy("output.npy", finite.output.data(), {B, T, d});
+  check_finite_output(r, config.model);
+  out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json",
                   dump_json(seq2seq_tokens_json(report.input, report.target, labels)) + "\n");
   report.outputs = {"tokens.json", "output.npy"};

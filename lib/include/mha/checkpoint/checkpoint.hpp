@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mha/checkpoint/model_config.hpp"
+#include "mha/kernel/site.hpp"
 #include "mha/kernel/weights.hpp"
 
 namespace mha {
@@ -32,7 +33,6 @@ struct ClassifierHead {
 
 struct TensorSpec;
 enum class Role;
-enum class Stack;
 
 class Checkpoint {
  public:
@@ -95,9 +95,11 @@ class Checkpoint {
   void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count,
              float* out) const;
   // The same with `stack`'s position table (BART's decoder has its own); the
-  // token embedding is shared.
+  // token embedding is shared. With a hook, the token embeddings (times
+  // embed_scale) and the position rows are shown at hook_embed and
+  // hook_pos_embed (site.hpp) before they are summed, as (count, d_model).
   void embed(const std::int32_t* ids, const std::size_t* positions, std::size_t count, float* out,
-             Stack stack) const;
+             Stack stack, SiteHook<float>* hook = nullptr) const;
   // ViT: the embeddings of B images, `pixels` (B, num_channels, image_height,
   // image_width) as the image processor leaves them: out (B, P + N, d_model)
   // = [the CLS token; DeiT's distillation token; each patch's projection

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mha/checkpoint/model_config.hpp"
+#include "mha/kernel/site.hpp"
 
 namespace mha {
 
@@ -85,13 +86,10 @@ enum class Role {
   cross_norm,
 };
 
-// Which stack of layers a tensor belongs to. A decoder-only or encoder-only
-// model has one (main); an encoder-decoder's encoder is main, its decoder
-// `decoder`, whose layers count num_decoder_layers and whose "{l}" patterns
-// are its own (a model-wide tensor of the decoder: its embeddings' norm, its
-// position table, its final norm, its relative bias table).
-enum class Stack { main, decoder };
-
+// Which stack of layers a tensor belongs to (Stack, kernel/site.hpp): an
+// encoder-decoder's decoder's "{l}" patterns are its own, and so are its
+// model-wide tensors (its embeddings' norm, its position table, its final
+// norm, its relative bias table).
 enum class Part { weight, bias };
 
 // How a tensor is stored.

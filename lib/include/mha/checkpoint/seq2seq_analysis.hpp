@@ -28,6 +28,7 @@
 
 #include "mha/checkpoint/ablation.hpp"
 #include "mha/checkpoint/seq2seq.hpp"
+#include "mha/checkpoint/site_hooks.hpp"
 
 namespace mha {
 
@@ -57,7 +58,7 @@ struct Seq2SeqMapOptions {
       norms_sink;
 };
 
-Seq2SeqResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
+ForwardResult analyze_seq2seq_maps(const Checkpoint& model, const Seq2SeqBatch& in,
                                    const Seq2SeqMapOptions& options);
 
 // Per row, the cross-entropy (nats) of label t at decoder position t, for t

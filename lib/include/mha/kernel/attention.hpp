@@ -28,6 +28,7 @@
 #include "mha/kernel/dims.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/options.hpp"
+#include "mha/kernel/site.hpp"
 #include "mha/kernel/weights.hpp"
 
 namespace mha {
@@ -83,18 +84,15 @@ struct LayerOptions {
   StageProgress* progress = nullptr;
   Rope rope;
   T qk_norm_eps = T(1e-6);  // with the weights' q_norm and k_norm (weights.hpp)
-  // Called with the heads' outputs before the output projection: context
-  // (B*T, h*d_v), head i's in columns [i*d_v, (i+1)*d_v); what it leaves
-  // there is projected (TransformerLens's hook_z: ablation, patching).
-  std::function<void(T* context)> context_hook;
-  // Called with the value projection before attention: V (B*S, kv_heads*d_v)
-  // with row stride ld, bias added; group g in columns [g*d_v, (g+1)*d_v).
-  std::function<void(const T* V, std::size_t ld)> values_hook;
-  // Called with the queries and keys the scores are computed from, after
-  // QK-norm and RoPE: Q (B*T, h*d_k) with row stride ldq, head i in columns
-  // [i*d_k, (i+1)*d_k); K (B*S, kv_heads*d_k) with row stride ldk (bertviz's
-  // neuron view: logits = scale * q . k).
-  std::function<void(const T* Q, std::size_t ldq, const T* K, std::size_t ldk)> qk_hook;
+  // The attention's activation sites (site.hpp), offered to hook->wants()
+  // with `site`'s stack and layer: q, k, v (after QK-norm and RoPE, as the
+  // scores use them) and z (the heads' outputs before the output projection)
+  // whole, scores and pattern in blocks (the exact path, whatever
+  // `attention` says); the cross_ kinds when `cross`. What the hook leaves in
+  // them is what the layer goes on with. Null: no sites, the fastest path.
+  SiteHook<T>* hook = nullptr;
+  Site site;
+  bool cross = false;
 };
 
 // X_q (B, T, d_model), X_k (B, S, kdim), X_v (B, S, vdim): C-order buffers;

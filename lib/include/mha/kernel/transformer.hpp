@@ -15,7 +15,9 @@
 // layer, final_norm if the weights have one.
 // Every GEMM runs over all B*T rows at once, in row pieces fixed by the shape
 // (so the bits do not depend on the thread count); the attentions run
-// through attention_layer (fused unless maps are asked for). Memory: the
+// through attention_layer (fused unless maps are asked for). Each activation
+// is shown to the hook at its site (site.hpp) as it is computed, and the
+// pass goes on from what the hook leaves there. Memory: the
 // weights plus four (B, T, d_model) activations and one (B, T, d_ff).
 #pragma once
 
@@ -25,6 +27,7 @@
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/options.hpp"
+#include "mha/kernel/site.hpp"
 #include "mha/kernel/weights.hpp"
 
 namespace mha {
@@ -47,6 +50,11 @@ struct StackOptions {
   std::function<void(std::size_t l, LayerOptions<T>& self, LayerOptions<T>& cross)> before_layer;
   // Called with each layer's output (B, T, d_model), before final_norm.
   std::function<void(std::size_t l, const T* hidden)> after_layer;
+  // The activation sites (site.hpp) of every layer, named with `stack` and
+  // layer first_layer + l, the attentions' included; null: none.
+  SiteHook<T>* hook = nullptr;
+  Stack stack = Stack::main;
+  std::size_t first_layer = 0;
 };
 
 // x (B, T, d_model), memory (B, S, d_model) for decoders (else null);
