@@ -75,6 +75,16 @@ TEST_CASE("model_sites lists a model's sites with the table's shapes", "[sites]"
     if (s.name == "blocks.0.attn.hook_k") CHECK(s.shape == std::vector<std::size_t>{1, 4, 1, 4});
 }
 
+TEST_CASE("model_sites of an image model: its pass starts from the patch embeddings", "[sites]") {
+  ModelConfig c = gpt2_like();
+  c.patch_size = 4;
+  c.image_height = c.image_width = 8;
+  const std::vector<std::string> n = names(model_sites(c, 1, 5));
+  CHECK(n.front() == "blocks.0.hook_resid_pre");
+  CHECK(std::find(n.begin(), n.end(), "hook_pos_embed") == n.end());
+  CHECK(n.back() == "ln_final.hook_normalized");
+}
+
 TEST_CASE("model_sites of an encoder-decoder: prefixes and the cross-attention", "[sites]") {
   ModelConfig c = gpt2_like();
   c.encoder_decoder = true;

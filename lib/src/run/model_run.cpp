@@ -552,6 +552,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     hidden->write_elements(i * B * T * d, x, B * T * d);
   });
   if (hidden) hooks.add(&hidden_hook);
+  SiteFiles site_files(out, sites);  // --save_sites: each site to sites/<name>.npy
+  if (!sites.empty()) hooks.add(&site_files);
   fo.hook = hooks.empty() ? nullptr : &hooks;
   // A layer's maps are complete when the next layer starts: to disk in the background.
   std::size_t maps_done = 0;
@@ -576,6 +578,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (report.input.tokens.empty()) whole.name_tokens(report.input);  // ids given: after the forward
   name_top_k(whole, report);
   check_finite_output(r, config.model);
+  site_files.check_complete();
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json", dump_json(tokens_json(in)) + "\n");
   report.outputs = {"tokens.json", "output.npy"};
@@ -587,15 +590,18 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (maps) report.outputs.push_back("self_attention.npy");
   if (hidden) report.outputs.push_back("hidden_states.npy");
   if (qs) report.outputs.insert(report.outputs.end(), {"q.npy", "k.npy"});
+  for (const std::string& name : site_files.filenames()) report.outputs.push_back(name);
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
-  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+  std::vector<std::string> earlier = earlier_run_outputs(out.dir(), [&](const std::string& p) {
     std::error_code ec;
     return config.tokens && fs::equivalent(*config.tokens, p, ec);
-  }));
+  });
+  for (std::string& name : earlier_site_files(out.dir())) earlier.push_back(std::move(name));
+  out.remove_on_commit(std::move(earlier));
   out.commit();
   return report;
 }

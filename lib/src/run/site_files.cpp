@@ -75,8 +75,12 @@ void add_stack(std::vector<SiteShape>& out, const ModelConfig& c, Stack stack, s
     const Site s{kind, stack, layer};
     out.push_back({s, site_name(s, c.encoder_decoder), site_shape(c, kind, B, T, S_cross)});
   };
-  add(SiteKind::embed, 0);
-  if (c.position_rows > 0) add(SiteKind::pos_embed, 0);
+  // An image model's pass starts from Checkpoint::embed_patches' output (the
+  // position table added): its embeddings are not shown at sites.
+  if (!c.image_input()) {
+    add(SiteKind::embed, 0);
+    if (c.position_rows > 0) add(SiteKind::pos_embed, 0);
+  }
   const std::vector<SiteKind> kinds = layer_kinds(c, stack);
   for (std::size_t l = 0; l < layers; ++l)
     for (SiteKind kind : kinds) add(kind, l);
