@@ -9,6 +9,7 @@ checkpoints of checkpoints.py:
   (relative, with an absolute floor of 1e-5 times the site's largest value; scores compared
   where finite, their -inf where masked); the files are exactly the model's sites, listed in
   run.json with their checksums; the CLI and the module give the same bits.
+- A run replaces an earlier run's sites/ files as it replaces its other outputs.
 - Patterns: globs and layer-free names ("hook_resid_post" is every layer's), a callable filter;
   a pattern that matches no site is refused naming it, with a "did you mean" and a few valid
   names, exit 2 and nothing written (CLI) or ValueError with the same words (Python).
@@ -144,6 +145,19 @@ class Cli(SitesTest):
         self.assertEqual(names, ["blocks.1.attn.hook_pattern"])
         out, names, _ = self.saved("t5", "cross_attn.hook_pattern")
         self.assertTrue(names and all(n.startswith("decoder.") for n in names), names)
+
+    def test_a_run_replaces_the_earlier_sites(self):
+        d, args, _, _, _ = self.case("gpt2")
+        out = self.path("again")
+        listing = lambda: sorted(os.listdir(os.path.join(out, "sites")))  # noqa: E731
+        self.mha("run", "--model", d, *args, "--out_dir", out, "--save_sites", "blocks.0.*")
+        self.assertEqual(len(listing()), 15)
+        self.mha("run", "--model", d, *args, "--out_dir", out, "--save_sites", "hook_embed")
+        self.assertEqual(listing(), ["hook_embed.npy"])
+        self.mha("run", "--model", d, *args, "--out_dir", out)
+        self.assertEqual(listing(), [])
+        with open(os.path.join(out, "run.json")) as f:
+            self.assertFalse([n for n in json.load(f)["outputs"] if n.startswith("sites/")])
 
     def test_refusals(self):
         d, args, _, _, _ = self.case("gpt2")

@@ -494,12 +494,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
-  // --save_sites: the patterns checked against the model's sites before any weight is read.
-  const std::vector<SiteShape> sites =
-      config.save_sites.empty()
-          ? std::vector<SiteShape>{}
-          : select_sites(model_sites(c, in.B, in.T), split_site_patterns(config.save_sites),
-                         "--save_sites");
+  // --save_sites: checked against the model's sites before any weight is read
+  const std::vector<SiteShape> sites = sites_to_save(c, in.B, in.T, 0, config.save_sites);
   if (config.check_only) return report;
   if (!model.gguf()) report.files.push_back(file_record(config.model + "/config.json"));
   // A GGUF file's tokenizer is in its metadata: the file is listed once, with the weights.
@@ -596,12 +592,11 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
-  std::vector<std::string> earlier = earlier_run_outputs(out.dir(), [&](const std::string& p) {
-    std::error_code ec;
-    return config.tokens && fs::equivalent(*config.tokens, p, ec);
-  });
-  for (std::string& name : earlier_site_files(out.dir())) earlier.push_back(std::move(name));
-  out.remove_on_commit(std::move(earlier));
+  out.remove_on_commit(
+      earlier_site_files(out.dir(), earlier_run_outputs(out.dir(), [&](const std::string& p) {
+                           std::error_code ec;
+                           return config.tokens && fs::equivalent(*config.tokens, p, ec);
+                         })));
   out.commit();
   return report;
 }

@@ -126,12 +126,8 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(B) + " x (" + std::to_string(S) + " + " +
                std::to_string(T) + ") tokens), over max_memory " + format_bytes(report.max_memory));
-  // --save_sites: the patterns checked against both stacks' sites before any weight is read.
-  const std::vector<SiteShape> sites =
-      config.save_sites.empty()
-          ? std::vector<SiteShape>{}
-          : select_sites(model_sites(c, B, S, T), split_site_patterns(config.save_sites),
-                         "--save_sites");
+  // --save_sites: checked against both stacks' sites before any weight is read
+  const std::vector<SiteShape> sites = sites_to_save(c, B, S, T, config.save_sites);
   if (config.check_only) return report;
   report.files.push_back(file_record(config.model + "/config.json"));
   if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
@@ -215,13 +211,12 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids files stay).
-  std::vector<std::string> earlier = earlier_run_outputs(out.dir(), [&](const std::string& p) {
-    std::error_code ec;
-    return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
-           (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
-  });
-  for (std::string& name : earlier_site_files(out.dir())) earlier.push_back(std::move(name));
-  out.remove_on_commit(std::move(earlier));
+  out.remove_on_commit(earlier_site_files(
+      out.dir(), earlier_run_outputs(out.dir(), [&](const std::string& p) {
+        std::error_code ec;
+        return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
+               (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
+      })));
   out.commit();
   return report;
 }

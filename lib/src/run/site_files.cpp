@@ -173,11 +173,12 @@ std::string site_filename(const std::string& name) {
   return "sites/" + name + ".npy";
 }
 
-std::vector<std::string> earlier_site_files(const std::string& out_dir) {
+std::vector<std::string> earlier_site_files(const std::string& out_dir,
+                                            std::vector<std::string> names) {
   std::vector<std::string> out;
   std::error_code ec;
   const fs::path dir = fs::path(out_dir) / "sites";
-  if (!fs::is_directory(fs::symlink_status(dir, ec))) return out;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code kind;
@@ -186,7 +187,14 @@ std::vector<std::string> earlier_site_files(const std::string& out_dir) {
       out.push_back("sites/" + name);
   }
   std::sort(out.begin(), out.end());
-  return out;
+  names.insert(names.end(), out.begin(), out.end());
+  return names;
+}
+
+std::vector<SiteShape> sites_to_save(const ModelConfig& c, std::size_t B, std::size_t T,
+                                     std::size_t T_dec, const std::string& patterns) {
+  if (patterns.empty()) return {};
+  return select_sites(model_sites(c, B, T, T_dec), split_site_patterns(patterns), "--save_sites");
 }
 
 SiteFiles::SiteFiles(OutputSet& out, std::vector<SiteShape> sites) {

@@ -53,6 +53,10 @@ std::vector<SiteShape> select_sites(const std::vector<SiteShape>& sites,
                                     const std::string& what);
 // `list` split at commas ("blocks.*.attn.hook_z,hook_resid_post").
 std::vector<std::string> split_site_patterns(const std::string& list);
+// --save_sites PATTERNS: the sites of model_sites(c, B, T, T_dec) it chooses
+// (select_sites), none when `patterns` is empty.
+std::vector<SiteShape> sites_to_save(const ModelConfig& c, std::size_t B, std::size_t T,
+                                     std::size_t T_dec, const std::string& patterns);
 
 // The file a site is saved to, relative to the output directory.
 std::string site_filename(const std::string& name);  // "sites/" + name + ".npy"
@@ -60,7 +64,9 @@ std::string site_filename(const std::string& name);  // "sites/" + name + ".npy"
 // The site files an earlier run left in `out_dir` ("sites/<name>.npy", each
 // a regular file, links not followed), for OutputSet::remove_on_commit: a
 // run's commit replaces the whole set, as it replaces the other outputs.
-std::vector<std::string> earlier_site_files(const std::string& out_dir);
+// Appended to `names` (an earlier run's other outputs).
+std::vector<std::string> earlier_site_files(const std::string& out_dir,
+                                            std::vector<std::string> names = {});
 
 // A SiteHook<float> that writes each chosen site to its file in `out`
 // (creates <out dir>/sites/). Wants only the chosen sites.
