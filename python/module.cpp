@@ -827,11 +827,11 @@ class PyModel {
   // run_with_cache and run_with_hooks (sites.cpp): a plain call with the
   // hook `make` returns added to its pass.
   static py::dict call_with_hook(py::handle self, const py::object& input,
-                                 const py::object& target_text,
+                                 const py::object& target_text, bool attention,
                                  const mha_python::SiteHookMaker& make) {
     const PyModel& m = self.cast<const PyModel&>();
     m.site_hook_ = &make;  // taken by the call below, before anything else
-    return m.call(input, true, false, std::nullopt, std::nullopt, 5, 0, false, py::none(),
+    return m.call(input, attention, false, std::nullopt, std::nullopt, 5, 0, false, py::none(),
                   target_text);
   }
 

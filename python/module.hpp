@@ -25,16 +25,17 @@ mha::NpyArray to_npy(const pybind11::array& in, const std::string& what);
 void add_show(pybind11::module_& m);
 
 // Model.run_with_cache and Model.run_with_hooks (sites.cpp), over `call`: a
-// plain call of the model `self` (Model.__call__'s, returning its dict) whose
-// pass also shows its sites to the hook `make` returns. `make` is called once
+// plain call of the model `self` (Model.__call__'s with its defaults but
+// `attention`, returning its dict) whose pass also shows its sites to the hook
+// `make` returns. `make` is called once
 // the input is read (B rows of T tokens; an encoder-decoder's T_dec target
 // tokens) and before the pass, with the bytes max_memory leaves beside it.
 using SiteHookMaker =
     std::function<mha::SiteHook<float>*(const mha::ModelConfig& c, std::size_t B, std::size_t T,
                                         std::size_t T_dec, std::uint64_t room)>;
-using HookedCall =
-    std::function<pybind11::dict(pybind11::handle self, const pybind11::object& input,
-                                 const pybind11::object& target_text, const SiteHookMaker& make)>;
+using HookedCall = std::function<pybind11::dict(
+    pybind11::handle self, const pybind11::object& input, const pybind11::object& target_text,
+    bool attention, const SiteHookMaker& make)>;
 void add_sites(pybind11::handle model_class, const HookedCall& call);
 
 // An integer argument (top_k, threads, an index, a size) as the CLI reads an

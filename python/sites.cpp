@@ -229,7 +229,7 @@ void add_sites(py::handle model_class, const HookedCall& call) {
       [call](py::handle self, const py::object& input, const py::object& names,
              const py::object& target_text) {
         std::unique_ptr<CacheHook> hook;
-        call(self, input, target_text,
+        call(self, input, target_text, false,  // the maps only as sites
              [&](const mha::ModelConfig& c, std::size_t B, std::size_t T, std::size_t T_dec,
                  std::uint64_t room) -> mha::SiteHook<float>* {
                std::vector<mha::SiteShape> sites =
@@ -258,7 +258,7 @@ void add_sites(py::handle model_class, const HookedCall& call) {
              const py::object& target_text) {
         std::unique_ptr<EditHook> hook;
         try {
-          return call(self, input, target_text,
+          return call(self, input, target_text, true,  // model(input)'s result
                       [&](const mha::ModelConfig& c, std::size_t B, std::size_t T,
                           std::size_t T_dec, std::uint64_t) -> mha::SiteHook<float>* {
                         auto [sites, fns] = hooked_sites(mha::model_sites(c, B, T, T_dec), hooks);
