@@ -213,26 +213,32 @@ TEST_CASE("pattern_matches: whole names and their ends after a dot", "[sites]") 
   CHECK_FALSE(pattern_matches("blocks.1.hook_resid_pre", "blocks.12.hook_resid_pre"));
 }
 
-TEST_CASE("earlier_site_files: the .npy files of sites/, links left alone", "[sites]") {
+TEST_CASE("earlier_site_files: site files of sites/, not links, inputs or other files", "[sites]") {
   TempDir tmp("sites");
   const fs::path dir = tmp.path / "out";
-  CHECK(earlier_site_files(dir.string()).empty());  // no directory
+  CHECK(earlier_site_files(dir.string(), nullptr).empty());  // no directory
   fs::create_directories(dir / "sites");
-  for (const char* name : {"blocks.0.hook_z.npy", "hook_embed.npy", ".x.npy.tmp.1.2", "notes.txt"})
+  for (const char* name : {"blocks.0.attn.hook_z.npy", "hook_embed.npy", "decoder.hook_embed.npy",
+                           "ids.npy", "blocks.1.hook_resid_pre.npy", ".x.npy.tmp.1.2", "notes.txt"})
     std::ofstream(dir / "sites" / name) << "x";
-  fs::create_symlink(dir / "sites" / "hook_embed.npy", dir / "sites" / "link.npy");
-  CHECK(earlier_site_files(dir.string()) ==
-        std::vector<std::string>{"sites/blocks.0.hook_z.npy", "sites/hook_embed.npy"});
+  fs::create_symlink(dir / "sites" / "hook_embed.npy", dir / "sites" / "hook_pos_embed.npy");
+  const auto input = [&](const std::string& p) {
+    return fs::path(p).filename() == "blocks.1.hook_resid_pre.npy";
+  };
+  CHECK(earlier_site_files(dir.string(), input, {"run.json"}) ==
+        std::vector<std::string>{"run.json", "sites/blocks.0.attn.hook_z.npy",
+                                 "sites/decoder.hook_embed.npy", "sites/hook_embed.npy"});
   {
     OutputSet out(dir.string());
     SiteFiles files(out, select_sites(model_sites(gpt2_like(), 1, 2), {"hook_embed"}, "x"));
     std::vector<float> x(2 * 8, 1.0f);
     files.tensor(Site{SiteKind::embed, Stack::main, 0}, x.data(), 2, 8, 8);
-    out.remove_on_commit(earlier_site_files(dir.string()));
+    out.remove_on_commit(earlier_site_files(dir.string(), input));
     out.commit();
   }
-  CHECK_FALSE(fs::exists(dir / "sites" / "blocks.0.hook_z.npy"));
+  CHECK_FALSE(fs::exists(dir / "sites" / "blocks.0.attn.hook_z.npy"));
   CHECK(read_npy((dir / "sites" / "hook_embed.npy").string()).shape ==
         std::vector<std::size_t>{1, 2, 8});
-  CHECK(fs::exists(dir / "sites" / "notes.txt"));
+  for (const char* kept : {"ids.npy", "notes.txt", "blocks.1.hook_resid_pre.npy"})
+    CHECK(fs::exists(dir / "sites" / kept));
 }

@@ -592,11 +592,12 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
+  const auto is_input = [&](const std::string& p) {
+    std::error_code ec;
+    return config.tokens && fs::equivalent(*config.tokens, p, ec);
+  };
   out.remove_on_commit(
-      earlier_site_files(out.dir(), earlier_run_outputs(out.dir(), [&](const std::string& p) {
-                           std::error_code ec;
-                           return config.tokens && fs::equivalent(*config.tokens, p, ec);
-                         })));
+      earlier_site_files(out.dir(), is_input, earlier_run_outputs(out.dir(), is_input)));
   out.commit();
   return report;
 }

@@ -174,6 +174,7 @@ std::string site_filename(const std::string& name) {
 }
 
 std::vector<std::string> earlier_site_files(const std::string& out_dir,
+                                            const std::function<bool(const std::string&)>& is_input,
                                             std::vector<std::string> names) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -182,8 +183,11 @@ std::vector<std::string> earlier_site_files(const std::string& out_dir,
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code kind;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0 && name[0] != '.' &&
-        fs::is_regular_file(it->symlink_status(kind)))
+    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npy") != 0) continue;
+    const std::string stem = name.substr(0, name.size() - 4);
+    if ((parse_site_name(stem, false) || parse_site_name(stem, true)) &&
+        fs::is_regular_file(it->symlink_status(kind)) &&
+        !(is_input && is_input(it->path().string())))
       out.push_back("sites/" + name);
   }
   std::sort(out.begin(), out.end());

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,11 +62,15 @@ std::vector<SiteShape> sites_to_save(const ModelConfig& c, std::size_t B, std::s
 // The file a site is saved to, relative to the output directory.
 std::string site_filename(const std::string& name);  // "sites/" + name + ".npy"
 
-// The site files an earlier run left in `out_dir` ("sites/<name>.npy", each
-// a regular file, links not followed), for OutputSet::remove_on_commit: a
-// run's commit replaces the whole set, as it replaces the other outputs.
-// Appended to `names` (an earlier run's other outputs).
+// The site files an earlier run left in `out_dir`, for
+// OutputSet::remove_on_commit: "sites/<name>.npy" for each regular file there
+// (links not followed) whose <name> is a site's name (parse_site_name) and
+// that `is_input` does not call an input of the new run; a run's commit
+// replaces the whole set, as it replaces its other outputs
+// (earlier_run_outputs, whose list `names` this appends to). Other files in
+// sites/ are left alone.
 std::vector<std::string> earlier_site_files(const std::string& out_dir,
+                                            const std::function<bool(const std::string&)>& is_input,
                                             std::vector<std::string> names = {});
 
 // A SiteHook<float> that writes each chosen site to its file in `out`
