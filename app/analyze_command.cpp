@@ -170,7 +170,7 @@ int do_analyze(const AnalyzeArgs& args) {
   c.corrupt = args.corrupt;
   c.texts_file = args.texts_file;
   c.batch = args.batch;
-  c.dtype = args.dtype;
+  c.dtype = parse_model_dtype(args.dtype);
   return run_analysis(c, args.json);
 }
 

@@ -74,15 +74,25 @@ void add_run_command(CLI::App& app, RunArgs& args) {
       "  mha run --h 4 --d_model 64 --seq_len 16 --causal true --save_attention --out_dir "
       "out/causal\n"
       "  mha run --config configs/cross_attention.json --save_weights keras --out_dir out/cross\n"
-      "Every config key is also a flag; docs/config.md lists them.");
-  run->add_option("--config,-c", args.config_file, "JSON config file (flags override it)");
-  run->add_flag("--json", args.print_json, "Also print run.json to stdout");
+      "Every config key is also a flag; docs/config.md lists them. The options under \"Model "
+      "runs\" need --model; with it, those under \"Layer runs\" are refused (docs/cli.md).");
+  run->get_help_ptr()->group(kEveryRunGroup);
+  run->add_option("--config,-c", args.config_file,
+                  "JSON config file (flags override it); one holding \"model\" is a model run "
+                  "(docs/models.md)")
+      ->group(kEveryRunGroup);
+  run->add_flag("--json", args.print_json, "Also print run.json to stdout")->group(kEveryRunGroup);
   run->add_flag("--html", args.html,
-                "Also write view.html, the attention viewer page (turns on save_attention)");
+                "Also write view.html, the attention viewer page (turns on save_attention)")
+      ->group(kEveryRunGroup);
+  // Every config key is a layer run's, but those the model runs' table shares
+  // (model_options.hpp), whose help adds what they do with --model.
   for (const auto& key : config_keys()) {
-    CLI::Option* opt =
-        run->add_option("--" + std::string(key.name), args.values[key.name], key.help);
-    opt->type_name(key.value_hint);
+    const ModelRunKey* shared = find_model_run_key(key.name);
+    std::string help = key.help;
+    if (shared && *shared->help) help += std::string("; ") + shared->help;
+    CLI::Option* opt = run->add_option("--" + std::string(key.name), args.values[key.name], help);
+    opt->type_name(key.value_hint)->group(run_group(shared ? shared->applies : RunKind::layer));
     if (key.is_bool) opt->expected(0, 1);
     args.keys[key.name] = opt;
   }
@@ -475,26 +485,28 @@ void setup_logging(int verbosity) {
 // --max_memory (which do not change results) and --json are taken.
 int do_model_job_run(const RunArgs& args, nlohmann::json file) {
   std::string flags;
-  Config overrides;
   for (const auto& [name, opt] : args.keys) {
     if (!opt->count()) continue;
     if (name != "out_dir" && name != "threads" && name != "max_memory") {
       flags += (flags.empty() ? "--" : ", --") + name;
       continue;
     }
-    overrides.apply_flag(name, opt->results().empty() ? std::string() : opt->results().front());
-    const nlohmann::json given = overrides.to_json()[name];
-    file[name] = given;
+    // Checked as the flag (its message names --name), then given to the file's key.
+    const ModelRunKey& key = *find_model_run_key(name);
+    const nlohmann::json value = model_flag_value(key, opt->results());
+    ModelRunConfig checked;
+    key.set(checked, value, "--" + name);
+    file[name] = value;
   }
-  const ModelArgs& m = args.model;
-  if (!m.model.empty() || !m.texts.empty() || !m.tokens.empty() || !m.images.empty() || m.layers ||
-      m.heads || args.html || !flags.empty())
+  for (const std::string& name : args.model.given_names())
+    flags += (flags.empty() ? "" : ", ") + name;
+  if (args.html) flags += flags.empty() ? "--html" : ", --html";
+  if (!flags.empty())
     throw Error(ErrorKind::invalid_input,
                 args.config_file +
                     ": holds a model run (\"model\"), which gives its options; expected no other "
-                    "flag than --out_dir, --threads, --max_memory and --json" +
-                    (flags.empty() ? std::string(" (got --model, --text, --tokens or --html)")
-                                   : " (got " + flags + ")"));
+                    "flag than --out_dir, --threads, --max_memory and --json (got " +
+                    flags + ")");
   const ModelJob job = model_job_from_json(file, args.config_file);
   if (std::holds_alternative<AnalyzeConfig>(job))
     throw Error(ErrorKind::invalid_input,
@@ -504,6 +516,12 @@ int do_model_job_run(const RunArgs& args, nlohmann::json file) {
                     args.config_file + "`");
   use_one_run_heap();
   return run_model_job(std::get<ModelRunConfig>(job), args.print_json);
+}
+
+// A model run's out_dir: --out_dir's value (checked by the run), else the default.
+std::string out_dir_flag(const RunArgs& args) {
+  const CLI::Option* opt = args.keys.at("out_dir");
+  return opt->count() && !opt->results().empty() ? opt->results().back() : ModelRunConfig().out_dir;
 }
 
 // --html: the same page `mha view OUT_DIR` writes, from the files just committed.
@@ -528,37 +546,21 @@ int do_run(const RunArgs& args) {
       if (opt->count()) flags.push_back(name);
     check_config_paths(file, args.config_file, flags);
   }
-  Config config = build_config(args, file);
-  if (!args.model.model.empty() || !args.model.texts.empty() || !args.model.tokens.empty() ||
-      !args.model.images.empty() || !args.model.target_texts.empty() ||
-      !args.model.target_tokens.empty()) {
+  // Any option of the model runs' table (model_options.hpp) makes a model run.
+  if (!args.model.given_names().empty()) {
     // A model run frees each layer's buffers and allocates the next layer's of the same
     // sizes: malloc keeps them, so every layer after the first reuses memory already touched,
     // and the first layer's memory comes in huge pages.
     use_one_run_heap();
-    if (args.model.model.empty())
-      throw Error(ErrorKind::invalid_input,
-                  "--text, --tokens, --image and --target_text need --model DIR");
-    if (!args.config_file.empty())
+    if (!args.config_file.empty() && args.model.given("model"))
       throw Error(ErrorKind::invalid_input,
                   "--config: not used with --model (a config file holding \"model\" gives a "
                   "model run's options: docs/models.md)");
-    std::vector<std::string> given;
-    for (const auto& [name, opt] : args.keys)
-      if (opt->count()) given.push_back(name);
-    ModelArgs model = args.model;
-    model.html = args.html;
-    const int code = do_model_run(model, config, given, args.print_json);
-    if (code == 0 && args.html) write_view_page(config.out_dir);
+    const int code = do_model_run(args.model, args.keys, args.html, args.print_json);
+    if (code == 0 && args.html) write_view_page(out_dir_flag(args));
     return code;
   }
-  if (args.model.layers || args.model.heads || args.model.save_qk)
-    throw Error(ErrorKind::invalid_input,
-                "--layer_indices, --head_indices and --save_qk choose what a whole model's run "
-                "writes: give --model DIR");
-  if (!args.model.save_sites.empty())
-    throw Error(ErrorKind::invalid_input,
-                "--save_sites writes a whole model's activation sites: give --model DIR");
+  Config config = build_config(args, file);
   // One run per process: its memory is all touched for the first time, so
   // large arrays get huge pages (large_array.hpp).
   set_huge_page_arrays(true);
@@ -617,7 +619,9 @@ std::string explain_extras(const CLI::ExtrasError& e, const std::vector<std::str
     return "unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)");
   }
   // A second value after an option that takes one per use (--text a b): say how to give a batch.
-  static const std::set<std::string> one_each{"--text", "--image", "--target_text"};
+  std::set<std::string> one_each;
+  for (const ModelRunKey& key : model_run_keys())
+    if (key.value == FlagValue::texts) one_each.insert(std::string("--") + key.name);
   for (std::size_t i = 0; i + 2 < args.size(); ++i) {
     if (!one_each.count(args[i]) || args[i + 2].rfind("-", 0) == 0) continue;
     return args[i] + " takes one value, got " + echo(args[i + 1]) + " then " + echo(args[i + 2]) +

@@ -1,7 +1,6 @@
 #include "model_command.hpp"
 
 #include <iostream>
-#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -13,103 +12,98 @@
 
 namespace mha::cli {
 
-// "3,5" -> {3, 5}.
-std::vector<std::int64_t> index_list(const std::string& text, const char* option) {
-  std::vector<std::int64_t> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < 0)
-      throw Error(ErrorKind::invalid_input,
-                  std::string("--") + option + ": expected indices such as 3,5, got " + echo(text));
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
+const char* const kEveryRunGroup = "Every run";
+const char* const kLayerRunGroup =
+    "Layer runs: one attention layer or a stack of Transformer layers (docs/config.md)";
+const char* const kModelRunGroup = "Model runs: a whole checkpoint, --model DIR (docs/models.md)";
+
+const char* run_group(RunKind applies) {
+  return applies == RunKind::model   ? kModelRunGroup
+         : applies == RunKind::layer ? kLayerRunGroup
+                                     : kEveryRunGroup;
+}
+
+bool ModelArgs::given(const std::string& name) const {
+  const auto it = options.find(name);
+  return it != options.end() && it->second->count() > 0;
+}
+
+std::vector<std::string> ModelArgs::given_names() const {
+  std::vector<std::string> names;
+  for (const ModelRunKey& key : model_run_keys())
+    if (given(key.name)) names.push_back(std::string("--") + key.name);
+  return names;
 }
 
 void add_model_options(CLI::App& run, ModelArgs& args) {
-  run.add_option("--model", args.model,
-                 "a checkpoint directory (config.json, model.safetensors or its index, "
-                 "tokenizer.json): run the whole model (docs/models.md)")
-      ->type_name("DIR");
-  run.add_option("--text", args.texts, "--model: a text to tokenize (repeat for a batch)")
-      ->type_name("TEXT")
-      ->allow_extra_args(false);
-  run.add_option("--image", args.images,
-                 "--model: a PNG or JPEG file for an image model (vit; repeat for a batch)")
-      ->type_name("FILE")
-      ->allow_extra_args(false);
-  run.add_option("--tokens", args.tokens, "--model: .npy of token ids, (T) or (B, T)")
-      ->type_name("PATH");
-  run.add_option("--target_text", args.target_texts,
-                 "--model: encoder-decoders (t5, bart): the decoder's text, teacher-forced (one "
-                 "per --text)")
-      ->type_name("TEXT")
-      ->allow_extra_args(false);
-  run.add_option("--target_tokens", args.target_tokens,
-                 "--model: encoder-decoders: .npy of the target's token ids, (T) or (B, T)")
-      ->type_name("PATH");
-  run.add_option("--layer_indices", args.layers, "--model: layers whose maps are written, e.g. 3,5")
-      ->type_name("LIST");
-  run.add_option("--head_indices", args.heads, "--model: heads whose maps are written, e.g. 0,2")
-      ->type_name("LIST");
-  run.add_flag("--save_qk", args.save_qk,
-               "--model: also write q.npy and k.npy, the queries and keys of the maps written "
-               "(the view's neuron view)");
-  run.add_option("--save_sites", args.save_sites,
-                 "--model: write these activation sites to sites/NAME.npy: names or globs, "
-                 "comma-separated, e.g. 'blocks.*.attn.hook_z,hook_resid_post' (docs/models.md)")
-      ->type_name("PATTERNS");
-  run.add_option("--top_k", args.top_k,
-                 "--model: next tokens reported for causal LMs (default 5; given: printed per row)")
-      ->type_name("INT");
+  for (const ModelRunKey& key : model_run_keys()) {
+    if (key.applies != RunKind::model) continue;  // the others are the Config's flags
+    const std::string flag = std::string("--") + key.name;
+    CLI::Option* opt = nullptr;
+    if (key.value == FlagValue::texts)
+      opt = run.add_option(flag, args.lists[key.name], key.help)->allow_extra_args(false);
+    else
+      opt = run.add_option(flag, args.values[key.name], key.help);
+    if (key.value == FlagValue::flag) opt->expected(0, 1);
+    opt->type_name(key.value_hint)->group(kModelRunGroup);
+    args.options[key.name] = opt;
+  }
 }
 
-int do_model_run(const ModelArgs& args, const Config& config, const std::vector<std::string>& given,
-                 bool print_json) {
-  static const std::set<std::string> apply = {"out_dir", "save_attention", "save_hidden_states",
-                                              "threads", "max_memory",     "dtype"};
-  for (const std::string& key : given) {
-    if (key == "repeat")
-      throw Error(ErrorKind::invalid_input,
-                  "--repeat: not supported with --model (it times one layer or stack's compute; "
-                  "bench/model_forward.py --repeat times a whole model)");
-    if (!apply.count(key))
-      throw Error(ErrorKind::invalid_input,
-                  "--" + key +
-                      ": not used with --model (the model's config.json sets it); "
-                      "with --model give out_dir, save_attention, save_hidden_states, threads, "
-                      "max_memory, dtype");
+namespace {
+
+// "--a", "--a and --b", "--a, --b and --c".
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
+// Refuses the Config's flags given with --model that the table does not
+// share with layer runs, naming them all.
+void refuse_layer_options(const std::map<std::string, CLI::Option*>& config_options) {
+  std::vector<std::string> refused;
+  for (const auto& [name, opt] : config_options) {
+    if (!opt->count() || find_model_run_key(name)) continue;
+    if (name == "repeat")
+      fail_input(
+          "--repeat: not supported with --model (it times one layer or stack's compute; "
+          "bench/model_forward.py --repeat times a whole model)");
+    refused.push_back("--" + name);
   }
+  if (refused.empty()) return;
+  std::vector<std::string> shared;
+  for (const ModelRunKey& key : model_run_keys())
+    if (key.applies == RunKind::both) shared.push_back(key.name);
+  std::string list;
+  for (std::size_t i = 0; i < shared.size(); ++i) list += (i ? ", " : "") + shared[i];
+  fail_input(name_list(refused) + ": not used with --model (the model's config.json sets " +
+             (refused.size() == 1 ? "it" : "them") + "); with --model give " + list +
+             " and the options mha run --help lists under \"Model runs\"");
+}
+
+}  // namespace
+
+int do_model_run(const ModelArgs& model, const std::map<std::string, CLI::Option*>& config_options,
+                 bool html, bool print_json) {
+  if (!model.given("model")) {
+    const std::vector<std::string> names = model.given_names();
+    fail_input(name_list(names) + (names.size() == 1 ? ": an option" : ": options") +
+               " of whole-model runs (mha run --help lists them under \"Model runs\"); give "
+               "--model DIR");
+  }
+  refuse_layer_options(config_options);
   ModelRunConfig mc;
-  mc.model = args.model;
-  mc.texts = args.texts;
-  mc.images = args.images;
-  mc.target_texts = args.target_texts;
-  if (!args.target_tokens.empty()) mc.target_tokens = args.target_tokens;
-  if (!args.tokens.empty()) mc.tokens = args.tokens;
-  mc.out_dir = config.out_dir;
+  for (const ModelRunKey& key : model_run_keys()) {
+    const auto& options = key.applies == RunKind::model ? model.options : config_options;
+    const auto it = options.find(key.name);
+    if (it == options.end() || !it->second->count()) continue;
+    key.set(mc, model_flag_value(key, it->second->results()), std::string("--") + key.name);
+  }
   // q and k are written for the maps written, and the page draws the maps: either turns them on.
-  mc.save_attention = config.save_attention || args.save_qk || args.html;
-  mc.save_hidden_states = config.save_hidden_states;
-  mc.save_qk = args.save_qk;
-  mc.save_sites = args.save_sites;
-  mc.threads = config.threads;
-  mc.max_memory = config.max_memory;
-  mc.dtype = to_string(config.dtype);
-  mc.top_k = args.top_k.value_or(mc.top_k);
-  if (args.layers) mc.layers = index_list(*args.layers, "layer_indices");
-  if (args.heads) mc.heads = index_list(*args.heads, "head_indices");
-  return run_model_job(mc, print_json, args.top_k.has_value());
+  mc.save_attention = mc.save_attention || mc.save_qk || html;
+  return run_model_job(mc, print_json, model.given("top_k"));
 }
 
 int run_model_job(const ModelRunConfig& mc, bool print_json, bool print_top_k) {

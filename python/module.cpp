@@ -50,6 +50,7 @@
 #include "mha/model/weights.hpp"
 #include "mha/run/analyze.hpp"
 #include "mha/run/layer.hpp"
+#include "mha/run/model_options.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"
@@ -705,7 +706,7 @@ class PyModel {
   // max_memory: a number of bytes, read as `--max_memory` reads one.
   PyModel(const std::string& dir, std::optional<mha_python::Int> max_memory,
           const std::string& dtype)
-      : model_(dir, dtype),
+      : model_(dir, mha::parse_model_dtype(dtype)),
         max_memory_(max_memory
                         ? mha::parse_byte_size(std::to_string(max_memory->value), "--max_memory")
                         : mha::default_max_memory()) {}
@@ -1541,7 +1542,7 @@ class PyModel {
     d["d_ff"] = c.d_ff;
     d["vocab_size"] = c.vocab_size;
     d["max_positions"] = c.max_positions;
-    d["dtype"] = model_.dtype();
+    d["dtype"] = mha::to_string(model_.compute());
     if (c.classifier) d["labels"] = c.labels;  // an image classifier's classes, by id
     return d;
   }

@@ -52,7 +52,7 @@ foreach(group RunPlot PlotCommand PlotErrors LargeMaps)
 endforeach()
 
 # The command line's spelling against docs/interface.md; the README's and --help's examples.
-foreach(group Spelling Aliases ProgressLine)
+foreach(group Spelling RunGroups Aliases ProgressLine)
   add_test(NAME cli.interface.${group}
            COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_interface.py ${group}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

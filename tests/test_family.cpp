@@ -167,7 +167,7 @@ void check_layer(const mha::Checkpoint& ck, const std::map<std::string, Stored>&
   INFO((decoder ? "decoder layer 1" : "layer 1"));
   mha::TransformerLayer<float> L;
   ck.layer(1, L, 2, stack);
-  const bool packed = ck.bf16_gemm() && mha::bf16_packing();
+  const bool packed = ck.compute() == mha::ComputeType::bfloat16 && mha::bf16_packing();
   std::size_t matrices = 0;
   auto unpack = [&](mha::Tensor<float, 2>& W, const mha::PackedBf16& p) {
     if (p.empty()) return;  // a role this family lacks, or float32
@@ -530,9 +530,8 @@ void check_model_type(const char* family, json config,
       INFO((bf16_file ? "BF16 file" : "F32 file"));
       const std::string dir = tmp / (bf16_file ? "bf16_file" : "f32_file");
       write_checkpoint(dir, config, exact, bf16_file);
-      mha::Checkpoint ck(dir);
+      mha::Checkpoint ck(dir, mha::ComputeType::bfloat16);
       CHECK(ck.stored_dtypes() == std::vector<std::string>{bf16_file ? "BF16" : "F32"});
-      ck.set_bf16_gemm(true);
       check_checkpoint(ck, exact, opened);
     }
   }

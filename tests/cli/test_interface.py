@@ -88,6 +88,108 @@ class Spelling(unittest.TestCase):
             self.assertIn("Examples", out)
 
 
+def help_groups(command):
+    """mha <command> --help's option groups: heading -> [(option, its value hint or None)]."""
+    rc, out, err = run(command.split() + ["--help"])
+    assert rc == 0, err
+    groups, heading = {}, None
+    for line in out.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            heading = line[:-1]
+            groups[heading] = []
+            continue
+        m = re.match(r"^  (?:-[a-z],)?(--[a-z_0-9]+)(?: ([A-Z]+))?", line)
+        if m and heading is not None:
+            groups[heading].append((m.group(1), m.group(2)))
+    return {h: opts for h, opts in groups.items() if opts}
+
+
+class RunGroups(unittest.TestCase):
+    """mha run --help groups its options by the runs they apply to (run/model_options.hpp's
+    table): every option of "Model runs" is refused without --model, every option of "Layer
+    runs" with it, and those of "Every run" are taken by both; each refusal names the option."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mha_groups_")
+        self.groups = help_groups("run")
+        heads = list(self.groups)
+        self.assertEqual(len(heads), 3, heads)
+        self.every, self.layer, self.model = (self.groups[h] for h in heads)
+        self.assertEqual(heads[0], "Every run")
+        self.assertTrue(heads[1].startswith("Layer runs"), heads[1])
+        self.assertTrue(heads[2].startswith("Model runs"), heads[2])
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def given(option, hint):
+        return [option] if hint is None else [option, {"INT": "1", "BOOL": "true"}.get(hint, "x")]
+
+    def test_the_groups(self):
+        names = lambda group: {o for o, _ in group}
+        every, layer, model = names(self.every), names(self.layer), names(self.model)
+        self.assertFalse(every & layer or every & model or layer & model)
+        listed, _ = help_options("run")
+        self.assertEqual(len(listed), len(every | layer | model))  # each option in one group
+        self.assertEqual(model, {"--model", "--text", "--tokens", "--image", "--target_text",
+                                 "--target_tokens", "--layer_indices", "--head_indices",
+                                 "--save_qk", "--top_k"})
+        for o in ("--help", "--config", "--json", "--html", "--out_dir", "--save_attention",
+                  "--save_hidden_states", "--threads", "--max_memory", "--dtype"):
+            self.assertIn(o, every)
+        for o in ("--h", "--d_model", "--causal", "--repeat", "--weights"):
+            self.assertIn(o, layer)
+
+    def test_a_model_option_without_model_is_refused_by_name(self):
+        for option, hint in self.model:
+            if option == "--model":
+                continue
+            out = os.path.join(self.dir, "out")
+            rc, _, err = run(["run", *self.given(option, hint), "--out_dir", out], cwd=self.dir)
+            self.assertEqual(rc, 2, f"{option}: {err}")
+            self.assertIn(f"{option}: an option of whole-model runs", err)
+            self.assertIn("give --model DIR", err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertFalse(os.path.exists(out))
+
+    def test_a_layer_option_with_model_is_refused_by_name(self):
+        model = os.path.join(self.dir, "no_model")
+        for option, hint in self.layer:
+            rc, _, err = run(["run", "--model", model, "--text", "hi", *self.given(option, hint)],
+                             cwd=self.dir)
+            self.assertEqual(rc, 2, f"{option}: {err}")
+            said = "not supported with --model" if option == "--repeat" else "not used with --model"
+            self.assertIn(f"{option}: {said}", err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+    def test_every_run_options_are_taken_with_model(self):
+        # Taken, not refused: the run goes on to the checkpoint, which is missing.
+        model = os.path.join(self.dir, "no_model")
+        for option, hint in self.every:
+            if option in ("--help", "--config"):
+                continue
+            value = {"--dtype": ["bfloat16"], "--max_memory": ["1GiB"],
+                     "--out_dir": [os.path.join(self.dir, "o")]}.get(option)
+            args = [option, *value] if value else self.given(option, hint)
+            rc, _, err = run(["run", "--model", model, "--text", "hi", *args], cwd=self.dir)
+            self.assertEqual(rc, 2, f"{option}: {err}")
+            self.assertIn(model, err)
+            self.assertNotIn("with --model", err)
+
+    def test_float64_is_a_layer_runs_dtype(self):
+        model = os.path.join(self.dir, "no_model")
+        rc, _, err = run(["run", "--model", model, "--text", "hi", "--dtype", "float64"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--dtype \"float64\": expected float32 or bfloat16 for a model (model runs "
+                      "compute in float32, or in bfloat16", err)
+        out = os.path.join(self.dir, "layer")
+        rc, _, err = run(["run", "--h", "2", "--d_model", "8", "--seq_len", "3", "--dtype", "float64",
+                          "--out_dir", out, "-q"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(np.load(os.path.join(out, "output.npy")).dtype, np.float64)
+
+
 class Aliases(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="mha_interface_")

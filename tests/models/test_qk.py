@@ -160,8 +160,8 @@ class Errors(QkTest):
         out = self.path("layer_out")
         p = self.run_mha("--h", "2", "--d_model", "8", "--seq_len", "4", "--save_qk",
                          "--out_dir", out, code=2)
-        self.assertIn("--save_qk choose what a whole model's run writes: give --model DIR",
-                      p.stderr)
+        self.assertIn("--save_qk: an option of whole-model runs", p.stderr)
+        self.assertIn("give --model DIR", p.stderr)
         self.assertFalse(os.path.exists(out))
 
 

@@ -109,7 +109,11 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
 
 }  // namespace
 
-Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+Checkpoint::Checkpoint(const std::string& dir, ComputeType compute) : compute_(compute), dir_(dir) {
+  if (compute == ComputeType::float64)
+    fail_input(dir +
+               ": a whole model computes in float32 or bfloat16, not float64 (its forward is "
+               "float32)");
   std::string config = dir + "/config.json";
   if (is_gguf_file(dir)) {
     // A GGUF file: the checkpoint it was converted from (gguf_source.hpp).
@@ -405,7 +409,7 @@ void Checkpoint::layer(std::size_t l, TransformerLayer<float>& L, int threads, S
   const bool decoder = stack == Stack::decoder;
   // bfloat16 passes with the native GEMM read matrices straight into its
   // packed layout: no float32 W is laid out.
-  const bool packed = bf16_gemm_ && bf16_packing();
+  const bool packed = compute_ == ComputeType::bfloat16 && bf16_packing();
   // Norms, QK-norms and biases that a layer lacks stay empty; every layer has the same.
   for (Norm<float>* n : {&L.norm1, &L.norm2, &L.norm3, &L.post_attn, &L.post_ffn})
     n->rms = c.rms_norm;
@@ -624,7 +628,7 @@ void Checkpoint::embed_patches(const float* pixels, std::size_t B, float* out) c
     float* x = out + b * T * d;
     // x[P:] (N, d) = patches (N, K) w^T (K, d)
     gemm<float>(false, true, N, d, K, 1.0f, patches.data(), K, w.data(), K, 0.0f, x + P * d, d,
-                bf16_gemm_);
+                compute_ == ComputeType::bfloat16);
     for (std::size_t n = P; n < T; ++n)
       for (std::size_t j = 0; j < d; ++j) x[n * d + j] += bias[j];
     std::copy_n(cls.data(), d, x);

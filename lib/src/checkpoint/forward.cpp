@@ -108,7 +108,7 @@ std::vector<std::vector<NextToken>> next_tokens(const Checkpoint& model, const f
     model.lm_head_rows(v0, n, rows.data());
     // logits[v0:v0+n] (n, B) = rows (n, d) last^T (d, B)
     gemm<float>(false, true, n, B, d, 1.0f, rows.data(), d, last, d, 0.0f, logits.data() + v0 * B,
-                B, model.bf16_gemm());
+                B, model.compute() == ComputeType::bfloat16);
   }
   if (c.final_softcap > 0) {  // logits <- cap tanh(logits / cap)
     const float cap = static_cast<float>(c.final_softcap);
@@ -150,7 +150,7 @@ std::vector<float> classifier_logits(const Checkpoint& model, const ClassifierHe
     std::vector<float> z(rows * n);
     if (!rows || !n) return z;
     gemm<float>(false, true, rows, n, d, 1.0f, x, ld, W.data(), d, 0.0f, z.data(), n,
-                model.bf16_gemm());
+                model.compute() == ComputeType::bfloat16);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < n; ++j) z[r * n + j] += b[j];
     return z;
@@ -209,7 +209,7 @@ double run_stack(const Checkpoint& model, StackRun& run, std::vector<float>& x,
   so.parallel_residual = c.parallel_residual;
   so.eps = static_cast<float>(c.norm_eps);
   so.threads = threads;
-  so.bf16_gemm = model.bf16_gemm();
+  so.bf16_gemm = model.compute() == ComputeType::bfloat16;
   so.hook = options.hook;
   so.stack = run.stack;
   StackWeights<float> w;  // one layer's weights at a time, in the same memory
@@ -232,7 +232,8 @@ double run_stack(const Checkpoint& model, StackRun& run, std::vector<float>& x,
       model.layer(l, w.layers[0], threads, run.stack);
     read += seconds_since(t0);
     if (options.on_layer) options.on_layer(run.stack, l, w.layers[0]);
-    so.self_attn = so.cross_attn = attention_options(c, l, threads, model.bf16_gemm());
+    so.self_attn = so.cross_attn =
+        attention_options(c, l, threads, model.compute() == ComputeType::bfloat16);
     so.first_layer = l;
     run.self_mask.window = c.layer_sliding(l) ? c.sliding_window : 0;
     transformer_stack<float>(run.shape, x.data(), run.memory, w, run.self_mask, run.cross_mask, so,

@@ -43,7 +43,7 @@ void lm_logits(const Checkpoint& model, const float* hidden, std::size_t rows,
       parallel_for(blocks, threads, [&](std::size_t k, int) {
         const std::size_t i0 = k * per, rows_k = std::min(per, n - i0);
         gemm<float>(false, true, rows_k, m, d, 1.0f, hidden + (r0 + i0) * d, d, head.data(), d,
-                    0.0f, logits.data() + i0 * V + v0, V, model.bf16_gemm());
+                    0.0f, logits.data() + i0 * V + v0, V, model.compute() == ComputeType::bfloat16);
       });
     }
     if (cap > 0)

@@ -800,7 +800,7 @@ AnalyzeReport run_analyze(const AnalyzeConfig& config) {
 
 void commit_analysis(const AnalyzeConfig& config, json run, OutputSet& out, AnalyzeReport& report,
                      std::uint64_t need, std::uint64_t max_memory, Clock::time_point start) {
-  run["dtype"] = config.dtype;
+  run["dtype"] = to_string(config.dtype);
   run.update(compute_json(config.dtype));
   run["memory"] = {{"estimate_bytes", need}, {"max_memory", max_memory}};
   json outputs = json::object();  // what a later run in out_dir removes, and readers check

@@ -7,6 +7,7 @@
 #include "mha/base/message.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/memory.hpp"
+#include "mha/run/model_options.hpp"
 
 namespace mha {
 namespace {
@@ -49,7 +50,8 @@ std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
 }
 
-// Reads one object's values, each message naming `where` and the key.
+// Reads one object's values, each message naming `where` and the key
+// (model_options.hpp's job_value: the checks a model run's keys share).
 class Reader {
  public:
   Reader(const json& object, std::string where) : j_(object), where_(std::move(where)) {}
@@ -57,66 +59,31 @@ class Reader {
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
   std::string at(const char* key) const { return where_ + ": \"" + key + "\""; }
 
-  std::string string(const char* key) const {
-    const json& v = j_[key];
-    if (!v.is_string()) fail_input(at(key) + ": expected a string, got " + excerpt(v));
-    return v.get<std::string>();
-  }
+  std::string string(const char* key) const { return job_value::string(j_[key], at(key)); }
   std::optional<std::string> optional_string(const char* key) const {
     return has(key) ? std::optional(string(key)) : std::nullopt;
   }
-  // A string, or a non-empty list of strings.
   std::vector<std::string> strings(const char* key) const {
-    const json& v = j_[key];
-    if (v.is_string()) return {v.get<std::string>()};
-    if (!v.is_array() || v.empty() ||
-        !std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); }))
-      fail_input(at(key) + ": expected a string or a non-empty list of strings, got " + excerpt(v));
-    return v.get<std::vector<std::string>>();
+    return job_value::strings(j_[key], at(key));
   }
   std::int64_t integer(const char* key, std::int64_t lo, std::int64_t hi) const {
-    const json& v = j_[key];
-    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
-      fail_input(at(key) + ": expected an integer from " + std::to_string(lo) + " to " +
-                 std::to_string(hi) + ", got " + excerpt(v));
-    return v.get<std::int64_t>();
+    return job_value::integer(j_[key], at(key), lo, hi);
   }
-  // An index or a non-empty list of indices (check_model_call checks their range).
   std::vector<std::int64_t> indices(const char* key) const {
-    const json& v = j_[key];
-    const auto index = [](const json& x) {
-      return x.is_number_unsigned() || (x.is_number_integer() && x.get<std::int64_t>() >= 0);
-    };
-    if (index(v)) return {v.get<std::int64_t>()};
-    if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), index))
-      fail_input(at(key) + ": expected an index or a non-empty list of indices such as [3, 5], " +
-                 "got " + excerpt(v));
-    return v.get<std::vector<std::int64_t>>();
+    return job_value::indices(j_[key], at(key));
   }
-  bool flag(const char* key) const {
-    const json& v = j_[key];
-    if (!v.is_boolean()) fail_input(at(key) + ": expected true or false, got " + excerpt(v));
-    return v.get<bool>();
-  }
-  std::uint64_t bytes(const char* key) const {
-    const json& v = j_[key];
-    if (v.is_number_integer() && v.get<std::int64_t>() > 0) return v.get<std::uint64_t>();
-    if (!v.is_string())
-      fail_input(at(key) + ": expected a size such as \"8GiB\" or a number of bytes, got " +
-                 excerpt(v));
-    return parse_byte_size(v.get<std::string>(), at(key));
-  }
+  std::uint64_t bytes(const char* key) const { return job_value::bytes(j_[key], at(key)); }
+  const json& operator[](const char* key) const { return j_[key]; }
 
  private:
   const json& j_;
   std::string where_;
 };
 
-// The keys both kinds share, read into either config.
-template <class C>
-void read_common(const Reader& r, C& c) {
+// An analysis's keys that model runs have too (model_options.hpp's table reads a model run's).
+void read_common(const Reader& r, AnalyzeConfig& c) {
   c.model = r.string("model");
-  if (r.has("dtype")) c.dtype = r.string("dtype");
+  if (r.has("dtype")) c.dtype = parse_model_dtype(r.string("dtype"), r.at("dtype"));
   if (r.has("text")) c.texts = r.strings("text");
   c.tokens = r.optional_string("tokens");
   if (r.has("out_dir")) c.out_dir = r.string("out_dir");
@@ -133,7 +100,7 @@ template <class C>
 json common_json(const C& c) {
   json j;
   j["model"] = c.model;
-  j["dtype"] = c.dtype;
+  j["dtype"] = to_string(c.dtype);
   if (!c.texts.empty()) j["text"] = c.texts;
   if (c.tokens) j["tokens"] = *c.tokens;
   j["out_dir"] = c.out_dir;
@@ -194,12 +161,8 @@ ModelJob model_job_from_json(const json& object, const std::string& where) {
     if (r.has(key.c_str()))
       fail_input(r.at(key.c_str()) + ": a key of analyses; give \"method\" too (docs/analyses.md)");
   ModelRunConfig c;
-  read_common(r, c);
-  if (r.has("save_attention")) c.save_attention = r.flag("save_attention");
-  if (r.has("save_hidden_states")) c.save_hidden_states = r.flag("save_hidden_states");
-  if (r.has("save_qk")) c.save_qk = r.flag("save_qk");
-  if (r.has("save_sites")) c.save_sites = r.string("save_sites");
-  if (r.has("image")) c.images = r.strings("image");
+  for (const ModelRunKey& key : model_run_keys())
+    if (r.has(key.name)) key.set(c, r[key.name], r.at(key.name));
   return c;
 }
 

@@ -145,24 +145,14 @@ std::optional<Tokenizer> load_tokenizer(const std::string& path) {
   return Tokenizer::from_file(path);
 }
 
-const std::string& checked_dtype(const std::string& dtype) {
-  if (dtype != "float32" && dtype != "bfloat16")
-    fail_input("--dtype " + echo(dtype) +
-               ": expected float32 or bfloat16 for a model (bfloat16: every GEMM on bfloat16 "
-               "operands, summed in float32)");
-  return dtype;
-}
-
 }  // namespace
 
-Model::Model(const std::string& dir, const std::string& dtype)
-    : dtype_(checked_dtype(dtype)),
-      tokenizer_path_(tokenizer_file(dir)),
+Model::Model(const std::string& dir, ComputeType compute)
+    : tokenizer_path_(tokenizer_file(dir)),
       loading_(
           std::async(std::launch::async, [path = tokenizer_path_] { return load_tokenizer(path); })
               .share()),
-      checkpoint_(dir) {
-  checkpoint_.set_bf16_gemm(dtype_ == "bfloat16");
+      checkpoint_(dir, compute) {
   if (checkpoint_.config().image_input())
     processor_ = read_image_processor(dir, checkpoint_.config().model_type);
 }

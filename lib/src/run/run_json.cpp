@@ -708,10 +708,10 @@ json seq2seq_tokens_json(const ModelInput& source, const ModelInput& decoder,
   return j;
 }
 
-json compute_json(const std::string& dtype) {
+json compute_json(ComputeType dtype) {
   json j = {{"blas", to_json(blas_load())},
             {"kernels", to_json(KernelReport{direct_gemm_isa(), vexp_isa()})}};
-  if (dtype == "bfloat16") j["bf16_gemm"] = bf16_gemm_backend();
+  if (dtype == ComputeType::bfloat16) j["bf16_gemm"] = bf16_gemm_backend();
   return j;
 }
 
@@ -814,7 +814,7 @@ json to_json(const ModelRunReport& r) {
   }
   if (!r.top_k.empty()) j["top_k"] = top;
   j["threads"] = r.threads;
-  j["dtype"] = r.config.dtype;
+  j["dtype"] = to_string(r.config.dtype);
   j.update(compute_json(r.config.dtype));
   j["memory"] = {{"estimate_bytes", r.memory_estimate}, {"max_memory", r.max_memory}};
   j["timings"] = {

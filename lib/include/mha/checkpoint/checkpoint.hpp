@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mha/checkpoint/model_config.hpp"
+#include "mha/kernel/compute_type.hpp"
 #include "mha/kernel/site.hpp"
 #include "mha/kernel/weights.hpp"
 
@@ -38,20 +39,21 @@ class Checkpoint {
  public:
   // Throws mha::Error (invalid_input) naming the file and what was expected:
   // no config.json, no weights, a shard missing from the index, a tensor
-  // missing or of the wrong shape.
-  explicit Checkpoint(const std::string& dir);
+  // missing or of the wrong shape, a `compute` of float64.
+  // `compute`: what every pass on it computes in (compute()).
+  explicit Checkpoint(const std::string& dir, ComputeType compute = ComputeType::float32);
   ~Checkpoint();
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
-  // Whether every GEMM of a pass on this checkpoint (forward.hpp, the LM
-  // head) takes bfloat16 operands and sums in float32: the kernel's
-  // bf16_gemm, natively where the CPU has AVX512_BF16 (blas.hpp). Norms,
-  // softmax and residuals stay float32. Off: float32 throughout.
-  void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
-  bool bf16_gemm() const { return bf16_gemm_; }
+  // What every pass on this checkpoint (forward.hpp, the LM head) computes
+  // in, fixed when it is opened: float32 throughout, or bfloat16, every GEMM
+  // on bfloat16 operands summed in float32 (the kernel's bf16_gemm, natively
+  // where the CPU has AVX512_BF16, blas.hpp), norms, softmax and residuals in
+  // float32.
+  ComputeType compute() const { return compute_; }
   // The weights files, in the order read (shards in name order), and the
   // bytes of each before its tensors' data.
   std::vector<std::string> weight_files() const;
@@ -68,7 +70,7 @@ class Checkpoint {
 
   // Layer l's weights, read and converted now, into `L` (its tensors are
   // reused when their sizes match, as every layer's do: one layer's memory
-  // serves the whole pass). With bf16_gemm() where the GEMM runs natively
+  // serves the whole pass). With compute() bfloat16 where the GEMM runs natively
   // (packed_weights.hpp's bf16_packing()), each matrix goes straight into the
   // kernel's packed bfloat16 layout (W's packed_*; W itself left empty), a
   // tensor at a time through one float32 scratch: no float32 copy of the
@@ -124,7 +126,7 @@ class Checkpoint {
                      const std::string& index = "");
   void check_tensors() const;
 
-  bool bf16_gemm_ = false;
+  ComputeType compute_ = ComputeType::float32;
   bool gguf_ = false;
   std::string gguf_architecture_;
   std::string dir_;

@@ -15,15 +15,14 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mha/kernel/compute_type.hpp"
 #include "mha/kernel/options.hpp"
 #include "mha/model/weight_formats.hpp"
 
 namespace mha {
 
-// Causal, MaskedRows, LayerKind and Activation: kernel/options.hpp.
-// bfloat16: the GEMMs take bfloat16 operands (OpenBLAS sbgemm) and
-// accumulate in float32; everything else is float32.
-enum class ComputeType { float32, float64, bfloat16 };
+// Causal, MaskedRows, LayerKind and Activation: kernel/options.hpp;
+// ComputeType (float32, float64, bfloat16): kernel/compute_type.hpp.
 enum class OutputType { float16, float32, float64 };
 enum class MaskTrueMeans { attend, ignore };
 

@@ -37,7 +37,7 @@ class OutputSet;
 
 struct AnalyzeConfig {
   std::string model;
-  std::string dtype = "float32";  // or bfloat16 (Model)
+  ComputeType dtype = ComputeType::float32;  // or bfloat16 (Model; parse_model_dtype)
   std::vector<std::string> texts;
   std::optional<std::string> tokens;
   // an image model's input (rollout, flow, norms; ablation of an image classifier)

@@ -31,8 +31,10 @@
 namespace mha {
 
 struct ModelRunConfig {
-  std::string model;                  // the checkpoint directory
-  std::string dtype = "float32";      // float32 or bfloat16 (GEMM operands; Model)
+  std::string model;  // the checkpoint directory
+  // float32, or bfloat16: every GEMM on bfloat16 operands (Checkpoint::compute);
+  // parsed once, by parse_model_dtype (model_options.hpp)
+  ComputeType dtype = ComputeType::float32;
   std::vector<std::string> texts;     // a batch of texts (right-padded), or
   std::optional<std::string> tokens;  // a .npy of int ids, (T) or (B, T)
   // Encoder-decoders (T5, BART): the decoder's side, one target per source
@@ -157,11 +159,10 @@ class Model {
   // The tokenizer loads on a thread of its own while the checkpoint is
   // opened (and, for ids, while the forward runs); tokenizer() waits for it
   // and throws its error, if any.
-  // `dtype`: "float32", or "bfloat16" for every GEMM of its passes on
-  // bfloat16 operands (Checkpoint::set_bf16_gemm); anything else is refused
-  // naming --dtype.
-  explicit Model(const std::string& dir, const std::string& dtype = "float32");
-  const std::string& dtype() const { return dtype_; }
+  // `compute`: float32, or bfloat16 for every GEMM of its passes on
+  // bfloat16 operands (Checkpoint::compute); float64 is refused.
+  explicit Model(const std::string& dir, ComputeType compute = ComputeType::float32);
+  ComputeType compute() const { return checkpoint_.compute(); }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const ModelConfig& config() const { return checkpoint_.config(); }
   const std::optional<Tokenizer>& tokenizer() const;
@@ -196,7 +197,6 @@ class Model {
   std::string token_piece(std::int32_t id) const;
 
  private:
-  std::string dtype_;
   std::string tokenizer_path_;
   std::shared_future<std::optional<Tokenizer>> loading_;  // declared first: starts first
   Checkpoint checkpoint_;

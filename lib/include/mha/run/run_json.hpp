@@ -28,7 +28,7 @@ nlohmann::json to_json(const KernelReport& kernels);
 // What this process computes with, for a model run's or an analysis's
 // run.json: {"blas": ..., "kernels": ...} as an attention run's, and
 // "bf16_gemm" (the backend) when `dtype` is bfloat16.
-nlohmann::json compute_json(const std::string& dtype);
+nlohmann::json compute_json(ComputeType dtype);
 
 // A model run's run.json (`mha run --model`, docs/models.md): "mode":
 // "model", the model (type, sizes, files with their crc32s), the input's
