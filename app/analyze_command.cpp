@@ -7,12 +7,12 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "mha/analysis/analyze.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/io/json_text.hpp"
 #include "mha/model/config.hpp"
 #include "mha/model/memory.hpp"
-#include "mha/run/analyze.hpp"
 #include "mha/run/model_job.hpp"
 #include "model_command.hpp"
 #include "progress.hpp"
@@ -42,10 +42,9 @@ void add_analyze_command(CLI::App& app, AnalyzeArgs& args) {
   a->add_option("--config,-c", args.config_file,
                 "a JSON file of these options, as a sweep's runs are written (docs/sweeps.md)")
       ->type_name("FILE");
-  a->add_option("--method", args.methods,
-                "loss, logit_lens, rollout, flow, norms, detectors, ablation, patching or corpus "
-                "(repeatable)")
-      ->type_name("NAME");
+  std::string methods;  // the registry's names (mha/analysis/analysis.hpp)
+  for (const std::string& m : analysis_methods()) methods += (methods.empty() ? "" : ", ") + m;
+  a->add_option("--method", args.methods, methods + " (repeatable)")->type_name("NAME");
   a->add_option("--text", args.texts, "a text to tokenize (repeat for a batch)")
       ->type_name("TEXT")
       ->allow_extra_args(false);

@@ -1,5 +1,5 @@
 // `mha analyze --model DIR --method M ...`: analyses of attention inside a
-// whole model (lib/include/mha/run/analyze.hpp, docs/analyses.md).
+// whole model (lib/include/mha/analysis/analyze.hpp, docs/analyses.md).
 #pragma once
 
 #include <cstdint>

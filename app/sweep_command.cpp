@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "mha/analysis/analyze.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/io/dir_lock.hpp"
@@ -582,7 +583,7 @@ namespace {
 
 // --collect: every shard's rows merged into results.jsonl and results.csv.
 int collect_sweep(const SweepArgs& args, Sweep& sweep) {
-  validate_sweep(sweep);
+  validate_sweep(sweep, check_model_job);
   const CollectSummary s = collect_results(sweep);
   for (const auto& f : s.files) spdlog::info("wrote {}", f);
   const bool reported = report(args, sweep);
@@ -712,7 +713,7 @@ int do_sweep(const SweepArgs& args) {
                std::to_string(cores) + " core(s) for this process; expected at most that");
   const int threads = std::max(1, cores / args.jobs);
 
-  const std::size_t invalid = validate_sweep(sweep);
+  const std::size_t invalid = validate_sweep(sweep, check_model_job);
   if (args.dry_run) {
     print_dry_run(sweep, shard);
     return invalid && !args.skip_invalid ? 2 : 0;

@@ -9,13 +9,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "mha/analysis/options.hpp"
 #include "mha/base/error.hpp"
 #include "mha/base/large_array.hpp"
 #include "mha/base/message.hpp"
 #include "mha/base/utf8.hpp"
 #include "mha/io/gguf.hpp"
 #include "mha/io/json_file.hpp"
-#include "mha/run/analyze.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 

@@ -1,4 +1,4 @@
-// What the Python module's files (module.cpp, show.cpp) share.
+// What the Python module's files (module.cpp, layer.cpp, model.cpp, show.cpp) share.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "mha/checkpoint/model_config.hpp"
 #include "mha/io/npy.hpp"
@@ -21,8 +23,15 @@ namespace mha_python {
 // from files. Throws mha::Error (invalid_input) naming `what` otherwise.
 mha::NpyArray to_npy(const pybind11::array& in, const std::string& what);
 
-// mha.show and mha.View (show.cpp).
-void add_show(pybind11::module_& m);
+// An NpyArray (float16/32/64, int32/64) as a new NumPy array.
+pybind11::array to_numpy(const mha::NpyArray& a);
+// JSON as Python objects (dicts, lists, numbers, strings).
+pybind11::object json_to_py(const nlohmann::json& j);
+
+// Each file's part of the module, called from PYBIND11_MODULE (module.cpp):
+void add_layer(pybind11::module_& m);  // mha.Layer, attention, run, convert_weights (layer.cpp)
+void add_model(pybind11::module_& m);  // mha.Model and its analyses (model.cpp)
+void add_show(pybind11::module_& m);   // mha.show and mha.View (show.cpp)
 
 // Model.run_with_cache and Model.run_with_hooks (sites.cpp), over `call`: a
 // plain call of the model `self` (Model.__call__'s with its defaults but

@@ -12,7 +12,8 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "io", "kernel", "checkpoint", "model", "inspect", "draw", "text", "view", "run"]  # lowest first
+LAYERS = ["base", "io", "kernel", "checkpoint", "model", "inspect", "draw", "text", "view", "run",
+          "analysis"]  # lowest first
 # What each layer stands on, when not every layer below it: draw needs only base and io, so that
 # model, kernel and inspect never come to need libpng or FreeType (and draw never the kernel).
 BELOW = {layer: set(LAYERS[:i]) for i, layer in enumerate(LAYERS)}

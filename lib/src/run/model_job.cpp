@@ -196,17 +196,4 @@ json to_json(const ModelJob& job) {
   return std::visit([](const auto& c) { return to_json(c); }, job);
 }
 
-void check_model_job(const ModelJob& job) {
-  std::visit(
-      [](auto c) {
-        c.check_only = true;
-        using C = decltype(c);
-        if constexpr (std::is_same_v<C, AnalyzeConfig>)
-          run_analyze(c);
-        else
-          run_model(c);
-      },
-      job);
-}
-
 }  // namespace mha

@@ -412,14 +412,16 @@ Sweep load_sweep(const std::string& path, const std::optional<std::string>& out_
   return parse_sweep(read_text(path), path, out_dir_override);
 }
 
-std::size_t validate_sweep(Sweep& sweep) {
+std::size_t validate_sweep(Sweep& sweep,
+                           const std::function<void(const ModelJob&)>& check_model_job) {
   PlanFiles files;  // each file read once for the whole sweep
   std::size_t invalid = 0;
   for (auto& run : sweep.runs) {
     try {
       if (sweep.models) {
         // Exactly what `mha run --model` or `mha analyze` checks before it computes.
-        check_model_job(model_job_from_json(run.config, run.name));
+        const ModelJob job = model_job_from_json(run.config, run.name);
+        if (check_model_job) check_model_job(job);
       } else {
         Config c;
         c.apply(run.config, run.name);

@@ -48,9 +48,4 @@ nlohmann::json to_json(const ModelRunConfig& config);
 nlohmann::json to_json(const AnalyzeConfig& config);
 nlohmann::json to_json(const ModelJob& job);
 
-// Every check the job's command makes before any weight is read (inputs,
-// options, methods, tokens, memory), and nothing written. Throws what the
-// run would throw.
-void check_model_job(const ModelJob& job);
-
 }  // namespace mha

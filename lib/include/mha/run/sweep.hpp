@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/run/model_job.hpp"
 #include "mha/run/report.hpp"
 
 namespace mha {
@@ -77,9 +79,12 @@ Sweep parse_sweep(const std::string& text, const std::string& path,
 // Checks every run before anything runs, as `mha run` would: config keys and
 // values, the input and weights files and their shapes against the sizes,
 // masks, and the memory estimate against max_memory (a model job: every check
-// of check_model_job). Sets `invalid` on each run that would fail; returns how
+// of `check_model_job`, which the caller passes: analysis/analyze.hpp's, as the
+// analyses are a layer above run/; without it a model job's keys and values
+// alone are checked). Sets `invalid` on each run that would fail; returns how
 // many do. Files are read once per path.
-std::size_t validate_sweep(Sweep& sweep);
+std::size_t validate_sweep(Sweep& sweep,
+                           const std::function<void(const ModelJob&)>& check_model_job = {});
 
 // Run i belongs to shard I of N when i mod N == I.
 struct Shard {
