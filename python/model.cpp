@@ -171,15 +171,28 @@ class PyModel {
     return in;
   }
 
+  // run_with_cache and run_with_hooks (sites.cpp): a plain call with the
+  // hook `make` returns added to its pass.
+  static py::dict call_with_hook(py::handle self, const py::object& input,
+                                 const py::object& target_text, bool attention,
+                                 const mha_python::SiteHookMaker& make) {
+    const PyModel& m = self.cast<const PyModel&>();
+    m.site_hook_ = &make;  // taken by the call below, before anything else
+    return m.call(input, attention, false, std::nullopt, std::nullopt, 5, 0, false, py::none(),
+                  target_text);
+  }
+
   py::dict call(const py::object& input, bool attention, bool hidden_states,
                 const mha_python::Indices& layers, const mha_python::Indices& heads,
                 mha_python::Int top_k, mha_python::Int threads, bool qk,
                 const py::object& target_alias, const py::object& target_text) const {
+    const mha_python::SiteHookMaker* make = site_hook_;
+    site_hook_ = nullptr;
     const py::object target = target_of(target_text, target_alias, "target");
     const mha::ModelConfig& c = model_.config();
     if (c.encoder_decoder || !target.is_none())
       return call_seq2seq(input, target, attention, hidden_states, layers, heads, top_k, threads,
-                          qk);
+                          qk, make);
     // The options first, checked as the CLI checks them (mha::check_model_call).
     const mha::ModelCall options =
         mha::check_model_call(c, {attention, layers, heads, top_k, threads});
@@ -258,6 +271,7 @@ class PyModel {
                                   std::memcpy(h + i * B * T * d, x, B * T * d * sizeof(float));
                                 });
     if (hidden_states) hooks.add(&hidden_hook);
+    if (make) hooks.add((*make)(c, B, T, 0, max_memory_ - std::min(bytes, max_memory_)));
     fo.hook = hooks.empty() ? nullptr : &hooks;
     mha::ForwardResult r;
     std::vector<float> embeddings;  // an image model's pass starts from its patch embeddings
@@ -314,7 +328,8 @@ class PyModel {
   py::dict call_seq2seq(const py::object& input, const py::object& target, bool attention,
                         bool hidden_states, const mha_python::Indices& layers,
                         const mha_python::Indices& heads, mha_python::Int top_k,
-                        mha_python::Int threads, bool qk) const {
+                        mha_python::Int threads, bool qk,
+                        const mha_python::SiteHookMaker* make = nullptr) const {
     const mha::ModelConfig& c = model_.config();
     const std::string& dir = model_.checkpoint().dir();
     if (!c.encoder_decoder)
@@ -399,6 +414,7 @@ class PyModel {
           std::memcpy(states[decoder ? 1 : 0] + i * n, x, n * sizeof(float));
         });
     if (hidden_states) hooks.add(&hidden_hook);
+    if (make) hooks.add((*make)(c, B, S, T, max_memory_ - std::min(bytes, max_memory_)));
     so.hook = hooks.empty() ? nullptr : &hooks;
     mha::ForwardResult r;
     mha::Seq2SeqInput sides;
@@ -661,6 +677,8 @@ class PyModel {
  private:
   mha::Model model_;
   std::uint64_t max_memory_;
+  // The next call's extra hook (call_with_hook), taken by that call.
+  mutable const mha_python::SiteHookMaker* site_hook_ = nullptr;
 };
 
 }  // namespace
@@ -763,4 +781,5 @@ void mha_python::add_model(py::module_& m) {
   model_class.attr("attention_flow") = model_class.attr("flow");
   model_class.attr("attention_norms") = model_class.attr("norms");
   model_class.attr("head_scores") = model_class.attr("detectors");
+  mha_python::add_sites(model_class, &PyModel::call_with_hook);  // run_with_cache, run_with_hooks
 }

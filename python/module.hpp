@@ -5,13 +5,16 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "mha/checkpoint/model_config.hpp"
 #include "mha/io/npy.hpp"
+#include "mha/kernel/site.hpp"
 
 namespace mha_python {
 
@@ -29,6 +32,20 @@ pybind11::object json_to_py(const nlohmann::json& j);
 void add_layer(pybind11::module_& m);  // mha.Layer, attention, run, convert_weights (layer.cpp)
 void add_model(pybind11::module_& m);  // mha.Model and its analyses (model.cpp)
 void add_show(pybind11::module_& m);   // mha.show and mha.View (show.cpp)
+
+// Model.run_with_cache and Model.run_with_hooks (sites.cpp), over `call`: a
+// plain call of the model `self` (Model.__call__'s with its defaults but
+// `attention`, returning its dict) whose pass also shows its sites to the hook
+// `make` returns. `make` is called once
+// the input is read (B rows of T tokens; an encoder-decoder's T_dec target
+// tokens) and before the pass, with the bytes max_memory leaves beside it.
+using SiteHookMaker =
+    std::function<mha::SiteHook<float>*(const mha::ModelConfig& c, std::size_t B, std::size_t T,
+                                        std::size_t T_dec, std::uint64_t room)>;
+using HookedCall = std::function<pybind11::dict(
+    pybind11::handle self, const pybind11::object& input, const pybind11::object& target_text,
+    bool attention, const SiteHookMaker& make)>;
+void add_sites(pybind11::handle model_class, const HookedCall& call);
 
 // An integer argument (top_k, threads, an index, a size) as the CLI reads an
 // integer flag: any Python int or NumPy integer, one beyond 64 bits saturated

@@ -168,6 +168,12 @@ foreach(group Summary Lens Maps Interventions Corpus Errors)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(models.analyze.${group} PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 endforeach()
+# --save_sites against the references' activation sites (tests/models/test_sites.py; the module's
+# run_with_cache and run_with_hooks: tests/CMakeLists.txt).
+add_test(NAME models.sites.Cli
+         COMMAND ${MHA_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/test_sites.py Cli
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(models.sites.Cli PROPERTIES ENVIRONMENT "${MHA_TEST_ENV}" TIMEOUT 600)
 # --save_qk's q.npy and k.npy against the references' queries and keys, and run.json's rule for
 # the weights applied to them (tests/models/test_qk.py).
 foreach(group Families Errors)

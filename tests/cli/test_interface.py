@@ -134,7 +134,7 @@ class RunGroups(unittest.TestCase):
         self.assertEqual(len(listed), len(every | layer | model))  # each option in one group
         self.assertEqual(model, {"--model", "--text", "--tokens", "--image", "--target_text",
                                  "--target_tokens", "--layer_indices", "--head_indices",
-                                 "--save_qk", "--top_k"})
+                                 "--save_qk", "--save_sites", "--top_k"})
         for o in ("--help", "--config", "--json", "--html", "--out_dir", "--save_attention",
                   "--save_hidden_states", "--threads", "--max_memory", "--dtype"):
             self.assertIn(o, every)

@@ -34,6 +34,10 @@ checkpoints.py (right-padded batches; rows t < length compared):
   names and names of another family raise.
 - bfloat16 files: the reference on the widened values differs from float32's.
 - bench/model_forward.py's float32 PyTorch GPT-2 against the reference.
+- record=: the sites recorded (forward, vit, seq2seq) leave every output bit for bit as it was;
+  each layer has the site names of kernel/site.hpp's table (no hook_resid_mid with a parallel
+  residual), the shapes of the table, pattern = softmax(scores) = the attentions, resid_pre =
+  the hidden states, resid_post of a pre-norm layer = the next layer's resid_pre.
 
   /usr/bin/python3 tests/models/check_reference.py
 """
@@ -579,6 +583,91 @@ class Reference(unittest.TestCase):
         self.assertEqual([i for i, _ in row], [3, 2])
         z = np.exp([0.0, 1.0, 2.0, math.log(3.0) + 2.0])
         np.testing.assert_allclose([p for _, p in row], z[[3, 2]] / z.sum(), rtol=1e-15)
+
+
+LAYER_SITES = ("hook_resid_pre", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+               "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out",
+               "hook_resid_mid", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post",
+               "hook_mlp_out", "hook_resid_post")
+CROSS_SITES = ("cross_attn.hook_q", "cross_attn.hook_k", "cross_attn.hook_v", "cross_attn.hook_attn_scores",
+               "cross_attn.hook_pattern", "cross_attn.hook_z", "hook_cross_attn_out",
+               "hook_resid_mid_cross", "ln3.hook_normalized")
+
+
+def softmax(scores):
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+class RecordedSites(unittest.TestCase):
+    def check_stack(self, rec, prefix, states, maps, B, T, h, pre_norm, cross=None, parallel=False):
+        L = len(maps)
+        for n in range(L):
+            b = f"{prefix}blocks.{n}."
+            want = set(LAYER_SITES) - ({"hook_resid_mid"} if parallel else set())
+            want |= set(CROSS_SITES) if cross else set()
+            self.assertEqual({k[len(b):] for k in rec if k.startswith(b)}, want, b)
+            self.assertEqual(rec[b + "attn.hook_q"].shape[:3], (B, T, h), b)
+            self.assertEqual(rec[b + "attn.hook_z"].shape[:3], (B, T, h), b)
+            self.assertEqual(rec[b + "attn.hook_attn_scores"].shape, (B, h, T, T), b)
+            np.testing.assert_array_equal(rec[b + "attn.hook_pattern"], maps[n])
+            np.testing.assert_allclose(softmax(rec[b + "attn.hook_attn_scores"]), maps[n], **TOL)
+            np.testing.assert_array_equal(rec[b + "hook_resid_pre"], states[n])
+            if pre_norm and n + 1 < L:
+                np.testing.assert_array_equal(rec[b + "hook_resid_post"], states[n + 1])
+            if cross:
+                np.testing.assert_array_equal(rec[b + "cross_attn.hook_pattern"], cross[n])
+                self.assertEqual(rec[b + "cross_attn.hook_k"].shape[:2], (B, cross[n].shape[-1]))
+        self.assertNotIn(f"{prefix}blocks.{L}.hook_resid_pre", rec)
+
+    def test_text_families(self):
+        cases = [(f, {}) for f in checkpoints.FAMILIES]
+        cases += [("gpt_neox", {"use_parallel_residual": False}), ("opt", {"do_layer_norm_before": False})]
+        for family, sizes in cases:
+            with self.subTest(family=family, **sizes):
+                config, t = checkpoints.make(family, **sizes)
+                ids, lengths = batch(config, T=9, lengths=(9, 6))
+                rec = {}
+                got = reference.forward(config, t, ids, lengths, record=rec)
+                plain = reference.forward(config, t, ids, lengths)
+                for key in ("hidden_states", "output", "logits"):
+                    np.testing.assert_array_equal(got[key], plain[key])
+                post = family in reference.ENCODERS or not sizes.get("do_layer_norm_before", True)
+                parallel = family == "gpt_neox" and sizes.get("use_parallel_residual", True)
+                h = got["attentions"][0].shape[1]
+                self.check_stack(rec, "", got["hidden_states"], got["attentions"], 2, 9, h, not post,
+                                 parallel=parallel)
+                self.assertIn("hook_embed", rec)
+                self.assertEqual("ln_final.hook_normalized" in rec, not post)
+
+    def test_image_families(self):
+        for family in checkpoints.IMAGE_FAMILIES:
+            config, t = checkpoints.make(family)
+            size = config["image_size"]
+            size = size if isinstance(size, list) else [size, size]
+            px = np.random.default_rng(3).standard_normal((1, 3, *size))
+            rec = {}
+            got = getattr(reference, family)(config, t, px, record=rec)
+            np.testing.assert_array_equal(got["output"], getattr(reference, family)(config, t, px)["output"])
+            T = got["output"].shape[1]
+            self.check_stack(rec, "", got["hidden_states"], got["attentions"], 1, T,
+                             got["attentions"][0].shape[1], True)
+            np.testing.assert_array_equal(rec["ln_final.hook_normalized"], got["output"])
+
+    def test_seq2seq(self):
+        rng = np.random.default_rng(4)
+        for family in checkpoints.SEQ2SEQ_FAMILIES:
+            config, t = checkpoints.make(family)
+            src, labels = rng.integers(0, 50, (2, 7)), rng.integers(0, 50, (2, 5))
+            rec = {}
+            got = reference.seq2seq(config, t, src, labels, [7, 6], [5, 4], record=rec)
+            plain = reference.seq2seq(config, t, src, labels, [7, 6], [5, 4])
+            np.testing.assert_array_equal(got["logits"], plain["logits"])
+            h = got["encoder_attentions"][0].shape[1]
+            self.check_stack(rec, "encoder.", got["encoder_hidden_states"], got["encoder_attentions"],
+                             2, 7, h, family == "t5")
+            self.check_stack(rec, "decoder.", got["decoder_hidden_states"], got["decoder_attentions"],
+                             2, 5, h, family == "t5", cross=got["cross_attentions"])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,24 @@ own names (a task model's prefix, PREFIXES, is stripped), ids (B, T) integers, l
 real tokens of each row (right padding; default T). Everything is computed in float64 from the
 stored values (a bfloat16 file's values widened exactly); the results are NumPy float64 arrays.
 
+record: a dict that forward() (and vit(), deit(), seq2seq()) fills with {site name: float64
+array} at every activation site the model has, in the names and shapes of
+lib/include/mha/kernel/site.hpp (TransformerLens's): hook_embed, hook_pos_embed (learned
+positions only; ViT's the position table, hook_embed its CLS token(s) and patches),
+blocks.{l}.hook_resid_pre, ln1.hook_normalized, attn.hook_q / hook_k / hook_v (B, T, heads, d)
+as the scores use them (after QK-norm and RoPE; k and v with the key/value heads, not repeated;
+BART's q before its scaling), attn.hook_attn_scores (B, h, T, S) scaled, soft-capped, with T5's
+position bias, -inf where masked, attn.hook_pattern, attn.hook_z (B, T, h, d), hook_attn_out,
+hook_resid_mid (none with GPT-NeoX's parallel residual), ln2.hook_normalized, mlp.hook_pre (a
+gated MLP's gate pre-activation), mlp.hook_post (act(gate) * up), hook_mlp_out, hook_resid_post,
+ln_final.hook_normalized (models with a final norm). Post-norm layers (BERT, RoBERTa, OPT-350m,
+BART) as TransformerLens's HookedEncoder: hook_resid_mid = resid_pre + attn_out, ln1 its norm,
+hook_resid_post the sum before the last norm (ln2; ln3 in a BART decoder layer), whose output is
+the next layer's hook_resid_pre. Gemma 2/3: hook_attn_out and hook_mlp_out after the post-norms.
+Encoder-decoders: "encoder." / "decoder." before every name; a decoder layer adds
+cross_attn.hook_q ... hook_z (keys over the source), hook_cross_attn_out, hook_resid_mid_cross,
+and its norms are ln1 (self), ln2 (cross), ln3 (MLP). Recording changes no output bit.
+
 off: names of features to turn OFF (FEATURES[model_type] lists the ones a family has; another
 name raises ValueError). Tests use them to show that each feature matters: the tool must match
 the reference with everything on and must not match with a feature off.
@@ -197,19 +215,56 @@ def key_mask(lengths, T, causal, window=None):
 
 
 _QK = None  # forward(record_qk=True): each layer's (q, k) as attend takes them
+_REC = None  # forward(record=dict) / seq2seq / vit: the activations at the named sites
+_STACK = ""  # the site names' prefix while recording an encoder-decoder's stack
 
 
-def attend(q, k, v, mask, scale, softcap=None):
+def _rec(name, x):
+    """Records x (a tensor) as site `name` (the stack's prefix added) when recording."""
+    if _REC is not None:
+        _REC[_STACK + name] = x.detach().numpy().astype(np.float64, copy=True)
+
+
+def _rec_heads(name, x):
+    """Records a (B, heads, T, d) tensor in the sites' (B, T, heads, d) layout."""
+    _rec(name, x.transpose(1, 2))
+
+
+def _rec_attention(site, scores, mask, a, ctx):
+    """attn.hook_attn_scores (-inf where masked), hook_pattern, hook_z under `site`."""
+    if _REC is not None and site is not None:
+        _rec(site + "hook_attn_scores", scores.masked_fill(~mask, -math.inf))
+        _rec(site + "hook_pattern", a)
+        _rec_heads(site + "hook_z", ctx)
+
+
+def attend(q, k, v, mask, scale, softcap=None, site=None):
     """q (B, h, T, d), k/v (B, h, S, d), mask (B, 1, T, S) bool: HF's eager attention (with
-    Gemma 2's soft-capping of the scaled scores when softcap is given)."""
+    Gemma 2's soft-capping of the scaled scores when softcap is given). `site` (e.g.
+    "blocks.3.attn.") names the layer's sites when recording."""
     if _QK is not None:
         _QK.append((q.numpy().copy(), k.numpy().copy()))
     scores = (q @ k.transpose(-1, -2)) * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~mask, MIN)
-    a = torch.softmax(scores, -1)
-    return a @ v, a
+    a = torch.softmax(scores.masked_fill(~mask, MIN), -1)
+    ctx = a @ v
+    _rec_attention(site, scores, mask, a, ctx)
+    return ctx, a
+
+
+def _rec_qkv(site, q, k, v):
+    """attn.hook_q, hook_k, hook_v from (B, heads, T, d) tensors (k and v with their own
+    key/value heads, before any repetition over a group)."""
+    _rec_heads(site + "hook_q", q)
+    _rec_heads(site + "hook_k", k)
+    _rec_heads(site + "hook_v", v)
+
+
+def _rec_mlp(b, pre, post, out):
+    _rec(b + "mlp.hook_pre", pre)
+    _rec(b + "mlp.hook_post", post)
+    _rec(b + "hook_mlp_out", out)
 
 
 def split_heads(x, n, d):
@@ -308,8 +363,10 @@ def lm_head(config, sd, embed, head_name):
     return sd.get(head_name)
 
 
-def forward(config, state_dict, ids, lengths=None, off=(), record_qk=False):
-    global _QK
+def forward(config, state_dict, ids, lengths=None, off=(), record_qk=False, record=None):
+    """record: a dict, filled with {site name: float64 array} at every site the model has, in
+    the names and shapes of lib/include/mha/kernel/site.hpp (see record_sites)."""
+    global _QK, _REC
     mt = config["model_type"]
     if mt not in FAMILIES:
         raise ValueError(f"model_type {mt!r}: one of {', '.join(FAMILIES)}")
@@ -334,11 +391,12 @@ def forward(config, state_dict, ids, lengths=None, off=(), record_qk=False):
         else:
             fn = _llama
         _QK = [] if record_qk else None
+        _REC = record
         try:
             hs, maps, logits = fn(config, sd, ids, lengths, off)
             qk = _QK
         finally:
-            _QK = None
+            _QK = _REC = None
     out = {"hidden_states": torch.stack(hs).numpy(), "attentions": [a.numpy() for a in maps],
            "output": hs[-1].numpy(), "logits": None if logits is None else logits.numpy()}
     if record_qk:  # per layer, (B, h, T, d) each, k repeated over each key group's heads
@@ -364,21 +422,33 @@ def _bert(c, sd, ids, lengths, off):
         else:
             pos = torch.cumsum(real, 1) * real + pad
     e = "embeddings."
-    x = (sd[e + "word_embeddings.weight"][ids] + sd[e + "position_embeddings.weight"][pos]
-         + sd[e + "token_type_embeddings.weight"][0])
+    word, posv = sd[e + "word_embeddings.weight"][ids], sd[e + "position_embeddings.weight"][pos]
+    _rec("hook_embed", word)
+    _rec("hook_pos_embed", posv)
+    x = word + posv + sd[e + "token_type_embeddings.weight"][0]
     x = layer_norm(x, sd[e + "LayerNorm.weight"], sd[e + "LayerNorm.bias"], eps)
     mask = key_mask(lengths, T, causal=False)
     hs, maps = [x], []
     for n in range(num_layers(c)):
-        p = f"encoder.layer.{n}."
+        p, b = f"encoder.layer.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         q, k, v = (split_heads(linear(sd, p + "attention.self." + w, x), h, d)
                    for w in ("query", "key", "value"))
-        ctx, a = attend(q, k, v, mask, 1.0 / math.sqrt(d))
+        _rec_qkv(b + "attn.", q, k, v)
+        ctx, a = attend(q, k, v, mask, 1.0 / math.sqrt(d), site=b + "attn.")
         y = linear(sd, p + "attention.output.dense", merge_heads(ctx))
+        _rec(b + "hook_attn_out", y)
+        _rec(b + "hook_resid_mid", y + x)  # post-norm, as TransformerLens's HookedEncoder
         x1 = layer_norm(y + x, sd[p + "attention.output.LayerNorm.weight"],
                         sd[p + "attention.output.LayerNorm.bias"], eps)
-        y = linear(sd, p + "output.dense", act(linear(sd, p + "intermediate.dense", x1)))
+        _rec(b + "ln1.hook_normalized", x1)
+        pre = linear(sd, p + "intermediate.dense", x1)
+        post = act(pre)
+        y = linear(sd, p + "output.dense", post)
+        _rec_mlp(b, pre, post, y)
+        _rec(b + "hook_resid_post", y + x1)
         x = layer_norm(y + x1, sd[p + "output.LayerNorm.weight"], sd[p + "output.LayerNorm.bias"], eps)
+        _rec(b + "ln2.hook_normalized", x)
         hs.append(x)
         maps.append(a)
     return hs, maps, None
@@ -390,24 +460,39 @@ def _gpt2(c, sd, ids, lengths, off):
     d, eps = E // h, c.get("layer_norm_epsilon", 1e-5)
     act = activation(c.get("activation_function", "gelu_new"))
     x = sd["wte.weight"][ids] + sd["wpe.weight"][:T][None]
+    _rec("hook_embed", sd["wte.weight"][ids])
+    _rec("hook_pos_embed", sd["wpe.weight"][:T][None].expand(B, T, E))
     mask = key_mask(lengths, T, causal=True)
     hs, maps = [x], []
     L = num_layers(c)
     for n in range(L):
-        p = f"h.{n}."
+        p, b = f"h.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         a_in = layer_norm(x, sd[p + "ln_1.weight"], sd[p + "ln_1.bias"], eps)
+        _rec(b + "ln1.hook_normalized", a_in)
         q, k, v = conv1d(sd, p + "attn.c_attn", a_in).split(E, -1)
         q, k, v = split_heads(q, h, d), split_heads(k, h, d), split_heads(v, h, d)
+        _rec_qkv(b + "attn.", q, k, v)
         scale = 1.0 / math.sqrt(d) if c.get("scale_attn_weights", True) else 1.0
         if c.get("scale_attn_by_inverse_layer_idx", False):
             scale /= n + 1
-        ctx, a = attend(q, k, v, mask, scale)
-        x = x + conv1d(sd, p + "attn.c_proj", merge_heads(ctx))
+        ctx, a = attend(q, k, v, mask, scale, site=b + "attn.")
+        y = conv1d(sd, p + "attn.c_proj", merge_heads(ctx))
+        _rec(b + "hook_attn_out", y)
+        x = x + y
+        _rec(b + "hook_resid_mid", x)
         m_in = layer_norm(x, sd[p + "ln_2.weight"], sd[p + "ln_2.bias"], eps)
-        x = x + conv1d(sd, p + "mlp.c_proj", act(conv1d(sd, p + "mlp.c_fc", m_in)))
+        _rec(b + "ln2.hook_normalized", m_in)
+        pre = conv1d(sd, p + "mlp.c_fc", m_in)
+        post = act(pre)
+        y = conv1d(sd, p + "mlp.c_proj", post)
+        _rec_mlp(b, pre, post, y)
+        x = x + y
+        _rec(b + "hook_resid_post", x)
         hs.append(x)
         maps.append(a)
     hs[-1] = layer_norm(x, sd["ln_f.weight"], sd["ln_f.bias"], eps)  # replaces the last layer's raw output
+    _rec("ln_final.hook_normalized", hs[-1])
     head = lm_head(c, sd, sd["wte.weight"], "lm_head.weight")
     return hs, maps, None if head is None else hs[-1] @ head.T
 
@@ -473,13 +558,16 @@ def _llama(c, sd, ids, lengths, off):
         raise NotImplementedError(f"phi3 rope_scaling {scaling!r}")
     cos, sin = rope_cos_sin(T, rot, float(c.get("rope_theta", 10000.0)), scaling)
     x = sd["model.embed_tokens.weight"][ids]
+    _rec("hook_embed", x)
     full = key_mask(lengths, T, causal=True, window=None)
     local = key_mask(lengths, T, causal=True, window=window)
     hs, maps = [x], []
     for n in range(L):
         mask = local if windowed[n] else full
-        p = f"model.layers.{n}."
+        p, b = f"model.layers.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         a_in = norm(x, p + "input_layernorm")
+        _rec(b + "ln1.hook_normalized", a_in)
         q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)
         k = linear(sd, p + "self_attn.k_proj", a_in).reshape(B, T, kv, d)
         v = linear(sd, p + "self_attn.v_proj", a_in).reshape(B, T, kv, d)
@@ -488,15 +576,25 @@ def _llama(c, sd, ids, lengths, off):
             k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        _rec_qkv(b + "attn.", q, k, v)
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
-        ctx, a = attend(q, k, v, mask, d ** -0.5)
-        x = x + linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
+        ctx, a = attend(q, k, v, mask, d ** -0.5, site=b + "attn.")
+        y = linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
+        _rec(b + "hook_attn_out", y)
+        x = x + y
+        _rec(b + "hook_resid_mid", x)
         m_in = norm(x, p + "post_attention_layernorm")
-        x = x + linear(sd, p + "mlp.down_proj",
-                       act(linear(sd, p + "mlp.gate_proj", m_in)) * linear(sd, p + "mlp.up_proj", m_in))
+        _rec(b + "ln2.hook_normalized", m_in)
+        pre = linear(sd, p + "mlp.gate_proj", m_in)
+        post = act(pre) * linear(sd, p + "mlp.up_proj", m_in)
+        y = linear(sd, p + "mlp.down_proj", post)
+        _rec_mlp(b, pre, post, y)
+        x = x + y
+        _rec(b + "hook_resid_post", x)
         hs.append(x)
         maps.append(a)
     hs[-1] = norm(x, "model.norm")
+    _rec("ln_final.hook_normalized", hs[-1])
     head = lm_head(c, sd, sd["model.embed_tokens.weight"], "lm_head.weight")
     return hs, maps, None if head is None else hs[-1] @ head.T
 
@@ -514,25 +612,41 @@ def _gpt_neox(c, sd, ids, lengths, off):
     cos, sin = rope_cos_sin(T, rot, base, c.get("rope_scaling"))
     parallel = c.get("use_parallel_residual", True) and "parallel_residual" not in off
     x = sd["embed_in.weight"][ids]
+    _rec("hook_embed", x)
     mask = key_mask(lengths, T, causal=True)
     hs, maps = [x], []
     for n in range(num_layers(c)):
-        p = f"layers.{n}."
+        p, b = f"layers.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         a_in = norm_layer(sd, p + "input_layernorm", x, eps)
+        _rec(b + "ln1.hook_normalized", a_in)
         qkv = linear(sd, p + "attention.query_key_value", a_in).reshape(B, T, h, 3, d)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # (B, h, T, d) each
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        ctx, a = attend(q, k, v, mask, d ** -0.5)
+        _rec_qkv(b + "attn.", q, k, v)
+        ctx, a = attend(q, k, v, mask, d ** -0.5, site=b + "attn.")
         attn = linear(sd, p + "attention.dense", merge_heads(ctx))
-        mlp = lambda y: linear(sd, p + "mlp.dense_4h_to_h", act(linear(sd, p + "mlp.dense_h_to_4h", y)))  # noqa: E731
-        if parallel:
+        _rec(b + "hook_attn_out", attn)
+
+        def mlp(y):
+            _rec(b + "ln2.hook_normalized", y)
+            pre = linear(sd, p + "mlp.dense_h_to_4h", y)
+            post = act(pre)
+            out = linear(sd, p + "mlp.dense_4h_to_h", post)
+            _rec_mlp(b, pre, post, out)
+            return out
+
+        if parallel:  # no hook_resid_mid
             x = x + attn + mlp(norm_layer(sd, p + "post_attention_layernorm", x, eps))
         else:
             x = x + attn
+            _rec(b + "hook_resid_mid", x)
             x = x + mlp(norm_layer(sd, p + "post_attention_layernorm", x, eps))
+        _rec(b + "hook_resid_post", x)
         hs.append(x)
         maps.append(a)
     hs[-1] = norm_layer(sd, "final_layer_norm", x, eps)
+    _rec("ln_final.hook_normalized", hs[-1])
     head = lm_head(c, sd, sd["embed_in.weight"], "embed_out.weight")
     return hs, maps, None if head is None else hs[-1] @ head.T
 
@@ -580,11 +694,14 @@ def _gemma(c, sd, ids, lengths, off):
     x = sd["model.embed_tokens.weight"][ids]
     if "embed_scale" not in off:
         x = x * math.sqrt(E)
+    _rec("hook_embed", x)
     hs, maps = [x], []
     for n in range(L):
-        p = f"model.layers.{n}."
+        p, b = f"model.layers.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         mask, (cos, sin) = (local, local_rope) if sliding[n] else (full, global_rope)
         a_in = norm(x, p + "input_layernorm")
+        _rec(b + "ln1.hook_normalized", a_in)
         q = linear(sd, p + "self_attn.q_proj", a_in).reshape(B, T, h, d)
         k = linear(sd, p + "self_attn.k_proj", a_in).reshape(B, T, kv, d)
         v = linear(sd, p + "self_attn.v_proj", a_in).reshape(B, T, kv, d)
@@ -592,28 +709,43 @@ def _gemma(c, sd, ids, lengths, off):
             q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        _rec_qkv(b + "attn.", q, k, v)
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
-        ctx, a = attend(q, k, v, mask, scale, attn_cap)
+        ctx, a = attend(q, k, v, mask, scale, attn_cap, site=b + "attn.")
         y = linear(sd, p + "self_attn.o_proj", merge_heads(ctx))
 
         def mlp(m_in):
-            return linear(sd, p + "mlp.down_proj",
-                          act(linear(sd, p + "mlp.gate_proj", m_in)) * linear(sd, p + "mlp.up_proj", m_in))
+            _rec(b + "ln2.hook_normalized", m_in)
+            pre = linear(sd, p + "mlp.gate_proj", m_in)
+            post = act(pre) * linear(sd, p + "mlp.up_proj", m_in)
+            out = linear(sd, p + "mlp.down_proj", post)
+            _rec(b + "mlp.hook_pre", pre)
+            _rec(b + "mlp.hook_post", post)
+            return out
 
         if mt == "gemma":  # LLaMA's order: post_attention_layernorm is the MLP's input norm
+            _rec(b + "hook_attn_out", y)
             x = x + y
-            x = x + mlp(norm(x, p + "post_attention_layernorm"))
-        else:  # sandwich norms
+            _rec(b + "hook_resid_mid", x)
+            m = mlp(norm(x, p + "post_attention_layernorm"))
+            _rec(b + "hook_mlp_out", m)
+            x = x + m
+        else:  # sandwich norms: hook_attn_out and hook_mlp_out after the post-norms
             if "post_norms" not in off:
                 y = norm(y, p + "post_attention_layernorm")
+            _rec(b + "hook_attn_out", y)
             x = x + y
+            _rec(b + "hook_resid_mid", x)
             m = mlp(norm(x, p + "pre_feedforward_layernorm"))
             if "post_norms" not in off:
                 m = norm(m, p + "post_feedforward_layernorm")
+            _rec(b + "hook_mlp_out", m)
             x = x + m
+        _rec(b + "hook_resid_post", x)
         hs.append(x)
         maps.append(a)
     hs[-1] = norm(x, "model.norm")
+    _rec("ln_final.hook_normalized", hs[-1])
     head = lm_head(c, sd, sd["model.embed_tokens.weight"], "lm_head.weight")
     return hs, maps, None if head is None else softcap(hs[-1] @ head.T, final_cap)
 
@@ -631,46 +763,75 @@ def _opt(c, sd, ids, lengths, off):
     pos = torch.cumsum(real, 1) * real - 1
     pos = pos.clamp(min=0) if "position_offset" in off else pos + 2
     x = sd["decoder.embed_tokens.weight"][ids] + sd["decoder.embed_positions.weight"][pos]
+    _rec("hook_embed", sd["decoder.embed_tokens.weight"][ids])
+    _rec("hook_pos_embed", sd["decoder.embed_positions.weight"][pos])
     mask = key_mask(lengths, T, causal=True)
     hs, maps = [x], []
     for n in range(num_layers(c)):
-        p = f"decoder.layers.{n}."
+        p, b = f"decoder.layers.{n}.", f"blocks.{n}."
+        _rec(b + "hook_resid_pre", x)
         a_in = norm_layer(sd, p + "self_attn_layer_norm", x, eps) if pre else x
+        if pre:
+            _rec(b + "ln1.hook_normalized", a_in)
         q, k, v = (split_heads(linear(sd, p + f"self_attn.{w}_proj", a_in), h, d) for w in "qkv")
-        ctx, a = attend(q, k, v, mask, d ** -0.5)
-        x = x + linear(sd, p + "self_attn.out_proj", merge_heads(ctx))
-        if not pre:
+        _rec_qkv(b + "attn.", q, k, v)
+        ctx, a = attend(q, k, v, mask, d ** -0.5, site=b + "attn.")
+        y = linear(sd, p + "self_attn.out_proj", merge_heads(ctx))
+        _rec(b + "hook_attn_out", y)
+        x = x + y
+        _rec(b + "hook_resid_mid", x)
+        if not pre:  # post-norm, as BERT
             x = norm_layer(sd, p + "self_attn_layer_norm", x, eps)
+            _rec(b + "ln1.hook_normalized", x)
         m_in = norm_layer(sd, p + "final_layer_norm", x, eps) if pre else x
-        x = x + linear(sd, p + "fc2", act(linear(sd, p + "fc1", m_in)))
+        if pre:
+            _rec(b + "ln2.hook_normalized", m_in)
+        mp = linear(sd, p + "fc1", m_in)
+        post = act(mp)
+        y = linear(sd, p + "fc2", post)
+        _rec_mlp(b, mp, post, y)
+        x = x + y
+        _rec(b + "hook_resid_post", x)
         if not pre:
             x = norm_layer(sd, p + "final_layer_norm", x, eps)
+            _rec(b + "ln2.hook_normalized", x)
         hs.append(x)
         maps.append(a)
     if pre and not c.get("_remove_final_layer_norm", False):
         hs[-1] = norm_layer(sd, "decoder.final_layer_norm", x, eps)
+        _rec("ln_final.hook_normalized", hs[-1])
     head = lm_head(c, sd, sd["decoder.embed_tokens.weight"], "lm_head.weight")
     return hs, maps, None if head is None else hs[-1] @ head.T
 
 
-def vit(config, state_dict, pixel_values):
+def vit(config, state_dict, pixel_values, record=None):
     """ViTModel's forward (modeling_vit.py) on pixel_values (B, 3, H, W), in float64: the
     Conv2d patch embedding (kernel = stride = patch_size), the CLS token, the position table,
     pre-norm layers (layernorm_before, attention, residual; layernorm_after, GELU MLP,
     residual), the final layernorm. Returns {"hidden_states", "attentions", "output"} as
     forward() does, and with ViTForImageClassification's classifier.weight in the state dict
     "logits" (B, num_labels): classifier(sequence_output[:, 0, :]). The pooler is not run."""
-    return _vit_encoder(config, state_dict, pixel_values, "vit.", distillation=False)
+    return _recording(record, _vit_encoder, config, state_dict, pixel_values, "vit.", distillation=False)
 
 
-def deit(config, state_dict, pixel_values):
+def deit(config, state_dict, pixel_values, record=None):
     """DeiTModel's forward (modeling_deit.py), in float64: ViT's, with DeiTEmbeddings'
     distillation token after the CLS token, x = cat(cls, distillation, patches) + the position
     table (N + 2 rows). "logits": DeiTForImageClassification's classifier(sequence_output[:, 0]),
     or DeiTForImageClassificationWithTeacher's (cls_classifier(sequence_output[:, 0]) +
     distillation_classifier(sequence_output[:, 1])) / 2, with "cls_logits" and
     "distillation_logits" beside it."""
-    return _vit_encoder(config, state_dict, pixel_values, "deit.", distillation=True)
+    return _recording(record, _vit_encoder, config, state_dict, pixel_values, "deit.", distillation=True)
+
+
+def _recording(record, fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the sites recorded into `record` (a dict, or None)."""
+    global _REC
+    _REC = record
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _REC = None
 
 
 def _vit_encoder(config, state_dict, pixel_values, prefix, distillation):
@@ -689,22 +850,38 @@ def _vit_encoder(config, state_dict, pixel_values, prefix, distillation):
         first = [sd[e + "cls_token"].expand(B, -1, -1)]
         if distillation:
             first.append(sd[e + "distillation_token"].expand(B, -1, -1))
-        x = torch.cat(first + [x], 1) + sd[e + "position_embeddings"]
+        x = torch.cat(first + [x], 1)
+        _rec("hook_embed", x)  # the CLS (and distillation) token(s), then the patches
+        _rec("hook_pos_embed", sd[e + "position_embeddings"].expand(B, -1, -1))
+        x = x + sd[e + "position_embeddings"]
         T = x.shape[1]
         mask = key_mask([T] * B, T, causal=False)
         hs, maps = [x], []
         for n in range(c["num_hidden_layers"]):
-            q = f"encoder.layer.{n}."
+            q, b = f"encoder.layer.{n}.", f"blocks.{n}."
+            _rec(b + "hook_resid_pre", x)
             y = layer_norm(x, sd[q + "layernorm_before.weight"], sd[q + "layernorm_before.bias"], eps)
+            _rec(b + "ln1.hook_normalized", y)
             qh, kh, vh = (split_heads(linear(sd, q + "attention.attention." + w, y), h, d)
                           for w in ("query", "key", "value"))
-            ctx, a = attend(qh, kh, vh, mask, 1.0 / math.sqrt(d))
-            x = linear(sd, q + "attention.output.dense", merge_heads(ctx)) + x
+            _rec_qkv(b + "attn.", qh, kh, vh)
+            ctx, a = attend(qh, kh, vh, mask, 1.0 / math.sqrt(d), site=b + "attn.")
+            o = linear(sd, q + "attention.output.dense", merge_heads(ctx))
+            _rec(b + "hook_attn_out", o)
+            x = o + x
+            _rec(b + "hook_resid_mid", x)
             y = layer_norm(x, sd[q + "layernorm_after.weight"], sd[q + "layernorm_after.bias"], eps)
-            x = linear(sd, q + "output.dense", act(linear(sd, q + "intermediate.dense", y))) + x
+            _rec(b + "ln2.hook_normalized", y)
+            pre = linear(sd, q + "intermediate.dense", y)
+            post = act(pre)
+            o = linear(sd, q + "output.dense", post)
+            _rec_mlp(b, pre, post, o)
+            x = o + x
+            _rec(b + "hook_resid_post", x)
             hs.append(x)
             maps.append(a)
         out = layer_norm(x, sd["layernorm.weight"], sd["layernorm.bias"], eps)
+        _rec("ln_final.hook_normalized", out)
         heads = {}
         if "classifier.weight" in sd:
             heads["logits"] = linear(sd, "classifier", out[:, 0, :])
@@ -778,6 +955,19 @@ def _additive(mask):
     return torch.zeros(mask.shape, dtype=torch.float64).masked_fill(~mask, MIN)
 
 
+def _rec_additive(site, scores, additive, a, ctx):
+    """The attention sites of an encoder-decoder's layer: scores = the logits before the
+    softmax with -inf where the additive mask holds float64's lowest value."""
+    if _REC is not None:
+        _rec_attention(site, scores, additive > MIN / 2, a, ctx)
+
+
+def _stack(name):
+    """Sets the site names' prefix ("encoder." / "decoder.")."""
+    global _STACK
+    _STACK = name
+
+
 def _cross_mask(src_lengths, T, S):
     s = torch.arange(S)
     return (s[None, :] < torch.as_tensor(src_lengths)[:, None])[:, None, None, :].expand(-1, 1, T, S)
@@ -793,56 +983,82 @@ def _t5(c, sd, src, src_lengths, dec, tgt_lengths):
     B, S = src.shape
     T = dec.shape[1]
 
-    def attention(p, x, kv, additive):
+    def attention(p, x, kv, additive, site=None):
         q = split_heads(x @ sd[p + "q.weight"].T, H, K)
         k = split_heads(kv @ sd[p + "k.weight"].T, H, K)
         v = split_heads(kv @ sd[p + "v.weight"].T, H, K)
-        a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)  # no 1/sqrt(d_kv)
+        scores = q @ k.transpose(-1, -2) + additive  # no 1/sqrt(d_kv)
+        a = torch.softmax(scores, -1)
         norms.append(_value_weighted(a, v, sd[p + "o.weight"], H, K))
-        return merge_heads(a @ v) @ sd[p + "o.weight"].T, a
+        ctx = a @ v
+        out = merge_heads(ctx) @ sd[p + "o.weight"].T
+        if site is not None:
+            _rec_qkv(site, q, k, v)
+            _rec_additive(site, scores, additive, a, ctx)
+        return out, a
 
-    def ffn(p, x):
+    def ffn(p, x, b, ln):
         h = rms_norm(x, sd[p + "layer_norm.weight"], eps)
+        _rec(b + ln + ".hook_normalized", h)
         if gated:
-            h = act(h @ sd[p + "DenseReluDense.wi_0.weight"].T) * (h @ sd[p + "DenseReluDense.wi_1.weight"].T)
+            pre = h @ sd[p + "DenseReluDense.wi_0.weight"].T
+            h = act(pre) * (h @ sd[p + "DenseReluDense.wi_1.weight"].T)
         else:
-            h = act(h @ sd[p + "DenseReluDense.wi.weight"].T)
-        return x + h @ sd[p + "DenseReluDense.wo.weight"].T
+            pre = h @ sd[p + "DenseReluDense.wi.weight"].T
+            h = act(pre)
+        out = h @ sd[p + "DenseReluDense.wo.weight"].T
+        _rec_mlp(b, pre, h, out)
+        _rec(b + "hook_resid_post", x + out)
+        return x + out
+
+    def self_attention(p, x, additive, b):
+        _rec(b + "hook_resid_pre", x)
+        h = rms_norm(x, sd[p + "0.layer_norm.weight"], eps)
+        _rec(b + "ln1.hook_normalized", h)
+        o, a = attention(p + "0.SelfAttention.", h, h, additive, b + "attn.")
+        _rec(b + "hook_attn_out", o)
+        _rec(b + "hook_resid_mid", x + o)
+        return x + o, a
 
     # the encoder: position bias (bidirectional) + padding, shared by every layer
+    _stack("encoder.")
     x = sd["shared.weight"][src]
+    _rec("hook_embed", x)
     bias = _t5_bias(c, sd["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], S, True)
     enc_bias = bias + _additive(key_mask(src_lengths, S, False))
     enc_maps, enc_states = [], []
     for i in range(c["num_layers"]):
         enc_states.append(x)  # T5Stack's all_hidden_states: each block's input
         p = f"encoder.block.{i}.layer."
-        o, a = attention(p + "0.SelfAttention.", rms_norm(x, sd[p + "0.layer_norm.weight"], eps),
-                         rms_norm(x, sd[p + "0.layer_norm.weight"], eps), enc_bias)
-        x = x + o
+        x, a = self_attention(p, x, enc_bias, f"blocks.{i}.")
         enc_maps.append(a)
-        x = ffn(p + "1.", x)
+        x = ffn(p + "1.", x, f"blocks.{i}.", "ln2")
     memory = rms_norm(x, sd["encoder.final_layer_norm.weight"], eps)
+    _rec("ln_final.hook_normalized", memory)
     enc_states.append(memory)  # then final_layer_norm's output
     # the decoder: causal position bias (unidirectional) + causal and padding masks
+    _stack("decoder.")
     y = sd["shared.weight"][dec]
+    _rec("hook_embed", y)
     bias = _t5_bias(c, sd["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], T, False)
     dec_bias = bias + _additive(key_mask(tgt_lengths, T, True))
     cross_bias = _additive(_cross_mask(src_lengths, T, S))
     dec_maps, cross_maps, dec_states = [], [], []
     for i in range(c.get("num_decoder_layers") or c["num_layers"]):
         dec_states.append(y)
-        p = f"decoder.block.{i}.layer."
-        h = rms_norm(y, sd[p + "0.layer_norm.weight"], eps)
-        o, a = attention(p + "0.SelfAttention.", h, h, dec_bias)
-        y = y + o
+        p, b = f"decoder.block.{i}.layer.", f"blocks.{i}."
+        y, a = self_attention(p, y, dec_bias, b)
         dec_maps.append(a)
-        o, a = attention(p + "1.EncDecAttention.", rms_norm(y, sd[p + "1.layer_norm.weight"], eps),
-                         memory, cross_bias)
+        h = rms_norm(y, sd[p + "1.layer_norm.weight"], eps)
+        _rec(b + "ln2.hook_normalized", h)
+        o, a = attention(p + "1.EncDecAttention.", h, memory, cross_bias, b + "cross_attn.")
+        _rec(b + "hook_cross_attn_out", o)
         y = y + o
+        _rec(b + "hook_resid_mid_cross", y)
         cross_maps.append(a)
-        y = ffn(p + "2.", y)
+        y = ffn(p + "2.", y, b, "ln3")
     out = rms_norm(y, sd["decoder.final_layer_norm.weight"], eps)
+    _rec("ln_final.hook_normalized", out)
     dec_states.append(out)
     if c.get("tie_word_embeddings", True):
         logits = (out * E ** -0.5) @ sd["shared.weight"].T
@@ -867,29 +1083,54 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
     def ln(name, x):
         return layer_norm(x, sd[name + ".weight"], sd[name + ".bias"], eps)
 
-    def attention(p, x, kv, additive):
-        q = split_heads(lin(p + "q_proj", x) * K ** -0.5, H, K)  # BartAttention: q * scaling
+    def attention(p, x, kv, additive, site):
+        qp = lin(p + "q_proj", x)
+        q = split_heads(qp * K ** -0.5, H, K)  # BartAttention: q * scaling
         k = split_heads(lin(p + "k_proj", kv), H, K)
         v = split_heads(lin(p + "v_proj", kv), H, K)
-        a = torch.softmax(q @ k.transpose(-1, -2) + additive, -1)
+        scores = q @ k.transpose(-1, -2) + additive
+        a = torch.softmax(scores, -1)
         norms.append(_value_weighted(a, v, sd[p + "out_proj.weight"], H, K))
-        return lin(p + "out_proj", merge_heads(a @ v)), a
+        ctx = a @ v
+        _rec_qkv(site, split_heads(qp, H, K), k, v)  # q as projected; the scale is the scores'
+        _rec_additive(site, scores, additive, a, ctx)
+        out = lin(p + "out_proj", merge_heads(ctx))
+        cross = site.endswith("cross_attn.")
+        _rec(site[:-len("cross_attn." if cross else "attn.")] + ("hook_cross_attn_out" if cross else "hook_attn_out"), out)
+        return out, a
 
     def embed(stack, ids):
         L = ids.shape[1]
         pos = sd[f"model.{stack}.embed_positions.weight"][torch.arange(L) + 2]  # offset 2
+        _stack(stack + ".")
+        _rec("hook_embed", sd["model.shared.weight"][ids] * scale)
+        _rec("hook_pos_embed", pos[None].expand(ids.shape[0], -1, -1))
         return ln(f"model.{stack}.layernorm_embedding", sd["model.shared.weight"][ids] * scale + pos)
+
+    def post_norm(name, x, site, ln_site):  # post-norm, as TransformerLens's HookedEncoder
+        _rec(site, x)
+        y = ln(name, x)
+        _rec(ln_site + ".hook_normalized", y)
+        return y
+
+    def mlp(p, x, b, ln_site):
+        pre = lin(p + "fc1", x)
+        post = act(pre)
+        out = lin(p + "fc2", post)
+        _rec_mlp(b, pre, post, out)
+        return post_norm(p + "final_layer_norm", x + out, b + "hook_resid_post", b + ln_site)
 
     x = embed("encoder", src)
     enc_mask = _additive(key_mask(src_lengths, S, False))
     enc_maps, enc_states = [], []
     for i in range(c["encoder_layers"]):
         enc_states.append(x)  # encoder_states: each layer's input (0: after layernorm_embedding)
-        p = f"model.encoder.layers.{i}."
-        o, a = attention(p + "self_attn.", x, x, enc_mask)
-        x = ln(p + "self_attn_layer_norm", x + o)
+        p, b = f"model.encoder.layers.{i}.", f"blocks.{i}."
+        _rec(b + "hook_resid_pre", x)
+        o, a = attention(p + "self_attn.", x, x, enc_mask, b + "attn.")
+        x = post_norm(p + "self_attn_layer_norm", x + o, b + "hook_resid_mid", b + "ln1")
         enc_maps.append(a)
-        x = ln(p + "final_layer_norm", x + lin(p + "fc2", act(lin(p + "fc1", x))))
+        x = mlp(p, x, b, "ln2")
     memory = x
     enc_states.append(x)  # then the last layer's output (no final norm)
     y = embed("decoder", dec)
@@ -898,14 +1139,15 @@ def _bart(c, sd, src, src_lengths, dec, tgt_lengths):
     dec_maps, cross_maps, dec_states = [], [], []
     for i in range(c["decoder_layers"]):
         dec_states.append(y)
-        p = f"model.decoder.layers.{i}."
-        o, a = attention(p + "self_attn.", y, y, dec_mask)
-        y = ln(p + "self_attn_layer_norm", y + o)
+        p, b = f"model.decoder.layers.{i}.", f"blocks.{i}."
+        _rec(b + "hook_resid_pre", y)
+        o, a = attention(p + "self_attn.", y, y, dec_mask, b + "attn.")
+        y = post_norm(p + "self_attn_layer_norm", y + o, b + "hook_resid_mid", b + "ln1")
         dec_maps.append(a)
-        o, a = attention(p + "encoder_attn.", y, memory, cross_mask)
-        y = ln(p + "encoder_attn_layer_norm", y + o)
+        o, a = attention(p + "encoder_attn.", y, memory, cross_mask, b + "cross_attn.")
+        y = post_norm(p + "encoder_attn_layer_norm", y + o, b + "hook_resid_mid_cross", b + "ln2")
         cross_maps.append(a)
-        y = ln(p + "final_layer_norm", y + lin(p + "fc2", act(lin(p + "fc1", y))))
+        y = mlp(p, y, b, "ln3")
     head = sd["lm_head.weight"] if not c.get("tie_word_embeddings", True) else sd["model.shared.weight"]
     logits = y @ head.T + sd["final_logits_bias"]
     dec_states.append(y)
@@ -919,7 +1161,7 @@ def _value_weighted(a, v, Wo, H, K):
     return a * f[:, :, None, :]
 
 
-def seq2seq(config, state_dict, source, labels, source_lengths=None, target_lengths=None):
+def seq2seq(config, state_dict, source, labels, source_lengths=None, target_lengths=None, record=None):
     """An encoder-decoder's forward with labels: {"encoder_attentions": [L_enc × (B, h, S, S)],
     "decoder_attentions": [L_dec × (B, h, T, T)], "cross_attentions": [L_dec × (B, h, T, S)],
     "output": (B, T, d) the decoder's final hidden states, "logits": (B, T, V),
@@ -928,7 +1170,8 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
     "decoder_hidden_states": [L_dec + 1 × (B, T, d)] as output_hidden_states gives them (each
     stack's embeddings, after BART's layernorm_embedding; each layer's input; the stack's output
     after its final norm, T5's final_layer_norm)}. Padding (past each row's length) is masked as keys in every
-    attention (attention_mask and decoder_attention_mask)."""
+    attention (attention_mask and decoder_attention_mask). record: a dict, filled with the
+    sites (encoder.* and decoder.*) as forward() fills it."""
     mt = config["model_type"]
     if mt not in SEQ2SEQ:
         raise ValueError(f"model_type {mt!r}: one of {', '.join(SEQ2SEQ)}")
@@ -942,8 +1185,11 @@ def seq2seq(config, state_dict, source, labels, source_lengths=None, target_leng
     sd = {k: _t(v) for k, v in state_dict.items()}
     with torch.no_grad():
         fn = _t5 if mt == "t5" else _bart
-        enc, dmaps, cmaps, out, logits, norms, enc_states, dec_states = fn(
-            config, sd, src, src_lengths, dec, tgt_lengths)
+        try:
+            enc, dmaps, cmaps, out, logits, norms, enc_states, dec_states = _recording(
+                record, fn, config, sd, src, src_lengths, dec, tgt_lengths)
+        finally:
+            _stack("")
     # the norms in call order: the encoder's layers, then each decoder layer's self and cross
     Le = len(enc)
     return {"encoder_norms": [n.numpy() for n in norms[:Le]],

@@ -28,6 +28,7 @@ const std::vector<std::string> kKeys = {"model",
                                         "save_attention",
                                         "save_hidden_states",
                                         "save_qk",
+                                        "save_sites",
                                         "image",
                                         "target_text",
                                         "target_tokens",
@@ -42,7 +43,8 @@ const std::vector<std::string> kKeys = {"model",
 // Keys of analyses only, and of model runs only.
 const std::set<std::string> kAnalyzeOnly = {"method", "texts", "ablation", "metric", "target",
                                             "foil",   "clean", "corrupt",  "batch"};
-const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk"};
+const std::set<std::string> kRunOnly = {"save_attention", "save_hidden_states", "save_qk",
+                                        "save_sites"};
 
 std::string excerpt(const json& v) {
   return one_line(v.dump(), kEchoChars);
@@ -169,6 +171,7 @@ json to_json(const ModelRunConfig& c) {
   j["save_attention"] = c.save_attention;
   j["save_hidden_states"] = c.save_hidden_states;
   j["save_qk"] = c.save_qk;
+  if (!c.save_sites.empty()) j["save_sites"] = c.save_sites;
   if (!c.images.empty()) j["image"] = c.images;
   return j;
 }

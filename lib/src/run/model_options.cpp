@@ -112,6 +112,11 @@ const std::vector<ModelRunKey> kKeys = {
      "view)",
      "qk", RunKind::model, FlagValue::flag,
      [](C& c, const json& v, W w) { c.save_qk = jv::flag(v, w); }},
+    {"save_sites", "PATTERNS",
+     "write these activation sites to sites/NAME.npy: names or globs, comma-separated, e.g. "
+     "'blocks.*.attn.hook_z,hook_resid_post' (docs/models.md)",
+     "", RunKind::model, FlagValue::text,
+     [](C& c, const json& v, W w) { c.save_sites = jv::string(v, w); }},
     {"top_k", "INT",
      "next tokens (causal LMs) or classes (image classifiers) reported (default 5; given: "
      "printed per row)",

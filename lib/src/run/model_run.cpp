@@ -26,6 +26,7 @@
 #include "mha/io/safetensors.hpp"
 #include "mha/model/memory.hpp"
 #include "mha/run/run_json.hpp"
+#include "mha/run/site_files.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
 #include "mha/text/tokenizer.hpp"
 
@@ -483,6 +484,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
+  // --save_sites: checked against the model's sites before any weight is read
+  const std::vector<SiteShape> sites = sites_to_save(c, in.B, in.T, 0, config.save_sites);
   if (config.check_only) return report;
   if (!model.gguf()) report.files.push_back(file_record(config.model + "/config.json"));
   // A GGUF file's tokenizer is in its metadata: the file is listed once, with the weights.
@@ -535,6 +538,8 @@ ModelRunReport run_model(const ModelRunConfig& config) {
     hidden->write_elements(i * B * T * d, x, B * T * d);
   });
   if (hidden) hooks.add(&hidden_hook);
+  SiteFiles site_files(out, sites);  // --save_sites: each site to sites/<name>.npy
+  if (!sites.empty()) hooks.add(&site_files);
   fo.hook = hooks.empty() ? nullptr : &hooks;
   // A layer's maps are complete when the next layer starts: to disk in the background.
   std::size_t maps_done = 0;
@@ -559,6 +564,7 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (report.input.tokens.empty()) whole.name_tokens(report.input);  // ids given: after the forward
   name_top_k(whole, report);
   check_finite_output(r, config.model);
+  site_files.check_complete();
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json", dump_json(tokens_json(in)) + "\n");
   report.outputs = {"tokens.json", "output.npy"};
@@ -570,15 +576,18 @@ ModelRunReport run_model(const ModelRunConfig& config) {
   if (maps) report.outputs.push_back("self_attention.npy");
   if (hidden) report.outputs.push_back("hidden_states.npy");
   if (qs) report.outputs.insert(report.outputs.end(), {"q.npy", "k.npy"});
+  for (const std::string& name : site_files.filenames()) report.outputs.push_back(name);
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids file stays).
-  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+  const auto is_input = [&](const std::string& p) {
     std::error_code ec;
     return config.tokens && fs::equivalent(*config.tokens, p, ec);
-  }));
+  };
+  out.remove_on_commit(
+      earlier_site_files(out.dir(), is_input, earlier_run_outputs(out.dir(), is_input)));
   out.commit();
   return report;
 }

@@ -21,6 +21,7 @@
 #include "mha/model/memory.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run_json.hpp"
+#include "mha/run/site_files.hpp"
 
 namespace mha {
 
@@ -125,6 +126,8 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(B) + " x (" + std::to_string(S) + " + " +
                std::to_string(T) + ") tokens), over max_memory " + format_bytes(report.max_memory));
+  // --save_sites: checked against both stacks' sites before any weight is read
+  const std::vector<SiteShape> sites = sites_to_save(c, B, S, T, config.save_sites);
   if (config.check_only) return report;
   report.files.push_back(file_record(config.model + "/config.json"));
   if (!whole.tokenizer_path().empty()) report.files.push_back(file_record(whole.tokenizer_path()));
@@ -175,6 +178,8 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
     hidden[stack == Stack::decoder ? 1 : 0]->write_elements(i * n, x, n);
   });
   if (config.save_hidden_states) hooks.add(&hidden_hook);
+  SiteFiles site_files(out, sites);  // --save_sites: each site to sites/<name>.npy
+  if (!sites.empty()) hooks.add(&site_files);
   so.hook = hooks.empty() ? nullptr : &hooks;
   const Seq2SeqInput& target_in = sides.target;
   const auto t0 = Clock::now();
@@ -189,6 +194,7 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   report.labels = labels.ids;
   name_top_k(whole, report);
   check_finite_output(r, config.model);
+  site_files.check_complete();
   out.stage_npy("output.npy", r.output.data(), {B, T, d});
   out.stage_bytes("tokens.json",
                   dump_json(seq2seq_tokens_json(report.input, report.target, labels)) + "\n");
@@ -199,16 +205,19 @@ ModelRunReport run_seq2seq(const ModelRunConfig& config, const Model& whole) {
   if (config.save_hidden_states)
     report.outputs.insert(report.outputs.end(),
                           {"encoder_hidden_states.npy", "decoder_hidden_states.npy"});
+  for (const std::string& name : site_files.filenames()) report.outputs.push_back(name);
   for (const std::string& name : report.outputs) report.checksums[name] = out.checksum(name);
   report.outputs.push_back("run.json");
   report.total_ms = ms_since(start);
   out.stage_bytes("run.json", dump_json(to_json(report), 2) + "\n");
   // An earlier run's outputs in out_dir go in the same commit (the ids files stay).
-  out.remove_on_commit(earlier_run_outputs(out.dir(), [&](const std::string& p) {
+  const auto is_input = [&](const std::string& p) {
     std::error_code ec;
     return (config.tokens && std::filesystem::equivalent(*config.tokens, p, ec)) ||
            (config.target_tokens && std::filesystem::equivalent(*config.target_tokens, p, ec));
-  }));
+  };
+  out.remove_on_commit(
+      earlier_site_files(out.dir(), is_input, earlier_run_outputs(out.dir(), is_input)));
   out.commit();
   return report;
 }

@@ -5,6 +5,7 @@
 //   output.npy          (B, T, d_model) the final hidden states
 //   self_attention.npy  (layers, B, heads, T, T) with save_attention, streamed
 //   hidden_states.npy   (num_layers + 1, B, T, d_model) with save_hidden_states
+//   sites/<name>.npy    each activation site save_sites names, streamed
 //   run.json            the model, its files, the tokens' shape, the top-k
 //                       next tokens (causal LMs) or classes (image
 //                       classifiers), timings, the outputs
@@ -47,6 +48,9 @@ struct ModelRunConfig {
   // queries and keys the scores are computed from (after QK-norm and RoPE), k
   // of each head's key group. Needs save_attention.
   bool save_qk = false;
+  // Activation sites written to sites/<name>.npy (run/site_files.hpp): names
+  // or globs, comma-separated; empty: none.
+  std::string save_sites;
   // Layers and heads whose maps are written (ascending; unset: all).
   std::optional<std::vector<std::int64_t>> layers, heads;
   std::int64_t top_k = 5;  // causal LMs' next tokens, image classifiers' classes; 0: none
