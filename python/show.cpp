@@ -21,7 +21,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/provided_input.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/run/view_run.hpp"
 #include "mha/view/attention_view.hpp"
 #include "module.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/run/site_files.hpp"
 #include "module.hpp"
 

@@ -12,13 +12,14 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "io", "kernel", "checkpoint", "model", "inspect", "draw", "text", "view", "run",
+LAYERS = ["base", "io", "kernel", "checkpoint", "pipeline", "config", "inspect", "draw", "text", "view", "run",
           "analysis"]  # lowest first
 # What each layer stands on, when not every layer below it: draw needs only base and io, so that
-# model, kernel and inspect never come to need libpng or FreeType (and draw never the kernel).
+# config, kernel and inspect never come to need libpng or FreeType (and draw never the kernel).
 BELOW = {layer: set(LAYERS[:i]) for i, layer in enumerate(LAYERS)}
 BELOW["draw"] = {"base", "io"}
 BELOW["checkpoint"] = {"base", "io", "kernel"}  # whole checkpoints need no run config
+BELOW["config"] = {"base", "io", "kernel", "checkpoint"}  # a layer run's, not the whole model's pass
 BELOW["text"] = {"base", "io"}  # tokenizers: ICU, never the kernel
 INCLUDE = re.compile(r'^\s*#\s*include\s+"mha/([a-z_]+)/([a-z_0-9]+\.hpp)"', re.M)
 

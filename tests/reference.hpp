@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "mha/model/config.hpp"  // only for the Causal and MaskedRows enum labels
+#include "mha/config/config.hpp"  // only for the Causal and MaskedRows enum labels
 
 namespace ref {
 

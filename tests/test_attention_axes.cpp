@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "mha/io/npy.hpp"
-#include "mha/model/attention_axes.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
+#include "mha/config/attention_axes.hpp"
+#include "mha/config/config.hpp"
+#include "mha/config/dims.hpp"
 #include "test_util.hpp"
 
 using mha::AttentionAxes;

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/checkpoint/family.hpp"
-#include "mha/checkpoint/forward.hpp"
+#include "mha/pipeline/forward.hpp"
 #include "mha/checkpoint/model_config.hpp"
 #include "test_util.hpp"
 

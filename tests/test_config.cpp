@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 #include "test_util.hpp"
 
 using Catch::Contains;

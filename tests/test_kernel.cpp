@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mha/kernel/attention.hpp"
-#include "mha/model/rng.hpp"
+#include "mha/config/rng.hpp"
 #include "reference.hpp"
 
 using mha::AttentionOutput;

@@ -12,7 +12,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/provided_input.hpp"
-#include "mha/model/rng.hpp"
+#include "mha/config/rng.hpp"
 #include "mha/run/layer.hpp"
 #include "reference.hpp"
 

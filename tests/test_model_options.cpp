@@ -12,7 +12,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/checkpoint/checkpoint.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 #include "mha/run/model_job.hpp"
 #include "mha/run/model_options.hpp"
 #include "test_util.hpp"

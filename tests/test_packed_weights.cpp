@@ -15,9 +15,9 @@
 #include "mha/kernel/bfloat16.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/model/layer_weights.hpp"
-#include "mha/model/rng.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/rng.hpp"
+#include "mha/config/weights.hpp"
 
 namespace {
 

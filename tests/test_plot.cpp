@@ -21,7 +21,7 @@
 #include "mha/draw/png.hpp"
 #include "mha/draw/text.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 #include "mha/run/run.hpp"
 #include "test_util.hpp"
 

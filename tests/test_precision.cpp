@@ -18,9 +18,9 @@
 #include "mha/io/npy.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
-#include "mha/model/precision.hpp"
-#include "mha/model/rng.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/config/precision.hpp"
+#include "mha/config/rng.hpp"
+#include "mha/config/weights.hpp"
 #include "mha/run/run.hpp"
 #include "test_util.hpp"
 

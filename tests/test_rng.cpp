@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/model/rng.hpp"
+#include "mha/config/rng.hpp"
 
 namespace {
 

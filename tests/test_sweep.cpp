@@ -14,7 +14,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 #include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "mha/kernel/transformer.hpp"
-#include "mha/model/layer_weights.hpp"
-#include "mha/model/rng.hpp"
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/rng.hpp"
 #include "reference.hpp"
 
 using namespace mha;

@@ -12,9 +12,9 @@
 
 #include "mha/io/npy.hpp"
 #include "mha/kernel/mask.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
-#include "mha/model/mask_file.hpp"
+#include "mha/config/config.hpp"
+#include "mha/config/dims.hpp"
+#include "mha/config/mask_file.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;

@@ -11,7 +11,7 @@
 
 #include "mha/io/float16.hpp"
 #include "mha/io/npz.hpp"
-#include "mha/model/weight_formats.hpp"
+#include "mha/config/weight_formats.hpp"
 #include "test_util.hpp"
 
 using mha::NpyArray;

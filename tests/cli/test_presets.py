@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""One layer out of a whole-model checkpoint by the model's own names (mha/model/presets.hpp),
+"""One layer out of a whole-model checkpoint by the model's own names (mha/config/presets.hpp),
 against NumPy transcriptions of each model's published attention, not of this tool's code.
 The checkpoints are made here: random weights with Hugging Face's tensor names and shapes for
 2-layer BERT, GPT-2 and LLaMA-style (and Qwen2-style, with q/k/v biases) models, written as

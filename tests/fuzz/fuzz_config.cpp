@@ -11,7 +11,7 @@
 
 #include "fuzz_common.hpp"
 #include "mha/base/error.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "fuzz_common.hpp"
 #include "mha/base/error.hpp"
 #include "mha/io/hdf5.hpp"
-#include "mha/model/keras_file.hpp"
+#include "mha/config/keras_file.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // `--method ablation`: each chosen head's output zeroed or mean-ablated, the
-// change in a metric (checkpoint/ablation.hpp's head_ablation): next tokens'
+// change in a metric (pipeline/ablation.hpp's head_ablation): next tokens'
 // (a causal LM), classes' (an image classifier, --image), or an
 // encoder-decoder's target's (each kind of attention's heads).
 #include <string>

@@ -10,7 +10,7 @@
 #include "mha/analysis/options.hpp"
 #include "mha/base/error.hpp"
 #include "mha/inspect/attention_stats.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/memory.hpp"
 
 namespace mha {
 

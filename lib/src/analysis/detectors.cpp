@@ -1,6 +1,6 @@
 // `--method detectors`: TransformerLens's detect_head scores (previous-token,
 // duplicate-token, induction) of the chosen heads, on the shared pass's maps
-// (checkpoint/attention_analysis.hpp).
+// (pipeline/attention_analysis.hpp).
 #include <string>
 
 #include "mha/analysis/analysis.hpp"

@@ -1,5 +1,5 @@
 // `--method flow` (Abnar & Zuidema 2020): attention flow to the last layer,
-// the max flow through the layers' graph (checkpoint/attention_analysis.hpp),
+// the max flow through the layers' graph (pipeline/attention_analysis.hpp),
 // up to kMaxFlowTokens tokens.
 #include <string>
 

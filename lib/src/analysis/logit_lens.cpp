@@ -1,5 +1,5 @@
 // `--method logit_lens` (nostalgebraist 2020): every layer's residual stream
-// through the final norm and the LM head (checkpoint/lens.hpp's logit_lens),
+// through the final norm and the LM head (pipeline/lens.hpp's logit_lens),
 // from the hidden states the shared pass keeps.
 #include <algorithm>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include "mha/analysis/analysis.hpp"
 #include "mha/base/error.hpp"
-#include "mha/checkpoint/lens.hpp"
+#include "mha/pipeline/lens.hpp"
 #include "mha/io/json_text.hpp"
 
 namespace mha {

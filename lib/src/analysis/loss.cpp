@@ -1,11 +1,11 @@
-// `--method loss`: each next token's cross-entropy (checkpoint/lens.hpp's
+// `--method loss`: each next token's cross-entropy (pipeline/lens.hpp's
 // token_loss; an encoder-decoder's target tokens, target_token_loss) on the
 // shared pass's output; mean and perplexity in run.json.
 #include <cmath>
 #include <string>
 
 #include "mha/analysis/analysis.hpp"
-#include "mha/checkpoint/lens.hpp"
+#include "mha/pipeline/lens.hpp"
 
 namespace mha {
 

@@ -1,5 +1,5 @@
 // `--method norms` (Kobayashi et al. 2020): ||a_ij f_h(x_j)|| of the chosen
-// layers and heads (checkpoint/attention_analysis.hpp's value_norms), streamed
+// layers and heads (pipeline/attention_analysis.hpp's value_norms), streamed
 // to attention_norms.npy (layers, B, heads, T, T) as the shared pass gives them;
 // an encoder-decoder's three kinds of maps each in an array of its own.
 #include <algorithm>

@@ -1,6 +1,6 @@
 // `--method patching` (Meng et al. 2022; Wang et al. 2022): each head's
 // output, then each layer's residual stream at each position, copied from the
-// clean run into the corrupt one (checkpoint/ablation.hpp's activation_patching).
+// clean run into the corrupt one (pipeline/ablation.hpp's activation_patching).
 #include <memory>
 #include <string>
 

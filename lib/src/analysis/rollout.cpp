@@ -1,7 +1,7 @@
 // `--method rollout` (Abnar & Zuidema 2020): R_l = Â_l R_(l-1) over the
-// layers (checkpoint/attention_analysis.hpp), each layer's R streamed to
+// layers (pipeline/attention_analysis.hpp), each layer's R streamed to
 // rollout.npy (layers, B, T, T) as the shared pass gives it; an
-// encoder-decoder's three (checkpoint/seq2seq_analysis.hpp).
+// encoder-decoder's three (pipeline/seq2seq_analysis.hpp).
 #include <array>
 #include <memory>
 #include <string>

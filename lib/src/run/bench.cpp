@@ -9,7 +9,7 @@
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/model/rng.hpp"
+#include "mha/config/rng.hpp"
 #include "mha/run/plan.hpp"
 #include "mha/run/report.hpp"
 #include "typed_layer.hpp"

@@ -7,8 +7,8 @@
 #include "mha/base/error.hpp"
 #include "mha/io/float16.hpp"
 #include "mha/kernel/blas.hpp"
-#include "mha/model/attention_axes.hpp"
-#include "mha/model/inputs.hpp"
+#include "mha/config/attention_axes.hpp"
+#include "mha/config/inputs.hpp"
 #include "mha/run/plan.hpp"
 #include "typed_layer.hpp"
 

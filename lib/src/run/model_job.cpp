@@ -5,8 +5,8 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/config.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/run/model_options.hpp"
 
 namespace mha {

@@ -7,7 +7,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/memory.hpp"
 
 namespace mha {
 

@@ -8,9 +8,9 @@
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
-#include "mha/model/mask_file.hpp"
-#include "mha/model/presets.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/config/mask_file.hpp"
+#include "mha/config/presets.hpp"
+#include "mha/config/weights.hpp"
 
 namespace mha {
 

@@ -9,7 +9,7 @@
 
 #include "mha/io/checksum.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/precision.hpp"
+#include "mha/config/precision.hpp"
 
 namespace mha {
 namespace {

@@ -1,6 +1,6 @@
 // `mha run --model DIR --text SOURCE --target_text TARGET` on an
 // encoder-decoder (T5, BART): the encoder over the source, the decoder
-// teacher-forced over the target shifted right (checkpoint/seq2seq.hpp), the
+// teacher-forced over the target shifted right (pipeline/seq2seq.hpp), the
 // three kinds of maps and both stacks' hidden states, all-or-nothing as every
 // run writes.
 #include <sys/stat.h>
@@ -12,13 +12,13 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/family.hpp"
-#include "mha/checkpoint/seq2seq.hpp"
-#include "mha/checkpoint/site_hooks.hpp"
+#include "mha/pipeline/seq2seq.hpp"
+#include "mha/pipeline/site_hooks.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/model/memory.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/run/model_run.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/site_files.hpp"

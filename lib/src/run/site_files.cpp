@@ -8,7 +8,7 @@
 
 #include "mha/base/error.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 
 namespace mha {
 namespace fs = std::filesystem;

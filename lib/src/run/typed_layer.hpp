@@ -23,9 +23,9 @@
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/model/layer_weights.hpp"
-#include "mha/model/mask_file.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/mask_file.hpp"
+#include "mha/config/weights.hpp"
 #include "mha/run/plan.hpp"
 
 namespace mha {

@@ -26,10 +26,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/checkpoint/ablation.hpp"
-#include "mha/checkpoint/attention_analysis.hpp"
-#include "mha/checkpoint/forward.hpp"
-#include "mha/checkpoint/seq2seq_analysis.hpp"
+#include "mha/pipeline/ablation.hpp"
+#include "mha/pipeline/attention_analysis.hpp"
+#include "mha/pipeline/forward.hpp"
+#include "mha/pipeline/seq2seq_analysis.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/run/analyze.hpp"
 #include "mha/run/model_run.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/checkpoint/ablation.hpp"
+#include "mha/pipeline/ablation.hpp"
 #include "mha/run/model_run.hpp"
 
 namespace mha {

@@ -1,5 +1,5 @@
 // HDF5 files, as Keras writes weights in them (.h5, .weights.h5 and the
-// model.weights.h5 inside a .keras; model/keras_file.hpp knows those
+// model.weights.h5 inside a .keras; config/keras_file.hpp knows those
 // layouts), read and written through Debian's libhdf5, loaded at run time.
 //
 //   mha::Hdf5File f("model.weights.h5");

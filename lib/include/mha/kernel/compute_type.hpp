@@ -1,5 +1,5 @@
 // The precision a run computes in, one enum from the flag (`--dtype`) to the
-// kernel: the single-layer Config (model/config.hpp) and a whole checkpoint
+// kernel: the single-layer Config (config/config.hpp) and a whole checkpoint
 // (checkpoint/checkpoint.hpp) hold it as it was parsed, once.
 #pragma once
 

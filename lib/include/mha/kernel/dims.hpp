@@ -1,5 +1,5 @@
 // The sizes of one multi-head attention problem, in the paper's names.
-// model/dims.hpp resolves them from a config and the shapes of its files.
+// config/dims.hpp resolves them from a config and the shapes of its files.
 #pragma once
 
 #include <cstddef>

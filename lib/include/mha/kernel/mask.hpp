@@ -9,7 +9,7 @@
 //   key_padding_mask  (B, S): bool, 1 = may attend, or float added to every
 //                query's logit for key s;
 //   window, ALiBi and a float bias broadcast to (B, h, T, S), as below.
-// A masked logit becomes -inf before the softmax. model/mask_file.hpp builds
+// A masked logit becomes -inf before the softmax. config/mask_file.hpp builds
 // a Mask from a config's .npy files and keys.
 #pragma once
 

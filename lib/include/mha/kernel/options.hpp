@@ -1,6 +1,6 @@
 // The choices the kernel takes as enums: how causality aligns queries and
 // keys, what a fully masked row gets, which Transformer layer and which
-// activation. The config (model/config.hpp) holds them under the same names,
+// activation. The config (config/config.hpp) holds them under the same names,
 // so a run passes them through unchanged.
 #pragma once
 

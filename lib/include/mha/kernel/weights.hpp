@@ -7,7 +7,7 @@
 // Head i owns columns [i*d_k, (i+1)*d_k) of W_q and W_k and [i*d_v, (i+1)*d_v)
 // of W_v, and rows [i*d_v, (i+1)*d_v) of W_o. A Transformer layer
 // (transformer.hpp) adds its feed-forward and LayerNorms around one or two
-// of them. model/weights.hpp and model/layer_weights.hpp read, draw and
+// of them. config/weights.hpp and config/layer_weights.hpp read, draw and
 // write them under their file names.
 #pragma once
 

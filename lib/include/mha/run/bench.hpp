@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/model/dims.hpp"
+#include "mha/config/dims.hpp"
 
 namespace mha {
 

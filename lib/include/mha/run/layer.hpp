@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "mha/io/provided_input.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 
 namespace mha {
 

@@ -1,5 +1,5 @@
 // The options of a whole model's run, declared once: one key table, as the
-// single-layer Config's (model/config.hpp), from which come `mha run`'s
+// single-layer Config's (config/config.hpp), from which come `mha run`'s
 // flags and their help (grouped by the runs they apply to), the keys of a
 // model run's JSON file (model_job.hpp), which flags are refused with or
 // without --model, and the names mha.Model gives them:

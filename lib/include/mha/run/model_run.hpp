@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mha/checkpoint/forward.hpp"
+#include "mha/pipeline/forward.hpp"
 #include "mha/checkpoint/image_processor.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"

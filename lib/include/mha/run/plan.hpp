@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "mha/io/npy.hpp"
-#include "mha/model/attention_axes.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
-#include "mha/model/layer_weights.hpp"
-#include "mha/model/memory.hpp"
-#include "mha/model/weight_formats.hpp"
-#include "mha/model/weights.hpp"
+#include "mha/config/attention_axes.hpp"
+#include "mha/config/config.hpp"
+#include "mha/config/dims.hpp"
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/memory.hpp"
+#include "mha/config/weight_formats.hpp"
+#include "mha/config/weights.hpp"
 
 namespace mha {
 

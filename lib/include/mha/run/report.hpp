@@ -12,9 +12,9 @@
 
 #include "mha/inspect/attention_stats.hpp"
 #include "mha/kernel/blas.hpp"
-#include "mha/model/config.hpp"
-#include "mha/model/dims.hpp"
-#include "mha/model/layer_weights.hpp"
+#include "mha/config/config.hpp"
+#include "mha/config/dims.hpp"
+#include "mha/config/layer_weights.hpp"
 
 namespace mha {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mha/base/progress.hpp"
-#include "mha/model/config.hpp"
+#include "mha/config/config.hpp"
 #include "mha/run/report.hpp"
 
 namespace mha {
