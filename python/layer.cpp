@@ -24,14 +24,14 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/io/json_file.hpp"
-#include "mha/io/json_text.hpp"
-#include "mha/io/npy.hpp"
-#include "mha/io/provided_input.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/layer_weights.hpp"
 #include "mha/config/weight_formats.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/json_file.hpp"
+#include "mha/io/json_text.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/run/layer.hpp"
 #include "mha/run/run.hpp"
 #include "mha/run/run_json.hpp"

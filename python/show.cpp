@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
-#include "mha/io/provided_input.hpp"
 #include "mha/config/memory.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/run/view_run.hpp"
 #include "mha/view/attention_view.hpp"
 #include "module.hpp"

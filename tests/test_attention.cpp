@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
-#include "mha/io/npy.hpp"
-#include "mha/kernel/attention.hpp"
-#include "mha/kernel/mask.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
 #include "mha/config/mask_file.hpp"
 #include "mha/config/rng.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/mask.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/npy.hpp"
 #include "mha/config/attention_axes.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
+#include "mha/io/npy.hpp"
 #include "test_util.hpp"
 
 using mha::AttentionAxes;

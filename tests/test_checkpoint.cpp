@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/checkpoint/family.hpp"
-#include "mha/pipeline/forward.hpp"
 #include "mha/checkpoint/model_config.hpp"
+#include "mha/pipeline/forward.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -19,10 +19,10 @@
 
 #include "mha/checkpoint/checkpoint.hpp"
 #include "mha/checkpoint/family.hpp"
-#include "mha/pipeline/forward.hpp"
 #include "mha/checkpoint/model_config.hpp"
 #include "mha/io/safetensors.hpp"
 #include "mha/kernel/packed_weights.hpp"
+#include "mha/pipeline/forward.hpp"
 #include "test_util.hpp"
 
 namespace {

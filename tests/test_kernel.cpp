@@ -9,8 +9,8 @@
 #include <mutex>
 #include <vector>
 
-#include "mha/kernel/attention.hpp"
 #include "mha/config/rng.hpp"
+#include "mha/kernel/attention.hpp"
 #include "reference.hpp"
 
 using mha::AttentionOutput;

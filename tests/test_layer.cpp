@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/io/provided_input.hpp"
 #include "mha/config/rng.hpp"
+#include "mha/io/provided_input.hpp"
 #include "mha/run/layer.hpp"
 #include "reference.hpp"
 

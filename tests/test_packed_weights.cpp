@@ -11,13 +11,13 @@
 #include <cstring>
 #include <vector>
 
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/rng.hpp"
+#include "mha/config/weights.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/bfloat16.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/config/layer_weights.hpp"
-#include "mha/config/rng.hpp"
-#include "mha/config/weights.hpp"
 
 namespace {
 

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "mha/config/config.hpp"
 #include "mha/draw/colormap.hpp"
 #include "mha/draw/heatmap.hpp"
 #include "mha/draw/image.hpp"
 #include "mha/draw/png.hpp"
 #include "mha/draw/text.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/config/config.hpp"
 #include "mha/run/run.hpp"
 #include "test_util.hpp"
 

@@ -15,12 +15,12 @@
 #include <random>
 #include <vector>
 
-#include "mha/io/npy.hpp"
-#include "mha/kernel/attention.hpp"
-#include "mha/kernel/blas.hpp"
 #include "mha/config/precision.hpp"
 #include "mha/config/rng.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/attention.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/run/run.hpp"
 #include "test_util.hpp"
 

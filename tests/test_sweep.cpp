@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/base/error.hpp"
-#include "mha/io/npy.hpp"
 #include "mha/config/config.hpp"
+#include "mha/io/npy.hpp"
 #include "mha/run/model_job.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/sweep.hpp"

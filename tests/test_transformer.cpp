@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "mha/kernel/transformer.hpp"
 #include "mha/config/layer_weights.hpp"
 #include "mha/config/rng.hpp"
+#include "mha/kernel/transformer.hpp"
 #include "reference.hpp"
 
 using namespace mha;

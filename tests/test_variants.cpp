@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mha/io/npy.hpp"
-#include "mha/kernel/mask.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
 #include "mha/config/mask_file.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/mask.hpp"
 #include "test_util.hpp"
 
 using json = nlohmann::json;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "mha/config/weight_formats.hpp"
 #include "mha/io/float16.hpp"
 #include "mha/io/npz.hpp"
-#include "mha/config/weight_formats.hpp"
 #include "test_util.hpp"
 
 using mha::NpyArray;

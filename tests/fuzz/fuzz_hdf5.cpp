@@ -16,8 +16,8 @@
 
 #include "fuzz_common.hpp"
 #include "mha/base/error.hpp"
-#include "mha/io/hdf5.hpp"
 #include "mha/config/keras_file.hpp"
+#include "mha/io/hdf5.hpp"
 
 namespace {
 

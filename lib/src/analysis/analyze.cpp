@@ -20,11 +20,11 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/base/utf8.hpp"
-#include "mha/pipeline/seq2seq.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/io/json_text.hpp"
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
-#include "mha/config/memory.hpp"
+#include "mha/pipeline/seq2seq.hpp"
 #include "mha/run/run_json.hpp"
 #include "outputs.hpp"
 

@@ -9,8 +9,8 @@
 #include "mha/analysis/analysis.hpp"
 #include "mha/analysis/options.hpp"
 #include "mha/base/error.hpp"
-#include "mha/inspect/attention_stats.hpp"
 #include "mha/config/memory.hpp"
+#include "mha/inspect/attention_stats.hpp"
 
 namespace mha {
 

@@ -7,8 +7,8 @@
 
 #include "mha/analysis/analysis.hpp"
 #include "mha/base/error.hpp"
-#include "mha/pipeline/lens.hpp"
 #include "mha/io/json_text.hpp"
+#include "mha/pipeline/lens.hpp"
 
 namespace mha {
 

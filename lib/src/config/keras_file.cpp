@@ -7,12 +7,12 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
-#include "mha/io/file_kind.hpp"
-#include "mha/io/hdf5.hpp"
-#include "mha/io/zip_member.hpp"
 #include "mha/config/layer_weights.hpp"
 #include "mha/config/memory.hpp"
 #include "mha/config/weight_formats.hpp"
+#include "mha/io/file_kind.hpp"
+#include "mha/io/hdf5.hpp"
+#include "mha/io/zip_member.hpp"
 
 namespace mha {
 

@@ -6,13 +6,13 @@
 #include <filesystem>
 
 #include "mha/base/error.hpp"
-#include "mha/io/file_kind.hpp"
-#include "mha/io/output_set.hpp"
-#include "mha/io/safetensors.hpp"
 #include "mha/config/keras_file.hpp"
 #include "mha/config/layer_weights.hpp"
 #include "mha/config/presets.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/file_kind.hpp"
+#include "mha/io/output_set.hpp"
+#include "mha/io/safetensors.hpp"
 
 namespace mha {
 namespace {

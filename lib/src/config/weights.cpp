@@ -5,13 +5,13 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/message.hpp"
+#include "mha/config/keras_file.hpp"
+#include "mha/config/memory.hpp"
+#include "mha/config/rng.hpp"
 #include "mha/io/file_kind.hpp"
 #include "mha/io/npz.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
-#include "mha/config/keras_file.hpp"
-#include "mha/config/memory.hpp"
-#include "mha/config/rng.hpp"
 
 namespace mha {
 namespace fs = std::filesystem;

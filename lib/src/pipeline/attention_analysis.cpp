@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "mha/base/thread_pool.hpp"
-#include "mha/pipeline/site_hooks.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/packed_weights.hpp"
+#include "mha/pipeline/site_hooks.hpp"
 
 namespace mha {
 

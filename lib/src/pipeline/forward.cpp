@@ -8,10 +8,10 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/family.hpp"
-#include "mha/pipeline/lens.hpp"
-#include "mha/pipeline/seq2seq.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
+#include "mha/pipeline/lens.hpp"
+#include "mha/pipeline/seq2seq.hpp"
 
 namespace mha {
 

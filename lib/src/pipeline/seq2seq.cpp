@@ -7,8 +7,8 @@
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/checkpoint/family.hpp"
-#include "mha/pipeline/lens.hpp"
 #include "mha/kernel/transformer.hpp"
+#include "mha/pipeline/lens.hpp"
 
 namespace mha {
 

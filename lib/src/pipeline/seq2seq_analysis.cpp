@@ -9,10 +9,10 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
-#include "mha/pipeline/attention_analysis.hpp"
 #include "mha/checkpoint/family.hpp"
-#include "mha/pipeline/lens.hpp"
 #include "mha/kernel/blas.hpp"
+#include "mha/pipeline/attention_analysis.hpp"
+#include "mha/pipeline/lens.hpp"
 
 namespace mha {
 

@@ -6,10 +6,10 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/config/rng.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/blas.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/config/rng.hpp"
 #include "mha/run/plan.hpp"
 #include "mha/run/report.hpp"
 #include "typed_layer.hpp"

@@ -5,10 +5,10 @@
 #include <variant>
 
 #include "mha/base/error.hpp"
-#include "mha/io/float16.hpp"
-#include "mha/kernel/blas.hpp"
 #include "mha/config/attention_axes.hpp"
 #include "mha/config/inputs.hpp"
+#include "mha/io/float16.hpp"
+#include "mha/kernel/blas.hpp"
 #include "mha/run/plan.hpp"
 #include "typed_layer.hpp"
 

@@ -14,7 +14,7 @@
 #include "mha/base/message.hpp"
 #include "mha/base/thread_pool.hpp"
 #include "mha/base/utf8.hpp"
-#include "mha/pipeline/site_hooks.hpp"
+#include "mha/config/memory.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
 #include "mha/io/gguf.hpp"
@@ -24,7 +24,7 @@
 #include "mha/io/out_dir.hpp"
 #include "mha/io/output_set.hpp"
 #include "mha/io/safetensors.hpp"
-#include "mha/config/memory.hpp"
+#include "mha/pipeline/site_hooks.hpp"
 #include "mha/run/run_json.hpp"
 #include "mha/run/site_files.hpp"
 #include "mha/text/gguf_tokenizer.hpp"
@@ -427,28 +427,13 @@ void qk_blocks(
     }
 }
 
-ModelRunReport run_model(const ModelRunConfig& config) {
-  const auto start = Clock::now();
-  ModelRunReport report;
-  // Plan: every check before any weight is read.
-  if (config.tokens && !config.texts.empty())
-    fail_input("--tokens and --text: give one of them, not both");
-  if (!config.images.empty() && (config.tokens || !config.texts.empty()))
-    fail_input(std::string("--image and ") + (config.tokens ? "--tokens" : "--text") +
-               ": give images or text, not both");
-  if (!config.tokens && config.texts.empty() && config.images.empty())
-    fail_input(
-        "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
-        "--image FILE (image models)");
-  for (const std::string& t : config.texts) check_utf8(t, "--text");
-  for (const std::string& t : config.target_texts) check_utf8(t, "--target_text");
-  const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
-  const Model whole(config.model, config.dtype);
+namespace {
+
+// A model run's plan: the input read and tokenized, the call's options checked,
+// the memory estimate against max_memory; nothing read past the headers.
+ModelCall plan_model_run(const ModelRunConfig& config, const Model& whole, ModelRunReport& report) {
   const Checkpoint& model = whole.checkpoint();
   const ModelConfig& c = model.config();
-  // Encoder-decoders, and targets given to any model (refused there): run/seq2seq_run.cpp.
-  if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
-    return run_seq2seq(config, whole);
   report.config = config;
   report.model = c;
   report.dir = config.model;
@@ -484,6 +469,35 @@ ModelRunReport run_model(const ModelRunConfig& config) {
                " (one layer's weights in float32, " + format_bytes(model.layer_float32_bytes()) +
                ", plus activations for " + std::to_string(in.B) + " x " + std::to_string(in.T) +
                " tokens), over max_memory " + format_bytes(report.max_memory));
+  return call;
+}
+
+}  // namespace
+
+ModelRunReport run_model(const ModelRunConfig& config) {
+  const auto start = Clock::now();
+  ModelRunReport report;
+  // Plan: every check before any weight is read.
+  if (config.tokens && !config.texts.empty())
+    fail_input("--tokens and --text: give one of them, not both");
+  if (!config.images.empty() && (config.tokens || !config.texts.empty()))
+    fail_input(std::string("--image and ") + (config.tokens ? "--tokens" : "--text") +
+               ": give images or text, not both");
+  if (!config.tokens && config.texts.empty() && config.images.empty())
+    fail_input(
+        "--model: expected the input as --text \"...\" (repeatable), --tokens FILE.npy or "
+        "--image FILE (image models)");
+  for (const std::string& t : config.texts) check_utf8(t, "--text");
+  for (const std::string& t : config.target_texts) check_utf8(t, "--target_text");
+  const std::optional<DirLock> lock = lock_out_dir(config.out_dir, config.model, config.check_only);
+  const Model whole(config.model, config.dtype);
+  const Checkpoint& model = whole.checkpoint();
+  const ModelConfig& c = model.config();
+  // Encoder-decoders, and targets given to any model (refused there): run/seq2seq_run.cpp.
+  if (c.encoder_decoder || config.target_tokens || !config.target_texts.empty())
+    return run_seq2seq(config, whole);
+  const ModelCall call = plan_model_run(config, whole, report);
+  const ModelInput& in = report.input;
   // --save_sites: checked against the model's sites before any weight is read
   const std::vector<SiteShape> sites = sites_to_save(c, in.B, in.T, 0, config.save_sites);
   if (config.check_only) return report;

@@ -4,13 +4,13 @@
 
 #include "mha/base/error.hpp"
 #include "mha/base/thread_pool.hpp"
+#include "mha/config/mask_file.hpp"
+#include "mha/config/presets.hpp"
+#include "mha/config/weights.hpp"
 #include "mha/io/file_kind.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/io/provided_input.hpp"
 #include "mha/io/safetensors.hpp"
-#include "mha/config/mask_file.hpp"
-#include "mha/config/presets.hpp"
-#include "mha/config/weights.hpp"
 
 namespace mha {
 

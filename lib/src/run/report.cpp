@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "mha/config/precision.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/npy.hpp"
-#include "mha/config/precision.hpp"
 
 namespace mha {
 namespace {

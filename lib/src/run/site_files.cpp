@@ -7,8 +7,8 @@
 #include <system_error>
 
 #include "mha/base/error.hpp"
-#include "mha/io/npy.hpp"
 #include "mha/config/config.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha {
 namespace fs = std::filesystem;

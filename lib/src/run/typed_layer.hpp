@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "mha/base/error.hpp"
+#include "mha/config/layer_weights.hpp"
+#include "mha/config/mask_file.hpp"
+#include "mha/config/weights.hpp"
 #include "mha/kernel/attention.hpp"
 #include "mha/kernel/mask.hpp"
 #include "mha/kernel/packed_weights.hpp"
 #include "mha/kernel/transformer.hpp"
-#include "mha/config/layer_weights.hpp"
-#include "mha/config/mask_file.hpp"
-#include "mha/config/weights.hpp"
 #include "mha/run/plan.hpp"
 
 namespace mha {

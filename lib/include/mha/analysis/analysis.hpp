@@ -26,11 +26,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mha/io/npy.hpp"
 #include "mha/pipeline/ablation.hpp"
 #include "mha/pipeline/attention_analysis.hpp"
 #include "mha/pipeline/forward.hpp"
 #include "mha/pipeline/seq2seq_analysis.hpp"
-#include "mha/io/npy.hpp"
 #include "mha/run/analyze.hpp"
 #include "mha/run/model_run.hpp"
 

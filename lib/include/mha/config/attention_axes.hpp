@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/npy.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha {
 

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "mha/config/weight_formats.hpp"
 #include "mha/kernel/compute_type.hpp"
 #include "mha/kernel/options.hpp"
-#include "mha/config/weight_formats.hpp"
 
 namespace mha {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/kernel/dims.hpp"
 #include "mha/config/config.hpp"
+#include "mha/kernel/dims.hpp"
 
 namespace mha {
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "mha/base/tensor.hpp"
-#include "mha/io/npy.hpp"
 #include "mha/config/dims.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha {
 

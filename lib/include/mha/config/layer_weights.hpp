@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "mha/io/npy.hpp"
-#include "mha/kernel/weights.hpp"
 #include "mha/config/weight_formats.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/npy.hpp"
+#include "mha/kernel/weights.hpp"
 
 namespace mha {
 

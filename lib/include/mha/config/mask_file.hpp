@@ -17,9 +17,9 @@
 #include <functional>
 #include <string>
 
+#include "mha/config/config.hpp"
 #include "mha/kernel/dims.hpp"
 #include "mha/kernel/mask.hpp"
-#include "mha/config/config.hpp"
 
 namespace mha {
 

@@ -13,10 +13,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "mha/config/config.hpp"
 #include "mha/io/float16.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/kernel/bfloat16.hpp"
-#include "mha/config/config.hpp"
 
 namespace mha {
 

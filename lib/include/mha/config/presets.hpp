@@ -21,9 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include "mha/checkpoint/family.hpp"
-#include "mha/io/npy.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/weight_formats.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha {
 

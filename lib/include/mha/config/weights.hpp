@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "mha/config/weight_formats.hpp"
 #include "mha/io/npy.hpp"
 #include "mha/kernel/dims.hpp"
 #include "mha/kernel/weights.hpp"
-#include "mha/config/weight_formats.hpp"
 
 namespace mha {
 

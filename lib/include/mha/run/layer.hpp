@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/provided_input.hpp"
 #include "mha/config/config.hpp"
+#include "mha/io/provided_input.hpp"
 
 namespace mha {
 

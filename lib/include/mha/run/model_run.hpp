@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "mha/pipeline/forward.hpp"
 #include "mha/checkpoint/image_processor.hpp"
 #include "mha/io/checksum.hpp"
 #include "mha/io/dir_lock.hpp"
+#include "mha/pipeline/forward.hpp"
 #include "mha/text/tokenizer.hpp"
 
 namespace mha {

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "mha/io/npy.hpp"
 #include "mha/config/attention_axes.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
@@ -18,6 +17,7 @@
 #include "mha/config/memory.hpp"
 #include "mha/config/weight_formats.hpp"
 #include "mha/config/weights.hpp"
+#include "mha/io/npy.hpp"
 
 namespace mha {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "mha/inspect/attention_stats.hpp"
-#include "mha/kernel/blas.hpp"
 #include "mha/config/config.hpp"
 #include "mha/config/dims.hpp"
 #include "mha/config/layer_weights.hpp"
+#include "mha/inspect/attention_stats.hpp"
+#include "mha/kernel/blas.hpp"
 
 namespace mha {
 
