@@ -30,23 +30,10 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
-import checkpoints  # noqa: E402
 
-SIZES = dict(layers=12, hidden=768, heads=12, vocab=4096, max_positions=1024)
-
-
-def ensure_checkpoint(directory):
-    stamp = dict(SIZES, seed=0, version=1)
-    sp = os.path.join(directory, "stamp.json")
-    if os.path.exists(sp) and os.path.exists(os.path.join(directory, "model.safetensors")):
-        with open(sp) as f:
-            if json.load(f) == stamp:
-                return
-    os.makedirs(directory, exist_ok=True)
-    config, t = checkpoints.make("gpt2", seed=0, **SIZES)
-    checkpoints.write(directory, config, t, "F32")
-    with open(sp, "w") as f:
-        json.dump(stamp, f)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+# the same GPT-2-small-shaped checkpoint (vocabulary 4096) as the ablation benchmark's
+from analyze_ablation import SIZES, ensure_checkpoint  # noqa: E402
 
 
 def measured(cmd):
