@@ -10,7 +10,7 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
 for f in bin/mha include/mha/mha.hpp lib/cmake/mha/mhaConfig.cmake \
          lib/pkgconfig/mha.pc share/bash-completion/completions/mha \
-         lib/libmha_{base,io,model,kernel,inspect,draw,view,run}.a; do
+         lib/libmha_{base,io,kernel,checkpoint,pipeline,config,inspect,draw,text,view,run,analysis}.a; do
   [[ -e "$prefix/$f" ]] || { echo "downstream: $f was not installed" >&2; exit 1; }
 done
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists --print-errors mha
