@@ -110,7 +110,7 @@ TEST_CASE("model run keys: a bad flag or file value is refused naming it") {
       "x.json: \"dtype\" \"float64\": expected float32 or bfloat16 for a model");
 }
 
-TEST_CASE("dtype: parsed once to a ComputeType; a model takes float32 or bfloat16") {
+TEST_CASE("dtype: parsed once to a ComputeType and a model takes float32 or bfloat16") {
   CHECK(mha::parse_model_dtype("float32") == mha::ComputeType::float32);
   CHECK(mha::parse_model_dtype("bfloat16") == mha::ComputeType::bfloat16);
   for (const char* bad : {"float64", "float16", "", "BFLOAT16"}) {
